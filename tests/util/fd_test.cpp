@@ -1,0 +1,87 @@
+#include "fdo/util/fd.h"
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fcntl.h>
+#include <filesystem>
+#include <unistd.h>
+
+using namespace fdo;
+namespace fs = std::filesystem;
+
+namespace {
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/fdo-util-test-XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+bool fd_is_open(int fd) { return ::fcntl(fd, F_GETFD) != -1; }
+} // namespace
+
+TEST_CASE("Fd closes on destruction and transfers on move", "[util][fd]") {
+  TempDir dir;
+  int raw = -1;
+  {
+    auto fd = Fd::open((dir.path / "a").string(), O_WRONLY | O_CREAT);
+    REQUIRE(fd);
+    raw = fd->get();
+    CHECK(fd_is_open(raw));
+    CHECK((::fcntl(raw, F_GETFD) & FD_CLOEXEC) != 0);
+    Fd moved = std::move(*fd);
+    CHECK_FALSE(fd->valid());
+    CHECK(moved.get() == raw);
+  }
+  CHECK_FALSE(fd_is_open(raw));
+}
+
+TEST_CASE("Fd::open reports the path and errno", "[util][fd]") {
+  auto fd = Fd::open("/nonexistent/dir/file", O_RDONLY);
+  REQUIRE_FALSE(fd);
+  CHECK(fd.error().code() == Errc::not_found);
+  CHECK(fd.error().message().find("/nonexistent/dir/file") != std::string::npos);
+}
+
+TEST_CASE("Mapping maps a file and unmaps on destruction", "[util][mapping]") {
+  TempDir dir;
+  std::string path = (dir.path / "m").string();
+  REQUIRE(write_file_atomic(path, "hello mapping"));
+  auto fd = Fd::open(path, O_RDONLY);
+  REQUIRE(fd);
+  auto map = Mapping::map_file(*fd, 13, Protection::read_only);
+  REQUIRE(map);
+  CHECK(std::string(reinterpret_cast<const char*>(map->data()), map->size()) == "hello mapping");
+  Mapping other = std::move(*map);
+  CHECK_FALSE(map->valid());
+  CHECK(other.valid());
+  CHECK_FALSE(Mapping::map_file(*fd, 0, Protection::read_only));
+
+  auto anon = Mapping::anonymous(4096, Protection::read_write);
+  REQUIRE(anon);
+  anon->bytes()[100] = 42;
+  CHECK(anon->bytes()[100] == 42);
+}
+
+TEST_CASE("write_file_atomic replaces whole files and leaves no temp files", "[util][fd]") {
+  TempDir dir;
+  std::string path = (dir.path / "obj").string();
+  REQUIRE(write_file_atomic(path, "first"));
+  REQUIRE(write_file_atomic(path, "second version"));
+  auto content = read_file(path);
+  REQUIRE(content);
+  CHECK(*content == "second version");
+  int files = 0;
+  for (auto& e : fs::directory_iterator(dir.path)) {
+    (void)e;
+    ++files;
+  }
+  CHECK(files == 1);
+  auto too_big = read_file(path, 3);
+  REQUIRE_FALSE(too_big);
+  CHECK(too_big.error().code() == Errc::resource_exhausted);
+  auto missing = write_file_atomic((dir.path / "no" / "such" / "dir").string(), "x");
+  CHECK_FALSE(missing);
+}

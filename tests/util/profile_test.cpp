@@ -1,0 +1,95 @@
+#include "fdo/util/profile.h"
+
+#include <catch2/catch.hpp>
+
+using namespace fdo;
+using nlohmann::json;
+
+namespace {
+ProfileDoc sample() {
+  ProfileDoc d;
+  d.knobs.opt_level = 3;
+  d.functions["main"] = FunctionProfile{0xdeadbeefcafef00dULL, {900, 100}, {1}, "fp"};
+  d.functions["helper"] = FunctionProfile{42, {7}, {}, ""};
+  d.provenance.reason = "feedback";
+  d.provenance.created_at = "2026-11-22T00:00:00Z";
+  d.hardware = {{"branch_miss_rate", 0.25}};
+  return d;
+}
+} // namespace
+
+TEST_CASE("profile JSON round-trips", "[util][profile]") {
+  ProfileDoc d = sample();
+  auto back = profile_from_json(to_json(d));
+  REQUIRE(back);
+  CHECK(*back == d);
+  auto parsed = parse_profile(to_json(d).dump(2));
+  REQUIRE(parsed);
+  CHECK(*parsed == d);
+}
+
+TEST_CASE("profile digest ignores bookkeeping and key order", "[util][profile]") {
+  ProfileDoc d = sample();
+  std::string base = profile_digest(d);
+  ProfileDoc e = d;
+  e.provenance.reason = "import";
+  e.provenance.created_at = "2030-01-01T00:00:00Z";
+  e.hardware = json::object();
+  e.functions["main"].fingerprint = "other";
+  CHECK(profile_digest(e) == base);
+  // The same document written with keys in another order parses to the same digest.
+  std::string reordered = R"({"provenance":{"reason":"x"},"functions":{"helper":{"counts":[7],
+    "cfg_hash":"2a"},"main":{"unpredictable":[1],"counts":[900,100],"cfg_hash":"deadbeefcafef00d"}},
+    "knobs":{"vectorize":true,"unroll":true,"opt_level":3},"format":1})";
+  auto r = parse_profile(reordered);
+  REQUIRE(r);
+  CHECK(profile_digest(*r) == base);
+}
+
+TEST_CASE("profile digest changes with every compile-affecting field", "[util][profile]") {
+  ProfileDoc d = sample();
+  std::string base = profile_digest(d);
+  auto changed = [&](auto mutate) {
+    ProfileDoc c = d;
+    mutate(c);
+    return profile_digest(c) != base;
+  };
+  CHECK(changed([](ProfileDoc& c) { c.knobs.opt_level = 2; }));
+  CHECK(changed([](ProfileDoc& c) { c.knobs.size_level = 1; }));
+  CHECK(changed([](ProfileDoc& c) { c.knobs.unroll = false; }));
+  CHECK(changed([](ProfileDoc& c) { c.knobs.vectorize = false; }));
+  CHECK(changed([](ProfileDoc& c) { c.knobs.inline_threshold = 500; }));
+  CHECK(changed([](ProfileDoc& c) { c.knobs.mode = CompileMode::plain; }));
+  CHECK(changed([](ProfileDoc& c) { c.functions["main"].counts[0] = 901; }));
+  CHECK(changed([](ProfileDoc& c) { c.functions["main"].cfg_hash ^= 1; }));
+  CHECK(changed([](ProfileDoc& c) { c.functions["main"].unpredictable.clear(); }));
+  CHECK(changed([](ProfileDoc& c) { c.functions.erase("helper"); }));
+  CHECK(changed([](ProfileDoc& c) { c.functions["new"] = {}; }));
+}
+
+TEST_CASE("profile_from_json rejects bad fields with their path", "[util][profile]") {
+  auto bad = [](const char* text) {
+    auto r = parse_profile(text);
+    REQUIRE_FALSE(r);
+    return r.error().message();
+  };
+  CHECK(bad("[1]").find("object") != std::string::npos);
+  CHECK(bad(R"({"knobs":{"opt_level":9}})").find("knobs.opt_level") != std::string::npos);
+  CHECK(bad(R"({"functions":{"f":{"cfg_hash":"xyz"}}})").find("functions.f.cfg_hash") !=
+        std::string::npos);
+  CHECK(bad(R"({"functions":{"f":{"cfg_hash":"1","counts":[-1]}}})").find("counts") !=
+        std::string::npos);
+  CHECK(bad(R"({"knobs":{"mode":"fast"}})").find("fast") != std::string::npos);
+  CHECK(parse_profile("{not json").error().code() == Errc::parse);
+}
+
+TEST_CASE("choose_mode follows the profile", "[util][profile]") {
+  CHECK(choose_mode(nullptr) == CompileMode::instrumented);
+  ProfileDoc empty;
+  CHECK(choose_mode(&empty) == CompileMode::instrumented);
+  ProfileDoc d = sample();
+  CHECK(choose_mode(&d) == CompileMode::optimized);
+  d.knobs.mode = CompileMode::plain;
+  CHECK(choose_mode(&d) == CompileMode::plain);
+  CHECK(canonical_json(json{{"b", 1}, {"a", {1, 2}}}) == R"({"a":[1,2],"b":1})");
+}

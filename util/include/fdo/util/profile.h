@@ -1,0 +1,86 @@
+// The optimization profile document: the shared vocabulary between the
+// profile store (which keeps it), the JIT (which compiles with it) and the
+// daemon (which rewrites it from feedback). JSON form described by
+// schemas/profile.schema.json.
+//
+// Compile-affecting fields: format, knobs, functions[*].{cfg_hash, counts,
+// unpredictable}. Everything else (provenance, hardware observations,
+// per-function fingerprints) is bookkeeping and never changes the digest, so
+// rewriting bookkeeping never causes a recompile.
+#pragma once
+
+#include "fdo/util/expected.h"
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fdo {
+
+enum class CompileMode { plain, instrumented, optimized };
+std::string_view to_string(CompileMode mode);
+Expected<CompileMode> parse_compile_mode(std::string_view s);
+
+struct Knobs {
+  int opt_level = 2;  // 0..3: the PassBuilder O-level
+  int size_level = 0; // 0..2: 1 = Os, 2 = Oz (i-cache pressure)
+  bool unroll = true;
+  bool vectorize = true;
+  std::optional<int> inline_threshold; // unset: the O-level's default
+  // Operator override of the compile mode; unset: derived (see choose_mode).
+  std::optional<CompileMode> mode;
+
+  bool operator==(const Knobs&) const = default;
+};
+
+struct FunctionProfile {
+  std::uint64_t cfg_hash = 0;         // PGO CFG hash of the instrumented function
+  std::vector<std::uint64_t> counts;  // PGO counters, in the instrumentation's order
+  std::vector<std::uint32_t> unpredictable; // conditional-branch indexes to mark !unpredictable
+  std::string fingerprint;            // per-function canonical hash (bookkeeping)
+
+  bool operator==(const FunctionProfile&) const = default;
+};
+
+struct Provenance {
+  std::string reason;     // "feedback", "import", "operator", ...
+  std::string created_at; // RFC 3339 UTC
+  std::string host;
+  std::int64_t stage = 0;     // stage number that triggered the rewrite
+  std::string program;        // IK of the program whose feedback produced it
+
+  bool operator==(const Provenance&) const = default;
+};
+
+struct ProfileDoc {
+  static constexpr int kFormat = 1;
+  int format = kFormat;
+  Knobs knobs;
+  std::map<std::string, FunctionProfile> functions; // by PGO function name
+  nlohmann::json hardware = nlohmann::json::object(); // counter findings (bookkeeping)
+  Provenance provenance;
+
+  bool operator==(const ProfileDoc&) const = default;
+};
+
+nlohmann::json to_json(const ProfileDoc& doc);
+// Validates types and ranges; errors name the offending field.
+Expected<ProfileDoc> profile_from_json(const nlohmann::json& j);
+Expected<ProfileDoc> parse_profile(std::string_view json_text);
+
+// Sorted keys, no insignificant whitespace.
+std::string canonical_json(const nlohmann::json& j);
+// BLAKE3 hex of the canonical form of the compile-affecting fields only.
+std::string profile_digest(const ProfileDoc& doc);
+// Digest used for "no profile at all" (stage 0 of a new profile key).
+std::string_view no_profile_digest();
+
+// The mode a program compiles in given its current profile (nullptr = none):
+// an operator override wins; no counts yet -> instrumented; counts -> optimized.
+CompileMode choose_mode(const ProfileDoc* doc);
+
+} // namespace fdo

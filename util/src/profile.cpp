@@ -1,0 +1,234 @@
+#include "fdo/util/profile.h"
+
+#include "fdo/util/hash.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+namespace fdo {
+
+using nlohmann::json;
+
+std::string_view to_string(CompileMode mode) {
+  switch (mode) {
+  case CompileMode::plain: return "plain";
+  case CompileMode::instrumented: return "instrumented";
+  case CompileMode::optimized: return "optimized";
+  }
+  return "plain";
+}
+
+Expected<CompileMode> parse_compile_mode(std::string_view s) {
+  for (CompileMode m : {CompileMode::plain, CompileMode::instrumented, CompileMode::optimized})
+    if (s == to_string(m))
+      return m;
+  return make_error(Errc::invalid_argument, "unknown compile mode '" + std::string(s) +
+                                                "' (expected plain, instrumented or optimized)");
+}
+
+namespace {
+std::string hash_to_hex(std::uint64_t h) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+json knobs_json(const Knobs& k) {
+  json j = {{"opt_level", k.opt_level},
+            {"size_level", k.size_level},
+            {"unroll", k.unroll},
+            {"vectorize", k.vectorize}};
+  j["inline_threshold"] = k.inline_threshold ? json(*k.inline_threshold) : json(nullptr);
+  j["mode"] = k.mode ? json(std::string(to_string(*k.mode))) : json(nullptr);
+  return j;
+}
+
+json function_compile_json(const FunctionProfile& f) {
+  return {{"cfg_hash", hash_to_hex(f.cfg_hash)},
+          {"counts", f.counts},
+          {"unpredictable", f.unpredictable}};
+}
+
+Error field_error(const std::string& path, const std::string& what) {
+  return make_error(Errc::invalid_argument, "profile field '" + path + "': " + what);
+}
+
+template <class T>
+Status get_int(const json& obj, const char* key, const std::string& path, T& out, long long lo,
+               long long hi) {
+  auto it = obj.find(key);
+  if (it == obj.end())
+    return ok();
+  if (!it->is_number_integer())
+    return field_error(path + "." + key, "must be an integer");
+  long long v = it->get<long long>();
+  if (v < lo || v > hi)
+    return field_error(path + "." + key,
+                       "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  out = static_cast<T>(v);
+  return ok();
+}
+
+Status get_bool(const json& obj, const char* key, const std::string& path, bool& out) {
+  auto it = obj.find(key);
+  if (it == obj.end())
+    return ok();
+  if (!it->is_boolean())
+    return field_error(path + "." + key, "must be a boolean");
+  out = it->get<bool>();
+  return ok();
+}
+
+Status get_string(const json& obj, const char* key, const std::string& path, std::string& out) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null())
+    return ok();
+  if (!it->is_string())
+    return field_error(path + "." + key, "must be a string");
+  out = it->get<std::string>();
+  return ok();
+}
+} // namespace
+
+json to_json(const ProfileDoc& doc) {
+  json fns = json::object();
+  for (const auto& [name, f] : doc.functions) {
+    json fj = function_compile_json(f);
+    if (!f.fingerprint.empty())
+      fj["fingerprint"] = f.fingerprint;
+    fns[name] = std::move(fj);
+  }
+  return {{"format", doc.format},
+          {"knobs", knobs_json(doc.knobs)},
+          {"functions", std::move(fns)},
+          {"hardware", doc.hardware},
+          {"provenance",
+           {{"reason", doc.provenance.reason},
+            {"created_at", doc.provenance.created_at},
+            {"host", doc.provenance.host},
+            {"stage", doc.provenance.stage},
+            {"program", doc.provenance.program}}}};
+}
+
+Expected<ProfileDoc> profile_from_json(const json& j) {
+  if (!j.is_object())
+    return field_error("$", "profile must be a JSON object");
+  ProfileDoc doc;
+  FDO_TRY_STATUS(get_int(j, "format", "$", doc.format, 1, ProfileDoc::kFormat));
+  if (auto it = j.find("knobs"); it != j.end() && !it->is_null()) {
+    if (!it->is_object())
+      return field_error("knobs", "must be an object");
+    const json& k = *it;
+    FDO_TRY_STATUS(get_int(k, "opt_level", "knobs", doc.knobs.opt_level, 0, 3));
+    FDO_TRY_STATUS(get_int(k, "size_level", "knobs", doc.knobs.size_level, 0, 2));
+    FDO_TRY_STATUS(get_bool(k, "unroll", "knobs", doc.knobs.unroll));
+    FDO_TRY_STATUS(get_bool(k, "vectorize", "knobs", doc.knobs.vectorize));
+    if (auto t = k.find("inline_threshold"); t != k.end() && !t->is_null()) {
+      int v = 0;
+      FDO_TRY_STATUS(get_int(k, "inline_threshold", "knobs", v, -10000, 100000));
+      doc.knobs.inline_threshold = v;
+    }
+    if (auto m = k.find("mode"); m != k.end() && !m->is_null()) {
+      if (!m->is_string())
+        return field_error("knobs.mode", "must be a string or null");
+      FDO_TRY(CompileMode mode, parse_compile_mode(m->get<std::string>()));
+      doc.knobs.mode = mode;
+    }
+  }
+  if (auto it = j.find("functions"); it != j.end() && !it->is_null()) {
+    if (!it->is_object())
+      return field_error("functions", "must be an object keyed by function name");
+    for (const auto& [name, fj] : it->items()) {
+      std::string path = "functions." + name;
+      if (!fj.is_object())
+        return field_error(path, "must be an object");
+      FunctionProfile f;
+      std::string hash_hex;
+      FDO_TRY_STATUS(get_string(fj, "cfg_hash", path, hash_hex));
+      if (hash_hex.empty() || hash_hex.size() > 16)
+        return field_error(path + ".cfg_hash", "must be 1 to 16 hex digits");
+      char* end = nullptr;
+      f.cfg_hash = std::strtoull(hash_hex.c_str(), &end, 16);
+      if (end == nullptr || *end != '\0')
+        return field_error(path + ".cfg_hash", "must be hex digits");
+      if (auto c = fj.find("counts"); c != fj.end()) {
+        if (!c->is_array())
+          return field_error(path + ".counts", "must be an array of counts");
+        for (const json& v : *c) {
+          if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<long long>() >= 0))
+            return field_error(path + ".counts", "must hold non-negative integers");
+          f.counts.push_back(v.get<std::uint64_t>());
+        }
+      }
+      if (auto u = fj.find("unpredictable"); u != fj.end()) {
+        if (!u->is_array())
+          return field_error(path + ".unpredictable", "must be an array of branch indexes");
+        for (const json& v : *u) {
+          if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() > 0xffffffffLL)
+            return field_error(path + ".unpredictable", "must hold branch indexes");
+          f.unpredictable.push_back(v.get<std::uint32_t>());
+        }
+      }
+      FDO_TRY_STATUS(get_string(fj, "fingerprint", path, f.fingerprint));
+      doc.functions.emplace(name, std::move(f));
+    }
+  }
+  if (auto it = j.find("hardware"); it != j.end() && !it->is_null()) {
+    if (!it->is_object())
+      return field_error("hardware", "must be an object");
+    doc.hardware = *it;
+  }
+  if (auto it = j.find("provenance"); it != j.end() && !it->is_null()) {
+    if (!it->is_object())
+      return field_error("provenance", "must be an object");
+    const json& p = *it;
+    FDO_TRY_STATUS(get_string(p, "reason", "provenance", doc.provenance.reason));
+    FDO_TRY_STATUS(get_string(p, "created_at", "provenance", doc.provenance.created_at));
+    FDO_TRY_STATUS(get_string(p, "host", "provenance", doc.provenance.host));
+    FDO_TRY_STATUS(get_string(p, "program", "provenance", doc.provenance.program));
+    FDO_TRY_STATUS(get_int(p, "stage", "provenance", doc.provenance.stage, 0,
+                           std::numeric_limits<long long>::max()));
+  }
+  return doc;
+}
+
+Expected<ProfileDoc> parse_profile(std::string_view json_text) {
+  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded())
+    return make_error(Errc::parse, "profile is not valid JSON");
+  return profile_from_json(j);
+}
+
+std::string canonical_json(const json& j) {
+  // nlohmann's default object type is std::map: dump() emits keys sorted and,
+  // with no indent, without insignificant whitespace.
+  return j.dump(-1, ' ', /*ensure_ascii=*/false, json::error_handler_t::strict);
+}
+
+std::string profile_digest(const ProfileDoc& doc) {
+  json fns = json::object();
+  for (const auto& [name, f] : doc.functions)
+    fns[name] = function_compile_json(f);
+  json compile_part = {{"format", doc.format}, {"knobs", knobs_json(doc.knobs)}, {"functions", fns}};
+  return blake3_hex("fdo.profile.v1\n" + canonical_json(compile_part));
+}
+
+std::string_view no_profile_digest() {
+  // Recognisable in keys and logs, and no real digest (64 hex digits) can equal it.
+  return "none";
+}
+
+CompileMode choose_mode(const ProfileDoc* doc) {
+  if (doc == nullptr)
+    return CompileMode::instrumented;
+  if (doc->knobs.mode)
+    return *doc->knobs.mode;
+  for (const auto& [name, f] : doc->functions)
+    for (std::uint64_t c : f.counts)
+      if (c != 0)
+        return CompileMode::optimized;
+  return CompileMode::instrumented;
+}
+
+} // namespace fdo
