@@ -8,8 +8,7 @@ using namespace fdo;
 
 namespace {
 Expected<int> parse_positive(int v) {
-  if (v <= 0)
-    return make_error(Errc::invalid_argument, "not positive: " + std::to_string(v));
+  if (v <= 0) return make_error(Errc::invalid_argument, "not positive: " + std::to_string(v));
   return v;
 }
 

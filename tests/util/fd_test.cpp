@@ -19,7 +19,9 @@ struct TempDir {
   ~TempDir() { fs::remove_all(path); }
 };
 
-bool fd_is_open(int fd) { return ::fcntl(fd, F_GETFD) != -1; }
+bool fd_is_open(int fd) {
+  return ::fcntl(fd, F_GETFD) != -1;
+}
 } // namespace
 
 TEST_CASE("Fd closes on destruction and transfers on move", "[util][fd]") {

@@ -7,24 +7,42 @@ namespace fdo {
 
 std::string_view to_string(Errc code) {
   switch (code) {
-  case Errc::invalid_argument: return "invalid_argument";
-  case Errc::not_found: return "not_found";
-  case Errc::already_exists: return "already_exists";
-  case Errc::conflict: return "conflict";
-  case Errc::io: return "io";
-  case Errc::corrupt: return "corrupt";
-  case Errc::parse: return "parse";
-  case Errc::verify: return "verify";
-  case Errc::compile: return "compile";
-  case Errc::link: return "link";
-  case Errc::timeout: return "timeout";
-  case Errc::crashed: return "crashed";
-  case Errc::resource_exhausted: return "resource_exhausted";
-  case Errc::permission_denied: return "permission_denied";
-  case Errc::unsupported: return "unsupported";
-  case Errc::unavailable: return "unavailable";
-  case Errc::pinned: return "pinned";
-  case Errc::internal: return "internal";
+  case Errc::invalid_argument:
+    return "invalid_argument";
+  case Errc::not_found:
+    return "not_found";
+  case Errc::already_exists:
+    return "already_exists";
+  case Errc::conflict:
+    return "conflict";
+  case Errc::io:
+    return "io";
+  case Errc::corrupt:
+    return "corrupt";
+  case Errc::parse:
+    return "parse";
+  case Errc::verify:
+    return "verify";
+  case Errc::compile:
+    return "compile";
+  case Errc::link:
+    return "link";
+  case Errc::timeout:
+    return "timeout";
+  case Errc::crashed:
+    return "crashed";
+  case Errc::resource_exhausted:
+    return "resource_exhausted";
+  case Errc::permission_denied:
+    return "permission_denied";
+  case Errc::unsupported:
+    return "unsupported";
+  case Errc::unavailable:
+    return "unavailable";
+  case Errc::pinned:
+    return "pinned";
+  case Errc::internal:
+    return "internal";
   }
   return "unknown";
 }

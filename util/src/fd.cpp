@@ -11,8 +11,7 @@
 namespace fdo {
 
 void Fd::reset(int fd) {
-  if (fd_ >= 0)
-    ::close(fd_); // close(2) errors after EINTR are not retryable on Linux.
+  if (fd_ >= 0) ::close(fd_); // close(2) errors after EINTR are not retryable on Linux.
   fd_ = fd;
 }
 
@@ -21,8 +20,7 @@ Expected<Fd> Fd::open(const std::string& path, int flags, mode_t mode) {
   do {
     fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
   } while (fd < 0 && errno == EINTR);
-  if (fd < 0)
-    return Error::from_errno("open " + path, errno);
+  if (fd < 0) return Error::from_errno("open " + path, errno);
   return Fd(fd);
 }
 
@@ -43,38 +41,36 @@ Mapping& Mapping::operator=(Mapping&& other) noexcept {
 }
 
 void Mapping::reset() {
-  if (addr_ != nullptr)
-    ::munmap(addr_, length_);
+  if (addr_ != nullptr) ::munmap(addr_, length_);
   addr_ = nullptr;
   length_ = 0;
 }
 
 static int to_prot(Protection p) {
   switch (p) {
-  case Protection::read_only: return PROT_READ;
-  case Protection::read_write: return PROT_READ | PROT_WRITE;
-  case Protection::read_write_exec: return PROT_READ | PROT_WRITE | PROT_EXEC;
+  case Protection::read_only:
+    return PROT_READ;
+  case Protection::read_write:
+    return PROT_READ | PROT_WRITE;
+  case Protection::read_write_exec:
+    return PROT_READ | PROT_WRITE | PROT_EXEC;
   }
   return PROT_READ;
 }
 
 Expected<Mapping> Mapping::map_file(const Fd& fd, std::size_t length, Protection prot,
                                     off_t offset) {
-  if (length == 0)
-    return make_error(Errc::invalid_argument, "cannot map 0 bytes");
+  if (length == 0) return make_error(Errc::invalid_argument, "cannot map 0 bytes");
   int flags = prot == Protection::read_only ? MAP_PRIVATE : MAP_SHARED;
   void* p = ::mmap(nullptr, length, to_prot(prot), flags, fd.get(), offset);
-  if (p == MAP_FAILED)
-    return Error::from_errno("mmap", errno);
+  if (p == MAP_FAILED) return Error::from_errno("mmap", errno);
   return Mapping(p, length);
 }
 
 Expected<Mapping> Mapping::anonymous(std::size_t length, Protection prot) {
-  if (length == 0)
-    return make_error(Errc::invalid_argument, "cannot map 0 bytes");
+  if (length == 0) return make_error(Errc::invalid_argument, "cannot map 0 bytes");
   void* p = ::mmap(nullptr, length, to_prot(prot), MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED)
-    return Error::from_errno("mmap anonymous", errno);
+  if (p == MAP_FAILED) return Error::from_errno("mmap anonymous", errno);
   return Mapping(p, length);
 }
 
@@ -83,8 +79,7 @@ Status write_all(int fd, std::span<const std::uint8_t> bytes) {
   while (done < bytes.size()) {
     ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0) {
-      if (errno == EINTR)
-        continue;
+      if (errno == EINTR) continue;
       return Error::from_errno("write", errno);
     }
     done += static_cast<std::size_t>(n);
@@ -99,12 +94,10 @@ Expected<std::string> read_file(const std::string& path, std::size_t max_bytes) 
   for (;;) {
     ssize_t n = ::read(fd.get(), buf, sizeof buf);
     if (n < 0) {
-      if (errno == EINTR)
-        continue;
+      if (errno == EINTR) continue;
       return Error::from_errno("read " + path, errno);
     }
-    if (n == 0)
-      break;
+    if (n == 0) break;
     if (out.size() + static_cast<std::size_t>(n) > max_bytes)
       return make_error(Errc::resource_exhausted,
                         path + " is larger than " + std::to_string(max_bytes) + " bytes");
@@ -140,8 +133,7 @@ Status write_file_atomic(const std::string& path, std::string_view bytes, Durabi
   }
   if (durability == Durability::fsync) {
     FDO_TRY(Fd dfd, Fd::open(dir.string(), O_RDONLY | O_DIRECTORY));
-    if (::fsync(dfd.get()) != 0)
-      return Error::from_errno("fsync directory " + dir.string(), errno);
+    if (::fsync(dfd.get()) != 0) return Error::from_errno("fsync directory " + dir.string(), errno);
   }
   return ok();
 }

@@ -8,12 +8,9 @@ namespace {
 constexpr char kHexDigits[] = "0123456789abcdef";
 
 int hex_value(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
 }
 } // namespace
@@ -30,7 +27,8 @@ std::string to_hex(std::span<const std::uint8_t> bytes) {
 
 Expected<std::string> from_hex(std::string_view hex) {
   if (hex.size() % 2 != 0)
-    return make_error(Errc::invalid_argument, "hex string has odd length " + std::to_string(hex.size()));
+    return make_error(Errc::invalid_argument,
+                      "hex string has odd length " + std::to_string(hex.size()));
   std::string out;
   out.reserve(hex.size() / 2);
   for (std::size_t i = 0; i < hex.size(); i += 2) {
@@ -44,11 +42,9 @@ Expected<std::string> from_hex(std::string_view hex) {
 }
 
 bool is_hex_key(std::string_view s) {
-  if (s.size() != 64)
-    return false;
+  if (s.size() != 64) return false;
   for (char c : s)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
-      return false;
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   return true;
 }
 
@@ -78,7 +74,9 @@ Hasher& Hasher::update_u64(std::uint64_t v) {
   return update(std::span<const std::uint8_t>(le, 8));
 }
 
-Hasher& Hasher::update_u8(std::uint8_t v) { return update(std::span<const std::uint8_t>(&v, 1)); }
+Hasher& Hasher::update_u8(std::uint8_t v) {
+  return update(std::span<const std::uint8_t>(&v, 1));
+}
 
 Hasher& Hasher::update_field(std::string_view bytes) {
   update_u64(bytes.size());

@@ -26,18 +26,27 @@ LoggerState& state() {
 
 const char* level_name(Level l) {
   switch (l) {
-  case Level::debug: return "debug";
-  case Level::info: return "info";
-  case Level::notice: return "notice";
-  case Level::warning: return "warning";
-  case Level::error: return "error";
+  case Level::debug:
+    return "debug";
+  case Level::info:
+    return "info";
+  case Level::notice:
+    return "notice";
+  case Level::warning:
+    return "warning";
+  case Level::error:
+    return "error";
   }
   return "?";
 }
 } // namespace
 
-void set_level(Level min_level) { state().min_level = static_cast<int>(min_level); }
-Level level() { return static_cast<Level>(state().min_level.load()); }
+void set_level(Level min_level) {
+  state().min_level = static_cast<int>(min_level);
+}
+Level level() {
+  return static_cast<Level>(state().min_level.load());
+}
 
 void set_ident(std::string_view ident) {
   std::lock_guard lk(state().mu);
@@ -56,8 +65,7 @@ bool parse_level(std::string_view name, Level& out) {
 void write(Level lvl, std::string_view message) {
   LoggerState& s = state();
   // Larger numeric value = less severe (syslog order).
-  if (static_cast<int>(lvl) > s.min_level.load())
-    return;
+  if (static_cast<int>(lvl) > s.min_level.load()) return;
   std::string line;
   std::lock_guard lk(s.mu);
   if (s.journal) {

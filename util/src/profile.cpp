@@ -12,17 +12,19 @@ using nlohmann::json;
 
 std::string_view to_string(CompileMode mode) {
   switch (mode) {
-  case CompileMode::plain: return "plain";
-  case CompileMode::instrumented: return "instrumented";
-  case CompileMode::optimized: return "optimized";
+  case CompileMode::plain:
+    return "plain";
+  case CompileMode::instrumented:
+    return "instrumented";
+  case CompileMode::optimized:
+    return "optimized";
   }
   return "plain";
 }
 
 Expected<CompileMode> parse_compile_mode(std::string_view s) {
   for (CompileMode m : {CompileMode::plain, CompileMode::instrumented, CompileMode::optimized})
-    if (s == to_string(m))
-      return m;
+    if (s == to_string(m)) return m;
   return make_error(Errc::invalid_argument, "unknown compile mode '" + std::string(s) +
                                                 "' (expected plain, instrumented or optimized)");
 }
@@ -58,10 +60,8 @@ template <class T>
 Status get_int(const json& obj, const char* key, const std::string& path, T& out, long long lo,
                long long hi) {
   auto it = obj.find(key);
-  if (it == obj.end())
-    return ok();
-  if (!it->is_number_integer())
-    return field_error(path + "." + key, "must be an integer");
+  if (it == obj.end()) return ok();
+  if (!it->is_number_integer()) return field_error(path + "." + key, "must be an integer");
   long long v = it->get<long long>();
   if (v < lo || v > hi)
     return field_error(path + "." + key,
@@ -72,20 +72,16 @@ Status get_int(const json& obj, const char* key, const std::string& path, T& out
 
 Status get_bool(const json& obj, const char* key, const std::string& path, bool& out) {
   auto it = obj.find(key);
-  if (it == obj.end())
-    return ok();
-  if (!it->is_boolean())
-    return field_error(path + "." + key, "must be a boolean");
+  if (it == obj.end()) return ok();
+  if (!it->is_boolean()) return field_error(path + "." + key, "must be a boolean");
   out = it->get<bool>();
   return ok();
 }
 
 Status get_string(const json& obj, const char* key, const std::string& path, std::string& out) {
   auto it = obj.find(key);
-  if (it == obj.end() || it->is_null())
-    return ok();
-  if (!it->is_string())
-    return field_error(path + "." + key, "must be a string");
+  if (it == obj.end() || it->is_null()) return ok();
+  if (!it->is_string()) return field_error(path + "." + key, "must be a string");
   out = it->get<std::string>();
   return ok();
 }
@@ -95,8 +91,7 @@ json to_json(const ProfileDoc& doc) {
   json fns = json::object();
   for (const auto& [name, f] : doc.functions) {
     json fj = function_compile_json(f);
-    if (!f.fingerprint.empty())
-      fj["fingerprint"] = f.fingerprint;
+    if (!f.fingerprint.empty()) fj["fingerprint"] = f.fingerprint;
     fns[name] = std::move(fj);
   }
   return {{"format", doc.format},
@@ -112,13 +107,11 @@ json to_json(const ProfileDoc& doc) {
 }
 
 Expected<ProfileDoc> profile_from_json(const json& j) {
-  if (!j.is_object())
-    return field_error("$", "profile must be a JSON object");
+  if (!j.is_object()) return field_error("$", "profile must be a JSON object");
   ProfileDoc doc;
   FDO_TRY_STATUS(get_int(j, "format", "$", doc.format, 1, ProfileDoc::kFormat));
   if (auto it = j.find("knobs"); it != j.end() && !it->is_null()) {
-    if (!it->is_object())
-      return field_error("knobs", "must be an object");
+    if (!it->is_object()) return field_error("knobs", "must be an object");
     const json& k = *it;
     FDO_TRY_STATUS(get_int(k, "opt_level", "knobs", doc.knobs.opt_level, 0, 3));
     FDO_TRY_STATUS(get_int(k, "size_level", "knobs", doc.knobs.size_level, 0, 2));
@@ -130,8 +123,7 @@ Expected<ProfileDoc> profile_from_json(const json& j) {
       doc.knobs.inline_threshold = v;
     }
     if (auto m = k.find("mode"); m != k.end() && !m->is_null()) {
-      if (!m->is_string())
-        return field_error("knobs.mode", "must be a string or null");
+      if (!m->is_string()) return field_error("knobs.mode", "must be a string or null");
       FDO_TRY(CompileMode mode, parse_compile_mode(m->get<std::string>()));
       doc.knobs.mode = mode;
     }
@@ -141,8 +133,7 @@ Expected<ProfileDoc> profile_from_json(const json& j) {
       return field_error("functions", "must be an object keyed by function name");
     for (const auto& [name, fj] : it->items()) {
       std::string path = "functions." + name;
-      if (!fj.is_object())
-        return field_error(path, "must be an object");
+      if (!fj.is_object()) return field_error(path, "must be an object");
       FunctionProfile f;
       std::string hash_hex;
       FDO_TRY_STATUS(get_string(fj, "cfg_hash", path, hash_hex));
@@ -153,8 +144,7 @@ Expected<ProfileDoc> profile_from_json(const json& j) {
       if (end == nullptr || *end != '\0')
         return field_error(path + ".cfg_hash", "must be hex digits");
       if (auto c = fj.find("counts"); c != fj.end()) {
-        if (!c->is_array())
-          return field_error(path + ".counts", "must be an array of counts");
+        if (!c->is_array()) return field_error(path + ".counts", "must be an array of counts");
         for (const json& v : *c) {
           if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<long long>() >= 0))
             return field_error(path + ".counts", "must hold non-negative integers");
@@ -175,13 +165,11 @@ Expected<ProfileDoc> profile_from_json(const json& j) {
     }
   }
   if (auto it = j.find("hardware"); it != j.end() && !it->is_null()) {
-    if (!it->is_object())
-      return field_error("hardware", "must be an object");
+    if (!it->is_object()) return field_error("hardware", "must be an object");
     doc.hardware = *it;
   }
   if (auto it = j.find("provenance"); it != j.end() && !it->is_null()) {
-    if (!it->is_object())
-      return field_error("provenance", "must be an object");
+    if (!it->is_object()) return field_error("provenance", "must be an object");
     const json& p = *it;
     FDO_TRY_STATUS(get_string(p, "reason", "provenance", doc.provenance.reason));
     FDO_TRY_STATUS(get_string(p, "created_at", "provenance", doc.provenance.created_at));
@@ -195,8 +183,7 @@ Expected<ProfileDoc> profile_from_json(const json& j) {
 
 Expected<ProfileDoc> parse_profile(std::string_view json_text) {
   json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded())
-    return make_error(Errc::parse, "profile is not valid JSON");
+  if (j.is_discarded()) return make_error(Errc::parse, "profile is not valid JSON");
   return profile_from_json(j);
 }
 
@@ -210,7 +197,8 @@ std::string profile_digest(const ProfileDoc& doc) {
   json fns = json::object();
   for (const auto& [name, f] : doc.functions)
     fns[name] = function_compile_json(f);
-  json compile_part = {{"format", doc.format}, {"knobs", knobs_json(doc.knobs)}, {"functions", fns}};
+  json compile_part = {
+      {"format", doc.format}, {"knobs", knobs_json(doc.knobs)}, {"functions", fns}};
   return blake3_hex("fdo.profile.v1\n" + canonical_json(compile_part));
 }
 
@@ -220,14 +208,11 @@ std::string_view no_profile_digest() {
 }
 
 CompileMode choose_mode(const ProfileDoc* doc) {
-  if (doc == nullptr)
-    return CompileMode::instrumented;
-  if (doc->knobs.mode)
-    return *doc->knobs.mode;
+  if (doc == nullptr) return CompileMode::instrumented;
+  if (doc->knobs.mode) return *doc->knobs.mode;
   for (const auto& [name, f] : doc->functions)
     for (std::uint64_t c : f.counts)
-      if (c != 0)
-        return CompileMode::optimized;
+      if (c != 0) return CompileMode::optimized;
   return CompileMode::instrumented;
 }
 

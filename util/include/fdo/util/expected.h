@@ -61,10 +61,10 @@ public:
   Expected(T value) : v_(std::in_place_index<0>, std::move(value)) {}
   Expected(Error err) : v_(std::in_place_index<1>, std::move(err)) {}
   template <class U>
-    requires(std::is_constructible_v<T, U &&> && !std::is_same_v<std::decay_t<U>, T> &&
-             !std::is_same_v<std::decay_t<U>, Error> &&
-             !std::is_same_v<std::decay_t<U>, Expected>)
-  Expected(U&& value) : v_(std::in_place_index<0>, T(std::forward<U>(value))) {}
+  requires(std::is_constructible_v<T, U&&> && !std::is_same_v<std::decay_t<U>, T> &&
+           !std::is_same_v<std::decay_t<U>, Error> && !std::is_same_v<std::decay_t<U>, Expected>)
+      Expected(U&& value)
+      : v_(std::in_place_index<0>, T(std::forward<U>(value))) {}
 
   bool has_value() const { return v_.index() == 0; }
   explicit operator bool() const { return has_value(); }
@@ -125,9 +125,13 @@ private:
 
 using Status = Expected<void>;
 
-inline Status ok() { return {}; }
+inline Status ok() {
+  return {};
+}
 
-inline Error make_error(Errc code, std::string message) { return Error(code, std::move(message)); }
+inline Error make_error(Errc code, std::string message) {
+  return Error(code, std::move(message));
+}
 
 } // namespace fdo
 
@@ -137,13 +141,11 @@ inline Error make_error(Errc code, std::string message) { return Error(code, std
 #define FDO_CONCAT(a, b) FDO_CONCAT_INNER(a, b)
 #define FDO_TRY_IMPL(tmp, decl, expr)                                                              \
   auto tmp = (expr);                                                                               \
-  if (!tmp.has_value())                                                                            \
-    return std::move(tmp).error();                                                                 \
+  if (!tmp.has_value()) return std::move(tmp).error();                                             \
   decl = std::move(tmp).value()
 #define FDO_TRY(decl, expr) FDO_TRY_IMPL(FDO_CONCAT(fdo_try_, __LINE__), decl, expr)
 #define FDO_TRY_STATUS(expr)                                                                       \
   do {                                                                                             \
     auto fdo_try_status_ = (expr);                                                                 \
-    if (!fdo_try_status_.has_value())                                                              \
-      return std::move(fdo_try_status_).error();                                                   \
+    if (!fdo_try_status_.has_value()) return std::move(fdo_try_status_).error();                   \
   } while (0)

@@ -21,8 +21,7 @@ public:
   ~Fd() { reset(); }
   Fd(Fd&& other) noexcept : fd_(other.release()) {}
   Fd& operator=(Fd&& other) noexcept {
-    if (this != &other)
-      reset(other.release());
+    if (this != &other) reset(other.release());
     return *this;
   }
   Fd(const Fd&) = delete;
@@ -69,9 +68,7 @@ public:
   void* data() const { return addr_; }
   std::size_t size() const { return length_; }
   bool valid() const { return addr_ != nullptr; }
-  std::span<std::uint8_t> bytes() const {
-    return {static_cast<std::uint8_t*>(addr_), length_};
-  }
+  std::span<std::uint8_t> bytes() const { return {static_cast<std::uint8_t*>(addr_), length_}; }
   void reset();
 
 private:
@@ -86,8 +83,8 @@ inline Status write_all(int fd, std::string_view s) {
   return write_all(fd, {reinterpret_cast<const std::uint8_t*>(s.data()), s.size()});
 }
 // Reads a whole file into memory; fails with resource_exhausted above max_bytes.
-Expected<std::string> read_file(const std::string& path,
-                                std::size_t max_bytes = std::size_t(1) << 32);
+Expected<std::string> read_file(const std::string& path, std::size_t max_bytes = std::size_t(1)
+                                                                                 << 32);
 
 enum class Durability { none, fsync };
 // Replaces `path` atomically: write a unique temp file beside it, (fsync it), rename

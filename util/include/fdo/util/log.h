@@ -17,10 +17,20 @@ void set_ident(std::string_view ident);
 bool parse_level(std::string_view name, Level& out);
 
 void write(Level lvl, std::string_view message);
-inline void debug(std::string_view m) { write(Level::debug, m); }
-inline void info(std::string_view m) { write(Level::info, m); }
-inline void notice(std::string_view m) { write(Level::notice, m); }
-inline void warning(std::string_view m) { write(Level::warning, m); }
-inline void error(std::string_view m) { write(Level::error, m); }
+inline void debug(std::string_view m) {
+  write(Level::debug, m);
+}
+inline void info(std::string_view m) {
+  write(Level::info, m);
+}
+inline void notice(std::string_view m) {
+  write(Level::notice, m);
+}
+inline void warning(std::string_view m) {
+  write(Level::warning, m);
+}
+inline void error(std::string_view m) {
+  write(Level::error, m);
+}
 
 } // namespace fdo::log

@@ -38,10 +38,10 @@ struct Knobs {
 };
 
 struct FunctionProfile {
-  std::uint64_t cfg_hash = 0;         // PGO CFG hash of the instrumented function
-  std::vector<std::uint64_t> counts;  // PGO counters, in the instrumentation's order
+  std::uint64_t cfg_hash = 0;               // PGO CFG hash of the instrumented function
+  std::vector<std::uint64_t> counts;        // PGO counters, in the instrumentation's order
   std::vector<std::uint32_t> unpredictable; // conditional-branch indexes to mark !unpredictable
-  std::string fingerprint;            // per-function canonical hash (bookkeeping)
+  std::string fingerprint;                  // per-function canonical hash (bookkeeping)
 
   bool operator==(const FunctionProfile&) const = default;
 };
@@ -50,8 +50,8 @@ struct Provenance {
   std::string reason;     // "feedback", "import", "operator", ...
   std::string created_at; // RFC 3339 UTC
   std::string host;
-  std::int64_t stage = 0;     // stage number that triggered the rewrite
-  std::string program;        // IK of the program whose feedback produced it
+  std::int64_t stage = 0; // stage number that triggered the rewrite
+  std::string program;    // IK of the program whose feedback produced it
 
   bool operator==(const Provenance&) const = default;
 };
@@ -60,7 +60,7 @@ struct ProfileDoc {
   static constexpr int kFormat = 1;
   int format = kFormat;
   Knobs knobs;
-  std::map<std::string, FunctionProfile> functions; // by PGO function name
+  std::map<std::string, FunctionProfile> functions;   // by PGO function name
   nlohmann::json hardware = nlohmann::json::object(); // counter findings (bookkeeping)
   Provenance provenance;
 

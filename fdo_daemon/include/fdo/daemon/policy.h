@@ -1,0 +1,112 @@
+// The feedback policy: folds stage results into per-profile accumulators and
+// decides when the profile for a profile key is rewritten. Pure logic, no I/O;
+// the daemon persists accumulators as feedback rows and writes the decided
+// profile through the store's versioned write.
+#pragma once
+
+#include "fdo/util/profile.h"
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fdo::daemon {
+
+struct PolicyConfig {
+  // Stages observed under the current profile version before a rewrite.
+  int min_stages = 3;
+  // Sum of all instrumentation counts needed before counts are trusted.
+  std::uint64_t min_counts = 1000;
+  // Rewrite an existing count profile only when the new branch distribution
+  // differs by at least this much (weighted total-variation distance, 0..1).
+  double drift_threshold = 0.10;
+  // At most this many rewrites per profile key in any sliding hour.
+  int max_recompiles_per_hour = 12;
+  // branch-misses / branch-instructions at or above this marks the near-50/50
+  // branches of the hottest functions !unpredictable (PMU hosts only).
+  double branch_miss_unpredictable_rate = 0.20;
+  // L1-icache-load-misses per 1000 instructions at or above this switches the
+  // profile to size optimisation (PMU hosts only).
+  double icache_mpki_size_threshold = 20.0;
+};
+
+struct FunctionCounts {
+  std::uint64_t cfg_hash = 0;
+  std::vector<std::uint64_t> counts;
+};
+
+// Per-branch taken/not-taken figures the compiler reported for a function
+// (from the profile-annotated IR), used to choose unpredictable branches.
+struct BranchStat {
+  std::uint32_t index = 0;
+  std::uint64_t taken = 0;
+  std::uint64_t not_taken = 0;
+};
+
+// What one execution produced.
+struct StageFeedback {
+  std::map<std::string, FunctionCounts> counts; // PGO name -> counters (instrumented stages)
+  std::uint64_t exec_ns = 0;
+  std::map<std::string, std::uint64_t> counters; // hardware event -> count (only counted events)
+};
+
+// Running totals for one (profile key, profile version).
+class FeedbackAccumulator {
+public:
+  void add(const StageFeedback& stage);
+  // Merge totals loaded from the store (feedback rows) into this accumulator.
+  void merge(const FeedbackAccumulator& other);
+
+  std::int64_t stages() const { return stages_; }
+  std::uint64_t exec_ns_sum() const { return exec_ns_sum_; }
+  std::uint64_t total_counts() const;
+  const std::map<std::string, FunctionCounts>& counts() const { return counts_; }
+  const std::map<std::string, std::uint64_t>& counters() const { return counters_; }
+
+  void set_totals(std::int64_t stages, std::uint64_t exec_ns_sum) {
+    stages_ = stages;
+    exec_ns_sum_ = exec_ns_sum;
+  }
+  std::map<std::string, FunctionCounts>& mutable_counts() { return counts_; }
+  std::map<std::string, std::uint64_t>& mutable_counters() { return counters_; }
+
+private:
+  std::int64_t stages_ = 0;
+  std::uint64_t exec_ns_sum_ = 0;
+  std::map<std::string, FunctionCounts> counts_;
+  std::map<std::string, std::uint64_t> counters_;
+};
+
+enum class PolicyAction { keep, rewrite };
+
+struct PolicyInput {
+  const ProfileDoc* current = nullptr; // nullptr: no profile yet
+  std::int64_t current_version = 0;
+  bool pinned = false;
+  const FeedbackAccumulator* feedback = nullptr; // totals under current_version
+  // Branch statistics per function from the current optimized compile, if any.
+  const std::map<std::string, std::vector<BranchStat>>* branch_stats = nullptr;
+  std::chrono::system_clock::time_point now;
+  // Times of earlier rewrites of this profile key (for the rate cap).
+  const std::deque<std::chrono::system_clock::time_point>* recent_rewrites = nullptr;
+};
+
+struct PolicyDecision {
+  PolicyAction action = PolicyAction::keep;
+  std::string reason; // why (for logs, explain and the new version's provenance)
+  double drift = 0.0;
+  ProfileDoc profile; // the new profile when action == rewrite
+};
+
+// Weighted total-variation distance between the branch distributions of an
+// existing profile and fresh counts: 0 = same shape, 1 = disjoint or new.
+double count_drift(const std::map<std::string, FunctionProfile>& old_functions,
+                   const std::map<std::string, FunctionCounts>& fresh);
+
+PolicyDecision decide(const PolicyConfig& config, const PolicyInput& input);
+
+} // namespace fdo::daemon

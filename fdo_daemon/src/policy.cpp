@@ -1,0 +1,239 @@
+#include "fdo/daemon/policy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+namespace fdo::daemon {
+
+void FeedbackAccumulator::add(const StageFeedback& stage) {
+  ++stages_;
+  exec_ns_sum_ += stage.exec_ns;
+  for (const auto& [name, fc] : stage.counts) {
+    FunctionCounts& mine = counts_[name];
+    if (mine.counts.empty() || mine.cfg_hash != fc.cfg_hash ||
+        mine.counts.size() != fc.counts.size()) {
+      // A different CFG under the same name means a different program shape:
+      // the newest shape wins rather than mixing incompatible counters.
+      mine = fc;
+      continue;
+    }
+    for (std::size_t i = 0; i < fc.counts.size(); ++i)
+      mine.counts[i] += fc.counts[i];
+  }
+  for (const auto& [event, value] : stage.counters)
+    counters_[event] += value;
+}
+
+void FeedbackAccumulator::merge(const FeedbackAccumulator& other) {
+  StageFeedback as_stage;
+  as_stage.counts = other.counts_;
+  as_stage.counters = other.counters_;
+  as_stage.exec_ns = other.exec_ns_sum_;
+  add(as_stage);
+  // add() counted one stage; the other accumulator may stand for many.
+  stages_ += other.stages_ - 1;
+}
+
+std::uint64_t FeedbackAccumulator::total_counts() const {
+  std::uint64_t total = 0;
+  for (const auto& [name, fc] : counts_)
+    for (std::uint64_t c : fc.counts)
+      total += c;
+  return total;
+}
+
+namespace {
+std::uint64_t sum(const std::vector<std::uint64_t>& v) {
+  std::uint64_t s = 0;
+  for (std::uint64_t x : v)
+    s += x;
+  return s;
+}
+
+std::string fmt_double(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", v);
+  return buf;
+}
+} // namespace
+
+double count_drift(const std::map<std::string, FunctionProfile>& old_functions,
+                   const std::map<std::string, FunctionCounts>& fresh) {
+  std::uint64_t fresh_total = 0;
+  for (const auto& [name, fc] : fresh)
+    fresh_total += sum(fc.counts);
+  if (fresh_total == 0) return 0.0;
+  double drift = 0.0;
+  for (const auto& [name, fc] : fresh) {
+    std::uint64_t fsum = sum(fc.counts);
+    if (fsum == 0) continue;
+    double weight = static_cast<double>(fsum) / static_cast<double>(fresh_total);
+    auto it = old_functions.find(name);
+    if (it == old_functions.end() || it->second.cfg_hash != fc.cfg_hash ||
+        it->second.counts.size() != fc.counts.size()) {
+      drift += weight; // new or reshaped function: entirely new information
+      continue;
+    }
+    std::uint64_t osum = sum(it->second.counts);
+    if (osum == 0) {
+      drift += weight;
+      continue;
+    }
+    // Total-variation distance between the two normalised counter vectors.
+    double tvd = 0.0;
+    for (std::size_t i = 0; i < fc.counts.size(); ++i)
+      tvd += std::fabs(static_cast<double>(fc.counts[i]) / static_cast<double>(fsum) -
+                       static_cast<double>(it->second.counts[i]) / static_cast<double>(osum));
+    drift += weight * tvd / 2.0;
+  }
+  return std::clamp(drift, 0.0, 1.0);
+}
+
+namespace {
+bool has_counts(const ProfileDoc* doc) {
+  if (doc == nullptr) return false;
+  for (const auto& [name, f] : doc->functions)
+    if (sum(f.counts) != 0) return true;
+  return false;
+}
+
+ProfileDoc profile_from_counts(const ProfileDoc* current,
+                               const std::map<std::string, FunctionCounts>& counts) {
+  ProfileDoc doc;
+  if (current != nullptr) {
+    doc.knobs = current->knobs;
+    doc.hardware = current->hardware;
+  }
+  // Counts were collected by an instrumented build; an operator's request to
+  // re-instrument is satisfied now, so the next compile uses the profile.
+  if (doc.knobs.mode == CompileMode::instrumented) doc.knobs.mode.reset();
+  for (const auto& [name, fc] : counts) {
+    FunctionProfile f;
+    f.cfg_hash = fc.cfg_hash;
+    f.counts = fc.counts;
+    if (current != nullptr) {
+      auto it = current->functions.find(name);
+      if (it != current->functions.end() && it->second.cfg_hash == fc.cfg_hash) {
+        f.unpredictable = it->second.unpredictable;
+        f.fingerprint = it->second.fingerprint;
+      }
+    }
+    doc.functions.emplace(name, std::move(f));
+  }
+  return doc;
+}
+
+std::optional<std::uint64_t> counter(const FeedbackAccumulator& fb, const char* name) {
+  auto it = fb.counters().find(name);
+  if (it == fb.counters().end()) return std::nullopt;
+  return it->second;
+}
+} // namespace
+
+PolicyDecision decide(const PolicyConfig& config, const PolicyInput& input) {
+  PolicyDecision d;
+  if (input.pinned) {
+    d.reason = "profile is pinned";
+    return d;
+  }
+  if (input.feedback == nullptr || input.feedback->stages() < config.min_stages) {
+    std::int64_t seen = input.feedback ? input.feedback->stages() : 0;
+    d.reason = "waiting for stages (" + std::to_string(seen) + " of " +
+               std::to_string(config.min_stages) + ")";
+    return d;
+  }
+  if (input.recent_rewrites != nullptr) {
+    auto hour_ago = input.now - std::chrono::hours(1);
+    int recent =
+        static_cast<int>(std::count_if(input.recent_rewrites->begin(), input.recent_rewrites->end(),
+                                       [&](auto t) { return t > hour_ago; }));
+    if (recent >= config.max_recompiles_per_hour) {
+      d.reason =
+          "recompile rate cap reached (" + std::to_string(recent) + " rewrites in the last hour)";
+      return d;
+    }
+  }
+  const FeedbackAccumulator& fb = *input.feedback;
+  std::uint64_t total = fb.total_counts();
+  if (total > 0) {
+    if (total < config.min_counts) {
+      d.reason = "waiting for counts (" + std::to_string(total) + " of " +
+                 std::to_string(config.min_counts) + ")";
+      return d;
+    }
+    d.drift = has_counts(input.current) ? count_drift(input.current->functions, fb.counts()) : 1.0;
+    if (d.drift < config.drift_threshold) {
+      d.reason =
+          "drift " + fmt_double(d.drift) + " below threshold " + fmt_double(config.drift_threshold);
+      return d;
+    }
+    d.action = PolicyAction::rewrite;
+    d.profile = profile_from_counts(input.current, fb.counts());
+    d.reason = "instrumentation counts from " + std::to_string(fb.stages()) + " stages (" +
+               std::to_string(total) + " counts, drift " + fmt_double(d.drift) + ")";
+    return d;
+  }
+
+  // No instrumentation under this version (an optimized build): only hardware
+  // findings can justify a rewrite, and only where a PMU counted them.
+  if (input.current == nullptr) {
+    d.reason = "no counts and no profile yet";
+    return d;
+  }
+  ProfileDoc next = *input.current;
+  std::vector<std::string> why;
+  auto misses = counter(fb, "branch-misses");
+  auto branches = counter(fb, "branch-instructions");
+  if (misses && branches && *branches > 0 && input.branch_stats != nullptr) {
+    double rate = static_cast<double>(*misses) / static_cast<double>(*branches);
+    next.hardware["branch_miss_rate"] = rate;
+    if (rate >= config.branch_miss_unpredictable_rate) {
+      int marked = 0;
+      for (const auto& [fn, stats] : *input.branch_stats) {
+        auto it = next.functions.find(fn);
+        if (it == next.functions.end()) continue;
+        std::set<std::uint32_t> have(it->second.unpredictable.begin(),
+                                     it->second.unpredictable.end());
+        for (const BranchStat& b : stats) {
+          std::uint64_t n = b.taken + b.not_taken;
+          if (n < 100) continue;
+          double minority =
+              static_cast<double>(std::min(b.taken, b.not_taken)) / static_cast<double>(n);
+          // Near-50/50 branches are the ones a predictor cannot learn from
+          // bias alone; with a high measured miss rate, stop the optimiser
+          // from turning them into hard-to-predict control flow.
+          if (minority >= 0.3 && have.insert(b.index).second) ++marked;
+        }
+        it->second.unpredictable.assign(have.begin(), have.end());
+      }
+      if (marked > 0)
+        why.push_back("branch miss rate " + fmt_double(rate) + " marked " + std::to_string(marked) +
+                      " branches unpredictable");
+    }
+  }
+  auto icache = counter(fb, "L1-icache-load-misses");
+  auto instructions = counter(fb, "instructions");
+  if (icache && instructions && *instructions > 0) {
+    double mpki = 1000.0 * static_cast<double>(*icache) / static_cast<double>(*instructions);
+    next.hardware["icache_mpki"] = mpki;
+    if (mpki >= config.icache_mpki_size_threshold && next.knobs.size_level == 0) {
+      next.knobs.size_level = 1;
+      why.push_back("i-cache misses " + fmt_double(mpki) +
+                    " per 1k instructions: optimise for size");
+    }
+  }
+  if (why.empty()) {
+    d.reason = "no new information under an optimized build";
+    return d;
+  }
+  d.action = PolicyAction::rewrite;
+  d.profile = std::move(next);
+  d.reason = why.front();
+  for (std::size_t i = 1; i < why.size(); ++i)
+    d.reason += "; " + why[i];
+  return d;
+}
+
+} // namespace fdo::daemon
