@@ -1,1 +1,3 @@
-fdo_test(daemon_policy_tests SOURCES ${CMAKE_CURRENT_LIST_DIR}/policy_test.cpp LIBS fdo_daemon)
+fdo_test(daemon_service_tests
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/policy_test.cpp ${CMAKE_CURRENT_LIST_DIR}/abi_test.cpp
+  LIBS fdo_daemon)
