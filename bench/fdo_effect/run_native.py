@@ -1,0 +1,372 @@
+#!/usr/bin/env python3
+"""FDO-effect bench, native side: clang-16 -O2 vs clang-16 IR PGO per kernel.
+
+Runs the executables that bench/fdo_effect/CMakeLists.txt built (o2/<k> and
+pgo/<k>, each a kernel linked with driver.c), interleaved: for every round and
+every kernel, each variant runs once, the order rotating from round to round
+(A B, B A, A B, ...) so that slow drifts of a shared, noisy machine hit both
+variants alike. Each process calls kernel_run() --warmup times untimed, then
+--runs times timed with CLOCK_MONOTONIC around the call only (process start is
+never timed). Figures are medians over all timed calls of all rounds; ratios
+are time(variant) / time(native -O2): below 1.0 is faster than -O2.
+
+Python standard library only. Meant to be extended with fdod columns:
+
+    import run_native as rn
+    manifest = rn.load_manifest(build_dir)
+    kernels = rn.select_kernels(manifest, None)
+    variants = rn.native_variants(manifest, runs=5, warmup=1)
+    variants.append(rn.Variant("fdo_final", "fdo final", my_fdod_runner))
+    results = rn.measure_interleaved(kernels, variants, rounds=7)
+    summary = rn.summarize(results, [v.name for v in variants], baseline="o2",
+                           pair_ratios=[("fdo_final", "pgo")])
+    print(rn.format_table(results, summary, variants))
+
+A runner is any callable taking a kernel entry of manifest.json and returning
+{"checksum": int, "ns": [int, ...]}; raise BenchError to report a failure.
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+DEFAULT_ROUNDS = 7
+DEFAULT_RUNS = 5
+DEFAULT_WARMUP = 1
+
+
+class BenchError(Exception):
+    """A measurement could not be taken (missing build, crash, bad output)."""
+
+
+@dataclass
+class Variant:
+    name: str  # key in results and JSON ("o2", "pgo", later "fdo_stage0", ...)
+    label: str  # column header
+    run: Callable[[dict], dict]  # kernel entry -> {"checksum": int, "ns": [int]}
+
+
+def default_build_dir() -> str:
+    return os.environ.get("FDO_BUILD_DIR", os.path.join(REPO, "build"))
+
+
+def load_manifest(build_dir: str) -> dict:
+    path = os.path.join(build_dir, "bench", "fdo_effect", "manifest.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except FileNotFoundError:
+        raise BenchError(f"{path} not found: configure the project first "
+                         f"(cmake -S {REPO} -B {build_dir} -G Ninja)") from None
+    except json.JSONDecodeError as e:
+        raise BenchError(f"{path} is not valid JSON: {e}") from None
+    for key in ("kernels", "pgo_available", "native_flags", "ir_flags"):
+        if key not in manifest:
+            raise BenchError(f"{path} lacks '{key}': reconfigure the build directory")
+    return manifest
+
+
+def select_kernels(manifest: dict, names: Optional[Sequence[str]]) -> List[dict]:
+    kernels = manifest["kernels"]
+    if not names:
+        return list(kernels)
+    by_name = {k["name"]: k for k in kernels}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise BenchError(f"unknown kernel(s) {', '.join(unknown)}; known: {', '.join(by_name)}")
+    return [by_name[n] for n in names]
+
+
+def run_driver(exe: str, runs: int, warmup: int, timeout_s: float = 120.0) -> dict:
+    """Runs one native driver process and returns its parsed JSON line."""
+    if not os.path.exists(exe):
+        raise BenchError(f"{exe} does not exist: build it with ninja fdo_effect_native")
+    cmd = [exe, "--runs", str(runs), "--warmup", str(warmup)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"{' '.join(cmd)} ran longer than {timeout_s:.0f}s") from None
+    except OSError as e:
+        raise BenchError(f"cannot run {exe}: {e}") from None
+    if proc.returncode != 0:
+        raise BenchError(f"{' '.join(cmd)} exited with {proc.returncode}: {proc.stderr.strip()}")
+    try:
+        out = json.loads(proc.stdout)
+        return {"checksum": int(out["checksum"]), "ns": [int(x) for x in out["ns"]]}
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise BenchError(f"{exe} printed unexpected output ({e}): {proc.stdout[:200]!r}") from None
+
+
+def native_variants(manifest: dict, runs: int = DEFAULT_RUNS,
+                    warmup: int = DEFAULT_WARMUP) -> List[Variant]:
+    """The native columns: -O2 always, PGO when the build could make it."""
+    variants = [Variant("o2", "clang -O2", lambda k: run_driver(k["o2"], runs, warmup))]
+    if manifest["pgo_available"]:
+        variants.append(Variant("pgo", "clang PGO", lambda k: run_driver(k["pgo"], runs, warmup)))
+    return variants
+
+
+def _spread(samples: Sequence[float]) -> float:
+    """Interquartile range relative to the median (a noise figure)."""
+    if len(samples) < 4:
+        return float("nan")
+    q = statistics.quantiles(samples, n=4)
+    med = statistics.median(samples)
+    return (q[2] - q[0]) / med if med else float("nan")
+
+
+def measure_interleaved(kernels: Sequence[dict], variants: Sequence[Variant], rounds: int,
+                        progress: Optional[Callable[[str], None]] = None) -> Dict[str, dict]:
+    """Round-robin measurement. Returns results[kernel][variant] with
+    samples_ns, median_ns, spread, checksum, and results[kernel]["_errors"]
+    (checksum disagreements and failed runs; a failed variant has no median)."""
+    if rounds < 1:
+        raise BenchError("rounds must be at least 1")
+    results: Dict[str, dict] = {}
+    for k in kernels:
+        results[k["name"]] = {v.name: {"samples_ns": [], "round_medians_ns": [], "checksum": None}
+                              for v in variants}
+        results[k["name"]]["_errors"] = []
+    for rnd in range(rounds):
+        shift = rnd % len(variants)
+        order = list(variants[shift:]) + list(variants[:shift])
+        for k in kernels:
+            res = results[k["name"]]
+            for v in order:
+                slot = res[v.name]
+                if slot.get("failed"):
+                    continue
+                try:
+                    out = v.run(k)
+                except BenchError as e:
+                    slot["failed"] = str(e)
+                    res["_errors"].append(f"{v.name}: {e}")
+                    continue
+                if slot["checksum"] is None:
+                    slot["checksum"] = out["checksum"]
+                elif slot["checksum"] != out["checksum"]:
+                    res["_errors"].append(f"{v.name}: checksum changed between rounds "
+                                          f"({slot['checksum']} then {out['checksum']})")
+                slot["samples_ns"].extend(out["ns"])
+                slot["round_medians_ns"].append(statistics.median(out["ns"]))
+        if progress:
+            progress(f"round {rnd + 1}/{rounds} done")
+    for k in kernels:
+        res = results[k["name"]]
+        sums = {v.name: res[v.name]["checksum"] for v in variants if res[v.name]["checksum"] is not None}
+        if len(set(sums.values())) > 1:
+            res["_errors"].append("variants disagree on the checksum: " +
+                                  ", ".join(f"{n}={c}" for n, c in sums.items()))
+        for v in variants:
+            slot = res[v.name]
+            s = slot["samples_ns"]
+            slot["median_ns"] = statistics.median(s) if s else None
+            slot["min_ns"] = min(s) if s else None
+            slot["spread"] = _spread(s) if s else None
+    return results
+
+
+def geomean(values: Sequence[float]) -> Optional[float]:
+    vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    if not vals:
+        return None
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def summarize(results: Dict[str, dict], columns: Sequence[str], baseline: str = "o2",
+              pair_ratios: Sequence[Tuple[str, str]] = ()) -> dict:
+    """Ratios to the baseline per kernel and their geometric means, plus any
+    extra (numerator, denominator) pairs, e.g. ("fdo_final", "pgo")."""
+    ratios: Dict[str, Dict[str, Optional[float]]] = {}
+    pairs = [(c, baseline) for c in columns if c != baseline] + list(pair_ratios)
+    for kname, res in results.items():
+        ratios[kname] = {}
+        for num, den in pairs:
+            a = res.get(num, {}).get("median_ns")
+            b = res.get(den, {}).get("median_ns")
+            ratios[kname][f"{num}/{den}"] = (a / b) if a and b else None
+    gm = {f"{num}/{den}": geomean([ratios[k][f"{num}/{den}"] for k in ratios]) for num, den in pairs}
+    return {"ratios": ratios, "geomean": gm, "pairs": [f"{n}/{d}" for n, d in pairs]}
+
+
+def _fmt_ratio(r: Optional[float]) -> str:
+    return f"{r:.3f}" if r is not None else "n/a"
+
+
+def format_table(results: Dict[str, dict], summary: dict, variants: Sequence[Variant],
+                 baseline: str = "o2") -> str:
+    """A text table: median ms (and noise) per variant, then every ratio
+    column of the summary, then geometric means."""
+    labels = {v.name: v.label for v in variants}
+    head = ["kernel"]
+    for v in variants:
+        head.append(f"{v.label} ms")
+    for p in summary["pairs"]:
+        num, den = p.split("/")
+        head.append(f"{labels.get(num, num)} / {labels.get(den, den)}")
+    head.append("check")
+    rows = []
+    for kname, res in results.items():
+        row = [kname]
+        for v in variants:
+            slot = res[v.name]
+            if slot.get("median_ns") is None:
+                row.append("failed")
+            else:
+                spread = slot.get("spread")
+                noise = f" ±{spread * 50:.0f}%" if spread is not None and math.isfinite(spread) else ""
+                row.append(f"{slot['median_ns'] / 1e6:.2f}{noise}")
+        for p in summary["pairs"]:
+            row.append(_fmt_ratio(summary["ratios"][kname][p]))
+        row.append("ok" if not res["_errors"] else "ERROR")
+        rows.append(row)
+    gm_row = ["geomean"] + [""] * len(variants) + [_fmt_ratio(summary["geomean"][p])
+                                                   for p in summary["pairs"]] + [""]
+    widths = [max(len(str(r[i])) for r in [head] + rows + [gm_row]) for i in range(len(head))]
+
+    def line(r):
+        return "  ".join(str(c).ljust(widths[0]) if i == 0 else str(c).rjust(widths[i])
+                         for i, c in enumerate(r))
+    out = [line(head), line(["-" * w for w in widths])]
+    out += [line(r) for r in rows]
+    out.append(line(["-" * w for w in widths]))
+    out.append(line(gm_row))
+    errors = [(k, e) for k, res in results.items() for e in res["_errors"]]
+    if errors:
+        out.append("")
+        out += [f"ERROR {k}: {e}" for k, e in errors]
+    return "\n".join(out)
+
+
+def host_info() -> dict:
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for ln in f:
+                if ln.startswith("model name"):
+                    cpu = ln.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info = {"cpu": cpu, "cpus": os.cpu_count(), "machine": platform.machine(),
+            "kernel": platform.release()}
+    try:
+        info["loadavg_at_start"] = list(os.getloadavg())
+    except OSError:
+        pass
+    return info
+
+
+def to_json(results: Dict[str, dict], summary: dict, manifest: dict, params: dict,
+            host: dict, variants: Sequence[Variant]) -> dict:
+    kernels = {}
+    for kname, res in results.items():
+        kernels[kname] = {
+            "variants": {v.name: {"label": v.label,
+                                  "median_ns": res[v.name]["median_ns"],
+                                  "min_ns": res[v.name]["min_ns"],
+                                  "spread_iqr_over_median": res[v.name]["spread"],
+                                  "checksum": res[v.name]["checksum"],
+                                  "samples_ns": res[v.name]["samples_ns"],
+                                  "round_medians_ns": res[v.name]["round_medians_ns"],
+                                  "failed": res[v.name].get("failed")}
+                         for v in variants},
+            "ratios": summary["ratios"][kname],
+            "errors": res["_errors"],
+        }
+    return {
+        "bench": "fdo_effect",
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": host,
+        "params": params,
+        "native_flags": manifest["native_flags"],
+        "ir_flags": manifest["ir_flags"],
+        "pgo_available": manifest["pgo_available"],
+        "pgo_unavailable_reason": manifest.get("pgo_unavailable_reason", ""),
+        "ratio_meaning": "median time of the numerator / median time of the denominator; < 1 is faster",
+        "kernels": kernels,
+        "geomean": summary["geomean"],
+    }
+
+
+def measure_native(kernels: Sequence[dict], rounds: int, manifest: dict, runs: int = DEFAULT_RUNS,
+                   warmup: int = DEFAULT_WARMUP,
+                   progress: Optional[Callable[[str], None]] = None) -> Dict[str, dict]:
+    """Native -O2 and (when built) PGO for the given kernels, interleaved."""
+    return measure_interleaved(kernels, native_variants(manifest, runs, warmup), rounds, progress)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build-dir", default=default_build_dir(),
+                    help="CMake build directory (default: $FDO_BUILD_DIR or <repo>/build)")
+    ap.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
+                    help=f"interleaved rounds (default {DEFAULT_ROUNDS})")
+    ap.add_argument("--runs", type=int, default=DEFAULT_RUNS,
+                    help=f"timed kernel_run calls per process (default {DEFAULT_RUNS})")
+    ap.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
+                    help=f"untimed calls per process before timing (default {DEFAULT_WARMUP})")
+    ap.add_argument("--kernels", help="comma-separated subset of kernels")
+    ap.add_argument("--json", metavar="FILE", help="also write the full results as JSON")
+    ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    args = ap.parse_args(argv)
+    if args.rounds < 1 or args.runs < 1 or args.warmup < 0:
+        ap.error("--rounds and --runs must be >= 1, --warmup >= 0")
+
+    try:
+        manifest = load_manifest(args.build_dir)
+        kernels = select_kernels(manifest, args.kernels.split(",") if args.kernels else None)
+        variants = native_variants(manifest, args.runs, args.warmup)
+        host = host_info()
+        if not manifest["pgo_available"]:
+            print(f"note: no clang PGO column: {manifest.get('pgo_unavailable_reason', '')}",
+                  file=sys.stderr)
+        t0 = time.monotonic()
+
+        def progress(msg: str) -> None:
+            if not args.quiet:
+                print(f"[fdo_effect] {msg} ({time.monotonic() - t0:.0f}s)", file=sys.stderr)
+        results = measure_interleaved(kernels, variants, args.rounds, progress)
+    except BenchError as e:
+        print(f"run_native: {e}", file=sys.stderr)
+        return 2
+    try:
+        host["loadavg_at_end"] = list(os.getloadavg())
+    except OSError:
+        pass
+    summary = summarize(results, [v.name for v in variants], baseline="o2")
+    params = {"rounds": args.rounds, "runs_per_process": args.runs, "warmup_per_process": args.warmup,
+              "order": "round-robin per kernel, variant order rotated every round"}
+
+    print(f"FDO effect, native: {len(kernels)} kernels, {args.rounds} rounds x {args.runs} timed "
+          f"calls per variant (+{args.warmup} warm-up), medians; ratio = time / time(clang -O2), "
+          f"< 1 is faster; ±x% = half the interquartile range")
+    load = host.get("loadavg_at_start")
+    print(f"flags: {manifest['native_flags']} (PGO: + -fprofile-use, profile from one run of the "
+          f"same kernel_run); host: {host['cpu']}, {host['cpus']} CPUs, load "
+          f"{f'{load[0]:.2f}' if load else 'unknown'}")
+    if not manifest["pgo_available"]:
+        print(f"no clang PGO column: {manifest.get('pgo_unavailable_reason', '')}")
+    print(format_table(results, summary, variants, baseline="o2"))
+    if args.json:
+        doc = to_json(results, summary, manifest, params, host, variants)
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+        print(f"\nJSON written to {args.json}")
+    return 1 if any(res["_errors"] for res in results.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
