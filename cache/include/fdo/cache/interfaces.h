@@ -1,0 +1,72 @@
+// The two seams through which the cache talks to the rest of fdo. The daemon
+// implements KeyStore over the SQLite profile_store and Compiler over JIT
+// worker processes; tests use MemoryKeyStore and fakes. The cache itself never
+// parses IR or opens the profile database (dependency graph: util <- cache <- fdo_daemon).
+#pragma once
+
+#include "fdo/util/expected.h"
+#include "fdo/util/profile.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace fdo::cache {
+
+// The current profile for one profile key, as the compiler will see it.
+struct ProfileRef {
+  std::string pk;
+  std::int64_t version = 0;              // 0 = no profile yet
+  std::string digest;                    // profile_digest(*doc), or no_profile_digest() when none
+  std::shared_ptr<const ProfileDoc> doc; // null when none
+};
+
+// A ProfileRef meaning "PK has no profile yet".
+ProfileRef no_profile(std::string pk);
+
+// Persistent key maps (patent FIG. 2: profile key mapping 250 and virtual key
+// mapping 260) plus the profile lookup. Implementations must be thread-safe:
+// the orchestrator calls them from stage threads and tier-up threads at once.
+class KeyStore {
+public:
+  virtual ~KeyStore() = default;
+  // IK -> PK, learned at a program's first compile.
+  virtual Expected<std::optional<std::string>> lookup_profile_key(const std::string& ik) = 0;
+  virtual Status put_profile_key(const std::string& ik, const std::string& pk) = 0;
+  // CK -> VK: a first-stage output stored under VK stays findable by its CK.
+  virtual Expected<std::optional<std::string>> lookup_virtual_key(const std::string& ck) = 0;
+  virtual Status put_virtual_key(const std::string& ck, const std::string& vk) = 0;
+  // The current profile for PK; version 0 / null doc when there is none.
+  virtual Expected<ProfileRef> current_profile(const std::string& pk) = 0;
+};
+
+struct Program {
+  std::string ik;    // filled in by the orchestrator
+  std::string bytes; // LLVM IR text or bitcode
+};
+
+struct Identification {
+  std::string pk; // hash of the canonical IR
+};
+
+struct CompiledOutput {
+  std::string object;   // relocatable object bytes
+  std::string metadata; // opaque JSON text from the JIT, stored with the object
+};
+
+// The compiler. identify() is cheap (parse + canonical fingerprint); compile()
+// is the expensive part. Both must be thread-safe.
+class Compiler {
+public:
+  virtual ~Compiler() = default;
+  // LLVM version, fdo version, pass-pipeline version, target triple, CPU and
+  // features. Hashed into every IK, so it may change between calls (e.g. an
+  // upgraded compile worker) and the cache keeps outputs apart.
+  virtual std::string identity() const = 0;
+  virtual Expected<Identification> identify(const Program& program) = 0;
+  virtual Expected<CompiledOutput> compile(const Program& program, const ProfileRef& profile,
+                                           CompileMode mode) = 0;
+};
+
+} // namespace fdo::cache

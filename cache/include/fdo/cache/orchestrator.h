@@ -1,0 +1,189 @@
+// The compilation orchestrator: the patent's stage processes (WO2023234952A1
+// FIG. 3-6, design.md section 2) over a memory tier, a disk tier, single-flight
+// compiles and a tier-up policy. One call to prepare() is one stage's lookup:
+//
+//   1. IK from the program bytes and the compiler identity; look IK up in the
+//      profile key mapping.
+//   2. Not found (first stage): VK = IK + "-v". identify() gives PK; read the
+//      current profile for PK (another program may share it); CK for it. An
+//      output already under VK compiled for that CK is served; otherwise compile,
+//      store under VK, add IK -> PK and CK -> VK (FIG. 6).
+//   3. Found: read the current profile for PK, make CK. If the virtual key
+//      mapping has CK, look up its VK (then CK). Hit -> serve. Miss (profile
+//      rewritten, evicted, corrupt) -> compile with the current profile and store
+//      under CK, or, with TierUp::async and an earlier output of the same
+//      program at hand, serve that while a background thread compiles CK.
+//
+// Thread-safe: stages may call prepare() concurrently.
+#pragma once
+
+#include "fdo/cache/disk_tier.h"
+#include "fdo/cache/entry.h"
+#include "fdo/cache/interfaces.h"
+#include "fdo/cache/memory_tier.h"
+#include "fdo/util/expected.h"
+#include "fdo/util/fd.h"
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fdo::cache {
+
+// What a stage does when its profile changed and it misses.
+enum class TierUp {
+  async, // serve the program's previous output, compile the new one in the background
+  sync,  // wait for the compile
+};
+std::string_view to_string(TierUp t);
+Expected<TierUp> parse_tier_up(std::string_view s);
+
+enum class Outcome {
+  memory_hit,
+  disk_hit,
+  compiled,        // this request ran the compiler
+  joined,          // waited for a concurrent request's compile of the same key (single flight)
+  tier_up_pending, // served an earlier profile's output; the new one compiles in the background
+  // Only in explain records:
+  background_compiled, // a background tier-up finished and installed its output
+  failed,              // the stage got an error (see ExplainRecord::error)
+};
+std::string_view to_string(Outcome o);
+
+enum class Reason {
+  new_program,               // first stage: no profile key mapping for IK; compiled under VK
+  compiler_identity_changed, // first stage of this IK, but these bytes were last compiled under
+                             // another identity
+  virtual_first_stage, // first stage: an output already stored under VK for this CK was served
+  virtual_key_mapping, // hit through the CK -> VK mapping (the first stage's output)
+  cache_key,           // hit under CK
+  profile_rewritten,   // the profile (or mode) differs from the program's last stage: CK changed
+  evicted,             // CK (or its VK) was stored before but is in neither tier
+  corrupt_on_disk,     // the stored file failed validation; it was removed
+  not_cached,          // IK known, but nothing is stored for this CK here
+};
+std::string_view to_string(Reason r);
+
+struct Explanation {
+  Reason reason = Reason::not_cached;
+  std::string text; // one line for people
+};
+
+struct StageOutput {
+  std::string ik;
+  std::string pk;
+  std::string ck;          // the CK for the current profile (the target)
+  std::string vk;          // the VK when used (first stage, or CK -> VK mapped)
+  std::string storage_key; // the key the served entry is stored under (VK or a CK)
+  // What the served entry was compiled with (differs from the target while a
+  // tier-up is pending).
+  std::int64_t profile_version = 0;
+  std::string profile_digest;
+  CompileMode mode = CompileMode::plain;
+  std::int64_t target_profile_version = 0; // the current profile's version
+  EntryRef entry; // holds object + metadata; the reference is released with the last copy
+  Outcome outcome = Outcome::compiled;
+  Explanation explanation;
+  bool compiled = false; // this request ran the compiler
+  double compile_ms = 0; // its compile time, when compiled
+};
+
+struct ExplainRecord {
+  std::uint64_t sequence = 0; // increasing per orchestrator
+  std::int64_t unix_ms = 0;
+  std::string ik, pk, ck, vk, storage_key;
+  Outcome outcome = Outcome::failed;
+  Reason reason = Reason::not_cached;
+  std::string text;
+  // Profile version the program last ran with -> the version this stage
+  // targeted; -1 where unknown (first stage, or forgotten after a restart).
+  std::int64_t from_version = -1;
+  std::int64_t to_version = -1;
+  std::string from_digest, to_digest;
+  CompileMode mode = CompileMode::plain; // mode of the target CK
+  double compile_ms = 0;
+  std::string error; // for Outcome::failed
+};
+nlohmann::json to_json(const ExplainRecord& r);
+
+struct Stats {
+  std::uint64_t prepares = 0;
+  std::uint64_t failures = 0;
+  std::uint64_t memory_hits = 0, memory_misses = 0;
+  std::uint64_t disk_hits = 0, disk_misses = 0;
+  std::uint64_t compiles = 0;   // compiler runs (first stages + recompiles)
+  std::uint64_t recompiles = 0; // compiler runs for programs whose PK was already known
+  std::uint64_t compile_failures = 0;
+  double compile_ms_total = 0;
+  std::uint64_t single_flight_waits = 0; // requests that waited for another's compile/load
+  std::uint64_t tier_ups_started = 0, tier_ups_installed = 0, tier_ups_failed = 0;
+  std::uint64_t stale_serves = 0;     // stages served an earlier profile's output (tier_up_pending)
+  std::uint64_t key_store_errors = 0; // mapping writes that failed (the stage still succeeded)
+  std::uint64_t memory_evictions = 0, disk_evictions = 0;
+  std::uint64_t memory_entries = 0, memory_bytes = 0, memory_budget_bytes = 0;
+  std::uint64_t memory_held_entries = 0, memory_held_bytes = 0; // marked, still referenced
+  std::uint64_t disk_entries = 0, disk_bytes = 0, disk_budget_bytes = 0;
+  std::uint64_t corrupt_entries = 0;
+  std::uint64_t disk_store_failures = 0;
+  std::uint64_t stray_files_removed = 0;
+  std::uint64_t tier_ups_queued = 0; // waiting or running now
+};
+nlohmann::json to_json(const Stats& s);
+
+struct Config {
+  std::string state_dir; // entries under <state_dir>/cache; empty = memory tier only
+  std::uint64_t memory_budget_bytes = std::uint64_t(256) << 20;
+  std::uint64_t disk_budget_bytes = std::uint64_t(4) << 30;
+  Durability disk_durability = Durability::fsync;
+  TierUp tier_up = TierUp::async;
+  unsigned tier_up_threads = 1;
+  // After a background compile fails, async stages keep serving the earlier
+  // output without retrying the same CK for this long (a sync stage retries at once).
+  std::chrono::milliseconds tier_up_retry_after{30000};
+  std::size_t explain_records_per_program = 64;
+  std::size_t max_tracked_programs = 10000; // per-IK history (explain, tier-up) kept in memory
+};
+
+class Orchestrator {
+public:
+  // Opens the disk tier when config.state_dir is set (removing stray temp
+  // files) and starts the tier-up threads. `keys` and `compiler` must outlive it.
+  static Expected<std::unique_ptr<Orchestrator>> create(Config config, KeyStore& keys,
+                                                        Compiler& compiler);
+  // Waits for running background compiles; queued ones are dropped.
+  ~Orchestrator();
+  Orchestrator(const Orchestrator&) = delete;
+  Orchestrator& operator=(const Orchestrator&) = delete;
+
+  // One stage's lookup (see the top of this file), with the configured policy.
+  Expected<StageOutput> prepare(std::string_view program_bytes);
+  Expected<StageOutput> prepare(std::string_view program_bytes, TierUp policy);
+
+  // IK of these bytes under the compiler's current identity.
+  std::string initial_key_for(std::string_view program_bytes) const;
+  // The stage records kept for IK, oldest first (bounded).
+  std::vector<ExplainRecord> explain(const std::string& ik) const;
+  Stats stats() const;
+  // Blocks until no tier-up is queued or running.
+  void wait_idle();
+  // Drops every entry whose storage key starts with `prefix` (an IK drops a
+  // whole program) from both tiers; held entries are freed on release.
+  std::size_t evict(std::string_view prefix);
+
+  const Config& config() const;
+  // Exposed for tests and diagnostics.
+  MemoryTier& memory_tier();
+  DiskTier* disk_tier(); // null without a state dir
+
+  struct Impl;
+
+private:
+  explicit Orchestrator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace fdo::cache
