@@ -1,0 +1,95 @@
+// The compile side of the JIT, used by compile workers: parse and verify a
+// program (LLVM IR text or bitcode), canonicalise it, derive its profile key,
+// and compile it in one of three modes to an ELF relocatable object for the
+// host CPU. See docs/jit.md for the pipeline, the fingerprint definition and
+// the thunk ABI.
+//
+// LLVM is not hardened against hostile IR: call these only in a worker
+// process. Every call is self-contained (its own LLVMContext and
+// TargetMachine), so concurrent calls from several threads are safe.
+#pragma once
+
+#include "fdo/jit/types.h"
+#include "fdo/util/expected.h"
+#include "fdo/util/profile.h"
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fdo::jit {
+
+// Bumped whenever the canonicalisation, the pass pipeline or the object
+// layout changes, so outputs cached under an older identity miss.
+inline constexpr int kPipelineVersion = 1;
+inline constexpr std::string_view kFdoVersion = "0.1.0";
+
+struct CompilerIdentity {
+  std::string llvm_version;
+  std::string fdo_version;
+  int pipeline_version = kPipelineVersion;
+  std::string triple;
+  std::string cpu;
+  std::string features; // sorted, comma-separated "+avx2,+bmi,-avx512f,..."
+
+  // Stable serialisation hashed into the initial key.
+  std::string canonical() const;
+  bool operator==(const CompilerIdentity&) const = default;
+};
+
+// The identity of this process's compiler for the CPU it runs on.
+CompilerIdentity host_identity();
+
+struct Analysis {
+  std::string profile_key; // 64 lower hex: BLAKE3 over the canonical IR
+  // Per defined function, keyed by PGO function name (the key of
+  // ProfileDoc::functions): a name-independent structural hash.
+  std::map<std::string, std::string> function_fingerprints;
+  std::vector<EntryInfo> entries;
+};
+
+// Parse, verify, canonicalise and fingerprint without compiling.
+Expected<Analysis> analyze(std::string_view program_bytes, const Limits& limits = {});
+
+struct CompileRequest {
+  fdo::CompileMode mode = fdo::CompileMode::plain;
+  // Knobs and unpredictable branches apply in every mode when given; counts
+  // only in optimized mode, which requires a profile.
+  const fdo::ProfileDoc* profile = nullptr;
+  Limits limits;
+  // Private directory for the indexed profile file PGOInstrumentationUse
+  // reads (LLVM 16 takes only a file name). Empty: the system temp dir.
+  std::string temp_dir;
+  // Return the final optimised IR text in CompileResult::ir.
+  bool keep_ir = false;
+};
+
+struct CompileResult {
+  std::string profile_key;
+  fdo::CompileMode mode = fdo::CompileMode::plain;
+  std::string object; // ELF relocatable object bytes
+  // Non-empty only in instrumented mode, in counter-symbol order.
+  std::vector<InstrumentedFunction> counters_layout;
+  std::vector<EntryInfo> entries;
+  std::map<std::string, std::string> function_fingerprints; // as in Analysis
+  // Canonical name -> name as submitted, for local (internal/private)
+  // symbols, which canonicalisation renames by position.
+  std::map<std::string, std::string> local_names;
+  PhaseTimes times;
+  std::size_t code_size = 0; // bytes of executable sections in the object
+  // LLVM warnings met while compiling (e.g. stale-profile notices).
+  std::vector<std::string> diagnostics;
+  std::string ir; // final IR text when CompileRequest::keep_ir
+};
+
+Expected<CompileResult> compile(std::string_view program_bytes, const CompileRequest& request);
+
+// Everything in a CompileResult except the object bytes, as JSON (for the
+// worker protocol and for storing beside the object in the cache), and back.
+nlohmann::json metadata_to_json(const CompileResult& result);
+// The result's `object` is left empty.
+Expected<CompileResult> metadata_from_json(const nlohmann::json& j);
+
+} // namespace fdo::jit

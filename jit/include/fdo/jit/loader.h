@@ -1,0 +1,94 @@
+// The load side of the JIT, used by exec workers: link compiled objects into
+// this process with ORC (JITLink), call entries through their thunks, read
+// and reset PGO counters, report where each function's code lies.
+//
+// Undefined symbols resolve against this process (so programs may call libc
+// and libm); anything else unresolved fails the load with Errc::link naming
+// the symbol. A Loader and its programs are used from one thread at a time.
+#pragma once
+
+#include "fdo/jit/types.h"
+#include "fdo/util/expected.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fdo::jit {
+
+struct CompileResult;
+class LoadedProgram;
+
+class Loader {
+public:
+  static Expected<std::unique_ptr<Loader>> create();
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // Links `object` (from compile()) and runs its constructors. `entries` and
+  // `layout` come from the same CompileResult (or its JSON metadata). The
+  // returned program must not outlive this Loader.
+  Expected<std::unique_ptr<LoadedProgram>> load(std::string_view object,
+                                                std::span<const EntryInfo> entries,
+                                                std::span<const InstrumentedFunction> layout);
+  // Same, taking entries and layout from compile metadata (its object field is ignored).
+  Expected<std::unique_ptr<LoadedProgram>> load(std::string_view object,
+                                                const CompileResult& metadata);
+
+  struct Impl;
+
+private:
+  explicit Loader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The uniform entry signature (docs/jit.md, "Thunk ABI"): one 8-byte slot per
+// parameter in `args`, the result in `*ret` (may be null for void entries).
+using ThunkFn = void (*)(std::uint64_t* args, std::uint64_t* ret);
+
+class LoadedProgram {
+public:
+  ~LoadedProgram(); // unloads (runs destructors, frees code and data)
+  LoadedProgram(const LoadedProgram&) = delete;
+  LoadedProgram& operator=(const LoadedProgram&) = delete;
+
+  const std::vector<EntryInfo>& entries() const { return entries_; }
+  Expected<ThunkFn> thunk(std::string_view entry) const;
+  // Calls `entry` with one slot per parameter; returns the result slot (0 for
+  // void). Fails (without calling) on an unknown entry or wrong arity.
+  Expected<std::uint64_t> call(std::string_view entry, std::span<const std::uint64_t> args) const;
+
+  // PGO counters by PGO function name, each in the order an indexed profile
+  // expects: store as FunctionProfile{cfg_hash from the layout, counts}.
+  std::map<std::string, std::vector<std::uint64_t>> read_counters() const;
+  void reset_counters();
+  const std::vector<InstrumentedFunction>& counters_layout() const { return layout_; }
+
+  // Every function of the object, sorted by start address.
+  const std::vector<FunctionRange>& function_ranges() const { return ranges_; }
+
+  // Runs destructors and frees the program now; later calls fail. The
+  // destructor does this when it was not done explicitly.
+  Status unload();
+
+private:
+  friend class Loader;
+  LoadedProgram() = default;
+
+  Loader::Impl* loader_ = nullptr;
+  void* dylib_ = nullptr; // llvm::orc::JITDylib*
+  std::vector<EntryInfo> entries_;
+  std::vector<ThunkFn> thunks_; // parallel to entries_
+  std::vector<InstrumentedFunction> layout_;
+  std::vector<std::uint64_t*> counters_; // parallel to layout_
+  std::vector<FunctionRange> ranges_;
+  void (*fini_)() = nullptr;   // __fdo_fini, when the program has destructors
+  void* dso_handle_ = nullptr; // its __dso_handle, when C++ code uses __cxa_atexit
+};
+
+} // namespace fdo::jit

@@ -1,0 +1,89 @@
+// Plain data shared by the JIT's compile side (compile workers) and load side
+// (exec workers). Everything here crosses a process boundary as JSON
+// (see compiler.h: metadata_to_json / metadata_from_json).
+#pragma once
+
+#include "fdo/util/expected.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fdo::jit {
+
+// Hard limits on what a compile worker accepts. Checked before parsing (bytes)
+// and right after parsing (functions, instructions), so a hostile program is
+// refused before the expensive phases run.
+struct Limits {
+  std::size_t max_program_bytes = std::size_t{64} << 20;
+  std::size_t max_functions = 100'000;
+  std::size_t max_instructions = 4'000'000;
+};
+
+// Where and why IR text failed to parse. Errc::parse errors carry it inside
+// their message as "line L, column C: message" (1-based); parse_diagnostic()
+// recovers it. Bitcode errors have no location (line = column = 0).
+struct ParseDiagnostic {
+  int line = 0;
+  int column = 0;
+  std::string message;
+};
+std::optional<ParseDiagnostic> parse_diagnostic(const fdo::Error& error);
+
+// The type of an entry parameter or return value as the thunk ABI sees it:
+// "i1".."i64" (any integer width up to 64), "float", "double", "ptr", and
+// "void" (returns only).
+enum class AbiKind { void_, integer, f32, f64, ptr };
+struct AbiType {
+  AbiKind kind = AbiKind::void_;
+  unsigned bits = 0; // integer width; 32/64 for f32/f64; 64 for ptr; 0 for void
+  std::string to_string() const;
+  bool operator==(const AbiType&) const = default;
+};
+Expected<AbiType> parse_abi_type(std::string_view text);
+
+// An exported function callable through its thunk (docs/jit.md, "Thunk ABI").
+struct EntryInfo {
+  std::string name;
+  std::string return_type;              // AbiType text
+  std::vector<std::string> param_types; // AbiType text, one per parameter
+  // Integer results are sign-extended into the 64-bit return slot when the
+  // function's return carries `signext`, zero-extended otherwise.
+  bool return_signext = false;
+  bool operator==(const EntryInfo&) const = default;
+};
+
+// One instrumented function: what its counters mean. counts read back by the
+// loader for `pgo_name` become FunctionProfile{cfg_hash, counts} unchanged.
+struct InstrumentedFunction {
+  std::string pgo_name;
+  std::uint64_t cfg_hash = 0;
+  std::uint32_t num_counters = 0;
+  bool operator==(const InstrumentedFunction&) const = default;
+};
+
+// Wall time per compile phase, microseconds.
+struct PhaseTimes {
+  std::uint64_t parse = 0;
+  std::uint64_t canonicalize = 0;
+  std::uint64_t instrument_or_annotate = 0;
+  std::uint64_t optimize = 0;
+  std::uint64_t codegen = 0;
+  std::uint64_t total() const {
+    return parse + canonicalize + instrument_or_annotate + optimize + codegen;
+  }
+  bool operator==(const PhaseTimes&) const = default;
+};
+
+// A loaded function's code, for attributing hardware samples to functions.
+struct FunctionRange {
+  std::string name; // symbol name in the object (canonical name for local functions)
+  std::uint64_t start = 0;
+  std::uint64_t size = 0;
+  bool operator==(const FunctionRange&) const = default;
+};
+
+} // namespace fdo::jit

@@ -1,0 +1,247 @@
+#include "fdo/jit/compiler.h"
+
+#include "fingerprint.h"
+#include "llvm_support.h"
+#include "module_prep.h"
+#include "pgo.h"
+#include "thunks.h"
+
+#include <algorithm>
+#include <chrono>
+#include <llvm/Analysis/TargetLibraryInfo.h>
+#include <llvm/Config/llvm-config.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Object/ObjectFile.h>
+#include <llvm/Passes/OptimizationLevel.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/FileSystem.h>
+#include <llvm/Support/raw_ostream.h>
+
+namespace fdo::jit {
+
+using namespace detail;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::uint64_t micros_since(Clock::time_point start) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
+}
+
+// Knobs -> PassBuilder level. Os/Oz are O2 with a size bias in LLVM, so a
+// size level wins over opt_level (except O0).
+llvm::OptimizationLevel optimization_level(const fdo::Knobs& k) {
+  if (k.opt_level <= 0) return llvm::OptimizationLevel::O0;
+  if (k.size_level == 1) return llvm::OptimizationLevel::Os;
+  if (k.size_level >= 2) return llvm::OptimizationLevel::Oz;
+  if (k.opt_level == 1) return llvm::OptimizationLevel::O1;
+  if (k.opt_level == 2) return llvm::OptimizationLevel::O2;
+  return llvm::OptimizationLevel::O3;
+}
+
+llvm::CodeGenOpt::Level codegen_level(const fdo::Knobs& k) {
+  if (k.opt_level <= 0) return llvm::CodeGenOpt::None;
+  if (k.opt_level == 1) return llvm::CodeGenOpt::Less;
+  if (k.opt_level == 2 || k.size_level > 0) return llvm::CodeGenOpt::Default;
+  return llvm::CodeGenOpt::Aggressive;
+}
+
+// Mirrors clang's defaults (unrolling and vectorisation from -O2, no
+// vectorisation at -Oz), then lets the knobs switch them off.
+llvm::PipelineTuningOptions tuning_options(const fdo::Knobs& k) {
+  llvm::PipelineTuningOptions pto;
+  const bool o2_or_more = k.opt_level >= 2;
+  pto.LoopUnrolling = k.unroll && o2_or_more;
+  pto.LoopInterleaving = k.unroll && o2_or_more;
+  pto.LoopVectorization = k.vectorize && o2_or_more && k.size_level < 2;
+  pto.SLPVectorization = k.vectorize && o2_or_more && k.size_level < 2;
+  if (k.inline_threshold) pto.InlinerThreshold = *k.inline_threshold;
+  // The call-graph profile only guides a static linker's function ordering,
+  // and its section (.llvm.call-graph-profile, SHT_REL relocations) is one
+  // JITLink refuses.
+  pto.CallGraphProfile = false;
+  return pto;
+}
+
+llvm::Expected<std::string> emit_object(llvm::Module& m, llvm::TargetMachine& tm) {
+  llvm::SmallVector<char, 0> buffer;
+  llvm::raw_svector_ostream os(buffer);
+  llvm::legacy::PassManager pm;
+  pm.add(new llvm::TargetLibraryInfoWrapperPass(llvm::Triple(m.getTargetTriple())));
+  if (tm.addPassesToEmitFile(pm, os, nullptr, llvm::CGFT_ObjectFile))
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "the target cannot emit object files");
+  pm.run(m);
+  return std::string(buffer.data(), buffer.size());
+}
+
+std::size_t executable_bytes(const std::string& object) {
+  auto file = llvm::object::ObjectFile::createObjectFile(
+      llvm::MemoryBufferRef(llvm::StringRef(object), "object"));
+  if (!file) {
+    llvm::consumeError(file.takeError());
+    return 0;
+  }
+  std::size_t total = 0;
+  for (const llvm::object::SectionRef& section : (*file)->sections())
+    if (section.isText()) total += section.getSize();
+  return total;
+}
+
+std::string join(const std::vector<std::string>& parts, std::string_view sep) {
+  std::string out;
+  for (const std::string& p : parts) {
+    if (!out.empty()) out += sep;
+    out += p;
+  }
+  return out;
+}
+
+struct Prepared {
+  std::unique_ptr<llvm::Module> module;
+  std::unique_ptr<llvm::TargetMachine> tm;
+  std::map<std::string, std::string> local_names;
+};
+
+Expected<Prepared> prepare(std::string_view bytes, const Limits& limits, llvm::LLVMContext& ctx,
+                           llvm::CodeGenOpt::Level level, PhaseTimes& times) {
+  Clock::time_point start = Clock::now();
+  FDO_TRY(auto module, parse_and_verify(bytes, limits, ctx));
+  times.parse = micros_since(start);
+
+  start = Clock::now();
+  auto tm = create_host_target_machine(level);
+  if (!tm) return to_fdo_error(tm.takeError(), Errc::internal, "target machine");
+  FDO_TRY(auto local_names, canonicalize(*module, **tm));
+  times.canonicalize = micros_since(start);
+  return Prepared{std::move(module), std::move(*tm), std::move(local_names)};
+}
+
+} // namespace
+
+std::string CompilerIdentity::canonical() const {
+  return "fdo-identity-v1;llvm=" + llvm_version + ";fdo=" + fdo_version +
+         ";pipeline=" + std::to_string(pipeline_version) + ";triple=" + triple + ";cpu=" + cpu +
+         ";features=" + features;
+}
+
+CompilerIdentity host_identity() {
+  const HostTarget& host = host_target();
+  CompilerIdentity id;
+  id.llvm_version = LLVM_VERSION_STRING;
+  id.fdo_version = std::string(kFdoVersion);
+  id.pipeline_version = kPipelineVersion;
+  id.triple = host.triple;
+  id.cpu = host.cpu;
+  id.features = host.features;
+  return id;
+}
+
+Expected<Analysis> analyze(std::string_view program_bytes, const Limits& limits) {
+  ensure_llvm_initialized();
+  llvm::LLVMContext ctx;
+  DiagnosticCollector diagnostics(ctx);
+  PhaseTimes times;
+  FDO_TRY(Prepared p, prepare(program_bytes, limits, ctx, llvm::CodeGenOpt::Default, times));
+  Fingerprints fp = fingerprint_module(*p.module);
+  return Analysis{std::move(fp.module), std::move(fp.functions), find_entries(*p.module)};
+}
+
+Expected<CompileResult> compile(std::string_view program_bytes, const CompileRequest& request) {
+  ensure_llvm_initialized();
+  if (request.mode == CompileMode::optimized && !request.profile)
+    return make_error(Errc::invalid_argument, "optimized mode needs a profile");
+  if (request.mode == CompileMode::optimized && !request.temp_dir.empty() &&
+      !llvm::sys::fs::is_directory(request.temp_dir))
+    return make_error(Errc::io, "temp dir '" + request.temp_dir + "' is not a directory");
+  const fdo::Knobs knobs = request.profile ? request.profile->knobs : fdo::Knobs{};
+
+  CompileResult result;
+  result.mode = request.mode;
+  llvm::LLVMContext ctx;
+  DiagnosticCollector diagnostics(ctx);
+  FDO_TRY(Prepared p,
+          prepare(program_bytes, request.limits, ctx, codegen_level(knobs), result.times));
+  llvm::Module& m = *p.module;
+  result.local_names = std::move(p.local_names);
+  {
+    Clock::time_point start = Clock::now();
+    Fingerprints fp = fingerprint_module(m);
+    result.profile_key = std::move(fp.module);
+    result.function_fingerprints = std::move(fp.functions);
+    result.entries = find_entries(m);
+    result.times.canonicalize += micros_since(start);
+  }
+
+  llvm::PassBuilder pb(p.tm.get(), tuning_options(knobs));
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+
+  Clock::time_point start = Clock::now();
+  if (request.profile) {
+    std::vector<std::string> warnings;
+    mark_unpredictable(m, *request.profile, warnings);
+    for (std::string& w : warnings)
+      diagnostics.add_warning(std::move(w));
+  }
+  if (request.mode == CompileMode::instrumented) {
+    auto layout = instrument(m, mam);
+    if (!layout) return to_fdo_error(layout.takeError(), Errc::compile, "instrumentation");
+    result.counters_layout = std::move(*layout);
+  } else if (request.mode == CompileMode::optimized) {
+    auto applied = apply_profile(m, mam, *request.profile, request.temp_dir);
+    if (!applied) return to_fdo_error(applied.takeError(), Errc::compile, "profile use");
+    if (!*applied)
+      diagnostics.add_warning("the profile holds no counts; compiled without profile data");
+  }
+  result.times.instrument_or_annotate = micros_since(start);
+
+  start = Clock::now();
+  const llvm::OptimizationLevel level = optimization_level(knobs);
+  llvm::ModulePassManager mpm = level == llvm::OptimizationLevel::O0
+                                    ? pb.buildO0DefaultPipeline(level)
+                                    : pb.buildPerModuleDefaultPipeline(level);
+  mpm.run(m, mam);
+  if (request.mode == CompileMode::instrumented)
+    if (llvm::Error e = expose_counters(m, result.counters_layout))
+      return to_fdo_error(std::move(e), Errc::internal, "instrumentation");
+  lower_ctors_dtors(m);
+  add_thunks(m, result.entries);
+  {
+    std::string report;
+    llvm::raw_string_ostream os(report);
+    if (llvm::verifyModule(m, &os))
+      return make_error(Errc::internal, "optimised module fails the verifier: " + os.str());
+  }
+  result.times.optimize = micros_since(start);
+
+  if (!diagnostics.errors().empty())
+    return make_error(Errc::compile, join(diagnostics.errors(), "; "));
+  if (request.keep_ir) {
+    llvm::raw_string_ostream os(result.ir);
+    m.print(os, nullptr);
+  }
+
+  start = Clock::now();
+  auto object = emit_object(m, *p.tm);
+  if (!object) return to_fdo_error(object.takeError(), Errc::compile, "codegen");
+  result.object = std::move(*object);
+  result.code_size = executable_bytes(result.object);
+  result.times.codegen = micros_since(start);
+  if (!diagnostics.errors().empty())
+    return make_error(Errc::compile, join(diagnostics.errors(), "; "));
+  result.diagnostics = diagnostics.warnings();
+  return result;
+}
+
+} // namespace fdo::jit

@@ -1,0 +1,347 @@
+#include "fdo/jit/loader.h"
+
+#include "fdo/jit/compiler.h"
+#include "fdo/util/log.h"
+#include "llvm_support.h"
+
+#include <algorithm>
+#include <cstring>
+#include <llvm/ExecutionEngine/JITLink/EHFrameSupport.h>
+#include <llvm/ExecutionEngine/JITLink/JITLink.h>
+#include <llvm/ExecutionEngine/Orc/Core.h>
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/ExecutorProcessControl.h>
+#include <llvm/ExecutionEngine/Orc/ObjectFileInterface.h>
+#include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
+#include <llvm/ExecutionEngine/Orc/Shared/AllocationActions.h>
+#include <llvm/ExecutionEngine/Orc/Shared/WrapperFunctionUtils.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <mutex>
+#include <set>
+
+// glibc: runs (and forgets) the __cxa_atexit registrations made with this
+// DSO handle, as dlclose does.
+extern "C" void __cxa_finalize(void* dso_handle);
+
+namespace fdo::jit {
+
+using namespace detail;
+namespace orc = llvm::orc;
+
+namespace {
+
+// A deallocation action that does nothing. LLVM 16's InProcessMemoryManager
+// only unmaps an allocation's memory while running its deallocation actions,
+// so an allocation without any is never unmapped (fixed in later LLVM).
+// Giving every graph this one makes unload return the code and data pages.
+llvm::orc::shared::CWrapperFunctionResult noop_dealloc_action(const char* data, std::size_t size) {
+  using namespace llvm::orc::shared;
+  return WrapperFunction<SPSError()>::handle(data, size, []() { return llvm::Error::success(); })
+      .release();
+}
+
+// Per linked graph: records where every function ended up (after fixups,
+// when addresses are final), and adds the no-op deallocation action.
+class LinkPlugin : public orc::ObjectLinkingLayer::Plugin {
+public:
+  void modifyPassConfig(orc::MaterializationResponsibility& mr, llvm::jitlink::LinkGraph&,
+                        llvm::jitlink::PassConfiguration& config) override {
+    config.PostPrunePasses.push_back([](llvm::jitlink::LinkGraph& g) -> llvm::Error {
+      auto dealloc =
+          llvm::orc::shared::WrapperFunctionCall::Create<llvm::orc::shared::SPSArgList<>>(
+              llvm::orc::ExecutorAddr::fromPtr(&noop_dealloc_action));
+      if (!dealloc) return dealloc.takeError();
+      g.allocActions().push_back({llvm::orc::shared::WrapperFunctionCall(), std::move(*dealloc)});
+      return llvm::Error::success();
+    });
+    orc::JITDylib* jd = &mr.getTargetJITDylib();
+    config.PostFixupPasses.push_back([this, jd](llvm::jitlink::LinkGraph& g) -> llvm::Error {
+      std::vector<FunctionRange> found;
+      for (llvm::jitlink::Symbol* sym : g.defined_symbols())
+        if (sym->isCallable() && sym->hasName() && sym->getSize() > 0)
+          found.push_back({sym->getName().str(), sym->getAddress().getValue(), sym->getSize()});
+      std::lock_guard lock(mu_);
+      auto& ranges = ranges_[jd];
+      ranges.insert(ranges.end(), found.begin(), found.end());
+      return llvm::Error::success();
+    });
+  }
+  llvm::Error notifyFailed(orc::MaterializationResponsibility&) override {
+    return llvm::Error::success();
+  }
+  llvm::Error notifyRemovingResources(orc::JITDylib& jd, orc::ResourceKey) override {
+    std::lock_guard lock(mu_);
+    ranges_.erase(&jd);
+    return llvm::Error::success();
+  }
+  void notifyTransferringResources(orc::JITDylib&, orc::ResourceKey, orc::ResourceKey) override {}
+
+  std::vector<FunctionRange> take(orc::JITDylib* jd) {
+    std::lock_guard lock(mu_);
+    auto it = ranges_.find(jd);
+    if (it == ranges_.end()) return {};
+    std::vector<FunctionRange> out = std::move(it->second);
+    ranges_.erase(it);
+    return out;
+  }
+
+private:
+  std::mutex mu_;
+  std::map<orc::JITDylib*, std::vector<FunctionRange>> ranges_;
+};
+
+// Link failures inside ORC reach the session's error reporter (the lookup
+// that triggered the link only learns that materialisation failed).
+struct LinkErrors {
+  std::mutex mu;
+  std::vector<std::string> missing_symbols;
+  std::vector<std::string> messages;
+
+  void add(llvm::Error err) {
+    std::lock_guard lock(mu);
+    llvm::handleAllErrors(
+        std::move(err),
+        [&](const orc::SymbolsNotFound& e) {
+          for (const orc::SymbolStringPtr& s : e.getSymbols())
+            missing_symbols.push_back((*s).str());
+        },
+        [&](const orc::FailedToMaterialize&) {
+          // Only says which of our symbols could not be built; the cause is
+          // reported separately.
+        },
+        [&](const llvm::ErrorInfoBase& e) { messages.push_back(e.message()); });
+  }
+  void clear() {
+    std::lock_guard lock(mu);
+    missing_symbols.clear();
+    messages.clear();
+  }
+  fdo::Error to_error(const std::string& fallback) {
+    std::lock_guard lock(mu);
+    std::sort(missing_symbols.begin(), missing_symbols.end());
+    missing_symbols.erase(std::unique(missing_symbols.begin(), missing_symbols.end()),
+                          missing_symbols.end());
+    if (!missing_symbols.empty()) {
+      std::string names;
+      for (const std::string& s : missing_symbols)
+        names += (names.empty() ? "" : ", ") + s;
+      return make_error(Errc::link,
+                        std::string(missing_symbols.size() == 1 ? "unresolved symbol: "
+                                                                : "unresolved symbols: ") +
+                            names);
+    }
+    std::string text;
+    for (const std::string& m : messages)
+      text += (text.empty() ? "" : "; ") + m;
+    return make_error(Errc::link, "cannot link program: " + (text.empty() ? fallback : text));
+  }
+};
+
+} // namespace
+
+struct Loader::Impl {
+  std::unique_ptr<orc::ExecutionSession> es;
+  std::unique_ptr<orc::ObjectLinkingLayer> layer;
+  LinkPlugin* ranges = nullptr; // owned by layer
+  LinkErrors errors;
+  std::set<LoadedProgram*> live;
+  std::uint64_t next_id = 0;
+
+  ~Impl() {
+    if (es)
+      if (llvm::Error e = es->endSession())
+        log::warning("jit loader: ending the ORC session: " + llvm::toString(std::move(e)));
+  }
+};
+
+Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Loader::~Loader() {
+  // Programs still loaded are unloaded here, so they never point into a
+  // destroyed session.
+  std::vector<LoadedProgram*> live(impl_->live.begin(), impl_->live.end());
+  for (LoadedProgram* p : live)
+    if (Status s = p->unload(); !s) log::warning("jit loader: " + s.error().describe());
+}
+
+Expected<std::unique_ptr<Loader>> Loader::create() {
+  ensure_llvm_initialized();
+  auto impl = std::make_unique<Impl>();
+  auto epc = orc::SelfExecutorProcessControl::Create();
+  if (!epc) return to_fdo_error(epc.takeError(), Errc::internal, "ORC executor");
+  impl->es = std::make_unique<orc::ExecutionSession>(std::move(*epc));
+  Impl* raw = impl.get();
+  impl->es->setErrorReporter([raw](llvm::Error e) { raw->errors.add(std::move(e)); });
+  impl->layer = std::make_unique<orc::ObjectLinkingLayer>(*impl->es);
+  // Unwind tables, so C++ exceptions and debuggers/profilers can walk
+  // through JIT'd frames.
+  impl->layer->addPlugin(std::make_unique<orc::EHFrameRegistrationPlugin>(
+      *impl->es, std::make_unique<llvm::jitlink::InProcessEHFrameRegistrar>()));
+  auto ranges = std::make_unique<LinkPlugin>();
+  impl->ranges = ranges.get();
+  impl->layer->addPlugin(std::move(ranges));
+  return std::unique_ptr<Loader>(new Loader(std::move(impl)));
+}
+
+Expected<std::unique_ptr<LoadedProgram>> Loader::load(std::string_view object,
+                                                      const CompileResult& metadata) {
+  return load(object, metadata.entries, metadata.counters_layout);
+}
+
+Expected<std::unique_ptr<LoadedProgram>>
+Loader::load(std::string_view object, std::span<const EntryInfo> entries,
+             std::span<const InstrumentedFunction> layout) {
+  if (object.empty()) return make_error(Errc::invalid_argument, "empty object");
+  orc::ExecutionSession& es = *impl_->es;
+  auto buffer = llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()),
+                                                     "program.o");
+  auto iface = orc::getObjectFileInterface(es, buffer->getMemBufferRef());
+  if (!iface) return to_fdo_error(iface.takeError(), Errc::corrupt, "object");
+
+  orc::JITDylib& jd = es.createBareJITDylib("fdo-program-" + std::to_string(impl_->next_id++));
+  auto remove_dylib = [&] {
+    if (llvm::Error e = es.removeJITDylib(jd)) llvm::consumeError(std::move(e));
+    impl_->ranges->take(&jd);
+  };
+  auto generator = orc::DynamicLibrarySearchGenerator::GetForCurrentProcess('\0');
+  if (!generator) {
+    remove_dylib();
+    return to_fdo_error(generator.takeError(), Errc::internal, "process symbols");
+  }
+  jd.addGenerator(std::move(*generator));
+
+  impl_->errors.clear();
+  if (llvm::Error e = impl_->layer->add(jd, std::move(buffer))) {
+    remove_dylib();
+    return to_fdo_error(std::move(e), Errc::corrupt, "object");
+  }
+
+  // Look up every symbol the object defines: that links the whole object now
+  // (so link errors surface here, not at a later call) and yields thunk and
+  // counter addresses.
+  orc::SymbolLookupSet wanted;
+  for (const auto& [name, flags] : iface->SymbolFlags)
+    wanted.add(name, orc::SymbolLookupFlags::WeaklyReferencedSymbol);
+  auto symbols =
+      es.lookup(orc::makeJITDylibSearchOrder({&jd}, orc::JITDylibLookupFlags::MatchAllSymbols),
+                std::move(wanted));
+  if (!symbols) {
+    std::string fallback = llvm::toString(symbols.takeError());
+    fdo::Error err = impl_->errors.to_error(fallback);
+    remove_dylib();
+    return err;
+  }
+  auto address_of = [&](std::string_view name) -> std::uint64_t {
+    auto it = symbols->find(es.intern(llvm::StringRef(name.data(), name.size())));
+    return it == symbols->end() ? 0 : it->second.getAddress();
+  };
+
+  std::vector<ThunkFn> thunks;
+  for (const EntryInfo& e : entries) {
+    std::uint64_t addr = address_of(std::string(kThunkPrefix) + e.name);
+    if (!addr) {
+      remove_dylib();
+      return make_error(Errc::invalid_argument,
+                        "object has no thunk for entry '" + e.name + "' (metadata does not match)");
+    }
+    thunks.push_back(reinterpret_cast<ThunkFn>(static_cast<std::uintptr_t>(addr)));
+  }
+  std::vector<std::uint64_t*> counters;
+  for (std::size_t i = 0; i < layout.size(); ++i) {
+    std::uint64_t addr = address_of(std::string(kCountersPrefix) + std::to_string(i));
+    if (!addr) {
+      remove_dylib();
+      return make_error(Errc::invalid_argument, "object has no counters for '" +
+                                                    layout[i].pgo_name +
+                                                    "' (metadata does not match)");
+    }
+    counters.push_back(reinterpret_cast<std::uint64_t*>(static_cast<std::uintptr_t>(addr)));
+  }
+
+  std::unique_ptr<LoadedProgram> program(new LoadedProgram());
+  program->dylib_ = &jd;
+  program->entries_.assign(entries.begin(), entries.end());
+  program->thunks_ = std::move(thunks);
+  program->layout_.assign(layout.begin(), layout.end());
+  program->counters_ = std::move(counters);
+  program->ranges_ = impl_->ranges->take(&jd);
+  std::sort(program->ranges_.begin(), program->ranges_.end(),
+            [](const FunctionRange& a, const FunctionRange& b) { return a.start < b.start; });
+  if (std::uint64_t handle = address_of(kDsoHandleName))
+    program->dso_handle_ = reinterpret_cast<void*>(static_cast<std::uintptr_t>(handle));
+  if (std::uint64_t fini = address_of(kFiniName))
+    program->fini_ = reinterpret_cast<void (*)()>(static_cast<std::uintptr_t>(fini));
+  // From here on the program owns the dylib and unloads it when destroyed.
+  program->loader_ = impl_.get();
+  impl_->live.insert(program.get());
+  // Constructors last: once they run, the program is live.
+  if (std::uint64_t init = address_of(kInitName))
+    reinterpret_cast<void (*)()>(static_cast<std::uintptr_t>(init))();
+  return program;
+}
+
+LoadedProgram::~LoadedProgram() {
+  if (loader_)
+    if (Status s = unload(); !s) log::warning("jit loader: " + s.error().describe());
+}
+
+Status LoadedProgram::unload() {
+  if (!loader_) return make_error(Errc::invalid_argument, "program already unloaded");
+  // C++ static destructors (registered with __cxa_atexit against this
+  // object's handle) first, then the llvm.global_dtors functions.
+  if (dso_handle_) __cxa_finalize(dso_handle_);
+  if (fini_) fini_();
+  Loader::Impl* loader = loader_;
+  loader_ = nullptr;
+  thunks_.clear();
+  counters_.clear();
+  fini_ = nullptr;
+  dso_handle_ = nullptr;
+  loader->live.erase(this);
+  auto* jd = static_cast<orc::JITDylib*>(dylib_);
+  dylib_ = nullptr;
+  if (llvm::Error e = loader->es->removeJITDylib(*jd))
+    return to_fdo_error(std::move(e), Errc::internal, "unload");
+  return ok();
+}
+
+Expected<ThunkFn> LoadedProgram::thunk(std::string_view entry) const {
+  if (!loader_) return make_error(Errc::invalid_argument, "program is unloaded");
+  for (std::size_t i = 0; i < entries_.size(); ++i)
+    if (entries_[i].name == entry) return thunks_[i];
+  return make_error(Errc::not_found, "no entry '" + std::string(entry) + "' in the program");
+}
+
+Expected<std::uint64_t> LoadedProgram::call(std::string_view entry,
+                                            std::span<const std::uint64_t> args) const {
+  if (!loader_) return make_error(Errc::invalid_argument, "program is unloaded");
+  for (std::size_t i = 0; i < entries_.size(); ++i) {
+    if (entries_[i].name != entry) continue;
+    if (args.size() != entries_[i].param_types.size())
+      return make_error(Errc::invalid_argument, "entry '" + entries_[i].name + "' takes " +
+                                                    std::to_string(entries_[i].param_types.size()) +
+                                                    " arguments, got " +
+                                                    std::to_string(args.size()));
+    // The thunk reads its slots through a non-const pointer; give it a copy.
+    std::vector<std::uint64_t> slots(args.begin(), args.end());
+    slots.push_back(0); // never hand out a null array
+    std::uint64_t ret = 0;
+    thunks_[i](slots.data(), &ret);
+    return ret;
+  }
+  return make_error(Errc::not_found, "no entry '" + std::string(entry) + "' in the program");
+}
+
+std::map<std::string, std::vector<std::uint64_t>> LoadedProgram::read_counters() const {
+  std::map<std::string, std::vector<std::uint64_t>> out;
+  for (std::size_t i = 0; i < counters_.size(); ++i)
+    out[layout_[i].pgo_name].assign(counters_[i], counters_[i] + layout_[i].num_counters);
+  return out;
+}
+
+void LoadedProgram::reset_counters() {
+  for (std::size_t i = 0; i < counters_.size(); ++i)
+    std::memset(counters_[i], 0, sizeof(std::uint64_t) * layout_[i].num_counters);
+}
+
+} // namespace fdo::jit

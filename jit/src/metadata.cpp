@@ -1,0 +1,176 @@
+// CompileResult metadata <-> JSON. The JSON travels from compile worker to
+// daemon and sits beside the object in the cache, so reading it back is
+// strict: anything malformed is Errc::corrupt naming the field.
+#include "fdo/jit/compiler.h"
+#include "fdo/util/hash.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace fdo::jit {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int kMetadataFormat = 1;
+
+std::string hash_hex(std::uint64_t h) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+Error corrupt(const std::string& field, const std::string& what) {
+  return make_error(Errc::corrupt, "compile metadata field '" + field + "': " + what);
+}
+
+const json* member(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+
+Expected<std::string> get_string(const json& obj, const char* key, const std::string& path) {
+  const json* v = member(obj, key);
+  if (!v || !v->is_string()) return corrupt(path + key, "must be a string");
+  return v->get<std::string>();
+}
+
+Expected<std::uint64_t> get_u64(const json& obj, const char* key, const std::string& path) {
+  const json* v = member(obj, key);
+  if (!v || !v->is_number_unsigned()) return corrupt(path + key, "must be a non-negative integer");
+  return v->get<std::uint64_t>();
+}
+
+Expected<std::map<std::string, std::string>> get_string_map(const json& obj, const char* key) {
+  std::map<std::string, std::string> out;
+  const json* v = member(obj, key);
+  if (!v) return out;
+  if (!v->is_object()) return corrupt(key, "must be an object");
+  for (const auto& [k, val] : v->items()) {
+    if (!val.is_string()) return corrupt(std::string(key) + "." + k, "must be a string");
+    out.emplace(k, val.get<std::string>());
+  }
+  return out;
+}
+
+} // namespace
+
+json metadata_to_json(const CompileResult& r) {
+  json entries = json::array();
+  for (const EntryInfo& e : r.entries)
+    entries.push_back({{"name", e.name},
+                       {"return", e.return_type},
+                       {"params", e.param_types},
+                       {"return_signext", e.return_signext}});
+  json layout = json::array();
+  for (const InstrumentedFunction& f : r.counters_layout)
+    layout.push_back({{"pgo_name", f.pgo_name},
+                      {"cfg_hash", hash_hex(f.cfg_hash)},
+                      {"num_counters", f.num_counters}});
+  json j = {{"format", kMetadataFormat},
+            {"profile_key", r.profile_key},
+            {"mode", std::string(to_string(r.mode))},
+            {"entries", std::move(entries)},
+            {"counters_layout", std::move(layout)},
+            {"function_fingerprints", r.function_fingerprints},
+            {"local_names", r.local_names},
+            {"times_us",
+             {{"parse", r.times.parse},
+              {"canonicalize", r.times.canonicalize},
+              {"instrument_or_annotate", r.times.instrument_or_annotate},
+              {"optimize", r.times.optimize},
+              {"codegen", r.times.codegen}}},
+            {"code_size", r.code_size},
+            {"diagnostics", r.diagnostics}};
+  if (!r.ir.empty()) j["ir"] = r.ir;
+  return j;
+}
+
+Expected<CompileResult> metadata_from_json(const json& j) {
+  if (!j.is_object()) return make_error(Errc::corrupt, "compile metadata is not a JSON object");
+  CompileResult r;
+  const json* format = member(j, "format");
+  if (!format || !format->is_number_integer() || format->get<int>() != kMetadataFormat)
+    return corrupt("format", "must be " + std::to_string(kMetadataFormat));
+  FDO_TRY(r.profile_key, get_string(j, "profile_key", ""));
+  if (!is_hex_key(r.profile_key)) return corrupt("profile_key", "must be 64 lower-case hex digits");
+  FDO_TRY(std::string mode, get_string(j, "mode", ""));
+  auto parsed_mode = parse_compile_mode(mode);
+  if (!parsed_mode) return corrupt("mode", parsed_mode.error().message());
+  r.mode = *parsed_mode;
+
+  const json* entries = member(j, "entries");
+  if (!entries || !entries->is_array()) return corrupt("entries", "must be an array");
+  for (std::size_t i = 0; i < entries->size(); ++i) {
+    const json& e = (*entries)[i];
+    const std::string path = "entries[" + std::to_string(i) + "].";
+    if (!e.is_object()) return corrupt(path, "must be an object");
+    EntryInfo info;
+    FDO_TRY(info.name, get_string(e, "name", path));
+    FDO_TRY(info.return_type, get_string(e, "return", path));
+    if (auto t = parse_abi_type(info.return_type); !t)
+      return corrupt(path + "return", t.error().message());
+    const json* params = member(e, "params");
+    if (!params || !params->is_array()) return corrupt(path + "params", "must be an array");
+    for (const json& p : *params) {
+      if (!p.is_string()) return corrupt(path + "params", "must hold strings");
+      auto t = parse_abi_type(p.get<std::string>());
+      if (!t || t->kind == AbiKind::void_)
+        return corrupt(path + "params", "bad parameter type '" + p.get<std::string>() + "'");
+      info.param_types.push_back(p.get<std::string>());
+    }
+    const json* signext = member(e, "return_signext");
+    if (signext && !signext->is_boolean())
+      return corrupt(path + "return_signext", "must be a boolean");
+    info.return_signext = signext && signext->get<bool>();
+    r.entries.push_back(std::move(info));
+  }
+
+  const json* layout = member(j, "counters_layout");
+  if (!layout || !layout->is_array()) return corrupt("counters_layout", "must be an array");
+  for (std::size_t i = 0; i < layout->size(); ++i) {
+    const json& f = (*layout)[i];
+    const std::string path = "counters_layout[" + std::to_string(i) + "].";
+    if (!f.is_object()) return corrupt(path, "must be an object");
+    InstrumentedFunction fn;
+    FDO_TRY(fn.pgo_name, get_string(f, "pgo_name", path));
+    FDO_TRY(std::string hash, get_string(f, "cfg_hash", path));
+    char* end = nullptr;
+    if (hash.empty() || hash.size() > 16)
+      return corrupt(path + "cfg_hash", "must be 1 to 16 hex digits");
+    fn.cfg_hash = std::strtoull(hash.c_str(), &end, 16);
+    if (*end != '\0') return corrupt(path + "cfg_hash", "must be hex digits");
+    FDO_TRY(std::uint64_t n, get_u64(f, "num_counters", path));
+    if (n == 0 || n > UINT32_MAX) return corrupt(path + "num_counters", "out of range");
+    fn.num_counters = static_cast<std::uint32_t>(n);
+    r.counters_layout.push_back(std::move(fn));
+  }
+
+  FDO_TRY(r.function_fingerprints, get_string_map(j, "function_fingerprints"));
+  FDO_TRY(r.local_names, get_string_map(j, "local_names"));
+  if (const json* t = member(j, "times_us")) {
+    if (!t->is_object()) return corrupt("times_us", "must be an object");
+    FDO_TRY(r.times.parse, get_u64(*t, "parse", "times_us."));
+    FDO_TRY(r.times.canonicalize, get_u64(*t, "canonicalize", "times_us."));
+    FDO_TRY(r.times.instrument_or_annotate, get_u64(*t, "instrument_or_annotate", "times_us."));
+    FDO_TRY(r.times.optimize, get_u64(*t, "optimize", "times_us."));
+    FDO_TRY(r.times.codegen, get_u64(*t, "codegen", "times_us."));
+  }
+  FDO_TRY(std::uint64_t code_size, get_u64(j, "code_size", ""));
+  r.code_size = static_cast<std::size_t>(code_size);
+  if (const json* d = member(j, "diagnostics")) {
+    if (!d->is_array()) return corrupt("diagnostics", "must be an array");
+    for (const json& s : *d) {
+      if (!s.is_string()) return corrupt("diagnostics", "must hold strings");
+      r.diagnostics.push_back(s.get<std::string>());
+    }
+  }
+  if (const json* ir = member(j, "ir")) {
+    if (!ir->is_string()) return corrupt("ir", "must be a string");
+    r.ir = ir->get<std::string>();
+  }
+  return r;
+}
+
+} // namespace fdo::jit

@@ -1,0 +1,251 @@
+// The ORC loader: thunks for every supported signature, libc/libm
+// resolution, link errors, constructors, function ranges, unloading.
+#include "fdo/jit/compiler.h"
+#include "fdo/jit/loader.h"
+#include "jit_test_util.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+using namespace fdo;
+using namespace fdo::jit;
+using namespace fdo::jit::test;
+
+namespace {
+
+std::unique_ptr<Loader> make_loader() {
+  auto loader = Loader::create();
+  REQUIRE(loader.has_value());
+  return std::move(loader).value();
+}
+
+std::unique_ptr<LoadedProgram> load_or_fail(Loader& loader, const CompileResult& r) {
+  auto p = loader.load(r.object, r);
+  if (!p) FAIL(p.error().describe());
+  return std::move(p).value();
+}
+
+// Memory mappings of this process: a load that is not fully unloaded keeps
+// its code and data pages mapped.
+std::size_t mapping_count() {
+  std::ifstream maps("/proc/self/maps");
+  std::size_t n = 0;
+  for (std::string line; std::getline(maps, line);)
+    ++n;
+  return n;
+}
+
+std::uint64_t call(const LoadedProgram& p, const char* entry, std::vector<std::uint64_t> args) {
+  auto r = p.call(entry, args);
+  if (!r) FAIL(r.error().describe());
+  return *r;
+}
+
+} // namespace
+
+TEST_CASE("thunks call every supported signature", "[jit][loader][thunks]") {
+  auto loader = make_loader();
+  const CompileMode mode = GENERATE(CompileMode::plain, CompileMode::instrumented);
+  INFO(to_string(mode));
+  CompileResult r = compile_or_throw(fixture("thunks.ll"), request(mode));
+  auto p = load_or_fail(*loader, r);
+  {
+
+    SECTION("i32") {
+      CHECK(call(*p, "add_i32", {40, 2}) == 42);
+      // -5 + 3 = -2: the low 32 bits carry it; i32 returns are zero-extended.
+      std::uint64_t neg = call(*p, "add_i32", {static_cast<std::uint32_t>(-5), 3});
+      CHECK(static_cast<std::int32_t>(neg) == -2);
+      CHECK(neg >> 32 == 0);
+    }
+    SECTION("i64") {
+      CHECK(call(*p, "mul_i64", {1ULL << 33, 3}) == 3ULL << 33);
+      CHECK(static_cast<std::int64_t>(call(*p, "mul_i64", {static_cast<std::uint64_t>(-7), 6})) ==
+            -42);
+    }
+    SECTION("small integers with signext and i1") {
+      std::uint64_t r8 = call(*p, "neg_i8", {5});
+      CHECK(static_cast<std::int64_t>(r8) == -5); // signext return: all 64 bits
+      CHECK(call(*p, "is_even", {10}) == 1);
+      CHECK(call(*p, "is_even", {7}) == 0);
+    }
+    SECTION("float") {
+      CHECK(as_float(call(*p, "scale_f32", {slot(1.5f), slot(4.0f)})) == 6.0f);
+    }
+    SECTION("double, through libm") {
+      CHECK(as_double(call(*p, "cos_f64", {slot(0.0)})) == 1.0);
+      CHECK(as_double(call(*p, "cos_f64", {slot(M_PI)})) == Approx(-1.0));
+    }
+    SECTION("pointer to an input buffer") {
+      std::vector<std::int64_t> buf = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, -55};
+      CHECK(call(*p, "sum_buf", {slot(buf.data()), buf.size()}) == 0);
+      CHECK(call(*p, "sum_buf", {slot(buf.data()), 10}) == 55);
+    }
+    SECTION("pointer to an output buffer, void return") {
+      std::vector<std::int32_t> out(17, -1);
+      CHECK(call(*p, "fill_buf", {slot(out.data()), 16, 100}) == 0);
+      for (int i = 0; i < 16; ++i)
+        CHECK(out[i] == 100 + i);
+      CHECK(out[16] == -1);
+    }
+    SECTION("void entries change program state") {
+      CHECK(call(*p, "set_flag", {12345}) == 0);
+      CHECK(call(*p, "get_flag", {}) == 12345);
+    }
+    SECTION("libc") {
+      const char* text = "feedback-directed";
+      CHECK(call(*p, "str_len", {slot(text)}) == std::strlen(text));
+    }
+    SECTION("mixed parameter types take one slot each") {
+      double extra = 0.25;
+      std::uint64_t r = call(*p, "mixed",
+                             {static_cast<std::uint32_t>(-3), slot(10.5), slot(2.5f), slot(&extra),
+                              static_cast<std::uint16_t>(-4)});
+      CHECK(as_double(r) == -3 + 10.5 + 2.5 - 4 + 0.25);
+    }
+    SECTION("thunk pointers are callable directly") {
+      auto t = p->thunk("add_i32");
+      REQUIRE(t.has_value());
+      std::uint64_t args[2] = {1, 2}, ret = 0;
+      (*t)(args, &ret);
+      CHECK(ret == 3);
+    }
+  }
+}
+
+TEST_CASE("calls with a wrong entry or arity fail without calling", "[jit][loader]") {
+  auto loader = make_loader();
+  CompileResult r = compile_or_throw(fixture("thunks.ll"), request(CompileMode::plain));
+  auto p = load_or_fail(*loader, r);
+  auto unknown = p->call("nope", std::vector<std::uint64_t>{});
+  REQUIRE_FALSE(unknown.has_value());
+  CHECK(unknown.error().code() == Errc::not_found);
+  auto arity = p->call("add_i32", std::vector<std::uint64_t>{1});
+  REQUIRE_FALSE(arity.has_value());
+  CHECK(arity.error().code() == Errc::invalid_argument);
+  CHECK(contains(arity.error().message(), "takes 2 arguments"));
+  CHECK_FALSE(p->thunk("not_exported").has_value());
+}
+
+TEST_CASE("an unresolved symbol is a link error naming it", "[jit][loader][errors]") {
+  auto loader = make_loader();
+  CompileResult r = compile_or_throw(fixture("unresolved.ll"), request(CompileMode::plain));
+  auto p = loader->load(r.object, r);
+  REQUIRE_FALSE(p.has_value());
+  CHECK(p.error().code() == Errc::link);
+  CHECK(contains(p.error().message(), "fdo_test_no_such_function"));
+
+  // The loader stays usable.
+  CompileResult good = compile_or_throw(fixture("thunks.ll"), request(CompileMode::plain));
+  auto q = load_or_fail(*loader, good);
+  CHECK(call(*q, "add_i32", {2, 2}) == 4);
+}
+
+TEST_CASE("bad objects and mismatched metadata are refused", "[jit][loader][errors]") {
+  auto loader = make_loader();
+  auto empty = loader->load("", {}, {});
+  REQUIRE_FALSE(empty.has_value());
+  CHECK(empty.error().code() == Errc::invalid_argument);
+  auto junk = loader->load("definitely not an object file", {}, {});
+  REQUIRE_FALSE(junk.has_value());
+  CHECK(junk.error().code() == Errc::corrupt);
+
+  CompileResult plain = compile_or_throw(fixture("loop_branch.ll"), request(CompileMode::plain));
+  CompileResult instrumented =
+      compile_or_throw(fixture("loop_branch.ll"), request(CompileMode::instrumented));
+  // The plain object has no counters for the instrumented layout.
+  auto mismatch = loader->load(plain.object, plain.entries, instrumented.counters_layout);
+  REQUIRE_FALSE(mismatch.has_value());
+  CHECK(mismatch.error().code() == Errc::invalid_argument);
+  std::vector<EntryInfo> entries = plain.entries;
+  entries.push_back({"not_there", "void", {}, false});
+  auto missing = loader->load(plain.object, entries, {});
+  REQUIRE_FALSE(missing.has_value());
+  CHECK(contains(missing.error().message(), "not_there"));
+}
+
+TEST_CASE("constructors run on load and destructors on unload", "[jit][loader]") {
+  auto loader = make_loader();
+  CompileResult r = compile_or_throw(fixture("ctors.ll"), request(CompileMode::plain));
+  std::int64_t sink = 0;
+  {
+    auto p = load_or_fail(*loader, r);
+    CHECK(call(*p, "get_state", {}) == 73); // priority 100 ran before 200
+    call(*p, "set_sink", {slot(&sink)});
+    CHECK(sink == 0);
+    REQUIRE(p->unload().has_value());
+    CHECK(sink == 74);
+    CHECK_FALSE(p->unload().has_value()); // once only
+    CHECK_FALSE(p->call("get_state", std::vector<std::uint64_t>{}).has_value());
+  }
+}
+
+TEST_CASE("C++ destructors registered with __cxa_atexit run on unload", "[jit][loader]") {
+  auto loader = make_loader();
+  for (CompileMode mode : {CompileMode::plain, CompileMode::instrumented}) {
+    CompileResult r = compile_or_throw(fixture("cxa_atexit.ll"), request(mode));
+    std::int64_t sink = 0;
+    auto p = load_or_fail(*loader, r);
+    call(*p, "set_sink", {slot(&sink)});
+    CHECK(sink == 0);
+    REQUIRE(p->unload().has_value());
+    CHECK(sink == 42);
+    // Had the registration survived the unload, the process would call into
+    // unmapped code at exit.
+  }
+}
+
+TEST_CASE("function ranges cover every function's code", "[jit][loader]") {
+  auto loader = make_loader();
+  CompileResult r = compile_or_throw(fixture("loop_branch.ll"), request(CompileMode::plain));
+  auto p = load_or_fail(*loader, r);
+  const auto& ranges = p->function_ranges();
+  std::map<std::string, FunctionRange> by_name;
+  for (const FunctionRange& fr : ranges)
+    by_name[fr.name] = fr;
+  for (const char* fn : {"run", "on_hot", "on_cold", "cold_total", "__fdo_thunk_run"}) {
+    INFO(fn);
+    REQUIRE(by_name.count(fn) == 1);
+    CHECK(by_name[fn].size > 0);
+  }
+  for (std::size_t i = 1; i < ranges.size(); ++i)
+    CHECK(ranges[i - 1].start + ranges[i - 1].size <= ranges[i].start); // sorted, disjoint
+  auto thunk = p->thunk("run");
+  REQUIRE(thunk.has_value());
+  CHECK(reinterpret_cast<std::uintptr_t>(*thunk) == by_name["__fdo_thunk_run"].start);
+}
+
+TEST_CASE("programs load and unload repeatedly", "[jit][loader]") {
+  auto loader = make_loader();
+  CompileResult r = compile_or_throw(fixture("thunks.ll"), request(CompileMode::instrumented));
+  load_or_fail(*loader, r); // warm up the session's own allocations
+  const std::size_t mappings_before = mapping_count();
+  for (int i = 0; i < 200; ++i) {
+    auto p = load_or_fail(*loader, r);
+    REQUIRE(call(*p, "add_i32", {static_cast<std::uint64_t>(i), 1}) ==
+            static_cast<std::uint64_t>(i + 1));
+    if (i % 2 == 0) REQUIRE(p->unload().has_value()); // else the destructor unloads
+  }
+  // Each load maps at least a code and a data page; none may remain.
+  CHECK(mapping_count() <= mappings_before + 8);
+  // Several programs side by side keep their own state.
+  auto a = load_or_fail(*loader, r);
+  auto b = load_or_fail(*loader, r);
+  call(*a, "set_flag", {1});
+  call(*b, "set_flag", {2});
+  CHECK(call(*a, "get_flag", {}) == 1);
+  CHECK(call(*b, "get_flag", {}) == 2);
+}
+
+TEST_CASE("destroying the loader unloads what is still loaded", "[jit][loader]") {
+  auto loader = make_loader();
+  CompileResult r = compile_or_throw(fixture("ctors.ll"), request(CompileMode::plain));
+  std::int64_t sink = 0;
+  auto p = load_or_fail(*loader, r);
+  call(*p, "set_sink", {slot(&sink)});
+  loader.reset();
+  CHECK(sink == 74);
+  CHECK_FALSE(p->unload().has_value());
+}
