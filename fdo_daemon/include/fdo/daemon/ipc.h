@@ -1,0 +1,160 @@
+// The channel between the daemon and its worker processes: length-prefixed
+// messages over a Unix stream socket (socketpair), each a JSON header plus an
+// opaque binary payload (an ELF object, argument buffers, ...).
+//
+// Wire format of one message (all integers little-endian):
+//
+//   u32 magic "FDO1" | u32 header_len | u64 payload_len | header (JSON, UTF-8) | payload
+//
+// Lengths are checked against FrameLimits before anything is allocated, so a
+// lying or corrupt prefix is an error, never a huge allocation. A worker that
+// runs client code is untrusted: everything it sends goes through these checks.
+//
+// On top of the framing sits the small job protocol spoken by WorkerPool and
+// run_worker_loop (envelopes, JobLimits, error headers); see docs/workers.md.
+#pragma once
+
+#include "fdo/util/expected.h"
+#include "fdo/util/fd.h"
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace fdo::daemon {
+
+inline constexpr std::uint64_t kKiB = 1024;
+inline constexpr std::uint64_t kMiB = 1024 * kKiB;
+inline constexpr std::uint64_t kGiB = 1024 * kMiB;
+
+// "FDO1" read as a little-endian u32.
+inline constexpr std::uint32_t kFrameMagic = 0x314F4446u;
+inline constexpr std::size_t kFramePrefixBytes = 16;
+
+struct Message {
+  nlohmann::json header = nlohmann::json::object();
+  std::string payload; // binary-safe bytes
+};
+
+// Upper bounds a receiver accepts; checked on the prefix, before allocating.
+struct FrameLimits {
+  std::uint64_t max_header_bytes = 16 * kMiB;
+  std::uint64_t max_payload_bytes = 1 * kGiB;
+  std::uint64_t max_total_bytes = UINT64_MAX; // header + payload
+};
+
+// A point in time after which I/O gives up with Errc::timeout.
+class Deadline {
+public:
+  using Clock = std::chrono::steady_clock;
+  static Deadline never() { return Deadline(); }
+  static Deadline at(Clock::time_point when) { return Deadline(when); }
+  static Deadline after(std::chrono::milliseconds d) { return Deadline(Clock::now() + d); }
+
+  bool is_never() const { return !when_.has_value(); }
+  bool expired() const { return when_ && Clock::now() >= *when_; }
+  std::optional<Clock::time_point> when() const { return when_; }
+  // Timeout for poll(2): -1 when never, else the milliseconds left rounded up (0 once expired).
+  int poll_timeout_ms() const;
+
+private:
+  Deadline() = default;
+  explicit Deadline(Clock::time_point when) : when_(when) {}
+  std::optional<Clock::time_point> when_;
+};
+
+// ---- Pure framing functions (no I/O) ----
+
+struct FramePrefix {
+  std::uint32_t header_len = 0;
+  std::uint64_t payload_len = 0;
+};
+
+std::array<std::uint8_t, kFramePrefixBytes> encode_frame_prefix(std::uint32_t header_len,
+                                                                std::uint64_t payload_len);
+// Checks the magic and every length against `limits`:
+// Errc::corrupt for a bad magic or an empty header, Errc::resource_exhausted
+// for a length over a limit.
+Expected<FramePrefix> decode_frame_prefix(std::span<const std::uint8_t, kFramePrefixBytes> bytes,
+                                          const FrameLimits& limits);
+// One whole frame as bytes. Invalid UTF-8 in header strings is replaced, not thrown.
+Expected<std::string> encode_message(const Message& message);
+// Exactly one frame: Errc::corrupt when truncated, followed by trailing bytes, or
+// when the header is not JSON.
+Expected<Message> decode_message(std::string_view frame, const FrameLimits& limits);
+
+// ---- Blocking I/O with deadlines (EINTR and short reads/writes handled) ----
+
+// Sends one message. On sockets uses MSG_NOSIGNAL (a dead peer is
+// Errc::unavailable, never SIGPIPE) and honours the deadline for every chunk.
+Status send_message(int fd, const Message& message, Deadline deadline = Deadline::never());
+// Same, with the header given as JSON or as already-serialised JSON text.
+Status send_frame(int fd, const nlohmann::json& header, std::string_view payload,
+                  Deadline deadline = Deadline::never());
+Status send_frame_text(int fd, std::string_view header_json, std::string_view payload,
+                       Deadline deadline = Deadline::never());
+
+// Receives one message.
+//   end of stream before the first byte -> Errc::unavailable "peer closed the connection"
+//   end of stream inside a message      -> Errc::corrupt "truncated message: ..."
+//   deadline passed                     -> Errc::timeout
+//   bad magic / lengths / JSON          -> see decode_frame_prefix / decode_message
+// `peer_exit_fd` (optional, e.g. a pidfd) is watched too: when it becomes
+// readable and the socket has nothing more to read, the result is
+// Errc::unavailable "peer process exited" (a grandchild holding the socket
+// open cannot make us wait for the deadline).
+Expected<Message> recv_message(int fd, const FrameLimits& limits,
+                               Deadline deadline = Deadline::never(), int peer_exit_fd = -1);
+
+// AF_UNIX SOCK_STREAM pair, both ends close-on-exec. (Stream, not SEQPACKET:
+// payloads such as object files exceed the kernel's datagram size limits.)
+struct SocketPair {
+  Fd first;
+  Fd second;
+};
+Expected<SocketPair> make_socket_pair();
+
+// ---- Job protocol shared by WorkerPool and run_worker_loop ----
+
+inline constexpr int kWorkerProtocolVersion = 1;
+// Set by WorkerPool in each worker's environment: the daemon's pid, so the
+// worker can tell whether its parent died before PR_SET_PDEATHSIG took effect.
+inline constexpr const char* kWorkerParentPidEnv = "FDO_WORKER_PARENT_PID";
+
+struct JobLimits {
+  // Wall-clock time for the whole job (sending, running, answering). On expiry
+  // the worker is SIGKILLed and replaced.
+  std::chrono::milliseconds wall{30000};
+  // Address space the job may add on top of what the worker already maps when
+  // the job starts (RLIMIT_AS soft limit = current + this). 0 = unlimited.
+  std::uint64_t address_space_bytes = 0;
+  // Largest response (result header + payload) the pool accepts. Must be > 0.
+  std::uint64_t max_output_bytes = 64 * kMiB;
+  // CPU seconds the job may use (RLIMIT_CPU soft limit, a backstop behind the
+  // wall limit). 0 = derived from `wall`: ceil(wall in s) + 1.
+  std::uint64_t cpu_seconds = 0;
+};
+nlohmann::json to_json(const JobLimits& limits);
+// Errc::invalid_argument naming the field when a field is missing or mistyped.
+Expected<JobLimits> job_limits_from_json(const nlohmann::json& j);
+// Checks the invariants above (wall > 0, max_output_bytes > 0).
+Status validate(const JobLimits& limits);
+// The CPU-second limit actually applied (cpu_seconds, or derived from wall).
+std::uint64_t effective_cpu_seconds(const JobLimits& limits);
+
+// Error <-> {"code": "<errc name>", "message": "..."}.
+std::optional<Errc> parse_errc(std::string_view name);
+nlohmann::json error_to_json(const Error& error);
+// An unknown code or a malformed object becomes Errc::internal saying so.
+Error error_from_json(const nlohmann::json& j);
+
+// "64 MiB", "1.5 MiB", "512 bytes": how limits are named in messages.
+std::string format_bytes(std::uint64_t bytes);
+
+} // namespace fdo::daemon

@@ -1,0 +1,60 @@
+// The worker-process side of the pool: a loop that reads job requests from the
+// daemon, applies each job's resource limits, calls a handler and sends the
+// result back. Compiling client IR and running client code happen only inside
+// this loop, in a separate process (LLVM is not hardened against hostile IR).
+//
+// A worker's main() is expected to look like:
+//
+//   int main(int argc, char** argv) {
+//     auto fd = fdo::daemon::worker_fd_from_args(argc, argv);
+//     if (!fd) { fdo::log::error(fd.error().describe()); return 64; }
+//     return fdo::daemon::run_worker_loop(*fd, [](const Message& req) -> Expected<Message> {...});
+//   }
+#pragma once
+
+#include "fdo/daemon/ipc.h"
+#include "fdo/util/expected.h"
+
+#include <cstdint>
+#include <functional>
+
+namespace fdo::daemon {
+
+// What a handler may want to know about the job it runs.
+struct JobContext {
+  std::uint64_t id = 0;
+  JobLimits limits; // already applied to the process (RLIMIT_AS, RLIMIT_CPU)
+};
+
+using JobHandler = std::function<Expected<Message>(const Message& request)>;
+using ContextJobHandler =
+    std::function<Expected<Message>(const Message& request, const JobContext& context)>;
+
+struct WorkerLoopOptions {
+  // Requests come from the daemon (trusted), but still never allocate blindly.
+  FrameLimits request_limits{64 * kMiB, 4 * kGiB, UINT64_MAX};
+};
+
+// Runs until the daemon closes the channel; returns the process exit status:
+// 0 on end of stream, 1 if the process could not be set up, 2 on a broken
+// channel (corrupt frame, I/O error).
+//
+// Once, at start: PR_SET_PDEATHSIG(SIGKILL) and a check that the parent named
+// in $FDO_WORKER_PARENT_PID is still the parent; RLIMIT_CORE 0; handlers for
+// fatal signals (on an alternate stack) that tell the pool how much memory the
+// job had mapped before the worker dies of the signal; a handshake message.
+//
+// Per job: RLIMIT_AS soft limit = current address space + limits.address_space_bytes
+// (hard limit kept), RLIMIT_CPU soft limit = CPU used so far + effective_cpu_seconds;
+// both restored after the handler returns. The handler's result is sent back;
+// an Error is sent as {code, message}. std::bad_alloc escaping the handler
+// becomes Errc::resource_exhausted "exceeded the memory limit of N MiB
+// (allocation failed)"; other exceptions become Errc::internal. A result larger
+// than limits.max_output_bytes is replaced by an Errc::resource_exhausted error.
+int run_worker_loop(int fd, JobHandler handler, WorkerLoopOptions options = {});
+int run_worker_loop(int fd, ContextJobHandler handler, WorkerLoopOptions options = {});
+
+// Finds "--fd N" in argv and checks that N is an open socket.
+Expected<int> worker_fd_from_args(int argc, const char* const* argv);
+
+} // namespace fdo::daemon

@@ -1,0 +1,131 @@
+// A supervised pool of worker processes (compile or exec workers). Each worker
+// is a separate process started from `worker_path` and talks to the pool over a
+// socketpair with the messages of ipc.h; the worker side is run_worker_loop().
+// A worker that crashes, hangs, exhausts its memory or breaks the protocol is
+// killed, reaped and replaced; the caller gets an error naming what happened
+// and the daemon carries on. See docs/workers.md for the failure table.
+#pragma once
+
+#include "fdo/daemon/ipc.h"
+#include "fdo/util/expected.h"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <sys/types.h>
+#include <vector>
+
+namespace fdo::daemon {
+
+struct PoolOptions {
+  std::string worker_path;              // executable (absolute path recommended)
+  std::vector<std::string> worker_args; // e.g. {"--role", "exec"}; "--fd 3" is appended
+  int size = 1;                         // number of worker processes (1..256)
+  std::string name = "worker";          // for logs and errors: "exec", "compile"
+  JobLimits defaults;                   // used by run(request) without limits
+  // Callers that may wait for a free worker; one more is refused with
+  // Errc::resource_exhausted.
+  std::size_t max_waiting = 1024;
+  // How long a caller waits for a free worker before Errc::timeout.
+  std::chrono::milliseconds queue_timeout{60000};
+  // Time a new worker has to start and send its handshake.
+  std::chrono::milliseconds startup_timeout{10000};
+  // Shutdown: time between SIGTERM and SIGKILL.
+  std::chrono::milliseconds shutdown_grace{2000};
+  // Delay before retrying a failed respawn, doubling per consecutive failure.
+  std::chrono::milliseconds respawn_backoff_initial{50};
+  std::chrono::milliseconds respawn_backoff_max{5000};
+};
+
+enum class WorkerState { starting, idle, busy, dead };
+std::string_view to_string(WorkerState state);
+
+struct WorkerInfo {
+  int slot = 0;
+  pid_t pid = 0; // 0 while no process is running in this slot
+  WorkerState state = WorkerState::dead;
+  std::uint64_t jobs = 0; // jobs served by the current process
+  int consecutive_spawn_failures = 0;
+  std::string last_spawn_error;
+};
+
+struct FailureCounts {
+  std::uint64_t handler_error = 0;    // the handler returned an Error (worker kept)
+  std::uint64_t timeout = 0;          // wall-time limit: worker killed
+  std::uint64_t cpu_limit = 0;        // RLIMIT_CPU (SIGXCPU)
+  std::uint64_t crashed = 0;          // died of a signal
+  std::uint64_t memory = 0;           // died near its memory limit
+  std::uint64_t exited = 0;           // exited on its own mid-job
+  std::uint64_t output_too_large = 0; // response over max_output_bytes (pool-side check)
+  std::uint64_t protocol = 0;         // malformed or out-of-sync response: worker killed
+  std::uint64_t queue_full = 0;       // refused: too many callers waiting
+  std::uint64_t queue_timeout = 0;    // no worker became free in time
+  std::uint64_t unavailable = 0;      // no live worker (respawning keeps failing) or shutdown
+  std::uint64_t total() const;
+};
+
+struct PoolStats {
+  std::string name;
+  int size = 0;
+  int live = 0;            // processes running (idle or busy)
+  std::size_t waiting = 0; // callers waiting for a free worker
+  std::uint64_t jobs = 0;  // jobs handed to a worker
+  std::uint64_t succeeded = 0;
+  FailureCounts failures;
+  std::uint64_t restarts = 0;       // replacement processes started
+  std::uint64_t spawn_failures = 0; // failed attempts to start a process
+  std::uint64_t idle_deaths = 0;    // workers found dead between jobs (replaced, job retried)
+  std::vector<WorkerInfo> workers;
+};
+nlohmann::json to_json(const PoolStats& stats);
+
+// "SIGSEGV (segmentation fault)", "SIGABRT (aborted)", ...
+std::string describe_signal(int sig);
+
+class WorkerPool {
+public:
+  // Starts `size` workers and waits for each handshake. Fails (and leaves no
+  // process behind) if any cannot be started: bad path, not executable, or a
+  // program that does not speak the protocol.
+  static Expected<std::unique_ptr<WorkerPool>> create(PoolOptions options);
+
+  // Waits for in-flight jobs (each bounded by its wall limit), refuses waiting
+  // callers, then closes every channel, SIGTERMs the workers' process groups,
+  // SIGKILLs what is left after shutdown_grace and reaps everything.
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  // Runs one job on a free worker; thread-safe; blocks while all workers are
+  // busy (FIFO). Outcomes (messages name the pool, e.g. "exec"):
+  //   success                 -> the handler's Message
+  //   handler error           -> that Error, unchanged (worker kept)
+  //   wall time exceeded      -> Errc::timeout "exec worker exceeded the wall-time limit of N ms
+  //   (killed)" CPU limit (SIGXCPU)     -> Errc::timeout "... exceeded the CPU-time limit of N s
+  //   ..." died of a signal        -> Errc::crashed "program crashed: SIGSEGV (segmentation fault);
+  //   ..." memory exhausted        -> Errc::resource_exhausted "... exceeded the memory limit of N
+  //   MiB ..." exited mid-job          -> Errc::crashed "... exited unexpectedly with status N ..."
+  //   response too large      -> Errc::resource_exhausted (worker killed if it sent it anyway)
+  //   protocol violation      -> Errc::internal (worker killed)
+  //   queue full / wait timed out / no live worker / shutting down
+  //                           -> Errc::resource_exhausted / timeout / unavailable / unavailable
+  // Any worker that failed is replaced (asynchronously, with backoff when
+  // starting it keeps failing).
+  Expected<Message> run(const Message& request, const JobLimits& limits);
+  Expected<Message> run(const Message& request);
+
+  PoolStats stats() const;
+  const PoolOptions& options() const;
+
+  class Impl;
+
+private:
+  explicit WorkerPool(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace fdo::daemon

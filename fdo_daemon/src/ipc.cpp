@@ -1,0 +1,403 @@
+#include "fdo/daemon/ipc.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+namespace fdo::daemon {
+
+int Deadline::poll_timeout_ms() const {
+  if (!when_) return -1;
+  auto left = *when_ - Clock::now();
+  if (left <= Clock::duration::zero()) return 0;
+  // Round up so poll never returns "timed out" just before the deadline.
+  auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+  return static_cast<int>(std::min<std::int64_t>(ms, INT_MAX));
+}
+
+// ---------------------------------------------------------------------------
+// Pure framing
+
+namespace {
+
+void put_u32(std::uint8_t* p, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i)
+    p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+void put_u64(std::uint8_t* p, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i)
+    p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+std::uint32_t get_u32(const std::uint8_t* p) {
+  std::uint32_t v = 0;
+  for (int i = 0; i < 4; ++i)
+    v |= std::uint32_t(p[i]) << (8 * i);
+  return v;
+}
+std::uint64_t get_u64(const std::uint8_t* p) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i)
+    v |= std::uint64_t(p[i]) << (8 * i);
+  return v;
+}
+
+std::string dump_header(const nlohmann::json& header) {
+  // Replace invalid UTF-8 instead of throwing: a handler's error message may
+  // quote arbitrary client bytes.
+  return header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+Expected<nlohmann::json> parse_header(std::string_view text) {
+  auto j = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded())
+    return make_error(Errc::corrupt, "message header of " + std::to_string(text.size()) +
+                                         " bytes is not valid JSON");
+  return j;
+}
+
+} // namespace
+
+std::array<std::uint8_t, kFramePrefixBytes> encode_frame_prefix(std::uint32_t header_len,
+                                                                std::uint64_t payload_len) {
+  std::array<std::uint8_t, kFramePrefixBytes> out{};
+  put_u32(out.data(), kFrameMagic);
+  put_u32(out.data() + 4, header_len);
+  put_u64(out.data() + 8, payload_len);
+  return out;
+}
+
+Expected<FramePrefix> decode_frame_prefix(std::span<const std::uint8_t, kFramePrefixBytes> bytes,
+                                          const FrameLimits& limits) {
+  std::uint32_t magic = get_u32(bytes.data());
+  if (magic != kFrameMagic) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  "bad message magic 0x%08x (expected 0x%08x \"FDO1\"): the stream is not a "
+                  "worker channel or is out of sync",
+                  magic, kFrameMagic);
+    return make_error(Errc::corrupt, buf);
+  }
+  FramePrefix p;
+  p.header_len = get_u32(bytes.data() + 4);
+  p.payload_len = get_u64(bytes.data() + 8);
+  if (p.header_len == 0) return make_error(Errc::corrupt, "message has an empty header");
+  if (p.header_len > limits.max_header_bytes)
+    return make_error(Errc::resource_exhausted,
+                      "message header of " + std::to_string(p.header_len) +
+                          " bytes exceeds the limit of " + std::to_string(limits.max_header_bytes) +
+                          " bytes");
+  if (p.payload_len > limits.max_payload_bytes)
+    return make_error(Errc::resource_exhausted,
+                      "message payload of " + std::to_string(p.payload_len) +
+                          " bytes exceeds the limit of " +
+                          std::to_string(limits.max_payload_bytes) + " bytes");
+  // Written to avoid overflow: header_len + payload_len may not fit in u64.
+  if (p.header_len > limits.max_total_bytes ||
+      p.payload_len > limits.max_total_bytes - p.header_len) {
+    std::string total = p.payload_len > UINT64_MAX - p.header_len
+                            ? std::string("more than 2^64")
+                            : std::to_string(std::uint64_t(p.header_len) + p.payload_len);
+    return make_error(Errc::resource_exhausted,
+                      "message of " + total + " bytes exceeds the limit of " +
+                          std::to_string(limits.max_total_bytes) + " bytes");
+  }
+  return p;
+}
+
+Expected<std::string> encode_message(const Message& message) {
+  std::string header = dump_header(message.header);
+  if (header.size() > UINT32_MAX)
+    return make_error(Errc::resource_exhausted, "message header of " +
+                                                    std::to_string(header.size()) +
+                                                    " bytes does not fit the 32-bit length field");
+  auto prefix =
+      encode_frame_prefix(static_cast<std::uint32_t>(header.size()), message.payload.size());
+  std::string out;
+  out.reserve(prefix.size() + header.size() + message.payload.size());
+  out.append(reinterpret_cast<const char*>(prefix.data()), prefix.size());
+  out.append(header);
+  out.append(message.payload);
+  return out;
+}
+
+Expected<Message> decode_message(std::string_view frame, const FrameLimits& limits) {
+  if (frame.size() < kFramePrefixBytes)
+    return make_error(Errc::corrupt, "truncated message: " + std::to_string(frame.size()) + " of " +
+                                         std::to_string(kFramePrefixBytes) + " prefix bytes");
+  std::span<const std::uint8_t, kFramePrefixBytes> prefix(
+      reinterpret_cast<const std::uint8_t*>(frame.data()), kFramePrefixBytes);
+  FDO_TRY(FramePrefix p, decode_frame_prefix(prefix, limits));
+  std::uint64_t body = frame.size() - kFramePrefixBytes;
+  std::uint64_t want = std::uint64_t(p.header_len) + p.payload_len;
+  if (body < want)
+    return make_error(Errc::corrupt, "truncated message: " + std::to_string(body) + " of " +
+                                         std::to_string(want) + " body bytes");
+  if (body > want)
+    return make_error(Errc::corrupt, "message is followed by " + std::to_string(body - want) +
+                                         " unexpected bytes");
+  Message m;
+  FDO_TRY(m.header, parse_header(frame.substr(kFramePrefixBytes, p.header_len)));
+  m.payload.assign(frame.substr(kFramePrefixBytes + p.header_len));
+  return m;
+}
+
+// ---------------------------------------------------------------------------
+// I/O
+
+namespace {
+
+enum class Ready { yes, timed_out, peer_exited };
+
+Expected<Ready> wait_for(int fd, short events, Deadline deadline, int peer_exit_fd) {
+  for (;;) {
+    pollfd p[2] = {{fd, events, 0}, {peer_exit_fd, POLLIN, 0}};
+    int n = ::poll(p, peer_exit_fd >= 0 ? 2 : 1, deadline.poll_timeout_ms());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Error::from_errno("poll", errno);
+    }
+    // The socket first: a peer that wrote its answer and then exited must
+    // still have the answer read.
+    if (p[0].revents != 0) return Ready::yes;
+    if (peer_exit_fd >= 0 && p[1].revents != 0) return Ready::peer_exited;
+    if (n == 0 && deadline.expired()) return Ready::timed_out;
+  }
+}
+
+Error closed_error() {
+  return make_error(Errc::unavailable, "peer closed the connection");
+}
+
+// Reads exactly `len` bytes into `buf`; `part` names what is being read for
+// error messages, `before` counts bytes of this message already received.
+Status read_exact(int fd, char* buf, std::size_t len, Deadline deadline, int peer_exit_fd,
+                  const char* part, std::uint64_t before) {
+  std::size_t got = 0;
+  auto truncated = [&] {
+    if (before == 0 && got == 0) return closed_error();
+    return make_error(Errc::corrupt, "truncated message: the peer closed the connection after " +
+                                         std::to_string(got) + " of " + std::to_string(len) + " " +
+                                         part + " bytes");
+  };
+  while (got < len) {
+    FDO_TRY(Ready r, wait_for(fd, POLLIN, deadline, peer_exit_fd));
+    if (r == Ready::timed_out) {
+      if (before == 0 && got == 0)
+        return make_error(Errc::timeout, "timed out waiting for a message");
+      return make_error(Errc::timeout, "timed out after receiving " + std::to_string(got) + " of " +
+                                           std::to_string(len) + " " + part + " bytes");
+    }
+    if (r == Ready::peer_exited) {
+      // The process is gone; take what is still buffered, then give up.
+      ssize_t n = ::recv(fd, buf + got, len - got, MSG_DONTWAIT);
+      if (n > 0) {
+        got += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      // End of stream, nothing buffered, or a reset: the peer is gone either way.
+      if (before == 0 && got == 0) return make_error(Errc::unavailable, "peer process exited");
+      return truncated();
+    }
+    ssize_t n = ::read(fd, buf + got, len - got);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      if (errno == ECONNRESET) return before == 0 && got == 0 ? closed_error() : truncated();
+      return Error::from_errno(std::string("read message ") + part, errno);
+    }
+    if (n == 0) return truncated();
+    got += static_cast<std::size_t>(n);
+  }
+  return ok();
+}
+
+Status write_iov(int fd, iovec* iov, int count, Deadline deadline) {
+  bool is_socket = true;
+  while (count > 0) {
+    if (iov[0].iov_len == 0) {
+      ++iov;
+      --count;
+      continue;
+    }
+    ssize_t n;
+    if (is_socket) {
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<std::size_t>(count);
+      // Non-blocking per call so a peer that stops reading cannot hold us past
+      // the deadline; no SIGPIPE when the peer is gone.
+      n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && errno == ENOTSOCK) {
+        is_socket = false;
+        continue;
+      }
+    } else {
+      FDO_TRY(Ready r, wait_for(fd, POLLOUT, deadline, -1));
+      if (r == Ready::timed_out) return make_error(Errc::timeout, "timed out sending a message");
+      n = ::writev(fd, iov, count);
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        FDO_TRY(Ready r, wait_for(fd, POLLOUT, deadline, -1));
+        if (r == Ready::timed_out)
+          return make_error(Errc::timeout, "timed out sending a message (the peer is not reading)");
+        continue;
+      }
+      if (errno == EPIPE || errno == ECONNRESET) return closed_error();
+      return Error::from_errno("send message", errno);
+    }
+    auto done = static_cast<std::size_t>(n);
+    while (count > 0 && done >= iov[0].iov_len) {
+      done -= iov[0].iov_len;
+      ++iov;
+      --count;
+    }
+    if (count > 0) {
+      iov[0].iov_base = static_cast<char*>(iov[0].iov_base) + done;
+      iov[0].iov_len -= done;
+    }
+  }
+  return ok();
+}
+
+} // namespace
+
+Status send_frame_text(int fd, std::string_view header_json, std::string_view payload,
+                       Deadline deadline) {
+  if (header_json.empty()) return make_error(Errc::invalid_argument, "empty message header");
+  if (header_json.size() > UINT32_MAX)
+    return make_error(Errc::resource_exhausted, "message header of " +
+                                                    std::to_string(header_json.size()) +
+                                                    " bytes does not fit the 32-bit length field");
+  auto prefix = encode_frame_prefix(static_cast<std::uint32_t>(header_json.size()), payload.size());
+  iovec iov[3] = {
+      {prefix.data(), prefix.size()},
+      {const_cast<char*>(header_json.data()), header_json.size()},
+      {const_cast<char*>(payload.data()), payload.size()},
+  };
+  return write_iov(fd, iov, 3, deadline);
+}
+
+Status send_frame(int fd, const nlohmann::json& header, std::string_view payload,
+                  Deadline deadline) {
+  return send_frame_text(fd, dump_header(header), payload, deadline);
+}
+
+Status send_message(int fd, const Message& message, Deadline deadline) {
+  return send_frame(fd, message.header, message.payload, deadline);
+}
+
+Expected<Message> recv_message(int fd, const FrameLimits& limits, Deadline deadline,
+                               int peer_exit_fd) {
+  std::array<std::uint8_t, kFramePrefixBytes> raw{};
+  FDO_TRY_STATUS(read_exact(fd, reinterpret_cast<char*>(raw.data()), raw.size(), deadline,
+                            peer_exit_fd, "prefix", 0));
+  FDO_TRY(FramePrefix p, decode_frame_prefix(raw, limits));
+  // Allocation happens only now, after every length passed its limit.
+  std::string header(p.header_len, '\0');
+  FDO_TRY_STATUS(read_exact(fd, header.data(), header.size(), deadline, peer_exit_fd, "header",
+                            kFramePrefixBytes));
+  Message m;
+  FDO_TRY(m.header, parse_header(header));
+  m.payload.resize(p.payload_len);
+  FDO_TRY_STATUS(read_exact(fd, m.payload.data(), m.payload.size(), deadline, peer_exit_fd,
+                            "payload", kFramePrefixBytes + p.header_len));
+  return m;
+}
+
+Expected<SocketPair> make_socket_pair() {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+    return Error::from_errno("socketpair", errno);
+  return SocketPair{Fd(fds[0]), Fd(fds[1])};
+}
+
+// ---------------------------------------------------------------------------
+// Job protocol
+
+nlohmann::json to_json(const JobLimits& l) {
+  return {{"wall_ms", static_cast<std::uint64_t>(std::max<std::int64_t>(l.wall.count(), 0))},
+          {"address_space_bytes", l.address_space_bytes},
+          {"max_output_bytes", l.max_output_bytes},
+          {"cpu_seconds", l.cpu_seconds}};
+}
+
+Expected<JobLimits> job_limits_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) return make_error(Errc::invalid_argument, "job limits must be an object");
+  auto field = [&](const char* name) -> Expected<std::uint64_t> {
+    auto it = j.find(name);
+    // Parsed JSON holds non-negative integers as unsigned; JSON built in
+    // memory may hold them as signed.
+    bool ok = it != j.end() && (it->is_number_unsigned() ||
+                                (it->is_number_integer() && it->get<std::int64_t>() >= 0));
+    if (!ok)
+      return make_error(Errc::invalid_argument,
+                        std::string("job limits: '") + name + "' must be a non-negative integer");
+    return it->get<std::uint64_t>();
+  };
+  JobLimits l;
+  FDO_TRY(std::uint64_t wall, field("wall_ms"));
+  if (wall > static_cast<std::uint64_t>(INT64_MAX / 1000000))
+    return make_error(Errc::invalid_argument, "job limits: 'wall_ms' is out of range");
+  l.wall = std::chrono::milliseconds(static_cast<std::int64_t>(wall));
+  FDO_TRY(l.address_space_bytes, field("address_space_bytes"));
+  FDO_TRY(l.max_output_bytes, field("max_output_bytes"));
+  FDO_TRY(l.cpu_seconds, field("cpu_seconds"));
+  return l;
+}
+
+Status validate(const JobLimits& l) {
+  if (l.wall.count() <= 0)
+    return make_error(Errc::invalid_argument, "job wall-time limit must be positive");
+  if (l.max_output_bytes == 0)
+    return make_error(Errc::invalid_argument, "job output limit must be positive");
+  return ok();
+}
+
+std::uint64_t effective_cpu_seconds(const JobLimits& l) {
+  if (l.cpu_seconds != 0) return l.cpu_seconds;
+  auto secs = std::chrono::ceil<std::chrono::seconds>(l.wall).count();
+  return static_cast<std::uint64_t>(std::max<std::int64_t>(secs, 0)) + 1;
+}
+
+std::optional<Errc> parse_errc(std::string_view name) {
+  for (int i = 0; i <= static_cast<int>(Errc::internal); ++i) {
+    auto code = static_cast<Errc>(i);
+    if (to_string(code) == name) return code;
+  }
+  return std::nullopt;
+}
+
+nlohmann::json error_to_json(const Error& e) {
+  return {{"code", std::string(to_string(e.code()))}, {"message", e.message()}};
+}
+
+Error error_from_json(const nlohmann::json& j) {
+  if (!j.is_object() || !j.contains("code") || !j["code"].is_string() || !j.contains("message") ||
+      !j["message"].is_string())
+    return make_error(Errc::internal, "malformed error object from worker: " + dump_header(j));
+  auto name = j["code"].get<std::string>();
+  auto message = j["message"].get<std::string>();
+  if (auto code = parse_errc(name)) return Error(*code, std::move(message));
+  return make_error(Errc::internal,
+                    "worker reported unknown error code '" + name + "': " + message);
+}
+
+std::string format_bytes(std::uint64_t bytes) {
+  if (bytes >= kMiB) {
+    if (bytes % kMiB == 0) return std::to_string(bytes / kMiB) + " MiB";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / double(kMiB));
+    return buf;
+  }
+  if (bytes >= kKiB && bytes % kKiB == 0) return std::to_string(bytes / kKiB) + " KiB";
+  return std::to_string(bytes) + " bytes";
+}
+
+} // namespace fdo::daemon

@@ -1,0 +1,393 @@
+#include "fdo/daemon/worker_loop.h"
+
+#include "fdo/util/log.h"
+
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <malloc.h>
+#include <new>
+#include <string_view>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace fdo::daemon {
+
+namespace {
+
+// State read by the fatal-signal handler. A signal handler can reach nothing
+// but globals, so this is the one justified exception to "no globals": only
+// lock-free atomics, set by the loop around each job.
+struct FatalSignalState {
+  std::atomic<int> fd{-1};
+  std::atomic<int> job_active{0};
+  std::atomic<std::uint64_t> job_id{0};
+  std::atomic<std::uint64_t> vm_at_job_start{0};
+  std::atomic<long> page_size{4096};
+};
+FatalSignalState g_fatal;
+
+constexpr int kFatalSignals[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGTRAP, SIGSYS};
+
+// --- async-signal-safe helpers (no allocation, no stdio) ---
+
+std::size_t append_text(char* buf, std::size_t pos, std::size_t cap, const char* s) {
+  while (*s != '\0' && pos < cap)
+    buf[pos++] = *s++;
+  return pos;
+}
+
+std::size_t append_u64(char* buf, std::size_t pos, std::size_t cap, std::uint64_t v) {
+  char digits[24];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  while (n > 0 && pos < cap)
+    buf[pos++] = digits[--n];
+  return pos;
+}
+
+// Address space currently mapped by this process (VmSize), from /proc/self/statm.
+std::uint64_t read_vm_bytes() noexcept {
+  int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[64];
+  ssize_t n;
+  do {
+    n = ::read(fd, buf, sizeof buf - 1);
+  } while (n < 0 && errno == EINTR);
+  ::close(fd);
+  if (n <= 0) return 0;
+  std::uint64_t pages = 0;
+  for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i)
+    pages = pages * 10 + static_cast<std::uint64_t>(buf[i] - '0');
+  return pages * static_cast<std::uint64_t>(g_fatal.page_size.load());
+}
+
+// Tells the pool, before the worker dies of `sig`, how much address space the
+// running job had added: the pool uses it to tell "exhausted its memory" from
+// "crashed". Then re-raises so the worker dies of the original signal.
+void fatal_signal_handler(int sig, siginfo_t*, void*) {
+  int saved_errno = errno;
+  int fd = g_fatal.fd.load();
+  if (fd >= 0 && g_fatal.job_active.exchange(0) == 1) {
+    std::uint64_t vm = read_vm_bytes();
+    std::uint64_t start = g_fatal.vm_at_job_start.load();
+    char frame[kFramePrefixBytes + 192];
+    constexpr std::size_t cap = sizeof frame;
+    std::size_t pos = kFramePrefixBytes;
+    pos = append_text(frame, pos, cap, "{\"id\":");
+    pos = append_u64(frame, pos, cap, g_fatal.job_id.load());
+    pos = append_text(frame, pos, cap, ",\"ok\":false,\"fatal\":{\"signal\":");
+    pos = append_u64(frame, pos, cap, static_cast<std::uint64_t>(sig));
+    pos = append_text(frame, pos, cap, ",\"job_vm_bytes\":");
+    pos = append_u64(frame, pos, cap, vm > start ? vm - start : 0);
+    pos = append_text(frame, pos, cap, "}}");
+    auto prefix =
+        encode_frame_prefix(static_cast<std::uint32_t>(pos - kFramePrefixBytes), std::uint64_t{0});
+    std::memcpy(frame, prefix.data(), prefix.size());
+    // Best effort: the channel is idle while a job runs, so a small frame fits.
+    (void)::send(fd, frame, pos, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+  errno = saved_errno;
+  // SA_RESETHAND restored the default action; the signal is blocked while we
+  // run, so it is delivered (and kills the process) as soon as we return.
+  ::raise(sig);
+}
+
+// Installs the fatal-signal handlers on an alternate stack (a stack overflow
+// must still be reported) and removes them again on destruction.
+class FatalSignalGuard {
+public:
+  static Expected<FatalSignalGuard> install(int fd) {
+    FatalSignalGuard g;
+    FDO_TRY(g.stack_, Mapping::anonymous(256 * kKiB, Protection::read_write));
+    stack_t ss{};
+    ss.ss_sp = g.stack_.data();
+    ss.ss_size = g.stack_.size();
+    if (::sigaltstack(&ss, nullptr) != 0) return Error::from_errno("sigaltstack", errno);
+    g.active_ = true; // from here on the destructor undoes a partial install
+    g_fatal.page_size = ::sysconf(_SC_PAGESIZE);
+    g_fatal.fd = fd;
+    struct sigaction sa {};
+    sa.sa_sigaction = fatal_signal_handler;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : kFatalSignals)
+      if (::sigaction(sig, &sa, nullptr) != 0) return Error::from_errno("sigaction", errno);
+    return g;
+  }
+  FatalSignalGuard() = default;
+  FatalSignalGuard(FatalSignalGuard&& o) noexcept
+      : stack_(std::move(o.stack_)), active_(std::exchange(o.active_, false)) {}
+  FatalSignalGuard& operator=(FatalSignalGuard&&) = delete;
+  ~FatalSignalGuard() {
+    if (!active_) return;
+    struct sigaction sa {};
+    sa.sa_handler = SIG_DFL;
+    for (int sig : kFatalSignals)
+      ::sigaction(sig, &sa, nullptr);
+    stack_t ss{};
+    ss.ss_flags = SS_DISABLE;
+    ::sigaltstack(&ss, nullptr);
+    g_fatal.fd = -1;
+  }
+
+private:
+  Mapping stack_;
+  bool active_ = false;
+};
+
+Status setup_worker_process() {
+  // Die with the daemon even if it is SIGKILLed. (The pool spawns from one
+  // long-lived thread, because the signal follows the spawning *thread*.)
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+    return Error::from_errno("prctl(PR_SET_PDEATHSIG)", errno);
+  if (const char* env = std::getenv(kWorkerParentPidEnv)) {
+    long expected = std::strtol(env, nullptr, 10);
+    // The daemon may have died between spawning us and the prctl above.
+    if (expected > 0 && ::getppid() != static_cast<pid_t>(expected))
+      return make_error(Errc::unavailable, "the daemon (pid " + std::to_string(expected) +
+                                               ") exited before this worker started");
+    ::unsetenv(kWorkerParentPidEnv);
+  }
+  // One malloc arena: every extra arena reserves 64 MiB of address space,
+  // which RLIMIT_AS counts, so a job that starts a thread would otherwise
+  // lose most of a small memory allowance to a reservation it never uses.
+  ::mallopt(M_ARENA_MAX, 1);
+  rlimit no_core{0, 0};
+  if (::setrlimit(RLIMIT_CORE, &no_core) != 0)
+    return Error::from_errno("setrlimit(RLIMIT_CORE)", errno);
+  return ok();
+}
+
+rlim_t clamp_soft(rlim_t want, const rlimit& original) {
+  if (original.rlim_max != RLIM_INFINITY && want > original.rlim_max) return original.rlim_max;
+  return want;
+}
+
+// Applies one job's RLIMIT_AS / RLIMIT_CPU soft limits; restores the limits
+// the worker started with on destruction (hard limits are never touched).
+class JobLimitScope {
+public:
+  JobLimitScope(const rlimit& orig_as, const rlimit& orig_cpu) : as_(orig_as), cpu_(orig_cpu) {}
+  JobLimitScope(const JobLimitScope&) = delete;
+  JobLimitScope& operator=(const JobLimitScope&) = delete;
+  ~JobLimitScope() {
+    if (as_set_) ::setrlimit(RLIMIT_AS, &as_);
+    if (cpu_set_) ::setrlimit(RLIMIT_CPU, &cpu_);
+  }
+
+  Status apply(const JobLimits& limits, std::uint64_t vm_now) {
+    if (limits.address_space_bytes != 0) {
+      std::uint64_t want = vm_now > UINT64_MAX - limits.address_space_bytes
+                               ? UINT64_MAX
+                               : vm_now + limits.address_space_bytes;
+      rlimit r{clamp_soft(static_cast<rlim_t>(want), as_), as_.rlim_max};
+      if (::setrlimit(RLIMIT_AS, &r) != 0) return Error::from_errno("setrlimit(RLIMIT_AS)", errno);
+      as_set_ = true;
+    }
+    rusage ru{};
+    ::getrusage(RUSAGE_SELF, &ru);
+    std::uint64_t used_us = std::uint64_t(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
+                            std::uint64_t(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    std::uint64_t used_s = (used_us + 999999) / 1000000;
+    rlimit c{clamp_soft(static_cast<rlim_t>(used_s + effective_cpu_seconds(limits)), cpu_),
+             cpu_.rlim_max};
+    if (::setrlimit(RLIMIT_CPU, &c) != 0) return Error::from_errno("setrlimit(RLIMIT_CPU)", errno);
+    cpu_set_ = true;
+    return ok();
+  }
+
+private:
+  rlimit as_;
+  rlimit cpu_;
+  bool as_set_ = false;
+  bool cpu_set_ = false;
+};
+
+Error memory_error(const JobLimits& limits) {
+  if (limits.address_space_bytes != 0)
+    return make_error(Errc::resource_exhausted, "exceeded the memory limit of " +
+                                                    format_bytes(limits.address_space_bytes) +
+                                                    " (allocation failed)");
+  return make_error(Errc::resource_exhausted, "out of memory (allocation failed)");
+}
+
+Expected<Message> call_handler(const ContextJobHandler& handler, const Message& request,
+                               const JobContext& ctx) {
+  try {
+    return handler(request, ctx);
+  } catch (const std::bad_alloc&) {
+    // The handler's memory was released while unwinding; there is room to report.
+    return memory_error(ctx.limits);
+  } catch (const std::exception& e) {
+    return make_error(Errc::internal, std::string("job handler threw an exception: ") + e.what());
+  } catch (...) {
+    return make_error(Errc::internal, "job handler threw a non-standard exception");
+  }
+}
+
+struct Request {
+  std::uint64_t id = 0;
+  JobLimits limits;
+  Message job;
+};
+
+Expected<Request> parse_request(Message&& frame, std::uint64_t& id_out) {
+  const auto& h = frame.header;
+  if (!h.is_object())
+    return make_error(Errc::invalid_argument, "job request header is not an object");
+  auto id = h.find("id");
+  if (id == h.end() || !id->is_number_unsigned())
+    return make_error(Errc::invalid_argument, "job request has no numeric 'id'");
+  id_out = id->get<std::uint64_t>();
+  auto limits = h.find("limits");
+  if (limits == h.end()) return make_error(Errc::invalid_argument, "job request has no 'limits'");
+  FDO_TRY(JobLimits l, job_limits_from_json(*limits));
+  FDO_TRY_STATUS(validate(l));
+  auto job = h.find("job");
+  if (job == h.end()) return make_error(Errc::invalid_argument, "job request has no 'job' header");
+  Request r;
+  r.id = id_out;
+  r.limits = l;
+  r.job.header = std::move(*job);
+  r.job.payload = std::move(frame.payload);
+  return r;
+}
+
+constexpr std::size_t kMaxErrorMessageBytes = 16 * kKiB;
+
+Status send_error(int fd, std::uint64_t id, const Error& error) {
+  auto err = error_to_json(error);
+  if (error.message().size() > kMaxErrorMessageBytes)
+    err["message"] = error.message().substr(0, kMaxErrorMessageBytes) + "... (truncated)";
+  nlohmann::json header = {{"id", id}, {"ok", false}, {"error", std::move(err)}};
+  return send_frame(fd, header, {}, Deadline::never());
+}
+
+Status send_result(int fd, std::uint64_t id, Expected<Message> result, const JobLimits& limits) {
+  if (!result) return send_error(fd, id, result.error());
+  std::string result_header =
+      result->header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::uint64_t size = result_header.size() + result->payload.size();
+  if (size > limits.max_output_bytes)
+    return send_error(
+        fd, id,
+        make_error(Errc::resource_exhausted,
+                   "job output of " + std::to_string(size) + " bytes exceeds the limit of " +
+                       format_bytes(limits.max_output_bytes) + " (max_output_bytes)"));
+  std::string header = "{\"id\":" + std::to_string(id) + ",\"ok\":true,\"result\":";
+  header += result_header;
+  header += '}';
+  return send_frame_text(fd, header, result->payload, Deadline::never());
+}
+
+int channel_broken(const Error& e) {
+  // The daemon went away: nothing to report to, and nothing wrong with us.
+  if (e.code() == Errc::unavailable) return 0;
+  log::error("worker channel broken: " + e.describe());
+  return 2;
+}
+
+} // namespace
+
+int run_worker_loop(int fd, ContextJobHandler handler, WorkerLoopOptions options) {
+  if (auto st = setup_worker_process(); !st) {
+    log::error("worker setup failed: " + st.error().describe());
+    return 1;
+  }
+  auto guard = FatalSignalGuard::install(fd);
+  if (!guard) {
+    log::error("worker setup failed: " + guard.error().describe());
+    return 1;
+  }
+  rlimit orig_as{}, orig_cpu{};
+  ::getrlimit(RLIMIT_AS, &orig_as);
+  ::getrlimit(RLIMIT_CPU, &orig_cpu);
+
+  nlohmann::json hello = {
+      {"hello", {{"protocol", kWorkerProtocolVersion}, {"pid", static_cast<long>(::getpid())}}}};
+  if (auto st = send_frame(fd, hello, {}, Deadline::never()); !st)
+    return channel_broken(st.error());
+
+  for (;;) {
+    auto frame = recv_message(fd, options.request_limits, Deadline::never());
+    if (!frame) return channel_broken(frame.error());
+    std::uint64_t id = 0;
+    auto request = parse_request(std::move(*frame), id);
+    if (!request) {
+      if (auto st = send_error(fd, id, request.error().context("malformed job request")); !st)
+        return channel_broken(st.error());
+      continue;
+    }
+    JobContext ctx{request->id, request->limits};
+    Expected<Message> result = make_error(Errc::internal, "job did not run");
+    {
+      JobLimitScope scope(orig_as, orig_cpu);
+      std::uint64_t vm = read_vm_bytes();
+      if (auto st = scope.apply(ctx.limits, vm); !st) {
+        result = std::move(st).error().context("apply job limits");
+      } else {
+        g_fatal.job_id = ctx.id;
+        g_fatal.vm_at_job_start = vm;
+        g_fatal.job_active = 1;
+        result = call_handler(handler, request->job, ctx);
+        g_fatal.job_active = 0;
+      }
+    } // limits restored here, before the answer is built
+    if (auto st = send_result(fd, ctx.id, std::move(result), ctx.limits); !st)
+      return channel_broken(st.error());
+  }
+}
+
+int run_worker_loop(int fd, JobHandler handler, WorkerLoopOptions options) {
+  return run_worker_loop(
+      fd, ContextJobHandler([h = std::move(handler)](const Message& request, const JobContext&) {
+        return h(request);
+      }),
+      options);
+}
+
+Expected<int> worker_fd_from_args(int argc, const char* const* argv) {
+  std::string_view value;
+  bool found = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--fd" && i + 1 < argc) {
+      value = argv[i + 1];
+      found = true;
+      break;
+    }
+    if (a.starts_with("--fd=")) {
+      value = a.substr(5);
+      found = true;
+      break;
+    }
+  }
+  if (!found)
+    return make_error(Errc::invalid_argument,
+                      "missing '--fd N': this program is a worker started by fdod's worker pool");
+  int fd = -1;
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), fd);
+  if (ec != std::errc() || end != value.data() + value.size() || fd < 0)
+    return make_error(Errc::invalid_argument,
+                      "--fd '" + std::string(value) + "' is not a file descriptor number");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode))
+    return make_error(Errc::invalid_argument,
+                      "--fd " + std::to_string(fd) + " is not an open socket");
+  return fd;
+}
+
+} // namespace fdo::daemon

@@ -1,0 +1,320 @@
+#include "fdo/daemon/ipc.h"
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <csignal>
+#include <cstring>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <thread>
+#include <unistd.h>
+
+using namespace fdo;
+using namespace fdo::daemon;
+using namespace std::chrono_literals;
+
+namespace {
+
+SocketPair pair_or_die() {
+  auto sp = make_socket_pair();
+  REQUIRE(sp);
+  return std::move(*sp);
+}
+
+std::string binary_payload(std::size_t n) {
+  std::string s(n, '\0');
+  for (std::size_t i = 0; i < n; ++i)
+    s[i] = static_cast<char>((i * 131 + 7) & 0xff);
+  return s;
+}
+
+void write_raw(int fd, std::string_view bytes) {
+  REQUIRE(::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+}
+
+std::string prefix_bytes(std::uint32_t magic, std::uint32_t header_len, std::uint64_t payload_len) {
+  auto p = encode_frame_prefix(header_len, payload_len);
+  std::string s(reinterpret_cast<const char*>(p.data()), p.size());
+  for (int i = 0; i < 4; ++i)
+    s[static_cast<std::size_t>(i)] = static_cast<char>(magic >> (8 * i));
+  return s;
+}
+
+} // namespace
+
+TEST_CASE("ipc: frame prefix is little-endian magic, u32 header_len, u64 payload_len", "[ipc]") {
+  auto p = encode_frame_prefix(0x01020304u, 0x0a0b0c0d0e0f1011ull);
+  CHECK(p[0] == 'F');
+  CHECK(p[1] == 'D');
+  CHECK(p[2] == 'O');
+  CHECK(p[3] == '1');
+  CHECK(p[4] == 0x04);
+  CHECK(p[7] == 0x01);
+  CHECK(p[8] == 0x11);
+  CHECK(p[15] == 0x0a);
+  auto d = decode_frame_prefix(p, FrameLimits{UINT32_MAX, UINT64_MAX, UINT64_MAX});
+  REQUIRE(d);
+  CHECK(d->header_len == 0x01020304u);
+  CHECK(d->payload_len == 0x0a0b0c0d0e0f1011ull);
+}
+
+TEST_CASE("ipc: encode/decode round trip keeps header and binary payload", "[ipc]") {
+  Message m;
+  m.header = {{"op", "echo"}, {"n", 42}, {"nested", {{"a", {1, 2, 3}}}}};
+  m.payload = binary_payload(70000);
+  auto frame = encode_message(m);
+  REQUIRE(frame);
+  CHECK(frame->size() == kFramePrefixBytes + m.header.dump().size() + m.payload.size());
+  auto back = decode_message(*frame, FrameLimits{});
+  REQUIRE(back);
+  CHECK(back->header == m.header);
+  CHECK(back->payload == m.payload);
+
+  // Truncated and over-long frames are corrupt, not silently accepted.
+  auto cut = decode_message(std::string_view(*frame).substr(0, frame->size() - 1), FrameLimits{});
+  REQUIRE_FALSE(cut);
+  CHECK(cut.error().code() == Errc::corrupt);
+  CHECK_THAT(cut.error().message(), Catch::Contains("truncated"));
+  auto longer = decode_message(*frame + "x", FrameLimits{});
+  REQUIRE_FALSE(longer);
+  CHECK(longer.error().code() == Errc::corrupt);
+}
+
+TEST_CASE("ipc: invalid UTF-8 in a header is replaced, not thrown", "[ipc]") {
+  Message m;
+  m.header = {{"message", std::string("bad \xff\xfe bytes")}};
+  auto frame = encode_message(m);
+  REQUIRE(frame);
+  auto back = decode_message(*frame, FrameLimits{});
+  REQUIRE(back);
+  CHECK(back->header["message"].get<std::string>().starts_with("bad "));
+}
+
+TEST_CASE("ipc: send/recv round trip over a socketpair with partial reads and writes", "[ipc]") {
+  auto sp = pair_or_die();
+  Message m;
+  m.header = {{"op", "big"}};
+  m.payload = binary_payload(8 << 20); // far beyond the socket buffer: many short writes
+  std::thread writer([&] {
+    CHECK(send_message(sp.first.get(), m, Deadline::after(20s)));
+    Message second{{{"op", "second"}}, ""};
+    CHECK(send_message(sp.first.get(), second, Deadline::after(20s)));
+  });
+  auto got = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(20s));
+  auto got2 = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(20s));
+  writer.join();
+  REQUIRE(got);
+  CHECK(got->header == m.header);
+  CHECK(got->payload == m.payload);
+  REQUIRE(got2);
+  CHECK(got2->header["op"] == "second");
+  CHECK(got2->payload.empty());
+}
+
+TEST_CASE("ipc: huge lengths are rejected before allocating", "[ipc]") {
+  FrameLimits limits{1 * kMiB, 16 * kMiB, 16 * kMiB};
+  SECTION("header length") {
+    auto sp = pair_or_die();
+    write_raw(sp.first.get(), prefix_bytes(kFrameMagic, UINT32_MAX, 0));
+    auto r = recv_message(sp.second.get(), limits, Deadline::after(5s));
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == Errc::resource_exhausted);
+    CHECK_THAT(r.error().message(), Catch::Contains("header of 4294967295 bytes exceeds"));
+  }
+  SECTION("payload length") {
+    auto sp = pair_or_die();
+    write_raw(sp.first.get(), prefix_bytes(kFrameMagic, 2, std::uint64_t{1} << 62));
+    auto r = recv_message(sp.second.get(), limits, Deadline::after(5s));
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == Errc::resource_exhausted);
+    CHECK_THAT(r.error().message(), Catch::Contains("payload of 4611686018427387904 bytes"));
+  }
+  SECTION("total length, without overflow") {
+    FrameLimits wide{UINT32_MAX, UINT64_MAX, 100};
+    auto p = encode_frame_prefix(UINT32_MAX, UINT64_MAX);
+    auto r = decode_frame_prefix(p, wide);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == Errc::resource_exhausted);
+    CHECK_THAT(r.error().message(), Catch::Contains("more than 2^64"));
+    auto q = decode_frame_prefix(encode_frame_prefix(60, 41), wide);
+    REQUIRE_FALSE(q);
+    CHECK_THAT(q.error().message(),
+               Catch::Contains("message of 101 bytes exceeds the limit of 100"));
+    CHECK(decode_frame_prefix(encode_frame_prefix(60, 40), wide));
+  }
+}
+
+TEST_CASE("ipc: garbage magic and bad JSON are corrupt", "[ipc]") {
+  SECTION("magic") {
+    auto sp = pair_or_die();
+    write_raw(sp.first.get(), "GET / HTTP/1.1\r\n\r\n");
+    auto r = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(5s));
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == Errc::corrupt);
+    CHECK_THAT(r.error().message(), Catch::Contains("bad message magic"));
+  }
+  SECTION("empty header") {
+    auto r = decode_frame_prefix(encode_frame_prefix(0, 0), FrameLimits{});
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == Errc::corrupt);
+  }
+  SECTION("header JSON") {
+    auto sp = pair_or_die();
+    write_raw(sp.first.get(), prefix_bytes(kFrameMagic, 5, 0) + "{oops");
+    auto r = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(5s));
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == Errc::corrupt);
+    CHECK_THAT(r.error().message(), Catch::Contains("not valid JSON"));
+  }
+}
+
+TEST_CASE("ipc: end of stream is unavailable at a boundary, corrupt inside a message", "[ipc]") {
+  SECTION("clean close") {
+    auto sp = pair_or_die();
+    sp.first.reset();
+    auto r = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(5s));
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == Errc::unavailable);
+    CHECK(r.error().message() == "peer closed the connection");
+  }
+  SECTION("inside the prefix") {
+    auto sp = pair_or_die();
+    write_raw(sp.first.get(), prefix_bytes(kFrameMagic, 2, 10).substr(0, 7));
+    sp.first.reset();
+    auto r = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(5s));
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == Errc::corrupt);
+    CHECK_THAT(r.error().message(), Catch::Contains("after 7 of 16 prefix bytes"));
+  }
+  SECTION("inside the payload") {
+    auto sp = pair_or_die();
+    write_raw(sp.first.get(), prefix_bytes(kFrameMagic, 2, 10) + "{}abc");
+    sp.first.reset();
+    auto r = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(5s));
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == Errc::corrupt);
+    CHECK_THAT(r.error().message(), Catch::Contains("after 3 of 10 payload bytes"));
+  }
+}
+
+TEST_CASE("ipc: the deadline bounds waiting, also mid-message", "[ipc]") {
+  auto sp = pair_or_die();
+  auto r = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(50ms));
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code() == Errc::timeout);
+  write_raw(sp.first.get(), prefix_bytes(kFrameMagic, 2, 10) + "{}");
+  auto r2 = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(50ms));
+  REQUIRE_FALSE(r2);
+  CHECK(r2.error().code() == Errc::timeout);
+  CHECK_THAT(r2.error().message(), Catch::Contains("0 of 10 payload bytes"));
+  CHECK(Deadline::never().poll_timeout_ms() == -1);
+  CHECK(Deadline::after(-5ms).poll_timeout_ms() == 0);
+}
+
+TEST_CASE("ipc: a sender blocked by a peer that does not read gives up at the deadline", "[ipc]") {
+  auto sp = pair_or_die();
+  Message m{{{"op", "x"}}, std::string(32 << 20, 'a')};
+  auto st = send_message(sp.first.get(), m, Deadline::after(100ms));
+  REQUIRE_FALSE(st);
+  CHECK(st.error().code() == Errc::timeout);
+}
+
+TEST_CASE("ipc: sending to a closed peer is unavailable, not SIGPIPE", "[ipc]") {
+  auto sp = pair_or_die();
+  sp.second.reset();
+  auto st = send_message(sp.first.get(), Message{{{"a", 1}}, "payload"}, Deadline::after(1s));
+  REQUIRE_FALSE(st);
+  CHECK(st.error().code() == Errc::unavailable);
+}
+
+namespace {
+std::atomic<int> g_interrupts{0};
+void count_interrupt(int) {
+  g_interrupts.fetch_add(1);
+}
+} // namespace
+
+TEST_CASE("ipc: EINTR during a blocked receive is retried", "[ipc]") {
+  struct sigaction sa {
+  }, old{};
+  sa.sa_handler = count_interrupt; // no SA_RESTART: poll/read really see EINTR
+  sigemptyset(&sa.sa_mask);
+  REQUIRE(::sigaction(SIGUSR1, &sa, &old) == 0);
+  auto sp = pair_or_die();
+  pthread_t receiver = ::pthread_self();
+  std::atomic<bool> done{false};
+  std::thread poker([&] {
+    for (int i = 0; i < 20 && !done; ++i) {
+      ::pthread_kill(receiver, SIGUSR1);
+      std::this_thread::sleep_for(5ms);
+    }
+    auto st =
+        send_message(sp.first.get(), Message{{{"after", "signals"}}, "xyz"}, Deadline::after(5s));
+    CHECK(st);
+  });
+  auto r = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(10s));
+  done = true;
+  poker.join();
+  ::sigaction(SIGUSR1, &old, nullptr);
+  REQUIRE(r);
+  CHECK(r->header["after"] == "signals");
+  CHECK(r->payload == "xyz");
+  CHECK(g_interrupts.load() > 0);
+}
+
+TEST_CASE("ipc: a readable peer-exit fd ends the wait when nothing is buffered", "[ipc]") {
+  auto sp = pair_or_die();
+  Fd ev(::eventfd(1, EFD_CLOEXEC)); // already readable: "the process exited"
+  REQUIRE(ev.valid());
+  auto r = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(5s), ev.get());
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code() == Errc::unavailable);
+  CHECK(r.error().message() == "peer process exited");
+  // A message already buffered is still delivered.
+  REQUIRE(send_message(sp.first.get(), Message{{{"last", "words"}}, ""}));
+  auto r2 = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(5s), ev.get());
+  REQUIRE(r2);
+  CHECK(r2->header["last"] == "words");
+}
+
+TEST_CASE("ipc: job limits and errors convert to JSON and back", "[ipc]") {
+  JobLimits l;
+  l.wall = 1234ms;
+  l.address_space_bytes = 64 * kMiB;
+  l.max_output_bytes = 77;
+  l.cpu_seconds = 3;
+  auto back = job_limits_from_json(to_json(l));
+  REQUIRE(back);
+  CHECK(back->wall == l.wall);
+  CHECK(back->address_space_bytes == l.address_space_bytes);
+  CHECK(back->max_output_bytes == 77);
+  CHECK(back->cpu_seconds == 3);
+  auto j = to_json(l);
+  j["wall_ms"] = "soon";
+  auto bad = job_limits_from_json(j);
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().code() == Errc::invalid_argument);
+  CHECK_THAT(bad.error().message(), Catch::Contains("wall_ms"));
+
+  CHECK(effective_cpu_seconds(JobLimits{1500ms, 0, 1, 0}) == 3);
+  CHECK(effective_cpu_seconds(JobLimits{1500ms, 0, 1, 9}) == 9);
+  CHECK_FALSE(validate(JobLimits{0ms, 0, 1, 0}));
+  CHECK_FALSE(validate(JobLimits{1ms, 0, 0, 0}));
+
+  for (int i = 0; i <= static_cast<int>(Errc::internal); ++i) {
+    auto code = static_cast<Errc>(i);
+    Error e = error_from_json(error_to_json(Error(code, "msg")));
+    CHECK(e.code() == code);
+    CHECK(e.message() == "msg");
+  }
+  Error unknown = error_from_json({{"code", "weird"}, {"message", "m"}});
+  CHECK(unknown.code() == Errc::internal);
+  CHECK_THAT(unknown.message(), Catch::Contains("weird"));
+  CHECK(error_from_json(nlohmann::json::array()).code() == Errc::internal);
+
+  CHECK(format_bytes(64 * kMiB) == "64 MiB");
+  CHECK(format_bytes(3 * kMiB / 2) == "1.5 MiB");
+  CHECK(format_bytes(4 * kKiB) == "4 KiB");
+  CHECK(format_bytes(100) == "100 bytes");
+}

@@ -1,0 +1,179 @@
+// fdo_test_worker: a worker program for the pool's tests. Its jobs misbehave
+// on purpose (crash, loop, exhaust memory, lie about lengths) so that every
+// failure path of WorkerPool can be exercised against a real process.
+//
+// Job header: {"op": "<name>", ...}. Ops: echo, fail, throw, segv, abort, fpe,
+// trap, loop, alloc, exit, big_output, sleep_ms, fds, limits, lie, garbage, fork.
+#include "fdo/daemon/worker_loop.h"
+#include "fdo/util/log.h"
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+using namespace fdo;
+using namespace fdo::daemon;
+
+namespace {
+
+[[noreturn]] void spin_forever() {
+  volatile std::uint64_t n = 0;
+  for (;;)
+    n = n + 1;
+}
+
+[[noreturn]] void sleep_forever() {
+  for (;;)
+    ::pause();
+}
+
+std::uint64_t rl(rlim_t v) {
+  return static_cast<std::uint64_t>(v);
+}
+
+Expected<Message> allocate_until_failure(const nlohmann::json& h) {
+  rlimit as{};
+  ::getrlimit(RLIMIT_AS, &as);
+  // Refuse to eat the host's memory when the pool forgot the limit.
+  if (as.rlim_cur == RLIM_INFINITY)
+    return make_error(Errc::invalid_argument, "alloc job needs an address-space limit");
+  const std::size_t chunk = h.value("chunk", std::size_t{1} << 20);
+  const std::string mode = h.value("mode", std::string("new"));
+  if (mode == "new") {
+    std::vector<std::unique_ptr<char[]>> blocks;
+    for (;;) {
+      blocks.emplace_back(new char[chunk]); // throws std::bad_alloc at the limit
+      std::memset(blocks.back().get(), 1, chunk);
+    }
+  }
+  if (mode == "malloc") {
+    // Like careless C code: never checks for NULL, so it dies of SIGSEGV at the limit.
+    for (;;) {
+      char* volatile p = static_cast<char*>(std::malloc(chunk));
+      for (std::size_t i = 0; i < chunk; i += 4096)
+        p[i] = 1;
+    }
+  }
+  return make_error(Errc::invalid_argument, "unknown alloc mode '" + mode + "'");
+}
+
+Expected<Message> list_fds() {
+  std::vector<int> fds;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd"))
+    fds.push_back(std::stoi(entry.path().filename().string()));
+  // The directory iterator's own descriptor was listed too; it is closed now.
+  std::sort(fds.begin(), fds.end());
+  nlohmann::json open = nlohmann::json::array();
+  for (int fd : fds)
+    if (::fcntl(fd, F_GETFD) != -1) open.push_back(fd);
+  return Message{{{"fds", open}}, {}};
+}
+
+Expected<Message> handle(int sock, const std::string& role, const Message& req,
+                         const JobContext& ctx) {
+  const auto& h = req.header;
+  const std::string op = h.value("op", std::string());
+  if (op == "echo") {
+    nlohmann::json out = {{"op", "echo"},
+                          {"pid", static_cast<long>(::getpid())},
+                          {"role", role},
+                          {"job_id", ctx.id},
+                          {"request", h}};
+    return Message{std::move(out), req.payload};
+  }
+  if (op == "fail") {
+    auto code = parse_errc(h.value("code", std::string("internal")));
+    return make_error(code.value_or(Errc::internal), h.value("message", std::string("failed")));
+  }
+  if (op == "throw") throw std::runtime_error("boom from the test worker");
+  if (op == "segv") {
+    int* volatile p = nullptr;
+    *p = 42;
+  }
+  if (op == "abort") std::abort();
+  if (op == "fpe") {
+    volatile int zero = 0;
+    volatile int one = 1;
+    volatile int r = one / zero;
+    (void)r;
+  }
+  if (op == "trap") __builtin_trap(); // SIGILL (ud2) on x86-64
+  if (op == "loop") spin_forever();
+  if (op == "alloc") return allocate_until_failure(h);
+  if (op == "exit") std::exit(3);
+  if (op == "big_output")
+    return Message{{{"op", "big_output"}}, std::string(h.value("bytes", std::size_t{0}), 'x')};
+  if (op == "sleep_ms") {
+    std::this_thread::sleep_for(std::chrono::milliseconds(h.value("ms", 0)));
+    return Message{{{"op", "sleep_ms"}, {"pid", static_cast<long>(::getpid())}}, {}};
+  }
+  if (op == "fds") return list_fds();
+  if (op == "limits") {
+    rlimit as{}, cpu{}, core{};
+    ::getrlimit(RLIMIT_AS, &as);
+    ::getrlimit(RLIMIT_CPU, &cpu);
+    ::getrlimit(RLIMIT_CORE, &core);
+    return Message{{{"as_soft", rl(as.rlim_cur)},
+                    {"as_hard", rl(as.rlim_max)},
+                    {"cpu_soft", rl(cpu.rlim_cur)},
+                    {"cpu_hard", rl(cpu.rlim_max)},
+                    {"core_soft", rl(core.rlim_cur)},
+                    {"core_hard", rl(core.rlim_max)},
+                    {"parent_pid_env", std::getenv(kWorkerParentPidEnv) != nullptr}},
+                   {}};
+  }
+  if (op == "lie") {
+    // A compromised worker claiming an enormous answer.
+    auto prefix = encode_frame_prefix(2, std::uint64_t{1} << 62);
+    (void)::send(sock, prefix.data(), prefix.size(), MSG_NOSIGNAL);
+    (void)::send(sock, "{}", 2, MSG_NOSIGNAL);
+    sleep_forever();
+  }
+  if (op == "garbage") {
+    const char junk[] = "this is not a frame at all......";
+    (void)::send(sock, junk, sizeof junk, MSG_NOSIGNAL);
+    sleep_forever();
+  }
+  if (op == "fork") {
+    // A grandchild that inherits the channel and outlives the job's worker.
+    pid_t child = ::fork();
+    if (child == 0) sleep_forever();
+    if (child < 0) return Error::from_errno("fork", errno);
+    std::ofstream(h.value("pid_file", std::string("/dev/null"))) << child << "\n";
+    const std::string then = h.value("then", std::string("loop"));
+    if (then == "abort") std::abort();
+    if (then == "exit") std::exit(3);
+    spin_forever();
+  }
+  return make_error(Errc::invalid_argument, "unknown op '" + op + "'");
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  log::set_ident("fdo-test-worker[" + std::to_string(::getpid()) + "]");
+  auto fd = worker_fd_from_args(argc, argv);
+  if (!fd) {
+    log::error(fd.error().describe());
+    return 64;
+  }
+  std::string role = "none";
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string_view(argv[i]) == "--role") role = argv[i + 1];
+  const int sock = *fd;
+  return run_worker_loop(sock, [&](const Message& req, const JobContext& ctx) {
+    return handle(sock, role, req, ctx);
+  });
+}

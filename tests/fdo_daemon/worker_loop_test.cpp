@@ -1,0 +1,256 @@
+// run_worker_loop tested directly: the loop runs in a forked child and the
+// test speaks the raw job protocol to it over a socketpair.
+#include "fdo/daemon/worker_loop.h"
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fcntl.h>
+#include <new>
+#include <stdexcept>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace fdo;
+using namespace fdo::daemon;
+using namespace std::chrono_literals;
+
+namespace {
+
+class LoopProcess {
+public:
+  // Forks a child that runs `handler` in run_worker_loop; `before` runs in the child first.
+  static LoopProcess start(ContextJobHandler handler, void (*before)() = nullptr) {
+    auto sp = make_socket_pair();
+    REQUIRE(sp);
+    pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      sp->first.reset();
+      if (before) before();
+      int rc = run_worker_loop(sp->second.get(), std::move(handler));
+      ::_exit(rc);
+    }
+    sp->second.reset();
+    return LoopProcess(pid, std::move(sp->first));
+  }
+  LoopProcess(LoopProcess&& o) noexcept
+      : pid_(std::exchange(o.pid_, -1)), sock_(std::move(o.sock_)) {}
+  ~LoopProcess() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  int sock() const { return sock_.get(); }
+  void close() { sock_.reset(); }
+
+  Message recv() {
+    auto m = recv_message(sock_.get(), FrameLimits{}, Deadline::after(10s));
+    REQUIRE(m);
+    return std::move(*m);
+  }
+  void send(const nlohmann::json& header, std::string payload = {}) {
+    REQUIRE(send_message(sock_.get(), Message{header, std::move(payload)}, Deadline::after(10s)));
+  }
+  Message job(std::uint64_t id, const nlohmann::json& job, const JobLimits& limits = {},
+              std::string payload = {}) {
+    send({{"id", id}, {"limits", to_json(limits)}, {"job", job}}, std::move(payload));
+    return recv();
+  }
+  int wait_status() {
+    int status = 0;
+    REQUIRE(::waitpid(pid_, &status, 0) == pid_);
+    pid_ = -1;
+    return status;
+  }
+
+private:
+  LoopProcess(pid_t pid, Fd sock) : pid_(pid), sock_(std::move(sock)) {}
+  pid_t pid_;
+  Fd sock_;
+};
+
+Expected<Message> test_handler(const Message& req, const JobContext& ctx) {
+  const std::string op = req.header.value("op", "");
+  if (op == "echo") return Message{{{"echo", req.header}, {"id", ctx.id}}, req.payload};
+  if (op == "fail") return make_error(Errc::not_found, "no such thing");
+  if (op == "big") return Message{{{"big", true}}, std::string(1000, 'b')};
+  if (op == "bad_alloc") throw std::bad_alloc();
+  if (op == "throw") throw std::runtime_error("boom");
+  if (op == "limits") {
+    rlimit as{}, cpu{}, core{};
+    ::getrlimit(RLIMIT_AS, &as);
+    ::getrlimit(RLIMIT_CPU, &cpu);
+    ::getrlimit(RLIMIT_CORE, &core);
+    return Message{{{"as_soft", std::uint64_t(as.rlim_cur)},
+                    {"as_hard", std::uint64_t(as.rlim_max)},
+                    {"cpu_soft", std::uint64_t(cpu.rlim_cur)},
+                    {"core_soft", std::uint64_t(core.rlim_cur)}},
+                   {}};
+  }
+  return make_error(Errc::invalid_argument, "unknown op");
+}
+
+void expect_hello(LoopProcess& p) {
+  Message hello = p.recv();
+  REQUIRE(hello.header.contains("hello"));
+  CHECK(hello.header["hello"]["protocol"] == kWorkerProtocolVersion);
+}
+
+} // namespace
+
+TEST_CASE("worker_loop: handshake, results, handler errors, exit 0 at end of stream",
+          "[worker_loop]") {
+  auto p = LoopProcess::start(test_handler);
+  expect_hello(p);
+
+  Message r = p.job(7, {{"op", "echo"}, {"x", 1}}, JobLimits{}, std::string("\0bin\xff", 5));
+  CHECK(r.header["id"] == 7);
+  CHECK(r.header["ok"] == true);
+  CHECK(r.header["result"]["echo"]["x"] == 1);
+  CHECK(r.header["result"]["id"] == 7);
+  CHECK(r.payload == std::string("\0bin\xff", 5));
+
+  Message e = p.job(8, {{"op", "fail"}});
+  CHECK(e.header["id"] == 8);
+  CHECK(e.header["ok"] == false);
+  CHECK(e.header["error"]["code"] == "not_found");
+  CHECK(e.header["error"]["message"] == "no such thing");
+
+  p.close();
+  int status = p.wait_status();
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("worker_loop: malformed requests get an error and the loop goes on", "[worker_loop]") {
+  auto p = LoopProcess::start(test_handler);
+  expect_hello(p);
+
+  p.send({{"limits", to_json(JobLimits{})}, {"job", {}}});
+  Message r1 = p.recv();
+  CHECK(r1.header["ok"] == false);
+  CHECK(r1.header["error"]["code"] == "invalid_argument");
+  CHECK_THAT(r1.header["error"]["message"].get<std::string>(), Catch::Contains("'id'"));
+
+  p.send({{"id", 3}, {"limits", {{"wall_ms", "x"}}}, {"job", {}}});
+  Message r2 = p.recv();
+  CHECK(r2.header["id"] == 3);
+  CHECK(r2.header["error"]["code"] == "invalid_argument");
+  CHECK_THAT(r2.header["error"]["message"].get<std::string>(), Catch::Contains("wall_ms"));
+
+  p.send(nlohmann::json::array({1, 2}));
+  CHECK(p.recv().header["error"]["code"] == "invalid_argument");
+
+  Message ok = p.job(4, {{"op", "echo"}});
+  CHECK(ok.header["ok"] == true);
+}
+
+TEST_CASE("worker_loop: output over max_output_bytes becomes resource_exhausted", "[worker_loop]") {
+  auto p = LoopProcess::start(test_handler);
+  expect_hello(p);
+  JobLimits small;
+  small.max_output_bytes = 100;
+  Message r = p.job(1, {{"op", "big"}}, small);
+  CHECK(r.header["ok"] == false);
+  CHECK(r.header["error"]["code"] == "resource_exhausted");
+  CHECK_THAT(r.header["error"]["message"].get<std::string>(),
+             Catch::Contains("exceeds the limit of 100 bytes"));
+  CHECK(r.payload.empty());
+  CHECK(p.job(2, {{"op", "big"}}).header["ok"] == true);
+}
+
+TEST_CASE("worker_loop: bad_alloc and other exceptions become errors", "[worker_loop]") {
+  auto p = LoopProcess::start(test_handler);
+  expect_hello(p);
+  JobLimits mem;
+  mem.address_space_bytes = 256 * kMiB;
+  Message r = p.job(1, {{"op", "bad_alloc"}}, mem);
+  CHECK(r.header["error"]["code"] == "resource_exhausted");
+  CHECK(r.header["error"]["message"] == "exceeded the memory limit of 256 MiB (allocation failed)");
+  Message t = p.job(2, {{"op", "throw"}});
+  CHECK(t.header["error"]["code"] == "internal");
+  CHECK_THAT(t.header["error"]["message"].get<std::string>(), Catch::Contains("boom"));
+  CHECK(p.job(3, {{"op", "echo"}}).header["ok"] == true);
+}
+
+TEST_CASE("worker_loop: per-job rlimits are applied and restored, hard limits kept",
+          "[worker_loop]") {
+  rlimit mine{};
+  ::getrlimit(RLIMIT_AS, &mine);
+  auto p = LoopProcess::start(test_handler);
+  expect_hello(p);
+  JobLimits l;
+  l.address_space_bytes = 512 * kMiB;
+  l.cpu_seconds = 5;
+  Message r = p.job(1, {{"op", "limits"}}, l);
+  REQUIRE(r.header["ok"] == true);
+  auto as_soft = r.header["result"]["as_soft"].get<std::uint64_t>();
+  CHECK(as_soft > 512 * kMiB);      // current mapping + the job's allowance
+  CHECK(as_soft < 512 * kMiB * 16); // not unlimited
+  CHECK(r.header["result"]["as_hard"].get<std::uint64_t>() == std::uint64_t(mine.rlim_max));
+  CHECK(r.header["result"]["cpu_soft"].get<std::uint64_t>() >= 5);
+  CHECK(r.header["result"]["cpu_soft"].get<std::uint64_t>() < 100);
+  CHECK(r.header["result"]["core_soft"] == 0);
+
+  Message r2 = p.job(2, {{"op", "limits"}}, JobLimits{});
+  CHECK(r2.header["result"]["as_soft"].get<std::uint64_t>() == std::uint64_t(mine.rlim_cur));
+}
+
+TEST_CASE("worker_loop: a corrupt request stream ends the loop with status 2", "[worker_loop]") {
+  auto p = LoopProcess::start(test_handler);
+  expect_hello(p);
+  const char junk[] = "definitely not a frame....";
+  REQUIRE(::write(p.sock(), junk, sizeof junk) == sizeof junk);
+  int status = p.wait_status();
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 2);
+}
+
+TEST_CASE("worker_loop: a worker whose daemon is already gone refuses to start", "[worker_loop]") {
+  // PID 1 is never our parent here, so the loop must conclude its daemon died.
+  auto p = LoopProcess::start(test_handler, [] { ::setenv(kWorkerParentPidEnv, "1", 1); });
+  int status = p.wait_status();
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 1);
+}
+
+TEST_CASE("worker_loop: --fd is parsed and checked", "[worker_loop]") {
+  auto sp = make_socket_pair();
+  REQUIRE(sp);
+  std::string n = std::to_string(sp->first.get());
+  {
+    const char* argv[] = {"w", "--role", "exec", "--fd", n.c_str()};
+    auto fd = worker_fd_from_args(5, argv);
+    REQUIRE(fd);
+    CHECK(*fd == sp->first.get());
+  }
+  {
+    std::string eq = "--fd=" + n;
+    const char* argv[] = {"w", eq.c_str()};
+    CHECK(worker_fd_from_args(2, argv));
+  }
+  {
+    const char* argv[] = {"w"};
+    auto fd = worker_fd_from_args(1, argv);
+    REQUIRE_FALSE(fd);
+    CHECK_THAT(fd.error().message(), Catch::Contains("missing '--fd N'"));
+  }
+  {
+    const char* argv[] = {"w", "--fd", "3x"};
+    auto fd = worker_fd_from_args(3, argv);
+    REQUIRE_FALSE(fd);
+    CHECK(fd.error().code() == Errc::invalid_argument);
+  }
+  {
+    const char* argv[] = {"w", "--fd", "0"}; // stdin is not a socket here
+    Fd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    std::string num = std::to_string(devnull.get());
+    argv[2] = num.c_str();
+    auto fd = worker_fd_from_args(3, argv);
+    REQUIRE_FALSE(fd);
+    CHECK_THAT(fd.error().message(), Catch::Contains("is not an open socket"));
+  }
+}
