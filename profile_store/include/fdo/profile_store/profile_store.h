@@ -1,0 +1,285 @@
+// The profile store: one SQLite database holding versioned optimization
+// profiles (current version + history per profile key), the profile key
+// mapping IK -> PK, the virtual key mapping CK -> VK, the program registry and
+// aggregated execution feedback. See docs/profile_store.md for the schema,
+// migrations, durability settings and concurrency model.
+//
+// Keys (pk, ik, ck, vk) are opaque non-empty strings to the store.
+//
+// Thread safety: a ProfileStore may be shared by threads; every call takes an
+// internal mutex (one SQLite connection per store). Several processes may open
+// the same file: SQLite's WAL locking serialises writers (waiting up to
+// Options::busy_timeout, then Errc::timeout) and readers never block.
+#pragma once
+
+#include "fdo/util/expected.h"
+#include "fdo/util/profile.h"
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace fdo::profile_store {
+
+enum class OpenMode {
+  read_write, // creates the file if missing, upgrades an older schema
+  read_only   // inspection: never writes; works while another process writes
+};
+
+// SQLite's synchronous setting in WAL mode. full: every commit fsyncs the WAL,
+// so a committed profile version survives power loss. normal: commits survive
+// process crashes but the last ones may be lost on power loss (for benchmarks
+// and throwaway stores; see docs/profile_store.md for measured costs).
+enum class Synchronous { full, normal };
+
+struct Options {
+  OpenMode mode = OpenMode::read_write;
+  int retention = 50; // history versions kept per profile key (>= 1), oldest pruned
+  std::chrono::milliseconds busy_timeout{5000};
+  Synchronous synchronous = Synchronous::full;
+};
+
+// Who asked for a profile write. Feedback writes are refused on pinned
+// profiles; operator and import writes are not.
+enum class WriteSource { feedback, operator_, import };
+std::string_view to_string(WriteSource source); // "feedback", "operator", "import"
+Expected<WriteSource> parse_write_source(std::string_view s);
+
+struct WriteInfo {
+  WriteSource source = WriteSource::feedback;
+  std::string reason;
+  std::int64_t owner = 0; // uid of the writer; owner of the profile if this write creates it
+  std::string host;
+  std::int64_t stage = 0;
+  std::string program; // IK of the program whose feedback produced the version
+};
+
+// One version of a profile as stored. The stored document's provenance is
+// stamped from the WriteInfo and the commit time, so body, doc and the
+// columns below always agree.
+struct StoredProfile {
+  std::string pk;
+  std::int64_t version = 0;
+  std::string digest; // profile_digest(doc)
+  ProfileDoc doc;
+  std::string body;        // canonical JSON of doc
+  bool pinned = false;     // the profile's pin state now (not when the version was written)
+  std::int64_t owner = 0;  // the profile's owner uid
+  std::int64_t author = 0; // uid that wrote this version (WriteInfo::owner)
+  WriteSource source = WriteSource::feedback;
+  std::int64_t created_at = 0; // unix time in milliseconds (UTC) of the commit
+  std::string reason;
+  std::string host;
+  std::int64_t stage = 0;
+  std::string program;
+};
+
+struct ProfileSummary {
+  std::string pk;
+  std::int64_t version = 0;      // current version; 0 = no profile (never written or reset)
+  std::int64_t last_version = 0; // highest version ever written (never reused)
+  std::string digest;            // of the current version; no_profile_digest() when none
+  bool pinned = false;
+  std::int64_t owner = 0;
+  std::int64_t updated_at = 0; // unix ms of the last write, pin, unpin or reset
+  std::int64_t functions = 0;  // functions in the current version
+};
+
+struct WriteRequest {
+  std::string pk;
+  std::int64_t expected_version = 0; // 0: "no profile yet" (or after reset)
+  ProfileDoc doc;
+  WriteInfo info;
+};
+
+enum class MappingChange { inserted, unchanged, replaced };
+struct MappingResult {
+  MappingChange change = MappingChange::inserted;
+  std::optional<std::string> previous; // the old value when replaced
+};
+
+struct MappingRemoval {
+  std::int64_t profile_keys = 0;
+  std::int64_t virtual_keys = 0;
+};
+
+struct RemoveSummary {
+  std::int64_t versions = 0;      // history rows deleted
+  std::int64_t profile_keys = 0;  // IK -> PK mappings to the profile deleted
+  std::int64_t virtual_keys = 0;  // CK -> VK mappings of those IKs deleted
+  std::int64_t feedback_rows = 0; // (pk, version) feedback aggregates deleted
+};
+
+struct ProgramInfo {
+  std::string ik;
+  std::string name;
+  std::int64_t size = 0;       // program bytes
+  std::int64_t owner = 0;      // uid of the first registrant
+  std::int64_t first_seen = 0; // unix ms; set on first registration only
+  std::int64_t last_used = 0;  // unix ms; bumped by register_program and touch_program
+};
+
+// One stage's (or several stages') feedback for one profile version.
+struct FeedbackRow {
+  std::string pk;
+  std::int64_t version = 0;
+  std::uint64_t stages = 0;
+  std::uint64_t exec_ns = 0;
+  std::map<std::string, std::uint64_t> counters; // e.g. "branch-misses" -> sum
+  // Instrumentation counts per function, in the instrumentation's order.
+  std::map<std::string, std::vector<std::uint64_t>> function_counts;
+};
+
+// Rows written together by append_feedback, in one transaction.
+using FeedbackBatch = std::vector<FeedbackRow>;
+
+// All feedback recorded for one (pk, version), summed (saturating at 2^64-1).
+struct FeedbackTotals {
+  std::string pk;
+  std::int64_t version = 0;
+  std::uint64_t stages = 0;
+  std::uint64_t exec_ns = 0;
+  std::map<std::string, std::uint64_t> counters;
+  std::map<std::string, std::vector<std::uint64_t>> function_counts;
+  std::int64_t updated_at = 0; // unix ms of the last batch that touched it
+};
+
+struct AppendResult {
+  std::size_t applied = 0;
+  // Rows whose (pk, version) is not in the history (pruned by retention,
+  // removed, or never written): reported, not stored.
+  std::vector<std::pair<std::string, std::int64_t>> skipped;
+};
+
+enum class ExportHistory { current_only, full };
+// What import does when the profile key already has a current profile with a
+// different digest: keep the local one, write the imported one as a new
+// version on top, or refuse the whole import.
+enum class ImportConflict { skip, overwrite, fail };
+enum class ImportAction {
+  created,   // no local profile: written as the first version (or after a reset)
+  updated,   // written as a new version on top of a different local profile
+  unchanged, // the local current profile already has the imported digest
+  skipped    // local profile differs and the policy is skip
+};
+std::string_view to_string(ImportAction action);
+
+struct ImportedProfile {
+  std::string pk;
+  ImportAction action = ImportAction::created;
+  std::int64_t version = 0; // the local current version after the import
+  std::string digest;
+};
+
+class ProfileStore {
+public:
+  // Bundle format written by export_bundle and accepted by import_bundle.
+  static constexpr std::string_view kBundleFormat = "fdo-profile-bundle";
+  static constexpr int kBundleVersion = 1;
+
+  // Opens (read_write: creates or upgrades) the store at `path`. A file that
+  // is not an SQLite database, is corrupt, belongs to another application, or
+  // has a newer schema than this build knows is refused with an error naming
+  // the path, and is left byte-for-byte untouched.
+  static Expected<ProfileStore> open(const std::string& path, const Options& options = {});
+
+  ProfileStore(ProfileStore&&) noexcept;
+  ProfileStore& operator=(ProfileStore&&) noexcept;
+  ~ProfileStore();
+
+  const std::string& path() const;
+  const Options& options() const;
+  Expected<int> schema_version() const;
+  // PRAGMA integrity_check and foreign_key_check; error describing the first problems.
+  Status integrity_check() const;
+
+  // --- profiles ---
+  Expected<std::optional<StoredProfile>> current(std::string_view pk) const;
+  Expected<std::optional<StoredProfile>> get(std::string_view pk, std::int64_t version) const;
+  // Every retained version, oldest first; not_found when the key is unknown.
+  Expected<std::vector<StoredProfile>> history(std::string_view pk) const;
+  // Writes version (current + 1) iff the current version is expected_version.
+  // Errors: conflict (someone else wrote first: re-read and retry), pinned
+  // (feedback write to a pinned profile), invalid_argument (bad doc or key).
+  Expected<std::int64_t> write(std::string_view pk, std::int64_t expected_version,
+                               const ProfileDoc& doc, const WriteInfo& info);
+  // Several writes in one transaction: all succeed or none is applied (the
+  // error names the request that failed). Returns the new versions in order.
+  Expected<std::vector<std::int64_t>> write_batch(std::span<const WriteRequest> requests);
+  Status pin(std::string_view pk);
+  Status unpin(std::string_view pk);
+  // Back to "no profile": history and pin state are kept and the next write
+  // (expected_version 0) continues the numbering, so versions are never reused.
+  Status reset(std::string_view pk);
+  // Deletes the profile, its history, its feedback, the IK -> PK mappings to it
+  // and the CK -> VK mappings of those IKs. not_found if none of that existed.
+  // A later write starts the key again at version 1.
+  Expected<RemoveSummary> remove(std::string_view pk);
+  Expected<std::vector<ProfileSummary>>
+  list(std::optional<std::int64_t> owner = std::nullopt) const;
+
+  // --- profile key mapping IK -> PK ---
+  Expected<std::optional<std::string>> lookup_profile_key(std::string_view ik) const;
+  // Same pair again: unchanged. A different pk for a known ik (e.g. after a
+  // compiler change): replaced, with the previous pk reported.
+  Expected<MappingResult> put_profile_key(std::string_view ik, std::string_view pk);
+  Expected<bool> remove_profile_key(std::string_view ik); // true if a mapping was removed
+
+  // --- virtual key mapping CK -> VK ---
+  Expected<std::optional<std::string>> lookup_virtual_key(std::string_view ck) const;
+  // `ik` is the program the mapping belongs to (lets remove_mappings drop it);
+  // empty when unknown.
+  Expected<MappingResult> put_virtual_key(std::string_view ck, std::string_view vk,
+                                          std::string_view ik);
+  Expected<bool> remove_virtual_key(std::string_view ck);
+  // Drops the IK -> PK mapping of `ik` and every CK -> VK mapping recorded for it.
+  Expected<MappingRemoval> remove_mappings(std::string_view ik);
+
+  // --- program registry ---
+  // Inserts, or updates name/size/last_used of a known ik (first_seen and
+  // owner stay). Returns the stored row.
+  Expected<ProgramInfo> register_program(const ProgramInfo& program);
+  Status touch_program(std::string_view ik); // not_found for an unknown ik
+  Expected<std::optional<ProgramInfo>> program(std::string_view ik) const;
+  Expected<std::vector<ProgramInfo>>
+  programs(std::optional<std::int64_t> owner = std::nullopt) const;
+  Expected<bool> remove_program(std::string_view ik);
+
+  // --- feedback ---
+  // One transaction for the whole batch. Rows for the same (pk, version) add
+  // up. A row whose counts vector for a function has a different length than
+  // what is stored fails the whole batch (invalid_argument), nothing applied.
+  Expected<AppendResult> append_feedback(std::span<const FeedbackRow> rows);
+  Expected<std::optional<FeedbackTotals>> feedback(std::string_view pk, std::int64_t version) const;
+
+  // --- export / import ---
+  // A format-versioned JSON bundle of the given profiles (an unknown key is
+  // not_found). Profiles without a current version carry "current": null.
+  Expected<nlohmann::json> export_bundle(std::span<const std::string> pks,
+                                         ExportHistory history = ExportHistory::current_only) const;
+  // Every profile in the store.
+  Expected<nlohmann::json> export_all(ExportHistory history = ExportHistory::current_only) const;
+  // Writes each bundled current profile through the versioned write path
+  // (source import, owner `owner` for profiles it creates), all in one
+  // transaction. The bundle is validated first (format, digests); history in
+  // the bundle is informational and not replayed. Pinned in the bundle pins
+  // the local profile; a local pin is never cleared.
+  Expected<std::vector<ImportedProfile>> import_bundle(const nlohmann::json& bundle,
+                                                       std::int64_t owner, ImportConflict policy);
+
+  struct Impl; // public only so the implementation's helpers can name it
+
+private:
+  explicit ProfileStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace fdo::profile_store

@@ -1,0 +1,186 @@
+#include "schema.h"
+
+#include "fdo/profile_store/testing.h"
+#include "fdo/util/log.h"
+
+#include <iterator>
+#include <string>
+
+namespace fdo::profile_store::schema {
+
+namespace {
+
+struct Migration {
+  std::string_view description;
+  std::string_view sql;
+};
+
+// Append-only: a migration that has shipped is never edited, because
+// databases in the field already ran it. A fresh database runs them all in
+// order, so old and new databases end with byte-identical schemas.
+constexpr Migration kMigrations[] = {
+    // v1
+    {"profiles, version history, profile key and virtual key mappings",
+     R"sql(
+PRAGMA application_id = 1178881872; -- 0x46444f50 "FDOP" (schema::kApplicationId)
+CREATE TABLE profiles (
+  pk              TEXT PRIMARY KEY NOT NULL,
+  owner           INTEGER NOT NULL,
+  current_version INTEGER,                    -- NULL: no profile (reset)
+  last_version    INTEGER NOT NULL,           -- highest version ever written
+  pinned          INTEGER NOT NULL DEFAULT 0 CHECK (pinned IN (0, 1)),
+  updated_at      INTEGER NOT NULL,           -- unix ms
+  CHECK (current_version IS NULL OR (current_version > 0 AND current_version <= last_version))
+) STRICT, WITHOUT ROWID;
+CREATE INDEX profiles_by_owner ON profiles (owner);
+CREATE TABLE profile_versions (
+  pk         TEXT NOT NULL REFERENCES profiles (pk) ON DELETE CASCADE,
+  version    INTEGER NOT NULL CHECK (version > 0),
+  digest     TEXT NOT NULL,
+  body       TEXT NOT NULL,                   -- canonical JSON of the ProfileDoc
+  functions  INTEGER NOT NULL,
+  source     TEXT NOT NULL CHECK (source IN ('feedback', 'operator', 'import')),
+  reason     TEXT NOT NULL,
+  author     INTEGER NOT NULL,
+  host       TEXT NOT NULL,
+  stage      INTEGER NOT NULL,
+  program    TEXT NOT NULL,
+  created_at INTEGER NOT NULL,                -- unix ms
+  PRIMARY KEY (pk, version)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE profile_keys (
+  ik         TEXT PRIMARY KEY NOT NULL,
+  pk         TEXT NOT NULL,                   -- no FK: mapped before a profile exists
+  updated_at INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE INDEX profile_keys_by_pk ON profile_keys (pk);
+CREATE TABLE virtual_keys (
+  ck         TEXT PRIMARY KEY NOT NULL,
+  vk         TEXT NOT NULL,
+  updated_at INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+)sql"},
+    // v2
+    {"program registry (backfilled from the profile key mapping)",
+     R"sql(
+CREATE TABLE programs (
+  ik         TEXT PRIMARY KEY NOT NULL,
+  name       TEXT NOT NULL,
+  size       INTEGER NOT NULL CHECK (size >= 0),
+  owner      INTEGER NOT NULL,
+  first_seen INTEGER NOT NULL,
+  last_used  INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE INDEX programs_by_owner ON programs (owner);
+-- Programs seen before the registry existed: known by their IK only; the
+-- owner is the owner of the profile they map to (0 if it has none yet).
+INSERT INTO programs (ik, name, size, owner, first_seen, last_used)
+  SELECT k.ik, '', 0, COALESCE(p.owner, 0), k.updated_at, k.updated_at
+  FROM profile_keys k LEFT JOIN profiles p ON p.pk = k.pk;
+)sql"},
+    // v3
+    {"feedback aggregates per profile version",
+     R"sql(
+CREATE TABLE feedback (
+  pk         TEXT NOT NULL,
+  version    INTEGER NOT NULL,
+  stages     INTEGER NOT NULL,                -- uint64 stored bit-for-bit
+  exec_ns    INTEGER NOT NULL,                -- uint64 stored bit-for-bit
+  updated_at INTEGER NOT NULL,
+  PRIMARY KEY (pk, version),
+  FOREIGN KEY (pk, version) REFERENCES profile_versions (pk, version) ON DELETE CASCADE
+) STRICT, WITHOUT ROWID;
+CREATE TABLE feedback_counters (
+  pk      TEXT NOT NULL,
+  version INTEGER NOT NULL,
+  name    TEXT NOT NULL,
+  value   INTEGER NOT NULL,                   -- uint64 stored bit-for-bit
+  PRIMARY KEY (pk, version, name),
+  FOREIGN KEY (pk, version) REFERENCES feedback (pk, version) ON DELETE CASCADE
+) STRICT, WITHOUT ROWID;
+CREATE TABLE feedback_function_counts (
+  pk       TEXT NOT NULL,
+  version  INTEGER NOT NULL,
+  function TEXT NOT NULL,
+  counts   BLOB NOT NULL,                     -- little-endian uint64 array
+  PRIMARY KEY (pk, version, function),
+  FOREIGN KEY (pk, version) REFERENCES feedback (pk, version) ON DELETE CASCADE
+) STRICT, WITHOUT ROWID;
+)sql"},
+    // v4
+    {"virtual key mappings remember their program (IK)",
+     R"sql(
+-- NULL for mappings made before v4: their program is not known.
+ALTER TABLE virtual_keys ADD COLUMN ik TEXT;
+CREATE INDEX virtual_keys_by_ik ON virtual_keys (ik);
+)sql"},
+};
+
+constexpr int kLatest = static_cast<int>(std::size(kMigrations));
+
+} // namespace
+
+int latest_version() {
+  return kLatest;
+}
+
+std::string_view description(int version) {
+  if (version < 1 || version > kLatest) return "unknown schema version";
+  return kMigrations[version - 1].description;
+}
+
+Expected<Info> read_info(sqlite::Connection& db) {
+  // One read transaction so a concurrent first-time migration by another
+  // process is seen either entirely or not at all.
+  FDO_TRY(auto tx, sqlite::Transaction::begin(db, sqlite::TxKind::deferred));
+  Info info;
+  FDO_TRY(info.user_version, db.query_int("PRAGMA user_version"));
+  FDO_TRY(info.application_id, db.query_int("PRAGMA application_id"));
+  FDO_TRY(info.objects, db.query_int("SELECT count(*) FROM sqlite_schema"));
+  FDO_TRY_STATUS(tx.commit());
+  return info;
+}
+
+Status migrate(sqlite::Connection& db, int target) {
+  if (target < 0 || target > kLatest)
+    return make_error(Errc::internal, "migration target " + std::to_string(target) +
+                                          " outside 0.." + std::to_string(kLatest));
+  for (int v = 1; v <= target; ++v) {
+    FDO_TRY(auto tx, sqlite::Transaction::begin(db, sqlite::TxKind::immediate));
+    FDO_TRY(std::int64_t current, db.query_int("PRAGMA user_version"));
+    if (current >= v) continue; // already applied (possibly by another process just now)
+    if (current != v - 1)
+      return make_error(Errc::internal, "schema version " + std::to_string(current) +
+                                            " cannot take migration " + std::to_string(v));
+    if (Status s = db.exec(kMigrations[v - 1].sql); !s)
+      return std::move(s).error().context("migration to schema version " + std::to_string(v) +
+                                          " (" + std::string(kMigrations[v - 1].description) + ")");
+    // PRAGMA arguments cannot be bound parameters.
+    FDO_TRY_STATUS(db.exec("PRAGMA user_version = " + std::to_string(v)));
+    FDO_TRY_STATUS(tx.commit());
+    log::debug("profile store " + db.path() + ": schema upgraded to version " + std::to_string(v) +
+               " (" + std::string(kMigrations[v - 1].description) + ")");
+  }
+  return ok();
+}
+
+} // namespace fdo::profile_store::schema
+
+namespace fdo::profile_store::testing {
+
+int latest_schema_version() {
+  return schema::latest_version();
+}
+
+std::string_view migration_description(int version) {
+  return schema::description(version);
+}
+
+Status create_database_at_version(const std::string& path, int version) {
+  FDO_TRY(auto db, sqlite::Connection::open(path, sqlite::Access::read_write_create));
+  FDO_TRY_STATUS(db.exec("PRAGMA journal_mode = WAL"));
+  FDO_TRY_STATUS(db.exec("PRAGMA foreign_keys = ON"));
+  return schema::migrate(db, version);
+}
+
+} // namespace fdo::profile_store::testing

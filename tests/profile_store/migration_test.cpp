@@ -1,0 +1,212 @@
+// Schema migrations: a database created at every older schema version, with
+// data in it, opens with the current code, keeps its data and ends with
+// exactly the schema a fresh database has.
+#include "fdo/profile_store/profile_store.h"
+#include "fdo/profile_store/sqlite.h"
+#include "fdo/profile_store/testing.h"
+#include "test_util.h"
+
+#include <catch2/catch.hpp>
+
+using namespace fdo;
+using namespace fdo::profile_store;
+using fdo::profile_store::test::read_bytes;
+using fdo::profile_store::test::sample_doc;
+using fdo::profile_store::test::TempDir;
+
+namespace {
+
+const std::string kPk(64, 'a');
+const std::string kIk(64, '1');
+
+sqlite::Connection raw(const std::string& path) {
+  auto c = sqlite::Connection::open(path, sqlite::Access::read_write);
+  if (!c) FAIL(c.error().describe());
+  return std::move(*c);
+}
+
+void exec(sqlite::Connection& db, const std::string& sql) {
+  auto s = db.exec(sql);
+  if (!s) FAIL(s.error().describe());
+}
+
+std::string schema_dump(const std::string& path) {
+  auto db = raw(path);
+  auto st = db.prepare("SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY name");
+  REQUIRE(st);
+  std::string out;
+  while (*st->step())
+    out += st->column_text(0) + " " + st->column_text(1) + " " + st->column_text(2) + ": " +
+           st->column_text(3) + "\n";
+  return out;
+}
+
+// Data as a build that knew only `version` migrations would have written it.
+void insert_data_at(const std::string& path, int version) {
+  auto db = raw(path);
+  exec(db, "PRAGMA foreign_keys = ON");
+  if (version >= 1) {
+    for (int v = 1; v <= 2; ++v) {
+      ProfileDoc doc = sample_doc(static_cast<std::uint64_t>(v));
+      doc.provenance.reason = "old";
+      std::string body = canonical_json(to_json(doc));
+      auto st = db.prepare(
+          "INSERT INTO profile_versions (pk, version, digest, body, functions, source, reason, "
+          "author, host, stage, program, created_at) VALUES (?1, ?2, ?3, ?4, 2, 'feedback', "
+          "'old', 1000, 'old-host', 4, ?5, 1700000000000)");
+      REQUIRE(st);
+      if (v == 1)
+        exec(db, "INSERT INTO profiles (pk, owner, current_version, last_version, pinned, "
+                 "updated_at) VALUES ('" +
+                     kPk + "', 1000, 1, 1, 1, 1700000000000)");
+      st->bind(1, kPk).bind(2, v).bind(3, profile_digest(doc)).bind(4, body).bind(5, kIk);
+      REQUIRE(st->run());
+    }
+    exec(db, "UPDATE profiles SET current_version = 2, last_version = 2");
+    exec(db, "INSERT INTO profile_keys (ik, pk, updated_at) VALUES ('" + kIk + "', '" + kPk +
+                 "', 1700000000001)");
+    exec(db, "INSERT INTO virtual_keys (ck, vk, updated_at) VALUES ('ck-old', 'vk-old', "
+             "1700000000002)");
+  }
+  if (version >= 2)
+    exec(db, "INSERT INTO programs (ik, name, size, owner, first_seen, last_used) VALUES ('" + kIk +
+                 "', 'old-program.ll', 4096, 1000, 1700000000001, 1700000000001)");
+  if (version >= 3) {
+    exec(db, "INSERT INTO feedback (pk, version, stages, exec_ns, updated_at) VALUES ('" + kPk +
+                 "', 2, 5, 5000, 1700000000003)");
+    exec(db, "INSERT INTO feedback_counters (pk, version, name, value) VALUES ('" + kPk +
+                 "', 2, 'cycles', 123)");
+    exec(db, "INSERT INTO feedback_function_counts (pk, version, function, counts) VALUES ('" +
+                 kPk + "', 2, 'main', x'0300000000000000')");
+  }
+}
+
+} // namespace
+
+TEST_CASE("migrations upgrade a database from every older schema version",
+          "[profile_store][migration]") {
+  const int latest = testing::latest_schema_version();
+  REQUIRE(latest >= 3);
+  TempDir dir;
+  const std::string fresh = dir.file("fresh.db");
+  REQUIRE(testing::create_database_at_version(fresh, latest));
+  const std::string fresh_schema = schema_dump(fresh);
+
+  for (int version = 0; version < latest; ++version) {
+    DYNAMIC_SECTION("from schema version " << version) {
+      std::string path = dir.file("v" + std::to_string(version) + ".db");
+      REQUIRE(testing::create_database_at_version(path, version));
+      insert_data_at(path, version);
+      {
+        auto db = raw(path);
+        CHECK(*db.query_int("PRAGMA user_version") == version);
+      }
+
+      // An old database is not for read-only use until upgraded, and the
+      // refusal leaves it alone.
+      Options ro;
+      ro.mode = OpenMode::read_only;
+      std::string before = read_bytes(path);
+      auto refused = ProfileStore::open(path, ro);
+      REQUIRE_FALSE(refused);
+      CHECK(refused.error().message().find(path) != std::string::npos);
+      CHECK(read_bytes(path) == before);
+
+      auto store = ProfileStore::open(path);
+      REQUIRE(store);
+      CHECK(*store->schema_version() == latest);
+      CHECK(store->integrity_check());
+      CHECK(schema_dump(path) == fresh_schema);
+
+      if (version >= 1) {
+        auto cur = store->current(kPk);
+        REQUIRE(cur);
+        REQUIRE(cur->has_value());
+        CHECK((*cur)->version == 2);
+        CHECK((*cur)->pinned);
+        CHECK((*cur)->host == "old-host");
+        CHECK((*cur)->doc.functions.at("fn0").counts[0] == 2);
+        CHECK(store->history(kPk)->size() == 2);
+        CHECK(**store->lookup_profile_key(kIk) == kPk);
+        CHECK(**store->lookup_virtual_key("ck-old") == "vk-old");
+        // v2 backfilled the registry from the profile key mapping.
+        auto prog = store->program(kIk);
+        REQUIRE(prog);
+        REQUIRE(prog->has_value());
+        CHECK((*prog)->owner == 1000);
+        CHECK((*prog)->first_seen == 1700000000001);
+        if (version >= 2) {
+          CHECK((*prog)->name == "old-program.ll");
+          CHECK((*prog)->size == 4096);
+        } else {
+          CHECK((*prog)->name.empty());
+        }
+        // New writes continue the old numbering, through every new table.
+        WriteInfo wi;
+        wi.source = WriteSource::operator_;
+        REQUIRE(*store->write(kPk, 2, sample_doc(3), wi) == 3);
+        std::vector<FeedbackRow> rows = {{kPk, 2, 1, 1, {{"cycles", 1}}, {{"main", {1}}}}};
+        REQUIRE(store->append_feedback(rows));
+        auto fb = store->feedback(kPk, 2);
+        REQUIRE(fb);
+        REQUIRE(fb->has_value());
+        if (version >= 3) {
+          CHECK((*fb)->stages == 6);
+          CHECK((*fb)->counters.at("cycles") == 124);
+          CHECK((*fb)->function_counts.at("main") == std::vector<std::uint64_t>{4});
+        } else {
+          CHECK((*fb)->stages == 1);
+        }
+        // v4: mappings made before it have no program and survive remove_mappings.
+        REQUIRE(store->put_virtual_key("ck-new", "vk-new", kIk));
+        auto removed = store->remove_mappings(kIk);
+        REQUIRE(removed);
+        CHECK(removed->virtual_keys == 1);
+        CHECK(**store->lookup_virtual_key("ck-old") == "vk-old");
+      } else {
+        CHECK(store->list()->empty());
+      }
+      CHECK(store->integrity_check());
+    }
+  }
+}
+
+TEST_CASE("every migration has a description and re-running migrations is a no-op",
+          "[profile_store][migration]") {
+  for (int v = 1; v <= testing::latest_schema_version(); ++v)
+    CHECK_FALSE(testing::migration_description(v).empty());
+  TempDir dir;
+  std::string path = dir.file("m.db");
+  REQUIRE(testing::create_database_at_version(path, testing::latest_schema_version()));
+  std::string schema = schema_dump(path);
+  // Opening twice (as two processes starting together would) applies nothing twice.
+  REQUIRE(testing::create_database_at_version(path, testing::latest_schema_version()));
+  REQUIRE(ProfileStore::open(path));
+  CHECK(schema_dump(path) == schema);
+}
+
+TEST_CASE("a database with a newer schema version is refused and not touched",
+          "[profile_store][migration]") {
+  TempDir dir;
+  std::string path = dir.file("new.db");
+  {
+    auto store = ProfileStore::open(path);
+    REQUIRE(store);
+    REQUIRE(store->write(kPk, 0, sample_doc(1), {}));
+  }
+  {
+    auto db = raw(path);
+    exec(db, "PRAGMA user_version = " + std::to_string(testing::latest_schema_version() + 1));
+  }
+  std::string before = read_bytes(path);
+  for (OpenMode mode : {OpenMode::read_write, OpenMode::read_only}) {
+    Options o;
+    o.mode = mode;
+    auto r = ProfileStore::open(path, o);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == Errc::unsupported);
+    CHECK(r.error().message().find(path) != std::string::npos);
+    CHECK(r.error().message().find("newer") != std::string::npos);
+    CHECK(read_bytes(path) == before);
+  }
+}

@@ -1,0 +1,68 @@
+// Prints profile documents produced by the C++ code, one JSON document per
+// line, for validate_profile_schema.py to check against
+// schemas/profile.schema.json: edge cases, seeded random documents, and the
+// bodies the profile store actually stored (read back from a real database).
+#include "fdo/profile_store/profile_store.h"
+#include "test_util.h"
+
+#include <iostream>
+#include <limits>
+
+using namespace fdo;
+using namespace fdo::profile_store;
+
+int main() {
+  std::vector<ProfileDoc> docs;
+  docs.push_back(ProfileDoc{}); // defaults: no functions, empty provenance
+  {
+    ProfileDoc d;
+    d.knobs = Knobs{3, 2, false, false, 100000, CompileMode::optimized};
+    FunctionProfile f;
+    f.cfg_hash = std::numeric_limits<std::uint64_t>::max();
+    f.counts = {0, std::numeric_limits<std::uint64_t>::max()};
+    f.unpredictable = {0, std::numeric_limits<std::uint32_t>::max()};
+    f.fingerprint = "abc";
+    d.functions["max"] = f;
+    d.functions["zero"] = FunctionProfile{0, {}, {}, ""};
+    d.provenance = Provenance{"operator", "2026-11-22T00:00:00Z", "h", 9, std::string(64, 'a')};
+    docs.push_back(d);
+  }
+  {
+    ProfileDoc d;
+    d.knobs = Knobs{0, 0, true, true, -10000, CompileMode::plain};
+    docs.push_back(d);
+  }
+  std::mt19937_64 rng(0x5c4e3a);
+  for (int i = 0; i < 200; ++i)
+    docs.push_back(test::random_doc(rng));
+
+  for (const ProfileDoc& d : docs)
+    std::cout << canonical_json(to_json(d)) << "\n";
+
+  // What the store writes (with provenance stamped by the store).
+  test::TempDir dir;
+  auto store = ProfileStore::open(dir.file("samples.db"));
+  if (!store) {
+    std::cerr << store.error().describe() << "\n";
+    return 1;
+  }
+  for (size_t i = 0; i < 40; ++i) {
+    WriteInfo wi;
+    wi.source = i % 2 ? WriteSource::feedback : WriteSource::operator_;
+    wi.reason = "sample";
+    wi.host = "sample-host";
+    wi.stage = static_cast<std::int64_t>(i);
+    std::string pk = std::string(60, '0') + std::to_string(1000 + i);
+    if (auto v = store->write(pk, 0, docs[i], wi); !v) {
+      std::cerr << v.error().describe() << "\n";
+      return 1;
+    }
+    auto cur = store->current(pk);
+    if (!cur || !*cur) {
+      std::cerr << "stored profile " << pk << " not readable\n";
+      return 1;
+    }
+    std::cout << (*cur)->body << "\n";
+  }
+  return 0;
+}
