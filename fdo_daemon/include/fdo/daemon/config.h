@@ -1,0 +1,102 @@
+// fdod's configuration: defaults, the `key = value` file, command-line
+// overrides and SIGHUP reloads. Every key, its default and whether it can
+// change without a restart is listed in docs/fdod-config.md (a test checks the
+// document against keys()).
+#pragma once
+
+#include "fdo/daemon/policy.h"
+#include "fdo/util/expected.h"
+#include "fdo/util/log.h"
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace fdo::daemon {
+
+enum class TierUp { async, sync };
+std::string_view to_string(TierUp t);
+
+// Whether a changed key takes effect on SIGHUP or only after a restart.
+enum class ReloadBehavior { runtime, restart };
+
+struct ConfigKeyInfo {
+  std::string name;          // as written in the file, e.g. "policy.min_stages"
+  std::string default_value; // as written in the file
+  ReloadBehavior reload = ReloadBehavior::runtime;
+  std::string description;
+};
+
+// (key, value) pairs applied over the file, in order: the command line.
+using ConfigOverrides = std::vector<std::pair<std::string, std::string>>;
+
+struct Config {
+  std::string socket = "/run/fdod/fdod.sock";
+  std::string state_dir = "/var/lib/fdod";
+  log::Level log_level = log::Level::info;
+  std::uint64_t max_request_bytes = 16u << 20;
+  std::chrono::milliseconds request_timeout{120000};
+  unsigned handler_threads = 0; // 0 = 2 x hardware threads, at least 4
+  std::chrono::milliseconds drain_timeout{30000};
+  unsigned compile_workers = 2;
+  unsigned exec_workers = 2;
+  std::chrono::milliseconds compile_timeout{60000};
+  std::chrono::milliseconds exec_timeout{10000};
+  std::uint64_t compile_memory_mb = 2048;
+  std::uint64_t exec_memory_mb = 1024;
+  std::uint64_t max_output_bytes = 64u << 20;
+  std::uint64_t max_program_bytes = 32u << 20;
+  std::uint64_t memory_cache_bytes = 256u << 20;
+  std::uint64_t disk_cache_bytes = 1u << 30;
+  TierUp tier_up = TierUp::async;
+  bool share_profiles_across_tenants = false;
+  unsigned profile_retention = 50;
+  std::chrono::milliseconds feedback_flush{1000};
+  std::vector<std::string> perf_events = {"instructions",          "cycles",
+                                          "branch-instructions",   "branch-misses",
+                                          "L1-icache-load-misses", "iTLB-load-misses"};
+  PolicyConfig policy; // policy.* keys
+
+  static Config defaults() { return Config{}; }
+
+  // Defaults, then the file at `path`, then `overrides`. Errors name the file,
+  // the line number and the key (or "command line" and the key).
+  static Expected<Config> load(const std::string& path, const ConfigOverrides& overrides = {});
+  // The file format without a file: `origin` is used in error messages.
+  static Expected<Config> parse(std::string_view text, std::string_view origin,
+                                const ConfigOverrides& overrides = {});
+
+  // Sets one key from its textual value (the file syntax); errors name the key.
+  Status set(std::string_view key, std::string_view value);
+  // set() for each pair; errors say "command line".
+  Status apply_overrides(const ConfigOverrides& overrides);
+  // The value of one key in file syntax; empty for an unknown key.
+  std::string get(std::string_view key) const;
+  // The whole configuration as a file that parse() reads back unchanged.
+  std::string to_text() const;
+
+  // Effective handler thread count (resolves 0 = auto).
+  unsigned effective_handler_threads() const;
+
+  // All keys in documentation order.
+  static const std::vector<ConfigKeyInfo>& keys();
+};
+
+struct ConfigReload {
+  // The running configuration with every runtime-changeable key taken from
+  // the file (and overrides); restart-only keys keep their running values.
+  Config config;
+  std::vector<std::string> applied; // "key: old -> new"
+  std::vector<std::string> ignored; // "key: old -> new" that need a restart
+};
+
+// SIGHUP: re-read `path` (+ the same overrides as at start). Logs each applied
+// change at info and each ignored one at warning. On error (file gone, bad
+// value) nothing changes and the error says why.
+Expected<ConfigReload> reload_config(const Config& running, const std::string& path,
+                                     const ConfigOverrides& overrides = {});
+
+} // namespace fdo::daemon

@@ -1,0 +1,138 @@
+// JSON-RPC 2.0 over NDJSON: request validation, method dispatch and response
+// encoding. Does no I/O; the server feeds it lines and writes back what it
+// returns. The error-code table is documented in docs/fdod-protocol.md.
+#pragma once
+
+#include "fdo/util/expected.h"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <sys/types.h>
+#include <unordered_map>
+#include <vector>
+
+namespace fdo::daemon {
+
+// Who is calling and until when. uid is the tenant (from SO_PEERCRED).
+struct CallContext {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  pid_t pid = 0;
+  // Past this point the client has already been sent a timeout error; a
+  // handler that can stop early (e.g. before starting a compile) should.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+};
+
+using Handler =
+    std::function<Expected<nlohmann::json>(const nlohmann::json& params, const CallContext&)>;
+
+namespace rpc {
+
+// Standard JSON-RPC 2.0 codes.
+inline constexpr int parse_error = -32700;
+inline constexpr int invalid_request = -32600;
+inline constexpr int method_not_found = -32601;
+inline constexpr int invalid_params = -32602;
+inline constexpr int internal_error = -32603;
+
+// Requests nested deeper than this are rejected before any handler sees them
+// (deep documents make recursive JSON code overflow the stack).
+inline constexpr std::size_t max_nesting_depth = 128;
+
+// The JSON-RPC error code for an fdo error code: invalid_argument -> -32602,
+// internal -> -32603, everything else a fixed code in -32001..-32016.
+int error_code(Errc code);
+// Inverse of error_code for the application range (and -32602/-32603); used by
+// clients. nullopt for codes that are not an Errc mapping.
+std::optional<Errc> errc_from_code(int code);
+// Inverse of fdo::to_string(Errc), for error.data.code on the client side.
+std::optional<Errc> parse_errc(std::string_view name);
+
+// Response lines, without the trailing newline. `id` is echoed verbatim
+// (string, number or null).
+std::string result_response(const nlohmann::json& id, const nlohmann::json& result);
+// error.data is {"code": <data_code>} merged with `extra` (an object or null).
+std::string error_response(const nlohmann::json& id, int code, std::string_view message,
+                           std::string_view data_code, const nlohmann::json& extra = nullptr);
+// Maps err.code() through error_code(); message is err.message().
+std::string error_response(const nlohmann::json& id, const Error& err,
+                           const nlohmann::json& extra = nullptr);
+// A line over the size limit: its id is unknown, so id is null.
+std::string oversized_response(std::size_t limit_bytes, std::size_t seen_bytes);
+// The handler did not finish before the request deadline.
+std::string deadline_response(const nlohmann::json& id, std::string_view method,
+                              std::chrono::milliseconds timeout);
+// The daemon is shutting down and will not start this request.
+std::string stopping_response(const nlohmann::json& id);
+
+} // namespace rpc
+
+// One validated request, ready to dispatch.
+struct Request {
+  // nullopt: a notification (no "id" member), which gets no response at all.
+  // A present id is a string, a number or null.
+  std::optional<nlohmann::json> id;
+  std::string method;
+  // The "params" member; an empty object when the request had none.
+  nlohmann::json params = nlohmann::json::object();
+
+  bool is_notification() const { return !id.has_value(); }
+  // The id to put in a response (null for notifications).
+  const nlohmann::json& response_id() const;
+};
+
+// Either a request to run, or a response line to send without running
+// anything (an error). Both empty only for an invalid notification, which
+// JSON-RPC says must not be answered.
+struct ParsedLine {
+  std::optional<Request> request;
+  std::string response; // an error response when request is empty
+};
+
+// Method table plus the JSON-RPC rules. Methods may be added at any time
+// (add() takes a writer lock); dispatch is safe from many threads at once.
+class Dispatcher {
+public:
+  // Registers or replaces `method`.
+  void add(std::string method, Handler handler);
+  bool has(std::string_view method) const;
+  std::vector<std::string> methods() const; // sorted
+
+  // Step 1: validate one line as a JSON-RPC 2.0 request (-32700, -32600,
+  // -32602 for params that are not an object/array). Batches (arrays) are
+  // rejected with -32600.
+  ParsedLine parse(std::string_view line) const;
+  // Step 2: run the handler. Returns the response line, or nullopt for a
+  // notification. Unknown methods give -32601; handler errors map through
+  // rpc::error_code; a handler exception becomes -32603 with its message.
+  std::optional<std::string> invoke(const Request& request, const CallContext& ctx) const;
+  // parse() then invoke(): the whole request-to-response path, for tests
+  // and for callers without deadlines.
+  std::optional<std::string> handle_line(std::string_view line, const CallContext& ctx) const;
+
+private:
+  std::shared_ptr<const Handler> find(std::string_view method) const;
+
+  mutable std::shared_mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<const Handler>> handlers_;
+};
+
+// Typed access to named params for handlers. Errors are Errc::invalid_argument
+// (-> -32602) naming the param and the expected and actual JSON types.
+// T is one of: std::string, bool, std::int64_t, std::uint64_t, double,
+// nlohmann::json (any value).
+template <class T> Expected<T> require_param(const nlohmann::json& params, std::string_view key);
+// As require_param, but `fallback` when the key is absent (a present null is
+// a type error unless T is nlohmann::json).
+template <class T>
+Expected<T> optional_param(const nlohmann::json& params, std::string_view key, T fallback);
+
+} // namespace fdo::daemon

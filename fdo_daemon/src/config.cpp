@@ -1,0 +1,470 @@
+#include "fdo/daemon/config.h"
+
+#include "fdo/util/fd.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <sys/un.h>
+#include <thread>
+
+namespace fdo::daemon {
+
+std::string_view to_string(TierUp t) {
+  return t == TierUp::sync ? "sync" : "async";
+}
+
+namespace {
+
+using std::chrono::milliseconds;
+
+// A key's parser and printer. set() returns an explanation of what a valid
+// value looks like when the text is not one.
+struct KeyDef {
+  const char* name;
+  ReloadBehavior reload;
+  const char* description;
+  std::function<std::optional<std::string>(Config&, std::string_view)> set;
+  std::function<std::string(const Config&)> get;
+};
+
+std::string_view trim(std::string_view s) {
+  auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  while (!s.empty() && is_space(s.front()))
+    s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back()))
+    s.remove_suffix(1);
+  return s;
+}
+
+std::optional<std::uint64_t> parse_u64(std::string_view s) {
+  if (s.empty() || s.front() < '0' || s.front() > '9') return std::nullopt;
+  std::uint64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<double> parse_double(std::string_view s) {
+  if (s.empty()) return std::nullopt;
+  double v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+std::string format_double(double v) {
+  char buf[64];
+  auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  (void)ec;
+  return std::string(buf, p);
+}
+
+template <class T, class Ref>
+KeyDef uint_key(const char* name, ReloadBehavior reload, const char* description, Ref ref,
+                std::uint64_t min, std::uint64_t max) {
+  KeyDef d{name, reload, description, nullptr, nullptr};
+  d.set = [ref, min, max](Config& c, std::string_view v) -> std::optional<std::string> {
+    auto n = parse_u64(v);
+    if (!n || *n < min || *n > max)
+      return "an integer from " + std::to_string(min) + " to " + std::to_string(max);
+    ref(c) = static_cast<T>(*n);
+    return std::nullopt;
+  };
+  d.get = [ref](const Config& c) {
+    return std::to_string(static_cast<std::uint64_t>(ref(const_cast<Config&>(c))));
+  };
+  return d;
+}
+
+template <class Ref>
+KeyDef ms_key(const char* name, ReloadBehavior reload, const char* description, Ref ref,
+              std::uint64_t min, std::uint64_t max) {
+  KeyDef d{name, reload, description, nullptr, nullptr};
+  d.set = [ref, min, max](Config& c, std::string_view v) -> std::optional<std::string> {
+    auto n = parse_u64(v);
+    if (!n || *n < min || *n > max)
+      return "a whole number of milliseconds from " + std::to_string(min) + " to " +
+             std::to_string(max);
+    ref(c) = milliseconds(static_cast<milliseconds::rep>(*n));
+    return std::nullopt;
+  };
+  d.get = [ref](const Config& c) { return std::to_string(ref(const_cast<Config&>(c)).count()); };
+  return d;
+}
+
+template <class Ref>
+KeyDef double_key(const char* name, ReloadBehavior reload, const char* description, Ref ref,
+                  double min, double max) {
+  KeyDef d{name, reload, description, nullptr, nullptr};
+  d.set = [ref, min, max](Config& c, std::string_view v) -> std::optional<std::string> {
+    auto n = parse_double(v);
+    if (!n || *n < min || *n > max)
+      return "a number from " + format_double(min) + " to " + format_double(max);
+    ref(c) = *n;
+    return std::nullopt;
+  };
+  d.get = [ref](const Config& c) { return format_double(ref(const_cast<Config&>(c))); };
+  return d;
+}
+
+std::optional<bool> parse_bool(std::string_view v) {
+  if (v == "true" || v == "yes" || v == "on" || v == "1") return true;
+  if (v == "false" || v == "no" || v == "off" || v == "0") return false;
+  return std::nullopt;
+}
+
+bool valid_event_name(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == ':' || c == '.' || c == '=' || c == '/';
+  });
+}
+
+constexpr std::uint64_t kDay = 86'400'000;
+constexpr std::uint64_t kHour = 3'600'000;
+constexpr std::uint64_t kGiB = 1ull << 30;
+constexpr auto R = ReloadBehavior::runtime;
+constexpr auto X = ReloadBehavior::restart;
+
+const std::vector<KeyDef>& key_defs() {
+  static const std::vector<KeyDef> defs = [] {
+    std::vector<KeyDef> v;
+    {
+      KeyDef d{"socket", X,
+               "Unix socket path to create when not socket-activated (at most 107 bytes).", nullptr,
+               nullptr};
+      d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
+        constexpr std::size_t kMax = sizeof(sockaddr_un{}.sun_path) - 1;
+        if (s.empty() || s.size() > kMax)
+          return "a non-empty path of at most " + std::to_string(kMax) + " bytes";
+        c.socket = std::string(s);
+        return std::nullopt;
+      };
+      d.get = [](const Config& c) { return c.socket; };
+      v.push_back(std::move(d));
+    }
+    {
+      KeyDef d{"state_dir", X, "Directory for the profile database and the disk cache.", nullptr,
+               nullptr};
+      d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
+        if (s.empty()) return "a non-empty directory path";
+        c.state_dir = std::string(s);
+        return std::nullopt;
+      };
+      d.get = [](const Config& c) { return c.state_dir; };
+      v.push_back(std::move(d));
+    }
+    {
+      KeyDef d{"log_level", R, "Least severe level logged: debug, info, notice, warning, error.",
+               nullptr, nullptr};
+      d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
+        log::Level l;
+        if (!log::parse_level(s, l)) return "one of debug, info, notice, warning, error";
+        c.log_level = l;
+        return std::nullopt;
+      };
+      d.get = [](const Config& c) -> std::string {
+        switch (c.log_level) {
+        case log::Level::debug:
+          return "debug";
+        case log::Level::info:
+          return "info";
+        case log::Level::notice:
+          return "notice";
+        case log::Level::warning:
+          return "warning";
+        case log::Level::error:
+          return "error";
+        }
+        return "info";
+      };
+      v.push_back(std::move(d));
+    }
+    v.push_back(uint_key<std::uint64_t>(
+        "max_request_bytes", R,
+        "Longest request line accepted; a longer one gets a JSON-RPC error (id null) and the "
+        "connection carries on.",
+        [](Config& c) -> std::uint64_t& { return c.max_request_bytes; }, 1024, kGiB));
+    v.push_back(ms_key(
+        "request_timeout_ms", R,
+        "Per-request deadline; past it the client gets a timeout error and the "
+        "connection stays usable.",
+        [](Config& c) -> milliseconds& { return c.request_timeout; }, 1, kDay));
+    v.push_back(uint_key<unsigned>(
+        "handler_threads", X,
+        "Threads running request handlers (0 = twice the hardware threads, at least 4).",
+        [](Config& c) -> unsigned& { return c.handler_threads; }, 0, 1024));
+    v.push_back(ms_key(
+        "drain_timeout_ms", R,
+        "On SIGTERM, how long in-flight requests may take to finish before "
+        "connections are closed.",
+        [](Config& c) -> milliseconds& { return c.drain_timeout; }, 0, kHour));
+    v.push_back(uint_key<unsigned>(
+        "compile_workers", X, "Compile worker processes.",
+        [](Config& c) -> unsigned& { return c.compile_workers; }, 1, 256));
+    v.push_back(uint_key<unsigned>(
+        "exec_workers", X, "Exec worker processes.",
+        [](Config& c) -> unsigned& { return c.exec_workers; }, 1, 256));
+    v.push_back(ms_key(
+        "compile_timeout_ms", R, "Wall-time limit of one compile job.",
+        [](Config& c) -> milliseconds& { return c.compile_timeout; }, 1, kDay));
+    v.push_back(ms_key(
+        "exec_timeout_ms", R, "Wall-time limit of one execution.",
+        [](Config& c) -> milliseconds& { return c.exec_timeout; }, 1, kDay));
+    v.push_back(uint_key<std::uint64_t>(
+        "compile_memory_mb", R, "Address-space limit of a compile worker, MiB.",
+        [](Config& c) -> std::uint64_t& { return c.compile_memory_mb; }, 16, 1u << 20));
+    v.push_back(uint_key<std::uint64_t>(
+        "exec_memory_mb", R, "Address-space limit of an exec worker, MiB.",
+        [](Config& c) -> std::uint64_t& { return c.exec_memory_mb; }, 16, 1u << 20));
+    v.push_back(uint_key<std::uint64_t>(
+        "max_output_bytes", R, "Most bytes of buffers and results one execution may send back.",
+        [](Config& c) -> std::uint64_t& { return c.max_output_bytes; }, 1, 64 * kGiB));
+    v.push_back(uint_key<std::uint64_t>(
+        "max_program_bytes", R, "Largest program (IR text or bitcode) accepted.",
+        [](Config& c) -> std::uint64_t& { return c.max_program_bytes; }, 1, 4 * kGiB));
+    v.push_back(uint_key<std::uint64_t>(
+        "memory_cache_bytes", X, "Byte budget of the in-memory compiled-object cache (0 = off).",
+        [](Config& c) -> std::uint64_t& { return c.memory_cache_bytes; }, 0, 1024 * kGiB));
+    v.push_back(uint_key<std::uint64_t>(
+        "disk_cache_bytes", X, "Byte budget of the on-disk compiled-object cache (0 = off).",
+        [](Config& c) -> std::uint64_t& { return c.disk_cache_bytes; }, 0, 16384 * kGiB));
+    {
+      KeyDef d{"tier_up", R,
+               "async: keep serving the previous output while a recompile runs in the "
+               "background; sync: the stage that misses waits for the recompile.",
+               nullptr, nullptr};
+      d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
+        if (s == "async")
+          c.tier_up = TierUp::async;
+        else if (s == "sync")
+          c.tier_up = TierUp::sync;
+        else
+          return "async or sync";
+        return std::nullopt;
+      };
+      d.get = [](const Config& c) { return std::string(to_string(c.tier_up)); };
+      v.push_back(std::move(d));
+    }
+    {
+      KeyDef d{"share_profiles_across_tenants", R,
+               "true: programs with the same canonical IR share one profile whoever submits "
+               "them; false: each uid has its own.",
+               nullptr, nullptr};
+      d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
+        auto b = parse_bool(s);
+        if (!b) return "true or false (also yes/no, on/off, 1/0)";
+        c.share_profiles_across_tenants = *b;
+        return std::nullopt;
+      };
+      d.get = [](const Config& c) {
+        return std::string(c.share_profiles_across_tenants ? "true" : "false");
+      };
+      v.push_back(std::move(d));
+    }
+    v.push_back(uint_key<unsigned>(
+        "profile_retention", R, "Profile versions kept in history per profile key.",
+        [](Config& c) -> unsigned& { return c.profile_retention; }, 1, 1'000'000));
+    v.push_back(ms_key(
+        "feedback_flush_ms", X, "How often batched stage feedback is written to SQLite.",
+        [](Config& c) -> milliseconds& { return c.feedback_flush; }, 1, kHour));
+    {
+      KeyDef d{"perf_events", X,
+               "Hardware events counted around each execution (comma list, libpfm4/perf "
+               "names; empty = none).",
+               nullptr, nullptr};
+      d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
+        std::vector<std::string> events;
+        while (!s.empty()) {
+          std::size_t comma = s.find(',');
+          std::string_view item = trim(s.substr(0, comma));
+          if (!valid_event_name(item))
+            return "a comma-separated list of event names (letters, digits, _ - : . = /)";
+          if (std::find(events.begin(), events.end(), item) != events.end())
+            return "a list without duplicates ('" + std::string(item) + "' repeats)";
+          events.emplace_back(item);
+          if (comma == std::string_view::npos) break;
+          s.remove_prefix(comma + 1);
+          if (trim(s).empty()) return "a comma-separated list of event names (trailing comma)";
+        }
+        c.perf_events = std::move(events);
+        return std::nullopt;
+      };
+      d.get = [](const Config& c) {
+        std::string out;
+        for (const auto& e : c.perf_events) {
+          if (!out.empty()) out += ',';
+          out += e;
+        }
+        return out;
+      };
+      v.push_back(std::move(d));
+    }
+    v.push_back(uint_key<int>(
+        "policy.min_stages", R,
+        "Stages observed under the current profile version before a rewrite.",
+        [](Config& c) -> int& { return c.policy.min_stages; }, 1, 1'000'000));
+    v.push_back(uint_key<std::uint64_t>(
+        "policy.min_counts", R, "Instrumentation counts needed before counts are trusted.",
+        [](Config& c) -> std::uint64_t& { return c.policy.min_counts; }, 0,
+        std::numeric_limits<std::uint64_t>::max()));
+    v.push_back(double_key(
+        "policy.drift_threshold", R,
+        "Rewrite only when the branch distribution moved at least this much "
+        "(weighted total-variation distance, 0..1).",
+        [](Config& c) -> double& { return c.policy.drift_threshold; }, 0.0, 1.0));
+    v.push_back(uint_key<int>(
+        "policy.max_recompiles_per_hour", R,
+        "Rewrites allowed per profile key in any sliding hour (0 = never).",
+        [](Config& c) -> int& { return c.policy.max_recompiles_per_hour; }, 0, 1'000'000));
+    v.push_back(double_key(
+        "policy.branch_miss_unpredictable_rate", R,
+        "Branch-miss rate at or above which near-50/50 hot branches are marked !unpredictable "
+        "(PMU hosts).",
+        [](Config& c) -> double& { return c.policy.branch_miss_unpredictable_rate; }, 0.0, 1.0));
+    v.push_back(double_key(
+        "policy.icache_mpki_size_threshold", R,
+        "L1 i-cache misses per 1000 instructions at or above which the profile switches to size "
+        "optimisation (PMU hosts).",
+        [](Config& c) -> double& { return c.policy.icache_mpki_size_threshold; }, 0.0, 1000.0));
+    return v;
+  }();
+  return defs;
+}
+
+const KeyDef* find_key(std::string_view name) {
+  for (const KeyDef& d : key_defs())
+    if (name == d.name) return &d;
+  return nullptr;
+}
+
+Error bad_value(std::string_view where, const KeyDef& d, std::string_view value,
+                const std::string& expected) {
+  return make_error(Errc::invalid_argument, std::string(where) + ": bad value for '" + d.name +
+                                                "': '" + std::string(value) + "' (expected " +
+                                                expected + ")");
+}
+
+Status set_at(Config& c, std::string_view where, std::string_view key, std::string_view value) {
+  const KeyDef* d = find_key(key);
+  if (!d)
+    return make_error(Errc::invalid_argument,
+                      std::string(where) + ": unknown key '" + std::string(key) + "'");
+  if (auto expected = d->set(c, value)) return bad_value(where, *d, value, *expected);
+  return ok();
+}
+
+} // namespace
+
+Status Config::set(std::string_view key, std::string_view value) {
+  return set_at(*this, "config", key, trim(value));
+}
+
+Status Config::apply_overrides(const ConfigOverrides& overrides) {
+  for (const auto& [key, value] : overrides)
+    FDO_TRY_STATUS(set_at(*this, "command line", key, trim(value)));
+  return ok();
+}
+
+std::string Config::get(std::string_view key) const {
+  const KeyDef* d = find_key(key);
+  return d ? d->get(*this) : std::string();
+}
+
+std::string Config::to_text() const {
+  std::string out;
+  for (const KeyDef& d : key_defs()) {
+    out += d.name;
+    out += " = ";
+    out += d.get(*this);
+    out += '\n';
+  }
+  return out;
+}
+
+unsigned Config::effective_handler_threads() const {
+  if (handler_threads != 0) return handler_threads;
+  return std::max(4u, 2 * std::thread::hardware_concurrency());
+}
+
+const std::vector<ConfigKeyInfo>& Config::keys() {
+  static const std::vector<ConfigKeyInfo> infos = [] {
+    std::vector<ConfigKeyInfo> v;
+    Config defaults;
+    for (const KeyDef& d : key_defs())
+      v.push_back({d.name, d.get(defaults), d.reload, d.description});
+    return v;
+  }();
+  return infos;
+}
+
+Expected<Config> Config::parse(std::string_view text, std::string_view origin,
+                               const ConfigOverrides& overrides) {
+  Config c;
+  std::map<std::string, std::size_t, std::less<>> seen; // key -> line
+  std::size_t line_no = 0;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    ++line_no;
+    std::size_t nl = text.find('\n', pos);
+    std::size_t end = nl == std::string_view::npos ? text.size() : nl;
+    std::string_view line = trim(text.substr(pos, end - pos));
+    pos = end + 1;
+    if (line.empty() || line.front() == '#') continue;
+    std::string where = std::string(origin) + ":" + std::to_string(line_no);
+    std::size_t eq = line.find('=');
+    if (eq == std::string_view::npos)
+      return make_error(Errc::invalid_argument,
+                        where + ": expected 'key = value', got '" + std::string(line) + "'");
+    std::string_view key = trim(line.substr(0, eq));
+    std::string_view value = trim(line.substr(eq + 1));
+    if (key.empty()) return make_error(Errc::invalid_argument, where + ": missing key before '='");
+    if (auto it = seen.find(key); it != seen.end())
+      return make_error(Errc::invalid_argument, where + ": key '" + std::string(key) +
+                                                    "' already set on line " +
+                                                    std::to_string(it->second));
+    FDO_TRY_STATUS(set_at(c, where, key, value));
+    seen.emplace(std::string(key), line_no);
+  }
+  FDO_TRY_STATUS(c.apply_overrides(overrides));
+  return c;
+}
+
+Expected<Config> Config::load(const std::string& path, const ConfigOverrides& overrides) {
+  auto text = read_file(path, 1u << 20);
+  if (!text) return std::move(text).error().context("config file " + path);
+  return parse(*text, path, overrides);
+}
+
+Expected<ConfigReload> reload_config(const Config& running, const std::string& path,
+                                     const ConfigOverrides& overrides) {
+  FDO_TRY(Config fresh, Config::load(path, overrides));
+  ConfigReload out{running, {}, {}};
+  for (const KeyDef& d : key_defs()) {
+    std::string before = d.get(running);
+    std::string after = d.get(fresh);
+    if (before == after) continue;
+    std::string change = std::string(d.name) + ": " + before + " -> " + after;
+    if (d.reload == ReloadBehavior::runtime) {
+      // Re-parsing the printed value moves exactly this key across.
+      if (auto err = d.set(out.config, after))
+        return make_error(Errc::internal, "reload of '" + std::string(d.name) + "' failed");
+      log::info("config reload: " + change);
+      out.applied.push_back(std::move(change));
+    } else {
+      log::warning("config reload: " + change + " ignored; '" + d.name +
+                   "' only changes on restart");
+      out.ignored.push_back(std::move(change));
+    }
+  }
+  if (out.applied.empty() && out.ignored.empty())
+    log::info("config reload: " + path + " unchanged");
+  return out;
+}
+
+} // namespace fdo::daemon

@@ -1,0 +1,250 @@
+#include "fdo/daemon/config.h"
+#include "fdo/util/fd.h"
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+using namespace fdo::daemon;
+using std::chrono::milliseconds;
+
+namespace {
+
+std::string error_of(const fdo::Expected<Config>& c) {
+  REQUIRE_FALSE(c.has_value());
+  return c.error().message();
+}
+
+struct TempDir {
+  TempDir() {
+    char tmpl[] = "/tmp/fdo-config-test-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+  std::string path;
+};
+
+} // namespace
+
+TEST_CASE("config: defaults match the documented values", "[config]") {
+  Config c = Config::defaults();
+  REQUIRE(c.socket == "/run/fdod/fdod.sock");
+  REQUIRE(c.state_dir == "/var/lib/fdod");
+  REQUIRE(c.log_level == fdo::log::Level::info);
+  REQUIRE(c.max_request_bytes == 16777216);
+  REQUIRE(c.request_timeout == milliseconds(120000));
+  REQUIRE(c.handler_threads == 0);
+  REQUIRE(c.effective_handler_threads() >= 4);
+  REQUIRE(c.drain_timeout == milliseconds(30000));
+  REQUIRE(c.compile_workers == 2);
+  REQUIRE(c.exec_workers == 2);
+  REQUIRE(c.compile_timeout == milliseconds(60000));
+  REQUIRE(c.exec_timeout == milliseconds(10000));
+  REQUIRE(c.compile_memory_mb == 2048);
+  REQUIRE(c.exec_memory_mb == 1024);
+  REQUIRE(c.max_output_bytes == 67108864);
+  REQUIRE(c.max_program_bytes == 33554432);
+  REQUIRE(c.memory_cache_bytes == 268435456);
+  REQUIRE(c.disk_cache_bytes == 1073741824);
+  REQUIRE(c.tier_up == TierUp::async);
+  REQUIRE_FALSE(c.share_profiles_across_tenants);
+  REQUIRE(c.profile_retention == 50);
+  REQUIRE(c.feedback_flush == milliseconds(1000));
+  REQUIRE(c.get("perf_events") ==
+          "instructions,cycles,branch-instructions,branch-misses,L1-icache-load-misses,"
+          "iTLB-load-misses");
+  REQUIRE(c.policy.min_stages == 3);
+  REQUIRE(c.policy.min_counts == 1000);
+  REQUIRE(c.policy.drift_threshold == 0.10);
+  REQUIRE(c.policy.max_recompiles_per_hour == 12);
+  REQUIRE(c.policy.branch_miss_unpredictable_rate == 0.20);
+  REQUIRE(c.get("policy.drift_threshold") == "0.1");
+}
+
+TEST_CASE("config: a file with comments - blank lines and every kind of value", "[config]") {
+  const char* text = R"(# fdod configuration
+socket = /tmp/x/fdod.sock
+
+   # indented comment
+state_dir=/srv/fdod
+log_level = debug
+max_request_bytes = 2048
+request_timeout_ms = 500
+handler_threads = 6
+tier_up = sync
+share_profiles_across_tenants = yes
+perf_events = cycles , instructions,branch-misses
+policy.drift_threshold = 0.25
+policy.min_stages = 5
+policy.min_counts = 18446744073709551615
+)";
+  auto c = Config::parse(text, "test.conf");
+  REQUIRE(c.has_value());
+  REQUIRE(c->socket == "/tmp/x/fdod.sock");
+  REQUIRE(c->state_dir == "/srv/fdod");
+  REQUIRE(c->log_level == fdo::log::Level::debug);
+  REQUIRE(c->max_request_bytes == 2048);
+  REQUIRE(c->request_timeout == milliseconds(500));
+  REQUIRE(c->handler_threads == 6);
+  REQUIRE(c->effective_handler_threads() == 6);
+  REQUIRE(c->tier_up == TierUp::sync);
+  REQUIRE(c->share_profiles_across_tenants);
+  REQUIRE(c->perf_events == std::vector<std::string>{"cycles", "instructions", "branch-misses"});
+  REQUIRE(c->policy.drift_threshold == 0.25);
+  REQUIRE(c->policy.min_stages == 5);
+  REQUIRE(c->policy.min_counts == 18446744073709551615ull);
+  // Untouched keys keep their defaults.
+  REQUIRE(c->exec_workers == 2);
+  // An empty perf_events list is allowed (count nothing).
+  auto none = Config::parse("perf_events =\n", "t");
+  REQUIRE(none.has_value());
+  REQUIRE(none->perf_events.empty());
+}
+
+TEST_CASE("config: errors name the file - the line and the key", "[config]") {
+  struct Case {
+    const char* text;
+    const char* needle;
+  };
+  const Case cases[] = {
+      {"socket = /a\nbogus_key = 1\n", "f.conf:2: unknown key 'bogus_key'"},
+      {"\n\nmax_request_bytes = lots\n", "f.conf:3: bad value for 'max_request_bytes': 'lots'"},
+      {"max_request_bytes = 10\n", "f.conf:1: bad value for 'max_request_bytes': '10' (expected "
+                                   "an integer from 1024 to 1073741824)"},
+      {"request_timeout_ms = -5\n", "f.conf:1: bad value for 'request_timeout_ms'"},
+      {"request_timeout_ms = 0\n", "f.conf:1: bad value for 'request_timeout_ms'"},
+      {"compile_workers = 99999999999999999999999\n", "f.conf:1: bad value for 'compile_workers'"},
+      {"policy.drift_threshold = 1.5\n", "f.conf:1: bad value for 'policy.drift_threshold'"},
+      {"policy.drift_threshold = nan\n", "f.conf:1: bad value for 'policy.drift_threshold'"},
+      {"tier_up = later\n", "f.conf:1: bad value for 'tier_up': 'later' (expected async or sync)"},
+      {"log_level = loud\n", "f.conf:1: bad value for 'log_level'"},
+      {"log_level = info # inline comments are not comments\n",
+       "f.conf:1: bad value for 'log_level'"},
+      {"share_profiles_across_tenants = maybe\n", "bad value for 'share_profiles_across_tenants'"},
+      {"perf_events = cycles,,instructions\n", "f.conf:1: bad value for 'perf_events'"},
+      {"perf_events = cycles,cycles\n", "'cycles' repeats"},
+      {"socket =\n", "f.conf:1: bad value for 'socket'"},
+      {"just some words\n", "f.conf:1: expected 'key = value'"},
+      {"= 5\n", "f.conf:1: missing key"},
+      {"exec_workers = 3\n#\nexec_workers = 4\n",
+       "f.conf:3: key 'exec_workers' already set on line 1"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.text);
+    auto r = Config::parse(c.text, "f.conf");
+    REQUIRE_FALSE(r.has_value());
+    REQUIRE(r.error().code() == fdo::Errc::invalid_argument);
+    REQUIRE_THAT(r.error().message(), Catch::Contains(c.needle));
+  }
+  std::string long_socket = "socket = /" + std::string(200, 's') + "\n";
+  REQUIRE_THAT(error_of(Config::parse(long_socket, "f.conf")),
+               Catch::Contains("at most 107 bytes"));
+}
+
+TEST_CASE("config: load reads a file - a missing file is a clear error", "[config]") {
+  TempDir dir;
+  std::string path = dir.path + "/fdod.conf";
+  auto missing = Config::load(path);
+  REQUIRE_FALSE(missing.has_value());
+  REQUIRE(missing.error().code() == fdo::Errc::not_found);
+  REQUIRE_THAT(missing.error().message(), Catch::Contains(path));
+
+  REQUIRE(fdo::write_file_atomic(path, "exec_workers = 7\n", fdo::Durability::none));
+  auto c = Config::load(path);
+  REQUIRE(c.has_value());
+  REQUIRE(c->exec_workers == 7);
+
+  REQUIRE(fdo::write_file_atomic(path, "exec_workers = seven\n", fdo::Durability::none));
+  REQUIRE_THAT(error_of(Config::load(path)),
+               Catch::Contains(path + ":1: bad value for 'exec_workers'"));
+}
+
+TEST_CASE("config: command-line overrides win over the file", "[config]") {
+  ConfigOverrides ov = {{"socket", "/tmp/cli.sock"}, {"log_level", "warning"}};
+  auto c = Config::parse("socket = /tmp/file.sock\nlog_level = debug\nexec_workers = 3\n", "f", ov);
+  REQUIRE(c.has_value());
+  REQUIRE(c->socket == "/tmp/cli.sock");
+  REQUIRE(c->log_level == fdo::log::Level::warning);
+  REQUIRE(c->exec_workers == 3);
+
+  auto bad = Config::parse("", "f", {{"log_level", "loud"}});
+  REQUIRE_THAT(error_of(bad), Catch::Contains("command line: bad value for 'log_level'"));
+  auto unknown = Config::parse("", "f", {{"sockets", "/x"}});
+  REQUIRE_THAT(error_of(unknown), Catch::Contains("command line: unknown key 'sockets'"));
+
+  Config d = Config::defaults();
+  REQUIRE(d.apply_overrides({{"state_dir", "/tmp/state"}}));
+  REQUIRE(d.state_dir == "/tmp/state");
+  REQUIRE(d.set("policy.max_recompiles_per_hour", " 0 "));
+  REQUIRE(d.policy.max_recompiles_per_hour == 0);
+}
+
+TEST_CASE("config: to_text round-trips through parse", "[config]") {
+  Config c = Config::defaults();
+  REQUIRE(c.set("tier_up", "sync"));
+  REQUIRE(c.set("policy.drift_threshold", "0.3333333333333333"));
+  REQUIRE(c.set("perf_events", "cycles"));
+  REQUIRE(c.set("share_profiles_across_tenants", "on"));
+  auto back = Config::parse(c.to_text(), "roundtrip");
+  REQUIRE(back.has_value());
+  REQUIRE(back->to_text() == c.to_text());
+  REQUIRE(back->policy.drift_threshold == c.policy.drift_threshold);
+  for (const ConfigKeyInfo& k : Config::keys())
+    REQUIRE(Config::defaults().get(k.name) == k.default_value);
+}
+
+TEST_CASE("config: SIGHUP reload applies runtime keys and keeps restart-only ones", "[config]") {
+  TempDir dir;
+  std::string path = dir.path + "/fdod.conf";
+  REQUIRE(fdo::write_file_atomic(path, "socket = /tmp/a.sock\nrequest_timeout_ms = 1000\n",
+                                 fdo::Durability::none));
+  auto running = Config::load(path);
+  REQUIRE(running.has_value());
+
+  REQUIRE(fdo::write_file_atomic(path,
+                                 "socket = /tmp/b.sock\nrequest_timeout_ms = 2000\n"
+                                 "state_dir = /tmp/other\npolicy.min_stages = 9\n",
+                                 fdo::Durability::none));
+  auto r = reload_config(*running, path);
+  REQUIRE(r.has_value());
+  REQUIRE(r->config.request_timeout == milliseconds(2000));
+  REQUIRE(r->config.policy.min_stages == 9);
+  REQUIRE(r->config.socket == "/tmp/a.sock");
+  REQUIRE(r->config.state_dir == "/var/lib/fdod");
+  REQUIRE(r->applied == std::vector<std::string>{"request_timeout_ms: 1000 -> 2000",
+                                                 "policy.min_stages: 3 -> 9"});
+  REQUIRE(r->ignored == std::vector<std::string>{"socket: /tmp/a.sock -> /tmp/b.sock",
+                                                 "state_dir: /var/lib/fdod -> /tmp/other"});
+
+  // Overrides from the command line still win after a reload.
+  auto r2 = reload_config(*running, path, {{"request_timeout_ms", "1000"}});
+  REQUIRE(r2.has_value());
+  REQUIRE(r2->config.request_timeout == milliseconds(1000));
+
+  // A broken file changes nothing and says why.
+  REQUIRE(fdo::write_file_atomic(path, "request_timeout_ms = soon\n", fdo::Durability::none));
+  auto bad = reload_config(*running, path);
+  REQUIRE_FALSE(bad.has_value());
+  REQUIRE_THAT(bad.error().message(), Catch::Contains(path + ":1"));
+}
+
+TEST_CASE("config: docs/fdod-config.md documents every key with its default", "[config]") {
+  std::ifstream in(std::string(FDO_SOURCE_DIR) + "/docs/fdod-config.md");
+  REQUIRE(in.good());
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(line);
+  for (const ConfigKeyInfo& k : Config::keys()) {
+    INFO(k.name);
+    std::string prefix = "| `" + k.name + "` |";
+    auto it = std::find_if(lines.begin(), lines.end(),
+                           [&](const std::string& l) { return l.rfind(prefix, 0) == 0; });
+    REQUIRE(it != lines.end());
+    REQUIRE_THAT(*it, Catch::Contains("| `" + k.default_value + "` |"));
+    REQUIRE_THAT(*it,
+                 Catch::Contains(k.reload == ReloadBehavior::runtime ? "| yes |" : "| restart |"));
+  }
+}

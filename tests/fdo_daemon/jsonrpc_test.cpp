@@ -1,0 +1,297 @@
+#include "fdo/daemon/jsonrpc.h"
+
+#include <catch2/catch.hpp>
+#include <stdexcept>
+
+using namespace fdo::daemon;
+using fdo::Errc;
+using fdo::Expected;
+using nlohmann::json;
+
+namespace {
+
+void add_methods(Dispatcher& d) {
+  d.add("echo", [](const json& p, const CallContext&) -> Expected<json> { return p; });
+  d.add("whoami", [](const json&, const CallContext& c) -> Expected<json> {
+    return json{{"uid", c.uid}, {"gid", c.gid}, {"pid", c.pid}};
+  });
+  d.add("fail", [](const json& p, const CallContext&) -> Expected<json> {
+    return fdo::make_error(*rpc::parse_errc(p.at("code").get<std::string>()), "it failed");
+  });
+  d.add("throw", [](const json&, const CallContext&) -> Expected<json> {
+    throw std::runtime_error("kaboom");
+  });
+  d.add("typed", [](const json& p, const CallContext&) -> Expected<json> {
+    FDO_TRY(std::string name, require_param<std::string>(p, "name"));
+    FDO_TRY(std::int64_t n, optional_param<std::int64_t>(p, "n", -1));
+    FDO_TRY(bool flag, optional_param<bool>(p, "flag", false));
+    FDO_TRY(double x, optional_param<double>(p, "x", 0.5));
+    return json{{"name", name}, {"n", n}, {"flag", flag}, {"x", x}};
+  });
+}
+
+json respond(const Dispatcher& d, std::string_view line, CallContext ctx = {}) {
+  auto r = d.handle_line(line, ctx);
+  REQUIRE(r.has_value());
+  json j = json::parse(*r);
+  REQUIRE(j.at("jsonrpc") == "2.0");
+  REQUIRE(j.contains("id"));
+  REQUIRE(j.contains("result") != j.contains("error"));
+  return j;
+}
+
+int code_of(const json& resp) {
+  return resp.at("error").at("code").get<int>();
+}
+std::string message_of(const json& resp) {
+  return resp.at("error").at("message").get<std::string>();
+}
+std::string data_code_of(const json& resp) {
+  return resp.at("error").at("data").at("code").get<std::string>();
+}
+
+} // namespace
+
+TEST_CASE("jsonrpc: a normal call returns the result with the id echoed", "[jsonrpc]") {
+  Dispatcher d;
+  add_methods(d);
+  SECTION("number id") {
+    json r = respond(d, R"({"jsonrpc":"2.0","id":7,"method":"echo","params":{"a":[1,2]}})");
+    REQUIRE(r["id"] == 7);
+    REQUIRE(r["result"] == json{{"a", {1, 2}}});
+  }
+  SECTION("string id") {
+    json r = respond(d, R"({"jsonrpc":"2.0","id":"req-1","method":"echo","params":[1,"x"]})");
+    REQUIRE(r["id"] == "req-1");
+    REQUIRE(r["result"] == json::array({1, "x"}));
+  }
+  SECTION("null id is a request, not a notification") {
+    json r = respond(d, R"({"jsonrpc":"2.0","id":null,"method":"echo","params":{}})");
+    REQUIRE(r["id"].is_null());
+    REQUIRE(r.contains("result"));
+  }
+  SECTION("large and fractional number ids are echoed unchanged") {
+    json r = respond(d, R"({"jsonrpc":"2.0","id":18446744073709551615,"method":"echo"})");
+    REQUIRE(r["id"].get<std::uint64_t>() == 18446744073709551615ull);
+    r = respond(d, R"({"jsonrpc":"2.0","id":-2.5,"method":"echo"})");
+    REQUIRE(r["id"].get<double>() == -2.5);
+  }
+  SECTION("absent params reach the handler as an empty object") {
+    json r = respond(d, R"({"jsonrpc":"2.0","id":1,"method":"echo"})");
+    REQUIRE(r["result"] == json::object());
+  }
+  SECTION("the call context reaches the handler") {
+    CallContext ctx;
+    ctx.uid = 1234;
+    ctx.gid = 99;
+    ctx.pid = 4321;
+    json r = respond(d, R"({"jsonrpc":"2.0","id":1,"method":"whoami"})", ctx);
+    REQUIRE(r["result"] == json{{"uid", 1234}, {"gid", 99}, {"pid", 4321}});
+  }
+}
+
+TEST_CASE("jsonrpc: notifications get no response", "[jsonrpc]") {
+  Dispatcher d;
+  add_methods(d);
+  REQUIRE_FALSE(d.handle_line(R"({"jsonrpc":"2.0","method":"echo","params":{}})", {}));
+  REQUIRE_FALSE(d.handle_line(R"({"jsonrpc":"2.0","method":"no.such"})", {}));
+  REQUIRE_FALSE(d.handle_line(R"({"jsonrpc":"2.0","method":"throw"})", {}));
+  REQUIRE_FALSE(d.handle_line(R"({"jsonrpc":"2.0","method":"echo","params":3})", {}));
+}
+
+TEST_CASE("jsonrpc: -32700 for malformed JSON", "[jsonrpc]") {
+  Dispatcher d;
+  add_methods(d);
+  for (const char* bad : {"{", "{\"jsonrpc\":\"2.0\",", "nonsense", "{\"a\":1}}", "\"unterminated",
+                          "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"echo\"} trailing"}) {
+    INFO(bad);
+    json r = respond(d, bad);
+    REQUIRE(code_of(r) == rpc::parse_error);
+    REQUIRE(r["id"].is_null());
+    REQUIRE(data_code_of(r) == "parse");
+    REQUIRE(message_of(r).rfind("parse error: ", 0) == 0);
+    REQUIRE(message_of(r).find("json.exception") == std::string::npos);
+  }
+  // Invalid UTF-8 in a string.
+  json r = respond(d, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ec\xff\"}");
+  REQUIRE(code_of(r) == rpc::parse_error);
+}
+
+TEST_CASE("jsonrpc: -32600 for requests that are not valid JSON-RPC", "[jsonrpc]") {
+  Dispatcher d;
+  add_methods(d);
+  struct Case {
+    const char* line;
+    const char* needle;
+    json id;
+  };
+  const Case cases[] = {
+      {R"(42)", "expected a JSON object, got number", nullptr},
+      {R"("text")", "expected a JSON object, got string", nullptr},
+      {R"(null)", "expected a JSON object, got null", nullptr},
+      {R"({"id":1,"method":"echo"})", "\"jsonrpc\" must be \"2.0\"", 1},
+      {R"({"jsonrpc":"1.0","id":1,"method":"echo"})", "\"jsonrpc\" must be \"2.0\"", 1},
+      {R"({"jsonrpc":2.0,"id":"a","method":"echo"})", "\"jsonrpc\" must be \"2.0\"", "a"},
+      {R"({"jsonrpc":"2.0","id":1})", "missing \"method\"", 1},
+      {R"({"jsonrpc":"2.0","id":1,"method":5})", "\"method\" must be a string, got number", 1},
+      {R"({"jsonrpc":"2.0","id":{"x":1},"method":"echo"})", "\"id\" must be a string", nullptr},
+      {R"({"jsonrpc":"2.0","id":[1],"method":"echo"})", "\"id\" must be a string", nullptr},
+      {R"({"jsonrpc":"2.0","id":true,"method":"echo"})", "\"id\" must be a string", nullptr},
+      {R"([{"jsonrpc":"2.0","id":1,"method":"echo"}])", "batch requests are not supported",
+       nullptr},
+      {R"([])", "batch requests are not supported", nullptr},
+  };
+  for (const Case& c : cases) {
+    INFO(c.line);
+    json r = respond(d, c.line);
+    REQUIRE(code_of(r) == rpc::invalid_request);
+    REQUIRE(r["id"] == c.id);
+    REQUIRE(message_of(r).find(c.needle) != std::string::npos);
+  }
+}
+
+TEST_CASE("jsonrpc: deeply nested requests are refused before parsing", "[jsonrpc]") {
+  Dispatcher d;
+  add_methods(d);
+  std::string deep = R"({"jsonrpc":"2.0","id":1,"method":"echo","params":)";
+  deep += std::string(100000, '[') + std::string(100000, ']') + "}";
+  json r = respond(d, deep);
+  REQUIRE(code_of(r) == rpc::invalid_request);
+  REQUIRE(message_of(r).find("nests deeper") != std::string::npos);
+  // Brackets inside strings do not count.
+  std::string text = R"({"jsonrpc":"2.0","id":1,"method":"echo","params":{"s":")" +
+                     std::string(1000, '[') + R"(\"{"}})";
+  r = respond(d, text);
+  REQUIRE(r.contains("result"));
+  REQUIRE(r["result"]["s"].get<std::string>().size() == 1002);
+}
+
+TEST_CASE("jsonrpc: -32601 names the unknown method", "[jsonrpc]") {
+  Dispatcher d;
+  add_methods(d);
+  json r = respond(d, R"({"jsonrpc":"2.0","id":"x","method":"profile.nope"})");
+  REQUIRE(code_of(r) == rpc::method_not_found);
+  REQUIRE(r["id"] == "x");
+  REQUIRE(message_of(r).find("profile.nope") != std::string::npos);
+  REQUIRE(r["error"]["data"]["method"] == "profile.nope");
+  REQUIRE(data_code_of(r) == "not_found");
+}
+
+TEST_CASE("jsonrpc: -32602 for bad params", "[jsonrpc]") {
+  Dispatcher d;
+  add_methods(d);
+  SECTION("params neither object nor array") {
+    for (const char* p : {"3", "\"s\"", "true", "null"}) {
+      json r =
+          respond(d, std::string(R"({"jsonrpc":"2.0","id":1,"method":"echo","params":)") + p + "}");
+      REQUIRE(code_of(r) == rpc::invalid_params);
+      REQUIRE(r["id"] == 1);
+    }
+  }
+  SECTION("a handler's invalid_argument carries its message") {
+    json r = respond(d, R"({"jsonrpc":"2.0","id":2,"method":"typed","params":{"name":5}})");
+    REQUIRE(code_of(r) == rpc::invalid_params);
+    REQUIRE(message_of(r) == "invalid params: 'name' must be a string, got number 5");
+    REQUIRE(data_code_of(r) == "invalid_argument");
+    r = respond(d, R"({"jsonrpc":"2.0","id":2,"method":"typed","params":{}})");
+    REQUIRE(message_of(r) == "invalid params: missing required param 'name'");
+    r = respond(d, R"({"jsonrpc":"2.0","id":2,"method":"typed","params":{"name":"a","n":1.5}})");
+    REQUIRE(message_of(r).find("'n' must be an integer") != std::string::npos);
+    r = respond(d, R"({"jsonrpc":"2.0","id":2,"method":"typed","params":{"name":"a","flag":1}})");
+    REQUIRE(message_of(r).find("'flag' must be a boolean, got number 1") != std::string::npos);
+    r = respond(d, R"({"jsonrpc":"2.0","id":2,"method":"typed","params":["a"]})");
+    REQUIRE(message_of(r).find("expected an object with named members, got array") !=
+            std::string::npos);
+  }
+  SECTION("typed params pass through when valid") {
+    json r = respond(
+        d, R"({"jsonrpc":"2.0","id":2,"method":"typed","params":{"name":"a","n":-3,"x":2}})");
+    REQUIRE(r["result"] == json{{"name", "a"}, {"n", -3}, {"flag", false}, {"x", 2.0}});
+  }
+}
+
+TEST_CASE("jsonrpc: handler errors map every Errc to its documented code", "[jsonrpc]") {
+  Dispatcher d;
+  add_methods(d);
+  const std::pair<Errc, int> table[] = {
+      {Errc::invalid_argument, -32602},
+      {Errc::not_found, -32001},
+      {Errc::already_exists, -32002},
+      {Errc::conflict, -32003},
+      {Errc::io, -32004},
+      {Errc::corrupt, -32005},
+      {Errc::parse, -32006},
+      {Errc::verify, -32007},
+      {Errc::compile, -32008},
+      {Errc::link, -32009},
+      {Errc::timeout, -32010},
+      {Errc::crashed, -32011},
+      {Errc::resource_exhausted, -32012},
+      {Errc::permission_denied, -32013},
+      {Errc::unsupported, -32014},
+      {Errc::unavailable, -32015},
+      {Errc::pinned, -32016},
+      {Errc::internal, -32603},
+  };
+  for (auto [errc, code] : table) {
+    std::string name(fdo::to_string(errc));
+    INFO(name);
+    REQUIRE(rpc::error_code(errc) == code);
+    REQUIRE(rpc::errc_from_code(code) == errc);
+    REQUIRE(rpc::parse_errc(name) == errc);
+    json r =
+        respond(d, R"({"jsonrpc":"2.0","id":3,"method":"fail","params":{"code":")" + name + "\"}}");
+    REQUIRE(code_of(r) == code);
+    REQUIRE(message_of(r) == "it failed");
+    REQUIRE(data_code_of(r) == name);
+    REQUIRE(r["id"] == 3);
+  }
+  REQUIRE_FALSE(rpc::errc_from_code(-32700));
+  REQUIRE_FALSE(rpc::parse_errc("bogus"));
+}
+
+TEST_CASE("jsonrpc: a throwing handler becomes -32603 with the message", "[jsonrpc]") {
+  Dispatcher d;
+  add_methods(d);
+  json r = respond(d, R"({"jsonrpc":"2.0","id":9,"method":"throw"})");
+  REQUIRE(code_of(r) == rpc::internal_error);
+  REQUIRE(message_of(r).find("kaboom") != std::string::npos);
+  REQUIRE(message_of(r).find("throw") != std::string::npos);
+  REQUIRE(r["id"] == 9);
+  // And the dispatcher keeps working.
+  REQUIRE(respond(d, R"({"jsonrpc":"2.0","id":10,"method":"echo"})").contains("result"));
+}
+
+TEST_CASE("jsonrpc: helper responses", "[jsonrpc]") {
+  json r = json::parse(rpc::oversized_response(1024, 5000));
+  REQUIRE(r["id"].is_null());
+  REQUIRE(r["error"]["code"] == rpc::invalid_request);
+  REQUIRE(r["error"]["data"]["code"] == "resource_exhausted");
+  REQUIRE(r["error"]["data"]["limit_bytes"] == 1024);
+  REQUIRE(r["error"]["message"].get<std::string>().find("max_request_bytes") != std::string::npos);
+
+  r = json::parse(rpc::deadline_response("abc", "execute", std::chrono::milliseconds(250)));
+  REQUIRE(r["id"] == "abc");
+  REQUIRE(r["error"]["code"] == rpc::error_code(Errc::timeout));
+  REQUIRE(r["error"]["data"]["code"] == "timeout");
+  REQUIRE(r["error"]["data"]["timeout_ms"] == 250);
+  REQUIRE(r["error"]["message"].get<std::string>().find("execute") != std::string::npos);
+
+  r = json::parse(rpc::stopping_response(4));
+  REQUIRE(r["error"]["code"] == rpc::error_code(Errc::unavailable));
+
+  // Invalid UTF-8 in a result is replaced rather than failing the response.
+  r = json::parse(rpc::result_response(1, json{{"s", std::string("a\xff"
+                                                                 "b")}}));
+  REQUIRE(r["result"]["s"] == "a\xEF\xBF\xBD"
+                              "b");
+}
+
+TEST_CASE("jsonrpc: methods can be listed - replaced and added concurrently", "[jsonrpc]") {
+  Dispatcher d;
+  add_methods(d);
+  REQUIRE(d.methods() == std::vector<std::string>{"echo", "fail", "throw", "typed", "whoami"});
+  REQUIRE(d.has("echo"));
+  d.add("echo", [](const json&, const CallContext&) -> Expected<json> { return json("replaced"); });
+  REQUIRE(respond(d, R"({"jsonrpc":"2.0","id":1,"method":"echo"})")["result"] == "replaced");
+}
