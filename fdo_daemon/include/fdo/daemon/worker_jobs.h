@@ -1,0 +1,56 @@
+// What fdo-worker processes do with a job: the compile role parses,
+// fingerprints and compiles client IR with the JIT; the exec role links a
+// compiled object, calls an entry through its thunk around a perf counting
+// group, and reads the instrumentation counters. Both run only inside worker
+// processes (LLVM is not hardened against hostile IR; client code may crash).
+//
+// Wire protocol (ipc.h messages; header fields, payload):
+//   compile role
+//     {"op":"analyze", "limits":{...}}                 payload: program bytes
+//       -> {"profile_key", "entries":[...], "function_fingerprints":{...}}
+//     {"op":"compile", "mode", "profile":doc|null, "limits":{...}}
+//                                                      payload: program bytes
+//       -> jit metadata JSON (jit::metadata_to_json)   payload: object bytes
+//   exec role
+//     {"op":"exec", "key", "metadata", "entry", "slots":[u64], "buffer_of_param":[int],
+//      "buffers":[{"elem","size"}], "return_buffers":bool, "events":[names]}
+//                                   payload: object bytes, then each buffer's bytes
+//       -> {"ret":u64, "measurement":{...}, "counts":{pgo name:[u64]},
+//           "function_ranges":[...]}              payload: the buffers (if asked)
+//     {"op":"probe"} -> perf capabilities JSON
+#pragma once
+
+#include "fdo/daemon/ipc.h"
+#include "fdo/util/expected.h"
+
+#include <memory>
+#include <string>
+
+namespace fdo::daemon {
+
+class CompileJobs {
+public:
+  // Creates a private temp directory for indexed profile files (removed on destruction).
+  static Expected<std::unique_ptr<CompileJobs>> create();
+  ~CompileJobs();
+  Expected<Message> handle(const Message& request);
+
+private:
+  CompileJobs() = default;
+  std::string temp_dir_;
+};
+
+class ExecJobs {
+public:
+  static Expected<std::unique_ptr<ExecJobs>> create();
+  ~ExecJobs();
+  Expected<Message> handle(const Message& request);
+
+  struct State;
+
+private:
+  ExecJobs() = default;
+  std::unique_ptr<State> state_;
+};
+
+} // namespace fdo::daemon

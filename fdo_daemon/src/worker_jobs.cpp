@@ -1,0 +1,250 @@
+#include "fdo/daemon/worker_jobs.h"
+
+#include "fdo/jit/compiler.h"
+#include "fdo/jit/loader.h"
+#include "fdo/perf/capabilities.h"
+#include "fdo/perf/counters.h"
+#include "fdo/util/log.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <list>
+#include <map>
+#include <unistd.h>
+
+namespace fdo::daemon {
+
+using nlohmann::json;
+
+namespace {
+jit::Limits limits_from(const json& header) {
+  jit::Limits limits;
+  if (auto it = header.find("limits"); it != header.end() && it->is_object()) {
+    limits.max_program_bytes = it->value("max_program_bytes", limits.max_program_bytes);
+    limits.max_functions = it->value("max_functions", limits.max_functions);
+    limits.max_instructions = it->value("max_instructions", limits.max_instructions);
+  }
+  return limits;
+}
+
+json entries_json(const std::vector<jit::EntryInfo>& entries) {
+  json out = json::array();
+  for (const auto& e : entries)
+    out.push_back({{"name", e.name}, {"returns", e.return_type}, {"params", e.param_types}});
+  return out;
+}
+
+Expected<std::string> header_string(const json& header, const char* key) {
+  auto it = header.find(key);
+  if (it == header.end() || !it->is_string())
+    return make_error(Errc::invalid_argument, std::string("job header lacks string '") + key + "'");
+  return it->get<std::string>();
+}
+} // namespace
+
+Expected<std::unique_ptr<CompileJobs>> CompileJobs::create() {
+  std::string base = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
+  std::string tmpl = base + "/fdo-compile-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr)
+    return Error::from_errno("create compile worker temp dir under " + base, errno);
+  std::unique_ptr<CompileJobs> jobs(new CompileJobs());
+  jobs->temp_dir_ = tmpl;
+  return jobs;
+}
+
+CompileJobs::~CompileJobs() {
+  std::error_code ec;
+  if (!temp_dir_.empty())
+    std::filesystem::remove_all(temp_dir_, ec);
+}
+
+Expected<Message> CompileJobs::handle(const Message& request) {
+  FDO_TRY(std::string op, header_string(request.header, "op"));
+  jit::Limits limits = limits_from(request.header);
+  if (op == "analyze") {
+    FDO_TRY(jit::Analysis a, jit::analyze(request.payload, limits));
+    Message out;
+    out.header = {{"profile_key", a.profile_key},
+                  {"entries", entries_json(a.entries)},
+                  {"function_fingerprints", a.function_fingerprints}};
+    return out;
+  }
+  if (op == "compile") {
+    FDO_TRY(std::string mode_text, header_string(request.header, "mode"));
+    FDO_TRY(CompileMode mode, parse_compile_mode(mode_text));
+    std::optional<ProfileDoc> doc;
+    if (auto it = request.header.find("profile"); it != request.header.end() && !it->is_null()) {
+      FDO_TRY(ProfileDoc d, profile_from_json(*it));
+      doc = std::move(d);
+    }
+    jit::CompileRequest req;
+    req.mode = mode;
+    req.profile = doc ? &*doc : nullptr;
+    req.limits = limits;
+    req.temp_dir = temp_dir_;
+    FDO_TRY(jit::CompileResult result, jit::compile(request.payload, req));
+    Message out;
+    out.header = jit::metadata_to_json(result);
+    out.payload = std::move(result.object);
+    return out;
+  }
+  if (op == "identity") {
+    Message out;
+    out.header = {{"identity", jit::host_identity().canonical()}};
+    return out;
+  }
+  return make_error(Errc::invalid_argument, "compile worker: unknown op '" + op + "'");
+}
+
+// --- exec ---
+
+struct ExecJobs::State {
+  std::unique_ptr<jit::Loader> loader;
+  // Recently used programs by storage key, most recent first: a stage of a
+  // program already linked in this worker skips the link.
+  std::list<std::pair<std::string, std::unique_ptr<jit::LoadedProgram>>> programs;
+  std::vector<std::string> group_events;
+  std::optional<perf::CounterGroup> group;
+  static constexpr std::size_t kMaxPrograms = 16;
+
+  Expected<jit::LoadedProgram*> program(const std::string& key, const std::string& object,
+                                        const json& metadata) {
+    for (auto it = programs.begin(); it != programs.end(); ++it)
+      if (it->first == key) {
+        programs.splice(programs.begin(), programs, it);
+        return programs.front().second.get();
+      }
+    FDO_TRY(jit::CompileResult meta, jit::metadata_from_json(metadata));
+    FDO_TRY(std::unique_ptr<jit::LoadedProgram> loaded, loader->load(object, meta));
+    programs.emplace_front(key, std::move(loaded));
+    while (programs.size() > kMaxPrograms)
+      programs.pop_back();
+    return programs.front().second.get();
+  }
+
+  perf::CounterGroup* counters(const std::vector<std::string>& events) {
+    if (events.empty())
+      return nullptr;
+    if (!group || events != group_events) {
+      auto g = perf::CounterGroup::open(events);
+      if (!g) {
+        log::warning("exec worker: counters unavailable: " + g.error().describe());
+        group.reset();
+        return nullptr;
+      }
+      group.emplace(std::move(*g));
+      group_events = events;
+    }
+    return &*group;
+  }
+};
+
+Expected<std::unique_ptr<ExecJobs>> ExecJobs::create() {
+  FDO_TRY(std::unique_ptr<jit::Loader> loader, jit::Loader::create());
+  std::unique_ptr<ExecJobs> jobs(new ExecJobs());
+  jobs->state_ = std::make_unique<State>();
+  jobs->state_->loader = std::move(loader);
+  return jobs;
+}
+
+ExecJobs::~ExecJobs() {
+  if (state_)
+    state_->programs.clear(); // unload before the loader goes
+}
+
+Expected<Message> ExecJobs::handle(const Message& request) {
+  const json& h = request.header;
+  FDO_TRY(std::string op, header_string(h, "op"));
+  if (op == "probe") {
+    Message out;
+    out.header = perf::to_json(perf::probe());
+    return out;
+  }
+  if (op != "exec")
+    return make_error(Errc::invalid_argument, "exec worker: unknown op '" + op + "'");
+  FDO_TRY(std::string key, header_string(h, "key"));
+  FDO_TRY(std::string entry, header_string(h, "entry"));
+  std::uint64_t object_size = h.value("object_size", std::uint64_t{0});
+  std::vector<std::uint64_t> slots = h.value("slots", std::vector<std::uint64_t>{});
+  std::vector<int> buffer_of_param = h.value("buffer_of_param", std::vector<int>{});
+  std::vector<std::string> events = h.value("events", std::vector<std::string>{});
+  bool return_buffers = h.value("return_buffers", false);
+  if (buffer_of_param.size() != slots.size())
+    return make_error(Errc::invalid_argument, "exec job: slots and buffer_of_param differ in length");
+
+  // Buffers live in 8-byte aligned storage: client code may load doubles and
+  // 64-bit integers from them.
+  std::vector<std::vector<std::uint64_t>> buffers;
+  std::vector<std::size_t> sizes;
+  std::size_t offset = object_size;
+  if (offset > request.payload.size())
+    return make_error(Errc::invalid_argument, "exec job: payload shorter than the object");
+  for (const json& b : h.value("buffers", json::array())) {
+    std::size_t size = b.value("size", std::size_t{0});
+    if (size > request.payload.size() - offset)
+      return make_error(Errc::invalid_argument, "exec job: payload shorter than its buffers");
+    std::vector<std::uint64_t> storage((size + 7) / 8 + 1, 0);
+    std::memcpy(storage.data(), request.payload.data() + offset, size);
+    offset += size;
+    buffers.push_back(std::move(storage));
+    sizes.push_back(size);
+  }
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    int b = buffer_of_param[i];
+    if (b < 0)
+      continue;
+    if (static_cast<std::size_t>(b) >= buffers.size())
+      return make_error(Errc::invalid_argument, "exec job: buffer index out of range");
+    slots[i] = reinterpret_cast<std::uintptr_t>(buffers[b].data());
+  }
+
+  std::string object = request.payload.substr(0, object_size);
+  FDO_TRY(jit::LoadedProgram * program, state_->program(key, object, h.value("metadata", json::object())));
+  FDO_TRY(jit::ThunkFn thunk, program->thunk(entry));
+  bool instrumented = !program->counters_layout().empty();
+  if (instrumented)
+    program->reset_counters();
+
+  std::uint64_t ret = 0;
+  perf::Measurement m;
+  if (perf::CounterGroup* group = state_->counters(events)) {
+    m = perf::measure(*group, [&] { thunk(slots.data(), &ret); });
+  } else {
+    // No counter group at all: still report wall and thread CPU time.
+    timespec w0{}, w1{}, c0{}, c1{};
+    ::clock_gettime(CLOCK_MONOTONIC, &w0);
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+    thunk(slots.data(), &ret);
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    ::clock_gettime(CLOCK_MONOTONIC, &w1);
+    auto ns = [](timespec a, timespec b) {
+      return static_cast<std::uint64_t>((b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec));
+    };
+    m.wall_ns = ns(w0, w1);
+    m.thread_cpu_ns = ns(c0, c1);
+  }
+
+  Message out;
+  out.header = {{"ret", ret}, {"measurement", perf::to_json(m)}};
+  json counts = json::object();
+  if (instrumented)
+    for (auto& [name, values] : program->read_counters())
+      counts[name] = values;
+  out.header["counts"] = std::move(counts);
+  json ranges = json::array();
+  for (const auto& r : program->function_ranges())
+    ranges.push_back({{"name", r.name}, {"start", r.start}, {"size", r.size}});
+  out.header["function_ranges"] = std::move(ranges);
+  if (return_buffers) {
+    json sizes_json = json::array();
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      out.payload.append(reinterpret_cast<const char*>(buffers[i].data()), sizes[i]);
+      sizes_json.push_back(sizes[i]);
+    }
+    out.header["buffer_sizes"] = std::move(sizes_json);
+  }
+  return out;
+}
+
+} // namespace fdo::daemon

@@ -1,0 +1,351 @@
+#!/usr/bin/env python3
+"""End-to-end tests that start a real fdod (design.md section 5, issue: fdod).
+
+Run through CTest (tests/e2e/CMakeLists.txt) or directly:
+  FDO_BUILD_DIR=build python3 tests/e2e/test_fdod.py [-k PATTERN]"""
+import base64
+import json
+import os
+import signal
+import sqlite3
+import struct
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Client, Daemon, RpcError, ir  # noqa: E402
+
+
+class FeedbackLoop(unittest.TestCase):
+    """Stage 0 instrumented through the virtual key; a rewrite; recompile; hits."""
+
+    def setUp(self):
+        self.d = Daemon().start()
+        self.c = self.d.client()
+
+    def tearDown(self):
+        self.c.close()
+        self.d.cleanup()
+
+    def test_loop_rewrites_profile_and_recompiles(self):
+        reg = self.c.call("program.register", {"ir": ir("branchy.ll"), "name": "branchy"})
+        prog = reg["program"]
+        self.assertEqual({e["name"] for e in reg["entries"]}, {"branchy", "run", "scale"})
+        results = [self.c.call("execute", {"program": prog, "entry": "run"}) for _ in range(6)]
+        stages = [r["stage"] for r in results]
+        values = {r["value"] for r in results}
+        self.assertEqual(len(values), 1, "every stage must compute the same result")
+
+        s0 = stages[0]
+        self.assertEqual(s0["mode"], "instrumented")
+        self.assertEqual(s0["cache"]["outcome"], "compiled")
+        self.assertEqual(s0["cache"]["reason"], "new_program")
+        self.assertTrue(s0["storage_key"].endswith("-v"), "first stage is stored under the VK")
+        self.assertTrue(s0["recompiled"])
+        self.assertEqual(s0["profile_version"], 0)
+
+        # policy.min_stages = 2: stage 1 completes the evidence and rewrites.
+        rewrites = [s for s in stages if s["profile_rewritten"]]
+        self.assertEqual(len(rewrites), 1, [s["policy"] for s in stages])
+        rw = rewrites[0]
+        self.assertEqual((rw["profile_rewritten"]["from"], rw["profile_rewritten"]["to"]), (0, 1))
+        nxt = stages[rw["number"] + 1]
+        self.assertEqual(nxt["mode"], "optimized")
+        self.assertEqual(nxt["profile_version"], 1)
+        self.assertTrue(nxt["recompiled"])
+        self.assertEqual(nxt["cache"]["reason"], "profile_rewritten")
+        self.assertNotEqual(nxt["cache_key"], s0["cache_key"])
+        for later in stages[rw["number"] + 2:]:
+            self.assertFalse(later["recompiled"], later)
+            self.assertEqual(later["cache"]["outcome"], "memory_hit")
+            self.assertEqual(later["cache_key"], nxt["cache_key"])
+
+        hist = self.c.call("profile.history", {"profile_key": s0["profile_key"]})
+        self.assertEqual([v["version"] for v in hist["versions"]], [1])
+        self.assertEqual(hist["current_version"], 1)
+        got = self.c.call("profile.get", {"profile_key": s0["profile_key"]})
+        fn = got["profile"]["functions"]
+        self.assertIn("branchy", fn)
+        self.assertGreater(sum(fn["branchy"]["counts"]), 0)
+
+        explain = self.c.call("cache.explain", {"program": prog})
+        reasons = [r["reason"] for r in explain["records"]]
+        self.assertIn("new_program", reasons)
+        self.assertIn("profile_rewritten", reasons)
+
+        # Operator actions: pin blocks feedback; reset goes back to instrumented.
+        pk = s0["profile_key"]
+        self.assertTrue(self.c.call("profile.pin", {"profile_key": pk})["pinned"])
+        st = self.c.call("execute", {"program": prog, "entry": "run"})["stage"]
+        self.assertIn("pinned", st["policy"])
+        self.assertFalse(self.c.call("profile.unpin", {"profile_key": pk})["pinned"])
+        self.assertEqual(self.c.call("profile.reset", {"profile_key": pk})["version"], 0)
+        st = self.c.call("execute", {"program": prog, "entry": "run"})["stage"]
+        self.assertEqual(st["mode"], "instrumented")
+        self.assertEqual(st["profile_version"], 0)
+
+        for m in ("health", "capabilities", "cache.stats", "metrics", "profile.list"):
+            self.c.call(m, {})
+        metrics = self.c.call("metrics", {})["text"]
+        self.assertIn("fdo_profile_rewrites_total 1", metrics)
+        exported = self.c.call("profile.export", {"profile_keys": [pk], "format": "json"})
+        self.assertEqual(exported["format"], "json")
+
+    def test_buffers_round_trip(self):
+        prog = self.c.call("program.register", {"ir": ir("branchy.ll")})["program"]
+        r = self.c.call("execute", {"program": prog, "entry": "scale",
+                                    "args": [{"buffer": 0}, 3, 2.5],
+                                    "buffers": [{"type": "f64", "data": [1.0, 2.0, 4.0]}],
+                                    "return_buffers": True})
+        self.assertIsNone(r["value"])
+        self.assertEqual(r["buffers"][0]["data"], [2.5, 5.0, 10.0])
+        raw = struct.pack("<3d", 1.0, -1.0, 0.5)
+        r = self.c.call("execute", {"program": prog, "entry": "scale",
+                                    "args": [{"buffer": 0}, 3, -2.0],
+                                    "buffers": [{"type": "f64", "base64": base64.b64encode(raw).decode()}],
+                                    "return_buffers": True, "buffer_encoding": "base64"})
+        self.assertEqual(struct.unpack("<3d", base64.b64decode(r["buffers"][0]["base64"])),
+                         (-2.0, 2.0, -1.0))
+        # Inline IR with an argument.
+        r = self.c.call("execute", {"ir": ir("branchy.ll"), "entry": "branchy", "args": [10]})
+        self.assertEqual(r["value"], ((1 * 7) + 27))
+
+
+class AsyncTierUp(unittest.TestCase):
+    def test_previous_output_serves_while_recompiling(self):
+        d = Daemon({"tier_up": "async"}).start()
+        try:
+            c = d.client()
+            prog = c.call("program.register", {"ir": ir("branchy.ll")})["program"]
+            stages = []
+            for _ in range(12):
+                stages.append(c.call("execute", {"program": prog, "entry": "run"})["stage"])
+                if stages[-1]["mode"] == "optimized" and not stages[-1]["recompiled"]:
+                    break
+                time.sleep(0.05)
+            outcomes = [s["cache"]["outcome"] for s in stages]
+            self.assertIn("tier_up_pending", outcomes, outcomes)
+            pending = stages[outcomes.index("tier_up_pending")]
+            self.assertEqual(pending["mode"], "instrumented", "served the earlier output")
+            self.assertEqual(stages[-1]["mode"], "optimized", outcomes)
+            self.assertEqual(stages[-1]["cache"]["outcome"], "memory_hit")
+        finally:
+            d.cleanup()
+
+
+class Restart(unittest.TestCase):
+    def test_restart_serves_from_disk_without_compiling(self):
+        d = Daemon().start()
+        try:
+            c = d.client()
+            prog = c.call("program.register", {"ir": ir("branchy.ll")})["program"]
+            stages = [c.call("execute", {"program": prog, "entry": "run"})["stage"] for _ in range(4)]
+            self.assertEqual(stages[-1]["mode"], "optimized")
+            c.close()
+            self.assertEqual(d.stop(), 0, "SIGTERM drains and exits 0\n" + d.log_text())
+            d.start()
+            c = d.client()
+            st = c.call("execute", {"program": prog, "entry": "run"})["stage"]
+            self.assertEqual(st["cache"]["outcome"], "disk_hit", st)
+            self.assertFalse(st["recompiled"])
+            self.assertEqual(st["profile_version"], stages[-1]["profile_version"])
+            st = c.call("execute", {"program": prog, "entry": "run"})["stage"]
+            self.assertEqual(st["cache"]["outcome"], "memory_hit")
+            c.close()
+        finally:
+            d.cleanup()
+
+
+class Containment(unittest.TestCase):
+    """Crashing, looping and memory-hungry programs: clear errors, daemon unaffected."""
+
+    def test_bad_programs_get_errors_and_others_carry_on(self):
+        d = Daemon({"exec_timeout_ms": 1500, "exec_memory_mb": 256}).start()
+        try:
+            c = d.client()
+            pid = c.call("health")["pid"]
+            bad = c.call("program.register", {"ir": ir("crash.ll")})["program"]
+            good = c.call("program.register", {"ir": ir("branchy.ll")})["program"]
+            stop = threading.Event()
+            good_results, good_errors = [], []
+
+            def well_behaved():
+                g = d.client()
+                while not stop.is_set():
+                    try:
+                        good_results.append(g.call("execute", {"program": good, "entry": "run"})["value"])
+                    except Exception as e:  # noqa: BLE001
+                        good_errors.append(repr(e))
+                g.close()
+
+            t = threading.Thread(target=well_behaved)
+            t.start()
+            expect = {
+                "segv": ("crashed", "SIGSEGV"),
+                "aborts": ("crashed", "SIGABRT"),
+                "spin": ("timeout", "wall-time limit"),
+                "hog": ("resource_exhausted", "memory"),
+            }
+            for entry, (errc, text) in expect.items():
+                with self.assertRaises(RpcError, msg=entry) as cm:
+                    c.call("execute", {"program": bad, "entry": entry})
+                self.assertEqual(cm.exception.errc, errc, f"{entry}: {cm.exception.message}")
+                self.assertIn(text, cm.exception.message, entry)
+                self.assertEqual(c.call("health")["pid"], pid)
+            stop.set()
+            t.join()
+            self.assertEqual(good_errors, [])
+            self.assertGreater(len(good_results), 0)
+            self.assertEqual(len(set(good_results)), 1)
+            unresolved = c.call("program.register", {"ir": ir("unresolved.ll")})["program"]
+            with self.assertRaises(RpcError) as cm:
+                c.call("execute", {"program": unresolved, "entry": "calls_missing"})
+            self.assertEqual(cm.exception.errc, "link")
+            self.assertIn("fdo_no_such_function", cm.exception.message)
+            self.assertEqual(c.call("health")["pid"], pid)
+        finally:
+            d.cleanup()
+
+
+class BadInput(unittest.TestCase):
+    def test_each_bad_input_gets_an_error_and_the_connection_survives(self):
+        d = Daemon({"max_request_bytes": 65536}).start()
+        try:
+            c = d.client()
+
+            def expect_error(raw, code):
+                c.send_raw(raw)
+                resp = c.read_line()
+                self.assertIn("error", resp, resp)
+                self.assertEqual(resp["error"]["code"], code, resp)
+                self.assertEqual(c.call("health")["status"], "ok")
+                return resp["error"]
+
+            expect_error(b'{"jsonrpc":"2.0","id":1,"method":\n', -32700)
+            expect_error(b'{"jsonrpc":"2.0","id":2,"method":"health","params":"' + b"x" * 70000 + b'"}\n', -32600)
+            e = expect_error(b'{"jsonrpc":"2.0","id":3,"method":"no.such.method"}\n', -32601)
+            self.assertIn("no.such.method", e["message"])
+            e = expect_error(b'{"jsonrpc":"2.0","id":4,"method":"execute","params":{"entry":5}}\n', -32602)
+            self.assertIn("entry", e["message"])
+            for bad_ir, what in ((b"define i32 @f( {", "line"), (b"", "empty"),
+                                 (b"define i32 @f() {\n  ret i64 0\n}\n", "")):
+                req = {"jsonrpc": "2.0", "id": 9, "method": "program.register",
+                       "params": {"ir": bad_ir.decode()}}
+                c.send_raw(json.dumps(req).encode() + b"\n")
+                resp = c.read_line()
+                self.assertIn("error", resp, resp)
+                self.assertIn(resp["error"]["data"]["code"], ("parse", "verify", "invalid_argument"))
+                if what:
+                    self.assertIn(what, resp["error"]["message"])
+                self.assertEqual(c.call("health")["status"], "ok")
+            with self.assertRaises(RpcError) as cm:
+                c.call("execute", {"program": "0" * 64, "entry": "run"})
+            self.assertEqual(cm.exception.errc, "not_found")
+        finally:
+            d.cleanup()
+
+
+@unittest.skipUnless(os.geteuid() == 0, "needs root to run a client under a second uid")
+class Tenancy(unittest.TestCase):
+    def test_second_uid_cannot_read_or_rewrite_first_uids_profiles(self):
+        d = Daemon().start()
+        try:
+            c = d.client()
+            prog = c.call("program.register", {"ir": ir("branchy.ll")})["program"]
+            stages = [c.call("execute", {"program": prog, "entry": "run"})["stage"] for _ in range(3)]
+            pk = stages[0]["profile_key"]
+            os.chown(d.socket, 0, 65534)
+            os.chmod(d.tmp, 0o755)
+            # The second tenant's client is self-contained: uid 65534 may not
+            # read this checkout or the interpreter under /root.
+            script = f"""
+import json, socket
+s = socket.socket(socket.AF_UNIX); s.connect({d.socket!r}); f = s.makefile("rwb")
+def call(m, p, n=[0]):
+    n[0] += 1
+    f.write(json.dumps({{"jsonrpc": "2.0", "id": n[0], "method": m, "params": p}}).encode() + b"\\n"); f.flush()
+    r = json.loads(f.readline())
+    return r.get("result"), (r.get("error") or {{}}).get("data", {{}}).get("code")
+out = {{}}
+res, err = call("profile.list", {{}})
+out["list"] = [p["profile_key"] for p in res["profiles"]]
+for m, p in (("profile.get", {{"profile_key": {pk!r}}}), ("profile.pin", {{"profile_key": {pk!r}}}),
+             ("profile.reset", {{"profile_key": {pk!r}}}), ("execute", {{"program": {prog!r}, "entry": "run"}}),
+             ("cache.explain", {{"program": {prog!r}}})):
+    res, err = call(m, p)
+    out[m] = err or "allowed"
+own, err = call("program.register", {{"ir": {ir("branchy.ll")!r}}})
+out["own_program"] = own["program"]
+out["own_pk"] = own["profile_key"]
+print(json.dumps(out))
+"""
+            res = subprocess.run(["/usr/bin/python3", "-c", script], capture_output=True, text=True,
+                                 user=65534, group=65534, extra_groups=[], timeout=60, cwd="/")
+            self.assertEqual(res.returncode, 0, res.stderr)
+            out = json.loads(res.stdout)
+            self.assertEqual(out["list"], [])
+            for m in ("profile.get", "profile.pin", "profile.reset", "execute", "cache.explain"):
+                self.assertEqual(out[m], "not_found", m)
+            self.assertNotEqual(out["own_program"], prog, "same IR, different tenant: different IK")
+            self.assertNotEqual(out["own_pk"], pk)
+            hist = c.call("profile.history", {"profile_key": pk})
+            self.assertFalse(hist["pinned"])
+            self.assertEqual(hist["current_version"], 1)
+        finally:
+            d.cleanup()
+
+
+class KillDuringStream(unittest.TestCase):
+    def test_sigkill_loses_no_reported_profile_version(self):
+        d = Daemon({"policy.min_stages": 1, "policy.drift_threshold": 0.0}).start()
+        try:
+            reported = []
+            c = d.client()
+            progs = []
+            for k in range(3):
+                text = ir("branchy.ll").replace("200000", str(1000 + k))
+                progs.append(c.call("program.register", {"ir": text})["program"])
+            deadline = time.time() + 6
+            i = 0
+            try:
+                while time.time() < deadline:
+                    st = c.call("execute", {"program": progs[i % 3], "entry": "run"})["stage"]
+                    if st["profile_rewritten"]:
+                        reported.append((st["profile_key"], st["profile_rewritten"]["to"]))
+                    i += 1
+                    if i == 12:
+                        threading.Timer(0.3, lambda: d.proc.send_signal(signal.SIGKILL)).start()
+            except (ConnectionError, OSError, json.JSONDecodeError):
+                pass
+            d.proc.wait(10)
+            self.assertEqual(d.proc.returncode, -signal.SIGKILL)
+            self.assertGreater(len(reported), 0)
+            db = sqlite3.connect(os.path.join(d.state_dir, "profiles.db"))
+            self.assertEqual(db.execute("PRAGMA integrity_check").fetchone()[0], "ok")
+            db.close()
+            d.start()
+            c = d.client()
+            for pk, version in reported:
+                got = c.call("profile.get", {"profile_key": pk, "version": version})
+                self.assertEqual(got["version"], version)
+            c.close()
+        finally:
+            d.cleanup()
+
+
+class Result(unittest.TextTestResult):
+    pass
+
+
+if __name__ == "__main__":
+    runner = unittest.TextTestRunner(verbosity=2, resultclass=Result)
+    prog = unittest.main(exit=False, testRunner=runner)
+    r = prog.result
+    failed = len(r.failures) + len(r.errors)
+    print(f"e2e: {r.testsRun - failed - len(r.skipped)} passed, {failed} failed, {len(r.skipped)} skipped")
+    for test, reason in r.skipped:
+        print(f"skipped {test.id()}: {reason}")
+    sys.exit(1 if failed else 0)
