@@ -1,0 +1,173 @@
+#include "fdo/ctl/diff.h"
+
+#include <catch2/catch.hpp>
+
+using namespace fdo::ctl;
+using fdo::FunctionProfile;
+using fdo::ProfileDoc;
+
+namespace {
+
+ProfileDoc doc(std::map<std::string, FunctionProfile> functions) {
+  ProfileDoc d;
+  d.functions = std::move(functions);
+  return d;
+}
+
+const FunctionDiff& find(const ProfileDiff& d, const std::string& name) {
+  for (const auto& f : d.functions)
+    if (f.name == name) return f;
+  FAIL("no function " << name << " in the diff");
+  throw 0;
+}
+
+} // namespace
+
+TEST_CASE("identical profiles diff to nothing") {
+  ProfileDoc a = doc({{"f", {1, {10, 90}, {}, ""}}});
+  ProfileDiff d = diff_profiles(a, a);
+  CHECK(d.knobs.empty());
+  CHECK(d.changed == 0);
+  CHECK(d.unchanged == 1);
+  CHECK(d.compile_affecting_equal);
+}
+
+TEST_CASE("scaled counts keep their weights: only raw totals differ") {
+  // Twice as long a run: same branch shape, so no weight moved.
+  ProfileDoc a = doc({{"f", {1, {10, 90}, {}, ""}}});
+  ProfileDoc b = doc({{"f", {1, {20, 180}, {}, ""}}});
+  ProfileDiff d = diff_profiles(a, b);
+  const FunctionDiff& f = find(d, "f");
+  CHECK(f.change == FunctionChange::unchanged);
+  CHECK(f.weights_changed == 0);
+  CHECK(f.total_before == 100);
+  CHECK(f.total_after == 200);
+  CHECK_FALSE(d.compile_affecting_equal); // the counts the compiler sees differ
+}
+
+TEST_CASE("moved branch weights are listed with normalized figures") {
+  ProfileDoc a = doc({{"f", {7, {50, 50, 0, 100}, {}, ""}}, {"g", {9, {5, 5}, {}, ""}}});
+  ProfileDoc b = doc({{"f", {7, {90, 10, 0, 100}, {}, ""}}, {"g", {9, {5, 5}, {}, ""}}});
+  ProfileDiff d = diff_profiles(a, b);
+  const FunctionDiff& f = find(d, "f");
+  REQUIRE(f.change == FunctionChange::changed);
+  REQUIRE(f.weights_changed == 2);
+  REQUIRE(f.counters.size() == 2);
+  CHECK(f.counters[0].index == 0);
+  CHECK(f.counters[0].weight_before == Approx(0.25));
+  CHECK(f.counters[0].weight_after == Approx(0.45));
+  CHECK(f.counters[1].index == 1);
+  CHECK(f.counters[1].weight_after == Approx(0.05));
+  CHECK(f.max_weight_change == Approx(0.20));
+  CHECK(find(d, "g").change == FunctionChange::unchanged);
+  CHECK(d.changed == 1);
+  CHECK(d.unchanged == 1);
+  CHECK(d.functions.front().name == "f"); // changed functions come first
+
+  std::string text = render_diff(d, "title");
+  CHECK_THAT(text, Catch::Contains("f  [changed]"));
+  CHECK_THAT(text, Catch::Contains("25.0%"));
+  CHECK_THAT(text, Catch::Contains("45.0%"));
+  CHECK_THAT(text, Catch::Contains("+20.00 pts"));
+  CHECK_THAT(text, Catch::Contains("1 changed, 0 added, 0 removed, 1 unchanged"));
+  CHECK_THAT(text, !Catch::Contains("unchanged: g"));
+  CHECK_THAT(render_diff(d, "title", Unchanged::list), Catch::Contains("unchanged: g"));
+}
+
+TEST_CASE("the threshold hides small moves - and a counter that starts firing always shows") {
+  ProfileDoc a = doc({{"f", {1, {1000, 0, 500}, {}, ""}}});
+  ProfileDoc b = doc({{"f", {1, {1000, 1, 505}, {}, ""}}});
+  DiffOptions coarse;
+  coarse.min_weight_change = 0.05;
+  ProfileDiff d = diff_profiles(a, b, coarse);
+  const FunctionDiff& f = find(d, "f");
+  REQUIRE(f.weights_changed == 1); // counter 1: never -> ever
+  CHECK(f.counters[0].index == 1);
+  CHECK(f.counters[0].before == 0);
+  CHECK(f.counters[0].after == 1);
+}
+
+TEST_CASE("at most max_counters_per_function are listed - but all are counted") {
+  std::vector<std::uint64_t> ca, cb;
+  for (int i = 0; i < 40; ++i) {
+    ca.push_back(i % 2 ? 100 : 1);
+    cb.push_back(i % 2 ? 1 : 100);
+  }
+  DiffOptions o;
+  o.max_counters_per_function = 5;
+  ProfileDiff d = diff_profiles(doc({{"f", {1, ca, {}, ""}}}), doc({{"f", {1, cb, {}, ""}}}), o);
+  const FunctionDiff& f = find(d, "f");
+  CHECK(f.weights_changed == 40);
+  CHECK(f.counters.size() == 5);
+  CHECK_THAT(render_diff(d, "t"), Catch::Contains("and 35 more counters moved"));
+}
+
+TEST_CASE("added - removed and re-laid-out functions") {
+  ProfileDoc a = doc({{"old", {1, {1}, {}, ""}}, {"f", {1, {1, 2}, {}, ""}}});
+  ProfileDoc b = doc({{"new", {2, {3, 4, 5}, {}, ""}}, {"f", {2, {1, 2, 3}, {}, ""}}});
+  ProfileDiff d = diff_profiles(a, b);
+  CHECK(find(d, "old").change == FunctionChange::removed);
+  CHECK(find(d, "new").change == FunctionChange::added);
+  const FunctionDiff& f = find(d, "f");
+  CHECK(f.change == FunctionChange::changed);
+  CHECK(f.layout_changed);
+  CHECK(f.counters.empty()); // counters of different layouts are not comparable
+  CHECK(d.added == 1);
+  CHECK(d.removed == 1);
+  std::string text = render_diff(d, "t");
+  CHECK_THAT(text,
+             Catch::Contains("CFG changed: hash 0000000000000001 -> 0000000000000002, 2 -> 3"));
+}
+
+TEST_CASE("knob and !unpredictable changes are reported exactly") {
+  ProfileDoc a = doc({{"f", {1, {5, 5}, {1, 2}, ""}}});
+  ProfileDoc b = a;
+  b.knobs.size_level = 1;
+  b.knobs.inline_threshold = 50;
+  b.knobs.mode = fdo::CompileMode::instrumented;
+  b.functions["f"].unpredictable = {2, 3};
+  ProfileDiff d = diff_profiles(a, b);
+  REQUIRE(d.knobs.size() == 3);
+  CHECK(d.knobs[0].knob == "size_level");
+  CHECK(d.knobs[0].before == 0);
+  CHECK(d.knobs[0].after == 1);
+  CHECK(d.knobs[1].knob == "inline_threshold");
+  CHECK(d.knobs[1].before.is_null());
+  CHECK(d.knobs[2].knob == "mode");
+  CHECK(d.knobs[2].after == "instrumented");
+  const FunctionDiff& f = find(d, "f");
+  CHECK(f.change == FunctionChange::changed);
+  CHECK(f.unpredictable_added == std::vector<std::uint32_t>{3});
+  CHECK(f.unpredictable_removed == std::vector<std::uint32_t>{1});
+  std::string text = render_diff(d, "t");
+  CHECK_THAT(text, Catch::Contains("size_level: 0 -> 1"));
+  CHECK_THAT(text, Catch::Contains("inline_threshold: unset -> 50"));
+  CHECK_THAT(text, Catch::Contains("!unpredictable added: 3"));
+}
+
+TEST_CASE("provenance alone is no compile-affecting change") {
+  ProfileDoc a = doc({{"f", {1, {5, 5}, {}, ""}}});
+  ProfileDoc b = a;
+  b.provenance.reason = "import";
+  b.provenance.stage = 9;
+  ProfileDiff d = diff_profiles(a, b);
+  CHECK(d.compile_affecting_equal);
+  CHECK_THAT(render_diff(d, "t"), Catch::Contains("no compile-affecting difference"));
+}
+
+TEST_CASE("diff JSON carries every figure") {
+  ProfileDoc a = doc({{"f", {7, {50, 50}, {}, ""}}});
+  ProfileDoc b = doc({{"f", {7, {90, 10}, {}, ""}}});
+  nlohmann::json j = to_json(diff_profiles(a, b));
+  CHECK(j["summary"]["changed"] == 1);
+  REQUIRE(j["functions"].size() == 1);
+  const auto& f = j["functions"][0];
+  CHECK(f["name"] == "f");
+  CHECK(f["change"] == "changed");
+  REQUIRE(f["counters"].size() == 2);
+  CHECK(f["counters"][0]["before"] == 50);
+  CHECK(f["counters"][0]["after"] == 90);
+  CHECK(f["counters"][0]["weight_after"].get<double>() == Approx(0.9));
+  CHECK(j["knobs"].empty());
+  CHECK(j["compile_affecting_equal"] == false);
+}

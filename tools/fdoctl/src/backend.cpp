@@ -1,0 +1,173 @@
+#include "fdo/ctl/backend.h"
+
+#include "fdo/profile_store/profile_store.h"
+
+#include <ctime>
+#include <filesystem>
+#include <optional>
+#include <vector>
+
+namespace fdo::ctl {
+
+using nlohmann::json;
+namespace ps = fdo::profile_store;
+
+std::string rfc3339_ms(std::int64_t unix_ms) {
+  std::time_t secs = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm t{};
+  ::gmtime_r(&secs, &t);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", t.tm_year + 1900,
+                t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec,
+                static_cast<int>(unix_ms % 1000));
+  return buf;
+}
+
+Expected<json> DaemonBackend::call(std::string_view method, const json& params) {
+  return client_.call(method, params);
+}
+
+std::string DaemonBackend::describe() const {
+  return "fdod at " + client_.socket_path();
+}
+
+namespace {
+
+Expected<std::string> string_param(const json& params, const char* key) {
+  if (!params.is_object() || !params.contains(key) || !params[key].is_string())
+    return make_error(Errc::invalid_argument, std::string("missing string param '") + key + "'");
+  return params[key].get<std::string>();
+}
+
+json summary_json(const ps::ProfileSummary& s) {
+  return {{"profile_key", s.pk},
+          {"version", s.version},
+          {"digest", s.digest},
+          {"pinned", s.pinned},
+          {"owner", s.owner},
+          {"functions", s.functions},
+          {"updated_at", rfc3339_ms(s.updated_at)}};
+}
+
+json version_json(const ps::StoredProfile& p) {
+  return {{"version", p.version}, {"digest", p.digest},
+          {"reason", p.reason},   {"created_at", rfc3339_ms(p.created_at)},
+          {"stage", p.stage},     {"host", p.host},
+          {"program", p.program}, {"source", std::string(ps::to_string(p.source))}};
+}
+
+} // namespace
+
+struct StoreBackend::Impl {
+  std::string path;
+  ps::ProfileStore store;
+
+  // history() is not_found for an unknown key; say which key.
+  Expected<std::vector<ps::StoredProfile>> history(const std::string& pk) {
+    auto hist = store.history(pk);
+    if (!hist && hist.error().code() == Errc::not_found)
+      return make_error(Errc::not_found, "no profile " + pk + " in " + path);
+    return hist;
+  }
+
+  Expected<json> list() {
+    FDO_TRY(std::vector<ps::ProfileSummary> all, store.list());
+    json out = json::array();
+    for (const auto& s : all)
+      out.push_back(summary_json(s));
+    return json{{"profiles", std::move(out)}};
+  }
+
+  Expected<json> get(const json& params) {
+    FDO_TRY(std::string pk, string_param(params, "profile_key"));
+    std::int64_t version = 0;
+    if (params.contains("version")) {
+      if (!params["version"].is_number_integer() || params["version"].get<std::int64_t>() < 1)
+        return make_error(Errc::invalid_argument, "version must be an integer >= 1");
+      version = params["version"].get<std::int64_t>();
+    }
+    FDO_TRY_STATUS(history(pk));
+    FDO_TRY(std::optional<ps::StoredProfile> sp,
+            version > 0 ? store.get(pk, version) : store.current(pk));
+    if (!sp)
+      return make_error(Errc::not_found,
+                        version > 0 ? "profile " + pk + " has no version " + std::to_string(version)
+                                    : "profile " + pk + " has no current version (reset)");
+    return json{{"profile_key", pk},          {"version", sp->version},
+                {"digest", sp->digest},       {"pinned", sp->pinned},
+                {"reason", sp->reason},       {"created_at", rfc3339_ms(sp->created_at)},
+                {"profile", to_json(sp->doc)}};
+  }
+
+  Expected<json> history_json(const json& params) {
+    FDO_TRY(std::string pk, string_param(params, "profile_key"));
+    FDO_TRY(std::vector<ps::StoredProfile> hist, history(pk));
+    FDO_TRY(std::optional<ps::StoredProfile> cur, store.current(pk));
+    json versions = json::array();
+    for (const auto& v : hist)
+      versions.push_back(version_json(v));
+    return json{{"profile_key", pk},
+                {"pinned", !hist.empty() && hist.back().pinned},
+                {"current_version", cur ? cur->version : 0},
+                {"versions", std::move(versions)}};
+  }
+
+  Expected<json> export_json(const json& params) {
+    std::string format = params.is_object() ? params.value("format", "json") : "json";
+    if (format != "json")
+      return make_error(Errc::unsupported,
+                        "--format " + format +
+                            " needs the daemon (it writes LLVM's indexed profile format); reading "
+                            "the store directly exports --format json only");
+    std::vector<std::string> pks;
+    if (params.is_object() && params.contains("profile_keys")) {
+      for (const json& k : params["profile_keys"]) {
+        if (!k.is_string())
+          return make_error(Errc::invalid_argument, "profile_keys must hold strings");
+        pks.push_back(k.get<std::string>());
+        FDO_TRY_STATUS(history(pks.back()));
+      }
+    } else {
+      FDO_TRY(std::vector<ps::ProfileSummary> all, store.list());
+      for (const auto& s : all)
+        pks.push_back(s.pk);
+    }
+    FDO_TRY(json bundle, store.export_bundle(pks));
+    return json{{"format", "json"}, {"bundle", std::move(bundle)}};
+  }
+};
+
+StoreBackend::StoreBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+StoreBackend::~StoreBackend() = default;
+
+Expected<std::unique_ptr<StoreBackend>> StoreBackend::open(const std::string& state_dir) {
+  std::string path = (std::filesystem::path(state_dir) / "profiles.db").string();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    return make_error(Errc::not_found, "no profile store at " + path + " (is " + state_dir +
+                                           " fdod's --state-dir? the default is /var/lib/fdod)");
+  ps::Options options;
+  options.mode = ps::OpenMode::read_only;
+  auto store = ps::ProfileStore::open(path, options);
+  if (!store) return std::move(store).error().context("open " + path + " read-only");
+  auto impl = std::unique_ptr<Impl>(new Impl{path, std::move(*store)});
+  return std::unique_ptr<StoreBackend>(new StoreBackend(std::move(impl)));
+}
+
+std::string StoreBackend::describe() const {
+  return "profile store " + impl_->path + " (read-only)";
+}
+
+Expected<json> StoreBackend::call(std::string_view method, const json& params) {
+  if (method == "profile.list") return impl_->list();
+  if (method == "profile.get") return impl_->get(params);
+  if (method == "profile.history") return impl_->history_json(params);
+  if (method == "profile.export") return impl_->export_json(params);
+  return make_error(Errc::unsupported,
+                    std::string(method) +
+                        " needs a running fdod: without the daemon fdoctl can only read profiles "
+                        "from the store (profiles, profile show/history/diff, profile export "
+                        "--format json)");
+}
+
+} // namespace fdo::ctl

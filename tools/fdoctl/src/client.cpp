@@ -1,0 +1,212 @@
+#include "fdo/ctl/client.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+namespace fdo::ctl {
+
+using nlohmann::json;
+
+std::string default_socket_path() {
+  if (const char* env = std::getenv("FDO_SOCKET"); env != nullptr && *env != '\0') return env;
+  return std::string(kSystemSocketPath);
+}
+
+std::optional<Errc> errc_from_name(std::string_view name) {
+  for (int i = 0; i <= static_cast<int>(Errc::internal); ++i) {
+    auto code = static_cast<Errc>(i);
+    if (to_string(code) == name) return code;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// What to try, by the reason connect(2) failed.
+std::string connect_advice(const std::string& path, int err) {
+  std::string why;
+  switch (err) {
+  case ENOENT:
+    why = "no such socket";
+    break;
+  case ECONNREFUSED:
+    why = "connection refused (a socket file is there but nothing listens on it)";
+    break;
+  case EACCES:
+  case EPERM:
+    why = "permission denied (the socket is mode 0660: run as fdod's user or a member of its "
+          "group)";
+    break;
+  default:
+    why = std::strerror(err);
+  }
+  return "cannot connect to " + path + ": " + why +
+         "; is fdod running? try `systemctl status fdod` (or start one with `fdod --socket " +
+         path +
+         " --state-dir DIR`), or pass --socket PATH / set FDO_SOCKET; to read profiles while the "
+         "daemon is down pass --state-dir DIR";
+}
+
+// The JSON-RPC code of a standard error -> the closest Errc (for replies
+// without error.data.code, e.g. from a foreign server).
+Errc errc_from_rpc_code(std::int64_t code) {
+  switch (code) {
+  case -32602:
+    return Errc::invalid_argument;
+  case -32601:
+    return Errc::unsupported;
+  case -32700:
+  case -32600:
+    return Errc::parse;
+  default:
+    return Errc::internal;
+  }
+}
+
+} // namespace
+
+Expected<Reply> decode_reply(std::string_view line, std::int64_t expected_id,
+                             std::string_view method) {
+  std::string what = "reply to " + std::string(method);
+  json reply = json::parse(line, nullptr, false);
+  if (reply.is_discarded() || !reply.is_object())
+    return make_error(Errc::corrupt, what + " is not a JSON object");
+  if (reply.value("jsonrpc", "") != "2.0")
+    return make_error(Errc::corrupt, what + " lacks \"jsonrpc\": \"2.0\"");
+  bool has_result = reply.contains("result");
+  bool has_error = reply.contains("error");
+  if (has_result == has_error)
+    return make_error(Errc::corrupt, what + " must hold exactly one of \"result\" and \"error\"");
+  const json& id = reply.contains("id") ? reply["id"] : json(nullptr);
+  if (has_error) {
+    const json& e = reply["error"];
+    if (!e.is_object()) return make_error(Errc::corrupt, what + ": \"error\" is not an object");
+    std::string message = e.contains("message") && e["message"].is_string()
+                              ? e["message"].get<std::string>()
+                              : std::string("(no message)");
+    std::int64_t code = e.contains("code") && e["code"].is_number_integer()
+                            ? e["code"].get<std::int64_t>()
+                            : -32603;
+    Errc errc = errc_from_rpc_code(code);
+    if (e.contains("data") && e["data"].is_object() && e["data"].contains("code") &&
+        e["data"]["code"].is_string())
+      if (auto named = errc_from_name(e["data"]["code"].get<std::string>())) errc = *named;
+    if (code == -32601)
+      message +=
+          " (this fdod does not know '" + std::string(method) + "': is it older than fdoctl?)";
+    // id null: the daemon could not read our request (e.g. over its size
+    // limit); still an answer to it, as we send one request at a time.
+    if (!id.is_null() && id != json(expected_id))
+      return make_error(Errc::corrupt, what + " carries id " + id.dump() + ", expected " +
+                                           std::to_string(expected_id));
+    return Reply{make_error(errc, message)};
+  }
+  if (id != json(expected_id))
+    return make_error(Errc::corrupt, what + " carries id " + id.dump() + ", expected " +
+                                         std::to_string(expected_id));
+  return Reply{std::move(reply["result"])};
+}
+
+Expected<RpcClient> RpcClient::connect(const std::string& socket_path, ClientOptions options) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.empty()) return make_error(Errc::invalid_argument, "--socket: empty path");
+  if (socket_path.size() >= sizeof addr.sun_path)
+    return make_error(Errc::invalid_argument, "socket path " + socket_path + " is " +
+                                                  std::to_string(socket_path.size()) +
+                                                  " bytes; Unix socket paths hold at most " +
+                                                  std::to_string(sizeof addr.sun_path - 1));
+  std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
+  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return Error::from_errno("socket", errno);
+  int rc;
+  do {
+    rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) return make_error(Errc::unavailable, connect_advice(socket_path, errno));
+  return RpcClient(std::move(fd), socket_path, options);
+}
+
+Expected<std::string> RpcClient::read_line(std::string_view method,
+                                           std::chrono::steady_clock::time_point deadline) {
+  std::size_t scanned = 0;
+  while (true) {
+    if (auto nl = pending_.find('\n', scanned); nl != std::string::npos) {
+      std::string line = pending_.substr(0, nl);
+      pending_.erase(0, nl + 1);
+      return line;
+    }
+    scanned = pending_.size();
+    if (pending_.size() > options_.max_reply_bytes)
+      return make_error(Errc::resource_exhausted, "reply to " + std::string(method) + " exceeds " +
+                                                      std::to_string(options_.max_reply_bytes) +
+                                                      " bytes");
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return make_error(Errc::timeout, "no reply from fdod to " + std::string(method) + " within " +
+                                           std::to_string(options_.timeout.count() / 1000) +
+                                           " s (raise --timeout for long compiles or executions)");
+    pollfd p{fd_.get(), POLLIN, 0};
+    int n = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 1 << 30)));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Error::from_errno("poll", errno);
+    }
+    if (n == 0) continue;
+    char chunk[65536];
+    ssize_t got = ::recv(fd_.get(), chunk, sizeof chunk, 0);
+    if (got < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return Error::from_errno("read reply to " + std::string(method), errno);
+    }
+    if (got == 0)
+      return make_error(Errc::io, "fdod closed the connection before answering " +
+                                      std::string(method) +
+                                      " (did it stop or crash? see "
+                                      "`journalctl -u fdod`)");
+    pending_.append(chunk, static_cast<std::size_t>(got));
+  }
+}
+
+Expected<json> RpcClient::call(std::string_view method, const json& params) {
+  if (!fd_)
+    return make_error(Errc::io, "the connection to fdod at " + path_ +
+                                    " broke on an earlier request; not sending " +
+                                    std::string(method));
+  std::int64_t id = next_id_++;
+  json request = {{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}};
+  std::string line = request.dump(-1, ' ', false, json::error_handler_t::replace);
+  line += '\n';
+  auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  std::size_t off = 0;
+  while (off < line.size()) {
+    ssize_t n = ::send(fd_.get(), line.data() + off, line.size() - off, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      fd_.reset();
+      return Error::from_errno("send " + std::string(method) + " to fdod", err);
+    }
+    off += static_cast<std::size_t>(n);
+  }
+  auto reply = read_line(method, deadline);
+  if (!reply) {
+    // A late reply would be taken for the next request's: drop the connection.
+    fd_.reset();
+    return std::move(reply).error();
+  }
+  auto decoded = decode_reply(*reply, id, method);
+  if (!decoded) {
+    fd_.reset();
+    return std::move(decoded).error();
+  }
+  return std::move(decoded->answer);
+}
+
+} // namespace fdo::ctl
