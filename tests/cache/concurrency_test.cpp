@@ -48,7 +48,7 @@ std::vector<Expected<StageOutput>> race(Orchestrator& o, FakeCompiler& compiler,
 
 } // namespace
 
-TEST_CASE("16 threads on a new program: one compile, one entry", "[cache][concurrency]") {
+TEST_CASE("16 threads on a new program: one compile - one entry", "[cache][concurrency]") {
   MemoryKeyStore keys;
   FakeCompiler compiler;
   Config c;

@@ -134,7 +134,7 @@ TEST_CASE("disk tier: store and load under <root>/objects/<2 hex>/<key>.obj", "[
   CHECK(st.error().code() == Errc::invalid_argument);
 }
 
-TEST_CASE("disk tier: flipped byte, truncation and garbage are misses, removed and counted",
+TEST_CASE("disk tier: flipped byte - truncation and garbage are misses - removed and counted",
           "[cache][disk]") {
   TempDir dir;
   auto tier = open_tier(dir.str());

@@ -129,7 +129,7 @@ TEST_CASE("stage 2 hits through the virtual key mapping without compiling",
   CHECK(log[1].sequence > log[0].sequence);
 }
 
-TEST_CASE("a profile rewrite changes CK, misses and compiles once (sync tier-up)",
+TEST_CASE("a profile rewrite changes CK - misses and compiles once (sync tier-up)",
           "[cache][orchestrator]") {
   MemoryKeyStore keys;
   FakeCompiler compiler;
@@ -183,7 +183,7 @@ TEST_CASE("a profile rewrite changes CK, misses and compiles once (sync tier-up)
   CHECK(stats.recompiles == 1);
 }
 
-TEST_CASE("async tier-up serves the old output, compiles in the background, then hits",
+TEST_CASE("async tier-up serves the old output - compiles in the background - then hits",
           "[cache][orchestrator]") {
   MemoryKeyStore keys;
   FakeCompiler compiler;
@@ -420,7 +420,7 @@ TEST_CASE("first stage whose mappings were lost is served from VK and the mappin
   CHECK(stage(*o, a).explanation.reason == Reason::virtual_key_mapping);
 }
 
-TEST_CASE("compile and identify failures are errors, recorded, and never cached",
+TEST_CASE("compile and identify failures are errors - recorded - and never cached",
           "[cache][orchestrator]") {
   MemoryKeyStore keys;
   FakeCompiler compiler;
@@ -450,7 +450,7 @@ TEST_CASE("compile and identify failures are errors, recorded, and never cached"
   CHECK(stats.compile_failures == 1);
 }
 
-TEST_CASE("disk: flipped byte, truncation or garbage is a miss, counted, and recompiled",
+TEST_CASE("disk: flipped byte - truncation or garbage is a miss - counted - and recompiled",
           "[cache][orchestrator][disk]") {
   for (std::string damage : {"flip", "truncate", "garbage"}) {
     INFO(damage);
@@ -616,7 +616,7 @@ TEST_CASE("config is validated", "[cache][orchestrator]") {
   CHECK_FALSE(parse_tier_up("later"));
 }
 
-TEST_CASE("adapter bugs (profile without digest, empty object) are clear errors",
+TEST_CASE("adapter bugs (profile without digest - empty object) are clear errors",
           "[cache][orchestrator]") {
   struct BadProfiles : MemoryKeyStore {
     Expected<ProfileRef> current_profile(const std::string& pk) override {

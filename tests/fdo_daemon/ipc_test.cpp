@@ -43,7 +43,7 @@ std::string prefix_bytes(std::uint32_t magic, std::uint32_t header_len, std::uin
 
 } // namespace
 
-TEST_CASE("ipc: frame prefix is little-endian magic, u32 header_len, u64 payload_len", "[ipc]") {
+TEST_CASE("ipc: frame prefix is little-endian magic - u32 header_len - u64 payload_len", "[ipc]") {
   auto p = encode_frame_prefix(0x01020304u, 0x0a0b0c0d0e0f1011ull);
   CHECK(p[0] == 'F');
   CHECK(p[1] == 'D');
@@ -81,7 +81,7 @@ TEST_CASE("ipc: encode/decode round trip keeps header and binary payload", "[ipc
   CHECK(longer.error().code() == Errc::corrupt);
 }
 
-TEST_CASE("ipc: invalid UTF-8 in a header is replaced, not thrown", "[ipc]") {
+TEST_CASE("ipc: invalid UTF-8 in a header is replaced - not thrown", "[ipc]") {
   Message m;
   m.header = {{"message", std::string("bad \xff\xfe bytes")}};
   auto frame = encode_message(m);
@@ -169,7 +169,7 @@ TEST_CASE("ipc: garbage magic and bad JSON are corrupt", "[ipc]") {
   }
 }
 
-TEST_CASE("ipc: end of stream is unavailable at a boundary, corrupt inside a message", "[ipc]") {
+TEST_CASE("ipc: end of stream is unavailable at a boundary - corrupt inside a message", "[ipc]") {
   SECTION("clean close") {
     auto sp = pair_or_die();
     sp.first.reset();
@@ -198,7 +198,7 @@ TEST_CASE("ipc: end of stream is unavailable at a boundary, corrupt inside a mes
   }
 }
 
-TEST_CASE("ipc: the deadline bounds waiting, also mid-message", "[ipc]") {
+TEST_CASE("ipc: the deadline bounds waiting - also mid-message", "[ipc]") {
   auto sp = pair_or_die();
   auto r = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(50ms));
   REQUIRE_FALSE(r);
@@ -220,7 +220,7 @@ TEST_CASE("ipc: a sender blocked by a peer that does not read gives up at the de
   CHECK(st.error().code() == Errc::timeout);
 }
 
-TEST_CASE("ipc: sending to a closed peer is unavailable, not SIGPIPE", "[ipc]") {
+TEST_CASE("ipc: sending to a closed peer is unavailable - not SIGPIPE", "[ipc]") {
   auto sp = pair_or_die();
   sp.second.reset();
   auto st = send_message(sp.first.get(), Message{{{"a", 1}}, "payload"}, Deadline::after(1s));

@@ -24,7 +24,7 @@ PolicyInput input_for(const FeedbackAccumulator& fb, const ProfileDoc* current =
 }
 } // namespace
 
-TEST_CASE("accumulator sums counts, counters and stages", "[daemon][policy]") {
+TEST_CASE("accumulator sums counts - counters and stages", "[daemon][policy]") {
   FeedbackAccumulator fb;
   fb.add(stage(900, 100));
   StageFeedback s = stage(90, 10);
@@ -82,7 +82,7 @@ TEST_CASE("too few counts waits", "[daemon][policy]") {
   CHECK(d.reason.find("waiting for counts") != std::string::npos);
 }
 
-TEST_CASE("drift below threshold keeps the profile; above rewrites", "[daemon][policy]") {
+TEST_CASE("drift below threshold keeps the profile and above it rewrites", "[daemon][policy]") {
   PolicyConfig cfg;
   cfg.min_stages = 1;
   cfg.min_counts = 10;

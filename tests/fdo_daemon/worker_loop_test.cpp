@@ -101,7 +101,7 @@ void expect_hello(LoopProcess& p) {
 
 } // namespace
 
-TEST_CASE("worker_loop: handshake, results, handler errors, exit 0 at end of stream",
+TEST_CASE("worker_loop: handshake - results - handler errors - exit 0 at end of stream",
           "[worker_loop]") {
   auto p = LoopProcess::start(test_handler);
   expect_hello(p);
@@ -176,7 +176,7 @@ TEST_CASE("worker_loop: bad_alloc and other exceptions become errors", "[worker_
   CHECK(p.job(3, {{"op", "echo"}}).header["ok"] == true);
 }
 
-TEST_CASE("worker_loop: per-job rlimits are applied and restored, hard limits kept",
+TEST_CASE("worker_loop: per-job rlimits are applied and restored - hard limits kept",
           "[worker_loop]") {
   rlimit mine{};
   ::getrlimit(RLIMIT_AS, &mine);

@@ -441,7 +441,7 @@ TEST_CASE("worker_pool: create fails clearly and leaves no process behind", "[wo
   CHECK(no_children());
 }
 
-TEST_CASE("worker_pool: when respawning fails the pool says so, then recovers", "[worker_pool]") {
+TEST_CASE("worker_pool: when respawning fails the pool says so - then recovers", "[worker_pool]") {
   TempDir dir;
   auto copy = dir.path / "worker-copy";
   fs::copy_file(FDO_TEST_WORKER, copy);

@@ -46,7 +46,7 @@ TEST_CASE("profile key is a 64-hex BLAKE3 key", "[jit][fingerprint]") {
     CHECK(is_hex_key(fp));
 }
 
-TEST_CASE("profile key ignores names, debug info, module name and formatting",
+TEST_CASE("profile key ignores names - debug info - module name and formatting",
           "[jit][fingerprint]") {
   const std::string base = analysis_of("fp_base.ll").profile_key;
   CHECK(analysis_of("fp_renamed.ll").profile_key == base);
@@ -54,7 +54,7 @@ TEST_CASE("profile key ignores names, debug info, module name and formatting",
   CHECK(analysis_of("fp_formatted.ll").profile_key == base);
 }
 
-TEST_CASE("profile key changes with a constant, a predicate or an exported name",
+TEST_CASE("profile key changes with a constant - a predicate or an exported name",
           "[jit][fingerprint]") {
   const std::string base = analysis_of("fp_base.ll").profile_key;
   const std::string constant = analysis_of("fp_const.ll").profile_key;

@@ -172,7 +172,7 @@ TEST_CASE("local functions are instrumented under canonical PGO names", "[jit][p
   CHECK(contains(o.ir, R"(!{!"function_entry_count", i64 8})"));
 }
 
-TEST_CASE("a stale profile is reported, not fatal", "[jit][pgo]") {
+TEST_CASE("a stale profile is reported - not fatal", "[jit][pgo]") {
   Instrumented i = load_instrumented("loop_branch.ll");
   REQUIRE(i.program->call("run", std::vector<std::uint64_t>{100}).has_value());
   ProfileDoc profile = profile_from(i);

@@ -25,7 +25,7 @@ std::vector<FunctionRange> jit_ranges() {
 
 } // namespace
 
-TEST_CASE("samples land in the right function, or outside_jit", "[perf][attribution]") {
+TEST_CASE("samples land in the right function - or outside_jit", "[perf][attribution]") {
   SampleSet set;
   set.events = {"branch-misses", "L1-icache-load-misses"};
   set.samples = {
@@ -122,7 +122,7 @@ TEST_CASE("bad ranges and samples are clear errors", "[perf][attribution]") {
   CHECK(zero->outside_jit.samples == 1);
 }
 
-TEST_CASE("a recorded ring stream, with wraparound and losses, is attributed",
+TEST_CASE("a recorded ring stream - with wraparound and losses - is attributed",
           "[perf][attribution]") {
   // Two events' rings as the kernel would leave them, drained, then attributed.
   constexpr std::size_t page = 4096;

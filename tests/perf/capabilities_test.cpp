@@ -85,7 +85,7 @@ TEST_CASE("probe with everything denied at paranoid 3", "[perf][capabilities]") 
   CHECK(caps.paranoid_detail.find("forbidden") != std::string::npos);
 }
 
-TEST_CASE("probe on a host with a PMU, rdpmc, and no branch stack", "[perf][capabilities]") {
+TEST_CASE("probe on a host with a PMU - rdpmc - and no branch stack", "[perf][capabilities]") {
   FakeSyscalls fake;
   fake.user_counters = true;
   fake.page_template.cap_user_rdpmc = 1;

@@ -26,7 +26,7 @@ void check_software_figures(const Measurement& m) {
 
 } // namespace
 
-TEST_CASE("EACCES: not_permitted, naming perf_event_paranoid and CAP_PERFMON", "[perf][fault]") {
+TEST_CASE("EACCES: not_permitted - naming perf_event_paranoid and CAP_PERFMON", "[perf][fault]") {
   FakeSyscalls fake;
   fake.paranoid = 3;
   fake.fail_pmu_events(EACCES);
@@ -61,7 +61,7 @@ TEST_CASE("EPERM at paranoid 2 points at seccomp / CAP_PERFMON", "[perf][fault]"
   CHECK(m.task_clock_reason.find("EPERM") != std::string::npos);
 }
 
-TEST_CASE("EOPNOTSUPP, ENOENT and EINVAL are recorded per event; the rest still counts",
+TEST_CASE("EOPNOTSUPP - ENOENT and EINVAL are recorded per event - the rest still counts",
           "[perf][fault]") {
   FakeSyscalls fake;
   fake.fail_event(PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS, ENOENT);
@@ -143,7 +143,7 @@ TEST_CASE("multiplexing: time_running < time_enabled is scaled", "[perf][fault]"
   CHECK(j["events"][0]["multiplexed"] == true);
 }
 
-TEST_CASE("time_running = 0 is reported as not counted, not as zero", "[perf][fault]") {
+TEST_CASE("time_running = 0 is reported as not counted - not as zero", "[perf][fault]") {
   FakeSyscalls fake;
   fake.set_value(PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS, 0);
   fake.time_enabled = 5000;
@@ -189,7 +189,7 @@ TEST_CASE("read failures and short reads leave software figures intact", "[perf]
   }
 }
 
-TEST_CASE("ioctl failures are reported, not thrown", "[perf][fault]") {
+TEST_CASE("ioctl failures are reported - not thrown", "[perf][fault]") {
   FakeSyscalls fake;
   SECTION("enable") {
     fake.ioctl_errors[PERF_EVENT_IOC_ENABLE] = EBADF;
@@ -258,7 +258,7 @@ void live_page(perf_event_mmap_page* pc, std::uint32_t index, std::int64_t offse
 
 } // namespace
 
-TEST_CASE("rdpmc through the user page: seqlock, width, times", "[perf][fault][rdpmc]") {
+TEST_CASE("rdpmc through the user page: seqlock - width - times", "[perf][fault][rdpmc]") {
   FakeSyscalls fake;
   fake.user_counters = true;
   auto g = CounterGroup::open({"cycles", "branch-misses"}, fake);

@@ -27,7 +27,7 @@ RecordLayout ip_tid_period(bool branches = false) {
 
 } // namespace
 
-TEST_CASE("samples, lost and throttle records are read from a ring", "[perf][records]") {
+TEST_CASE("samples - lost and throttle records are read from a ring", "[perf][records]") {
   FixtureRing ring(1);
   RingWriter w(ring.span(), kPage);
   w.append(sample_record(0x1000, 10));
@@ -111,7 +111,7 @@ TEST_CASE("a ring without data_offset/data_size (old kernels) uses the mapping",
   CHECK(out[0].ip == 0x42);
 }
 
-TEST_CASE("malformed rings and records are counted, never crash", "[perf][records]") {
+TEST_CASE("malformed rings and records are counted - never crash", "[perf][records]") {
   std::vector<Sample> out;
   SECTION("record size too small") {
     RecordBytes r;

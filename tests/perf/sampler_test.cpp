@@ -83,7 +83,7 @@ TEST_CASE("no PMU: sampler events report no_pmu and drain nothing", "[perf][samp
   CHECK(set.events == SamplerConfig{}.events);
 }
 
-TEST_CASE("branch stack: fall back without it, or refuse when required", "[perf][sampler]") {
+TEST_CASE("branch stack: fall back without it - or refuse when required", "[perf][sampler]") {
   FakeSyscalls fake;
   fake.fail_branch_stack(EOPNOTSUPP);
   SamplerConfig c;

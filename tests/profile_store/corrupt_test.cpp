@@ -49,7 +49,7 @@ std::string make_store(const TempDir& dir, const std::string& name) {
 
 } // namespace
 
-TEST_CASE("random bytes at the database path: clear error, file untouched",
+TEST_CASE("random bytes at the database path: clear error - file untouched",
           "[profile_store][corrupt]") {
   TempDir dir;
   std::string path = dir.file("garbage.db");
@@ -70,7 +70,7 @@ TEST_CASE("a short text file at the database path is refused", "[profile_store][
   expect_refused(dir, path, Errc::corrupt);
 }
 
-TEST_CASE("a store whose schema page is damaged is refused, file untouched",
+TEST_CASE("a store whose schema page is damaged is refused - file untouched",
           "[profile_store][corrupt]") {
   TempDir dir;
   std::string path = make_store(dir, "damaged.db");
@@ -84,7 +84,7 @@ TEST_CASE("a store whose schema page is damaged is refused, file untouched",
   expect_refused(dir, path, Errc::corrupt);
 }
 
-TEST_CASE("damaged data pages give corrupt errors, never a crash", "[profile_store][corrupt]") {
+TEST_CASE("damaged data pages give corrupt errors - never a crash", "[profile_store][corrupt]") {
   TempDir dir;
   std::string path = make_store(dir, "pages.db");
   std::string bytes = read_bytes(path);
@@ -110,7 +110,7 @@ TEST_CASE("damaged data pages give corrupt errors, never a crash", "[profile_sto
   (void)store->lookup_profile_key("ik");
 }
 
-TEST_CASE("another application's SQLite database is refused, not adopted",
+TEST_CASE("another application's SQLite database is refused - not adopted",
           "[profile_store][corrupt]") {
   TempDir dir;
   std::string path = dir.file("other.db");
@@ -133,7 +133,7 @@ TEST_CASE("a directory at the database path is refused", "[profile_store][corrup
   CHECK(r.error().message().find(path) != std::string::npos);
 }
 
-TEST_CASE("an empty file becomes a new store; read-only refuses it", "[profile_store][corrupt]") {
+TEST_CASE("an empty file becomes a new store - read-only refuses it", "[profile_store][corrupt]") {
   TempDir dir;
   std::string path = dir.file("empty.db");
   write_bytes(path, "");
@@ -147,7 +147,7 @@ TEST_CASE("an empty file becomes a new store; read-only refuses it", "[profile_s
   CHECK(rw->integrity_check());
 }
 
-TEST_CASE("a body changed behind the store's back is detected, even after earlier reads",
+TEST_CASE("a body changed behind the store's back is detected - even after earlier reads",
           "[profile_store][corrupt]") {
   TempDir dir;
   std::string path = dir.file("tamper.db");

@@ -38,7 +38,7 @@ std::string key(char c) {
 
 } // namespace
 
-TEST_CASE("profile key mapping: idempotent put, replace reports the old key, remove",
+TEST_CASE("profile key mapping: idempotent put - replace reports the old key - remove",
           "[profile_store][keys]") {
   TempDir dir;
   auto store = open_store(dir.file("k.db"));
@@ -72,7 +72,7 @@ TEST_CASE("profile key mapping: idempotent put, replace reports the old key, rem
   CHECK(huge.error().code() == Errc::invalid_argument);
 }
 
-TEST_CASE("virtual key mapping: idempotent put, replace, remove, remove all of an ik",
+TEST_CASE("virtual key mapping: idempotent put - replace - remove - remove all of an ik",
           "[profile_store][keys]") {
   TempDir dir;
   auto store = open_store(dir.file("k.db"));
@@ -108,7 +108,7 @@ TEST_CASE("virtual key mapping: idempotent put, replace, remove, remove all of a
   CHECK(none->virtual_keys == 0);
 }
 
-TEST_CASE("program registry keeps first_seen and owner, bumps last_used",
+TEST_CASE("program registry keeps first_seen and owner - bumps last_used",
           "[profile_store][programs]") {
   TempDir dir;
   auto store = open_store(dir.file("r.db"));

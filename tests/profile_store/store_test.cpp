@@ -80,7 +80,7 @@ TEST_CASE("write creates version 1 and current returns it with stamped provenanc
   CHECK(p.doc.provenance.created_at.back() == 'Z');
 }
 
-TEST_CASE("optimistic concurrency: stale expected version is a conflict, nothing written",
+TEST_CASE("optimistic concurrency: stale expected version is a conflict - nothing written",
           "[profile_store]") {
   TempDir dir;
   auto store = open_store(dir.file("p.db"));
@@ -157,7 +157,7 @@ TEST_CASE("invalid documents and keys are rejected and nothing is written", "[pr
   CHECK(store.list()->empty());
 }
 
-TEST_CASE("pin blocks feedback writes; operator and import writes are allowed", "[profile_store]") {
+TEST_CASE("pin blocks feedback writes - operator and import writes are allowed", "[profile_store]") {
   TempDir dir;
   auto store = open_store(dir.file("p.db"));
   REQUIRE(store.write(kPk, 0, sample_doc(1), info()));
@@ -191,7 +191,7 @@ TEST_CASE("pin blocks feedback writes; operator and import writes are allowed", 
   CHECK(unknown.error().code() == Errc::not_found);
 }
 
-TEST_CASE("reset goes back to no profile, keeps history and never reuses a version",
+TEST_CASE("reset goes back to no profile - keeps history and never reuses a version",
           "[profile_store]") {
   TempDir dir;
   auto store = open_store(dir.file("p.db"));
@@ -223,7 +223,7 @@ TEST_CASE("reset goes back to no profile, keeps history and never reuses a versi
   CHECK(unknown.error().code() == Errc::not_found);
 }
 
-TEST_CASE("remove deletes the profile, its history, feedback and mappings", "[profile_store]") {
+TEST_CASE("remove deletes the profile - its history - feedback and mappings", "[profile_store]") {
   TempDir dir;
   auto store = open_store(dir.file("p.db"));
   const std::string ik1(64, '1'), ik2(64, '2'), ik_other(64, '3');
