@@ -4,6 +4,7 @@
 Run through CTest (tests/e2e/CMakeLists.txt) or directly:
   FDO_BUILD_DIR=build python3 tests/e2e/test_fdod.py [-k PATTERN]"""
 import base64
+import shutil
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Client, Daemon, RpcError, ir  # noqa: E402
+from harness import BUILD, Client, Daemon, RpcError, ir  # noqa: E402
 
 
 class FeedbackLoop(unittest.TestCase):
@@ -334,6 +335,35 @@ class KillDuringStream(unittest.TestCase):
             c.close()
         finally:
             d.cleanup()
+
+
+@unittest.skipUnless(shutil.which("systemd-socket-activate"), "systemd-socket-activate not installed")
+class SocketActivation(unittest.TestCase):
+    def test_fdod_serves_a_socket_passed_by_systemd(self):
+        d = Daemon()
+        proc = subprocess.Popen(
+            ["systemd-socket-activate", "-l", d.socket, str(BUILD / "fdod"),
+             "--state-dir", d.state_dir, "--config", d.config],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.time() + 20
+            while not os.path.exists(d.socket) and time.time() < deadline:
+                time.sleep(0.05)
+            # The first connection starts fdod, which adopts the listening socket.
+            c = Client(d.socket, timeout=60)
+            self.assertEqual(c.call("health")["status"], "ok")
+            prog = c.call("program.register", {"ir": ir("branchy.ll")})["program"]
+            self.assertIn("stage", c.call("execute", {"program": prog, "entry": "run"}))
+            c.close()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            d.cleanup()
+        self.assertEqual(proc.returncode, 0, proc.stderr.read().decode(errors="replace")[-2000:])
 
 
 class Result(unittest.TextTestResult):
