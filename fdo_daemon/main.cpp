@@ -12,8 +12,7 @@
 
 namespace {
 std::string worker_path(const std::string& argv0) {
-  if (const char* env = std::getenv("FDO_WORKER"))
-    return env;
+  if (const char* env = std::getenv("FDO_WORKER")) return env;
   char self[PATH_MAX] = {};
   ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   std::filesystem::path dir = n > 0 ? std::filesystem::path(std::string(self, n)).parent_path()
@@ -25,7 +24,8 @@ std::string worker_path(const std::string& argv0) {
 int main(int argc, char** argv) {
   CLI::App app{"fdod: feedback-directed optimization daemon"};
   std::string socket, state_dir, config_path, log_level;
-  app.add_option("--socket", socket, "Unix socket path (default from the config: /run/fdod/fdod.sock)");
+  app.add_option("--socket", socket,
+                 "Unix socket path (default from the config: /run/fdod/fdod.sock)");
   app.add_option("--state-dir", state_dir, "State directory: profiles.db, cache, programs");
   app.add_option("--config", config_path, "Config file (key = value; see docs/fdod.md)")
       ->check(CLI::ExistingFile);
@@ -34,12 +34,9 @@ int main(int argc, char** argv) {
 
   fdo::log::set_ident("fdod");
   fdo::daemon::ConfigOverrides overrides;
-  if (!socket.empty())
-    overrides.emplace_back("socket", socket);
-  if (!state_dir.empty())
-    overrides.emplace_back("state_dir", state_dir);
-  if (!log_level.empty())
-    overrides.emplace_back("log_level", log_level);
+  if (!socket.empty()) overrides.emplace_back("socket", socket);
+  if (!state_dir.empty()) overrides.emplace_back("state_dir", state_dir);
+  if (!log_level.empty()) overrides.emplace_back("log_level", log_level);
   auto config = config_path.empty() ? [&] {
     fdo::daemon::Config c = fdo::daemon::Config::defaults();
     auto st = c.apply_overrides(overrides);
@@ -75,8 +72,7 @@ int main(int argc, char** argv) {
     }
     running = reloaded->config;
     (*service)->reconfigure(running);
-    if (server_ptr)
-      server_ptr->set_limits(fdo::daemon::server_limits(running));
+    if (server_ptr) server_ptr->set_limits(fdo::daemon::server_limits(running));
   };
   auto server = fdo::daemon::Server::create(options, dispatcher);
   if (!server) {
@@ -85,13 +81,11 @@ int main(int argc, char** argv) {
   }
   server_ptr = server->get();
   (*server)->every("feedback-flush", config->feedback_flush, [&] {
-    if (auto st = (*service)->flush_feedback(); !st)
-      fdo::log::error(st.error().describe());
+    if (auto st = (*service)->flush_feedback(); !st) fdo::log::error(st.error().describe());
   });
   fdo::log::info("listening on " + (*server)->socket_path());
   auto st = (*server)->run();
-  if (auto fl = (*service)->flush_feedback(); !fl)
-    fdo::log::error(fl.error().describe());
+  if (auto fl = (*service)->flush_feedback(); !fl) fdo::log::error(fl.error().describe());
   if (!st) {
     fdo::log::error(st.error().describe());
     return 1;

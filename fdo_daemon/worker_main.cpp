@@ -11,8 +11,7 @@
 int main(int argc, char** argv) {
   std::string role;
   for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--role") == 0)
-      role = argv[i + 1];
+    if (std::strcmp(argv[i], "--role") == 0) role = argv[i + 1];
   fdo::log::set_ident("fdo-worker[" + role + ":" + std::to_string(::getpid()) + "]");
   auto fd = fdo::daemon::worker_fd_from_args(argc, argv);
   if (!fd) {

@@ -13,6 +13,7 @@
 #include "fdo/util/fd.h"
 #include "fdo/util/hash.h"
 #include "fdo/util/log.h"
+#include "fdo/util/time.h"
 
 #include <atomic>
 #include <deque>
@@ -41,8 +42,7 @@ std::string scope_for(std::int64_t uid, bool shared) {
 }
 
 std::string wrap(const std::string& scope, std::string_view bytes) {
-  if (scope.empty())
-    return std::string(bytes);
+  if (scope.empty()) return std::string(bytes);
   std::string out(kScopeMagic);
   out += scope;
   out += '\n';
@@ -56,38 +56,23 @@ struct Unwrapped {
 };
 
 Unwrapped unwrap(std::string_view bytes) {
-  if (bytes.substr(0, kScopeMagic.size()) != kScopeMagic)
-    return {"", bytes};
+  if (bytes.substr(0, kScopeMagic.size()) != kScopeMagic) return {"", bytes};
   std::size_t nl = bytes.find('\n', kScopeMagic.size());
-  if (nl == std::string_view::npos)
-    return {"", bytes};
+  if (nl == std::string_view::npos) return {"", bytes};
   return {std::string(bytes.substr(kScopeMagic.size(), nl - kScopeMagic.size())),
           bytes.substr(nl + 1)};
 }
 
 std::string scoped_profile_key(const std::string& scope, const std::string& pk) {
-  if (scope.empty())
-    return pk;
+  if (scope.empty()) return pk;
   Hasher h;
   h.update_field("fdo.pk.scope.v1").update_field(scope).update_field(pk);
   return h.hex();
 }
 
-std::string rfc3339(std::int64_t unix_ms) {
-  std::time_t secs = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm t{};
-  ::gmtime_r(&secs, &t);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", t.tm_year + 1900,
-                t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec,
-                static_cast<int>(unix_ms % 1000));
-  return buf;
-}
-
 std::string hostname() {
   char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0)
-    return "unknown";
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown";
   return buf;
 }
 
@@ -129,8 +114,7 @@ public:
   }
   Expected<cache::ProfileRef> current_profile(const std::string& pk) override {
     FDO_TRY(std::optional<ps::StoredProfile> cur, store_.current(pk));
-    if (!cur)
-      return cache::no_profile(pk);
+    if (!cur) return cache::no_profile(pk);
     cache::ProfileRef ref;
     ref.pk = pk;
     ref.version = cur->version;
@@ -207,8 +191,7 @@ struct PkState {
 
 Expected<jit::EntryInfo> find_entry(const ProgramRecord& p, const std::string& name) {
   for (const auto& e : p.entries)
-    if (e.name == name)
-      return e;
+    if (e.name == name) return e;
   std::string known;
   for (const auto& e : p.entries)
     known += (known.empty() ? "" : ", ") + e.name;
@@ -220,19 +203,19 @@ Expected<Signature> signature_of(const jit::EntryInfo& e) {
   auto scalar = [](const std::string& text) -> Expected<ScalarType> {
     FDO_TRY(jit::AbiType t, jit::parse_abi_type(text));
     switch (t.kind) {
-    case jit::AbiKind::void_: return ScalarType::void_;
-    case jit::AbiKind::f32: return ScalarType::f32;
-    case jit::AbiKind::f64: return ScalarType::f64;
-    case jit::AbiKind::ptr: return ScalarType::ptr;
+    case jit::AbiKind::void_:
+      return ScalarType::void_;
+    case jit::AbiKind::f32:
+      return ScalarType::f32;
+    case jit::AbiKind::f64:
+      return ScalarType::f64;
+    case jit::AbiKind::ptr:
+      return ScalarType::ptr;
     case jit::AbiKind::integer:
-      if (t.bits == 1)
-        return ScalarType::i1;
-      if (t.bits <= 8)
-        return ScalarType::i8;
-      if (t.bits <= 16)
-        return ScalarType::i16;
-      if (t.bits <= 32)
-        return ScalarType::i32;
+      if (t.bits == 1) return ScalarType::i1;
+      if (t.bits <= 8) return ScalarType::i8;
+      if (t.bits <= 16) return ScalarType::i16;
+      if (t.bits <= 32) return ScalarType::i32;
       return ScalarType::i64;
     }
     return ScalarType::void_;
@@ -267,23 +250,25 @@ std::vector<jit::EntryInfo> entries_from_json(const json& j) {
 }
 
 json profile_summary_json(const ps::ProfileSummary& s) {
-  return {{"profile_key", s.pk},     {"version", s.version},       {"digest", s.digest},
-          {"pinned", s.pinned},      {"owner", s.owner},           {"functions", s.functions},
-          {"updated_at", rfc3339(s.updated_at)}};
+  return {{"profile_key", s.pk},
+          {"version", s.version},
+          {"digest", s.digest},
+          {"pinned", s.pinned},
+          {"owner", s.owner},
+          {"functions", s.functions},
+          {"updated_at", rfc3339_ms(s.updated_at)}};
 }
 
 json version_json(const ps::StoredProfile& p) {
-  return {{"version", p.version},
-          {"digest", p.digest},
-          {"reason", p.reason},
-          {"created_at", rfc3339(p.created_at)},
-          {"stage", p.stage},
-          {"host", p.host},
-          {"program", p.program},
-          {"source", std::string(ps::to_string(p.source))}};
+  return {{"version", p.version}, {"digest", p.digest},
+          {"reason", p.reason},   {"created_at", rfc3339_ms(p.created_at)},
+          {"stage", p.stage},     {"host", p.host},
+          {"program", p.program}, {"source", std::string(ps::to_string(p.source))}};
 }
 
-std::string cache_reason_text(cache::Reason r) { return std::string(cache::to_string(r)); }
+std::string cache_reason_text(cache::Reason r) {
+  return std::string(cache::to_string(r));
+}
 
 } // namespace
 
@@ -319,16 +304,14 @@ struct Service::Impl {
   std::string programs_dir() const { return cfg().state_dir + "/programs"; }
 
   // --- programs --------------------------------------------------------
-  Expected<std::shared_ptr<ProgramRecord>> register_program(std::string_view raw,
-                                                            std::string name, std::int64_t uid) {
+  Expected<std::shared_ptr<ProgramRecord>> register_program(std::string_view raw, std::string name,
+                                                            std::int64_t uid) {
     Config c = cfg();
-    if (raw.empty())
-      return make_error(Errc::invalid_argument, "program is empty (0 bytes of IR)");
+    if (raw.empty()) return make_error(Errc::invalid_argument, "program is empty (0 bytes of IR)");
     if (raw.size() > c.max_program_bytes)
       return make_error(Errc::resource_exhausted,
-                        "program is " + std::to_string(raw.size()) +
-                            " bytes, over the limit of " + std::to_string(c.max_program_bytes) +
-                            " (max_program_bytes)");
+                        "program is " + std::to_string(raw.size()) + " bytes, over the limit of " +
+                            std::to_string(c.max_program_bytes) + " (max_program_bytes)");
     std::string scope = scope_for(uid, c.share_profiles_across_tenants);
     std::string bytes = wrap(scope, raw);
     std::string ik = orch->initial_key_for(bytes);
@@ -351,8 +334,8 @@ struct Service::Impl {
     std::error_code ec;
     fs::create_directories(programs_dir(), ec);
     FDO_TRY_STATUS(write_file_atomic(programs_dir() + "/" + ik + ".prog", rec->bytes));
-    FDO_TRY_STATUS(store->register_program(ps::ProgramInfo{
-        ik, rec->name, static_cast<std::int64_t>(raw.size()), uid, 0, 0}));
+    FDO_TRY_STATUS(store->register_program(
+        ps::ProgramInfo{ik, rec->name, static_cast<std::int64_t>(raw.size()), uid, 0, 0}));
     std::lock_guard lk(programs_mu);
     auto [it, inserted] = programs.emplace(ik, rec);
     return it->second;
@@ -363,18 +346,17 @@ struct Service::Impl {
     std::shared_ptr<ProgramRecord> rec;
     {
       std::lock_guard lk(programs_mu);
-      if (auto it = programs.find(ik); it != programs.end())
-        rec = it->second;
+      if (auto it = programs.find(ik); it != programs.end()) rec = it->second;
     }
     if (!rec) {
       FDO_TRY(std::optional<ps::ProgramInfo> info, store->program(ik));
-      if (!info)
-        return make_error(Errc::not_found, "no program " + ik + " (register it first)");
+      if (!info) return make_error(Errc::not_found, "no program " + ik + " (register it first)");
       auto file = read_file(programs_dir() + "/" + ik + ".prog");
       if (!file)
         return make_error(Errc::not_found, "program " + ik +
                                                " is registered but its IR is missing from the "
-                                               "state dir: " + file.error().message());
+                                               "state dir: " +
+                                               file.error().message());
       std::string bytes = std::move(*file);
       Unwrapped u = unwrap(bytes);
       FDO_TRY(json analysis, compiler->analyze(u.bytes));
@@ -431,8 +413,7 @@ struct Service::Impl {
     const json counts = exec_header.value("counts", json::object());
     for (const auto& [name, values] : counts.items()) {
       auto h = hashes.find(name);
-      if (h == hashes.end())
-        continue;
+      if (h == hashes.end()) continue;
       fb.counts[name] = FunctionCounts{h->second, values.get<std::vector<std::uint64_t>>()};
     }
     Config c = cfg();
@@ -447,8 +428,7 @@ struct Service::Impl {
       row.function_counts[name] = fc.counts;
     // Version 0 (no profile) has no history row to hang feedback on; its
     // counts live in memory until they become version 1.
-    if (so.profile_version > 0)
-      pending.push_back(std::move(row));
+    if (so.profile_version > 0) pending.push_back(std::move(row));
 
     if (so.profile_version != so.target_profile_version) {
       out.policy = "tier-up pending: stage ran profile version " +
@@ -493,8 +473,7 @@ struct Service::Impl {
     PolicyDecision d = decide(c.policy, in);
     out.policy = d.reason;
     st.last_reason = d.reason;
-    if (d.action != PolicyAction::rewrite)
-      return out;
+    if (d.action != PolicyAction::rewrite) return out;
     for (auto& [name, f] : d.profile.functions)
       if (auto fp = meta.function_fingerprints.find(name); fp != meta.function_fingerprints.end())
         f.fingerprint = fp->second;
@@ -531,8 +510,7 @@ struct Service::Impl {
       std::lock_guard lk(feedback_mu);
       rows.swap(pending);
     }
-    if (rows.empty())
-      return ok();
+    if (rows.empty()) return ok();
     auto r = store->append_feedback(rows);
     if (!r) {
       // Nothing is lost: the rows go back in front of newer ones for the next flush.
@@ -579,7 +557,8 @@ struct Service::Impl {
     FDO_TRY(json meta_json, [&]() -> Expected<json> {
       json j = json::parse(so.entry->metadata, nullptr, false);
       if (j.is_discarded())
-        return make_error(Errc::corrupt, "cached entry " + so.storage_key + " has corrupt metadata");
+        return make_error(Errc::corrupt,
+                          "cached entry " + so.storage_key + " has corrupt metadata");
       return j;
     }());
     FDO_TRY(jit::CompileResult meta, jit::metadata_from_json(meta_json));
@@ -622,38 +601,36 @@ struct Service::Impl {
           return make_error(Errc::internal, "exec worker returned short buffers");
         Buffer b{call.buffers[i].elem, resp->payload.substr(off, sizes[i])};
         off += sizes[i];
-        out.push_back(buffer_to_json(
-            b, encoding == "base64" ? BufferEncoding::base64 : BufferEncoding::array));
+        out.push_back(buffer_to_json(b, encoding == "base64" ? BufferEncoding::base64
+                                                             : BufferEncoding::array));
       }
       result["buffers"] = std::move(out);
     }
     const json& measurement = resp->header["measurement"];
-    result["stage"] = {
-        {"number", stage_number},
-        {"program", so.ik},
-        {"profile_key", so.pk},
-        {"cache_key", so.ck},
-        {"storage_key", so.storage_key},
-        {"profile_version", so.profile_version},
-        {"mode", std::string(to_string(so.mode))},
-        {"cache",
-         {{"outcome", std::string(cache::to_string(so.outcome))},
-          {"reason", cache_reason_text(so.explanation.reason)},
-          {"detail", so.explanation.text}}},
-        {"recompiled", so.compiled},
-        {"compile_ms", so.compile_ms},
-        {"exec_ns", measurement.value("wall_ns", std::uint64_t{0})},
-        {"counters", measurement},
-        {"profile_rewritten", fo.rewritten},
-        {"policy", fo.policy}};
+    result["stage"] = {{"number", stage_number},
+                       {"program", so.ik},
+                       {"profile_key", so.pk},
+                       {"cache_key", so.ck},
+                       {"storage_key", so.storage_key},
+                       {"profile_version", so.profile_version},
+                       {"mode", std::string(to_string(so.mode))},
+                       {"cache",
+                        {{"outcome", std::string(cache::to_string(so.outcome))},
+                         {"reason", cache_reason_text(so.explanation.reason)},
+                         {"detail", so.explanation.text}}},
+                       {"recompiled", so.compiled},
+                       {"compile_ms", so.compile_ms},
+                       {"exec_ns", measurement.value("wall_ns", std::uint64_t{0})},
+                       {"counters", measurement},
+                       {"profile_rewritten", fo.rewritten},
+                       {"policy", fo.policy}};
     return result;
   }
 
   Expected<std::string> program_source(const json& params) {
     if (params.contains("ir") && params.contains("ir_base64"))
       return make_error(Errc::invalid_argument, "give either \"ir\" or \"ir_base64\", not both");
-    if (params.contains("ir"))
-      return require_param<std::string>(params, "ir");
+    if (params.contains("ir")) return require_param<std::string>(params, "ir");
     if (params.contains("ir_base64")) {
       FDO_TRY(std::string text, require_param<std::string>(params, "ir_base64"));
       return base64_decode(text);
@@ -707,12 +684,9 @@ struct Service::Impl {
 Service::Service(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Service::~Service() {
-  if (!impl_)
-    return;
-  if (impl_->orch)
-    impl_->orch->wait_idle();
-  if (auto st = impl_->flush(); !st)
-    log::error(st.error().describe());
+  if (!impl_) return;
+  if (impl_->orch) impl_->orch->wait_idle();
+  if (auto st = impl_->flush(); !st) log::error(st.error().describe());
 }
 
 Expected<std::unique_ptr<Service>> Service::create(ServiceOptions options) {
@@ -722,8 +696,7 @@ Expected<std::unique_ptr<Service>> Service::create(ServiceOptions options) {
   const Config& c = impl->config;
   std::error_code ec;
   fs::create_directories(c.state_dir, ec);
-  if (ec)
-    return make_error(Errc::io, "create state dir " + c.state_dir + ": " + ec.message());
+  if (ec) return make_error(Errc::io, "create state dir " + c.state_dir + ": " + ec.message());
   ps::Options so;
   so.retention = static_cast<int>(c.profile_retention);
   FDO_TRY(ps::ProfileStore store, ps::ProfileStore::open(c.state_dir + "/profiles.db", so));
@@ -757,12 +730,14 @@ Expected<std::unique_ptr<Service>> Service::create(ServiceOptions options) {
   FDO_TRY(impl->orch, cache::Orchestrator::create(cc, *impl->keys, *impl->compiler));
   impl->perf_caps = perf::to_json(perf::probe());
   log::info("service ready: state dir " + c.state_dir + ", compiler " + impl->identity.triple +
-            " " + impl->identity.cpu + ", " + std::to_string(c.compile_workers) +
-            " compile + " + std::to_string(c.exec_workers) + " exec workers");
+            " " + impl->identity.cpu + ", " + std::to_string(c.compile_workers) + " compile + " +
+            std::to_string(c.exec_workers) + " exec workers");
   return std::unique_ptr<Service>(new Service(std::move(impl)));
 }
 
-Status Service::flush_feedback() { return impl_->flush(); }
+Status Service::flush_feedback() {
+  return impl_->flush();
+}
 
 void Service::reconfigure(const Config& config) {
   std::lock_guard lk(impl_->config_mu);
@@ -781,13 +756,15 @@ void Service::reconfigure(const Config& config) {
 void Service::register_methods(Dispatcher& d) {
   Impl* s = impl_.get();
   d.add("health", [s](const json&, const CallContext&) -> Expected<json> {
-    double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - s->started).count();
-    return json{{"status", "ok"},
-                {"version", std::string(jit::kFdoVersion)},
-                {"pid", static_cast<std::int64_t>(::getpid())},
-                {"uptime_s", up},
-                {"workers",
-                 {{"compile", s->compile_pool->stats().live}, {"exec", s->exec_pool->stats().live}}}};
+    double up =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - s->started).count();
+    return json{
+        {"status", "ok"},
+        {"version", std::string(jit::kFdoVersion)},
+        {"pid", static_cast<std::int64_t>(::getpid())},
+        {"uptime_s", up},
+        {"workers",
+         {{"compile", s->compile_pool->stats().live}, {"exec", s->exec_pool->stats().live}}}};
   });
   d.add("capabilities", [s](const json&, const CallContext&) -> Expected<json> {
     Config c = s->cfg();
@@ -832,8 +809,7 @@ void Service::register_methods(Dispatcher& d) {
   d.add("execute", [s](const json& p, const CallContext& ctx) { return s->execute(p, ctx); });
   d.add("profile.list", [s](const json&, const CallContext& ctx) -> Expected<json> {
     std::optional<std::int64_t> owner;
-    if (!s->shared())
-      owner = ctx.uid;
+    if (!s->shared()) owner = ctx.uid;
     FDO_TRY(std::vector<ps::ProfileSummary> list, s->store->list(owner));
     json out = json::array();
     for (const auto& p : list)
@@ -852,7 +828,7 @@ void Service::register_methods(Dispatcher& d) {
                                     : "profile " + pk + " has no current version (reset)");
     return json{{"profile_key", pk},          {"version", sp->version},
                 {"digest", sp->digest},       {"pinned", sp->pinned},
-                {"reason", sp->reason},       {"created_at", rfc3339(sp->created_at)},
+                {"reason", sp->reason},       {"created_at", rfc3339_ms(sp->created_at)},
                 {"profile", to_json(sp->doc)}};
   });
   d.add("profile.history", [s](const json& p, const CallContext& ctx) -> Expected<json> {
@@ -906,8 +882,7 @@ void Service::register_methods(Dispatcher& d) {
       }
     } else {
       std::optional<std::int64_t> owner;
-      if (!s->shared())
-        owner = ctx.uid;
+      if (!s->shared()) owner = ctx.uid;
       FDO_TRY(std::vector<ps::ProfileSummary> list, s->store->list(owner));
       for (const auto& sum : list)
         pks.push_back(sum.pk);
@@ -922,12 +897,10 @@ void Service::register_methods(Dispatcher& d) {
       return make_error(Errc::invalid_argument,
                         "profdata export takes exactly one profile key in profile_keys");
     FDO_TRY(std::optional<ps::StoredProfile> cur, s->store->current(pks[0]));
-    if (!cur)
-      return make_error(Errc::not_found, "profile " + pks[0] + " has no current version");
+    if (!cur) return make_error(Errc::not_found, "profile " + pks[0] + " has no current version");
     FDO_TRY(std::string bytes, jit::indexed_profile(cur->doc));
-    return json{{"format", "profdata"},
-                {"profile_key", pks[0]},
-                {"profdata_base64", base64_encode(bytes)}};
+    return json{
+        {"format", "profdata"}, {"profile_key", pks[0]}, {"profdata_base64", base64_encode(bytes)}};
   });
   d.add("profile.import", [s](const json& p, const CallContext& ctx) -> Expected<json> {
     FDO_TRY(json bundle, require_param<json>(p, "bundle"));
@@ -935,8 +908,7 @@ void Service::register_methods(Dispatcher& d) {
       return make_error(Errc::invalid_argument, "bundle must be an object made by profile.export");
     for (const json& entry : bundle["profiles"]) {
       std::string pk = entry.value("profile_key", entry.value("pk", ""));
-      if (pk.empty())
-        continue;
+      if (pk.empty()) continue;
       auto hist = s->store->history(pk);
       if (hist && !hist->empty() && !s->shared() && hist->front().owner != ctx.uid)
         return make_error(Errc::permission_denied,
@@ -949,16 +921,15 @@ void Service::register_methods(Dispatcher& d) {
       out.push_back({{"profile_key", i.pk}, {"version", i.version}});
     return json{{"imported", std::move(out)}};
   });
-  d.add("cache.stats", [s](const json&, const CallContext&) -> Expected<json> {
-    return s->cache_stats_json();
-  });
+  d.add("cache.stats",
+        [s](const json&, const CallContext&) -> Expected<json> { return s->cache_stats_json(); });
   d.add("cache.explain", [s](const json& p, const CallContext& ctx) -> Expected<json> {
     FDO_TRY(std::string ik, require_param<std::string>(p, "program"));
     FDO_TRY(std::shared_ptr<ProgramRecord> rec, s->program_for(ik, ctx.uid));
     json records = json::array();
     for (const auto& r : s->orch->explain(ik))
       records.push_back({{"stage", r.sequence},
-                         {"time", rfc3339(r.unix_ms)},
+                         {"time", rfc3339_ms(r.unix_ms)},
                          {"outcome", std::string(cache::to_string(r.outcome))},
                          {"reason", cache_reason_text(r.reason)},
                          {"detail", r.text},

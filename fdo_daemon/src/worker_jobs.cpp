@@ -55,8 +55,7 @@ Expected<std::unique_ptr<CompileJobs>> CompileJobs::create() {
 
 CompileJobs::~CompileJobs() {
   std::error_code ec;
-  if (!temp_dir_.empty())
-    std::filesystem::remove_all(temp_dir_, ec);
+  if (!temp_dir_.empty()) std::filesystem::remove_all(temp_dir_, ec);
 }
 
 Expected<Message> CompileJobs::handle(const Message& request) {
@@ -124,8 +123,7 @@ struct ExecJobs::State {
   }
 
   perf::CounterGroup* counters(const std::vector<std::string>& events) {
-    if (events.empty())
-      return nullptr;
+    if (events.empty()) return nullptr;
     if (!group || events != group_events) {
       auto g = perf::CounterGroup::open(events);
       if (!g) {
@@ -149,8 +147,7 @@ Expected<std::unique_ptr<ExecJobs>> ExecJobs::create() {
 }
 
 ExecJobs::~ExecJobs() {
-  if (state_)
-    state_->programs.clear(); // unload before the loader goes
+  if (state_) state_->programs.clear(); // unload before the loader goes
 }
 
 Expected<Message> ExecJobs::handle(const Message& request) {
@@ -171,7 +168,8 @@ Expected<Message> ExecJobs::handle(const Message& request) {
   std::vector<std::string> events = h.value("events", std::vector<std::string>{});
   bool return_buffers = h.value("return_buffers", false);
   if (buffer_of_param.size() != slots.size())
-    return make_error(Errc::invalid_argument, "exec job: slots and buffer_of_param differ in length");
+    return make_error(Errc::invalid_argument,
+                      "exec job: slots and buffer_of_param differ in length");
 
   // Buffers live in 8-byte aligned storage: client code may load doubles and
   // 64-bit integers from them.
@@ -192,19 +190,18 @@ Expected<Message> ExecJobs::handle(const Message& request) {
   }
   for (std::size_t i = 0; i < slots.size(); ++i) {
     int b = buffer_of_param[i];
-    if (b < 0)
-      continue;
+    if (b < 0) continue;
     if (static_cast<std::size_t>(b) >= buffers.size())
       return make_error(Errc::invalid_argument, "exec job: buffer index out of range");
     slots[i] = reinterpret_cast<std::uintptr_t>(buffers[b].data());
   }
 
   std::string object = request.payload.substr(0, object_size);
-  FDO_TRY(jit::LoadedProgram * program, state_->program(key, object, h.value("metadata", json::object())));
+  FDO_TRY(jit::LoadedProgram * program,
+          state_->program(key, object, h.value("metadata", json::object())));
   FDO_TRY(jit::ThunkFn thunk, program->thunk(entry));
   bool instrumented = !program->counters_layout().empty();
-  if (instrumented)
-    program->reset_counters();
+  if (instrumented) program->reset_counters();
 
   std::uint64_t ret = 0;
   perf::Measurement m;
@@ -219,7 +216,8 @@ Expected<Message> ExecJobs::handle(const Message& request) {
     ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
     ::clock_gettime(CLOCK_MONOTONIC, &w1);
     auto ns = [](timespec a, timespec b) {
-      return static_cast<std::uint64_t>((b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec));
+      return static_cast<std::uint64_t>((b.tv_sec - a.tv_sec) * 1000000000LL +
+                                        (b.tv_nsec - a.tv_nsec));
     };
     m.wall_ns = ns(w0, w1);
     m.thread_cpu_ns = ns(c0, c1);

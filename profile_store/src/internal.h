@@ -1,6 +1,8 @@
 // Implementation details shared by the profile store's source files.
 #pragma once
 
+#include "fdo/util/time.h"
+
 #include "fdo/profile_store/profile_store.h"
 #include "fdo/profile_store/sqlite.h"
 
@@ -23,9 +25,9 @@ namespace detail {
 // runaway caller from filling the database with megabyte "keys".
 inline constexpr std::size_t kMaxKeyBytes = 1024;
 
-std::int64_t now_ms();
+inline std::int64_t now_ms() { return fdo::unix_ms_now(); }
 // "2026-11-22T10:11:12.345Z"
-std::string rfc3339_ms(std::int64_t ms);
+using fdo::rfc3339_ms;
 Status check_key(std::string_view what, std::string_view key);
 // canonical_json, with nlohmann's exception for invalid UTF-8 turned into an error.
 Expected<std::string> canonical_text(const nlohmann::json& j, std::string_view what);

@@ -57,23 +57,6 @@ std::string_view to_string(ImportAction action) {
 
 namespace detail {
 
-std::int64_t now_ms() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
-
-std::string rfc3339_ms(std::int64_t ms) {
-  std::int64_t secs = ms >= 0 ? ms / 1000 : (ms - 999) / 1000;
-  int millis = static_cast<int>(ms - secs * 1000);
-  time_t t = static_cast<time_t>(secs);
-  struct tm tm {};
-  gmtime_r(&t, &tm);
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
-  return buf;
-}
-
 Status check_key(std::string_view what, std::string_view key) {
   if (key.empty())
     return make_error(Errc::invalid_argument, std::string(what) + " must not be empty");

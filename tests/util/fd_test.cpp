@@ -87,3 +87,12 @@ TEST_CASE("write_file_atomic replaces whole files and leaves no temp files", "[u
   auto missing = write_file_atomic((dir.path / "no" / "such" / "dir").string(), "x");
   CHECK_FALSE(missing);
 }
+
+#include "fdo/util/time.h"
+
+TEST_CASE("rfc3339_ms formats UTC with milliseconds", "[util][time]") {
+  CHECK(fdo::rfc3339_ms(0) == "1970-01-01T00:00:00.000Z");
+  CHECK(fdo::rfc3339_ms(1795318372122) == "2026-11-22T03:32:52.122Z");
+  CHECK(fdo::rfc3339_ms(-1) == "1969-12-31T23:59:59.999Z");
+  CHECK(fdo::unix_ms_now() > 1700000000000);
+}

@@ -12,17 +12,6 @@ namespace fdo::ctl {
 using nlohmann::json;
 namespace ps = fdo::profile_store;
 
-std::string rfc3339_ms(std::int64_t unix_ms) {
-  std::time_t secs = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm t{};
-  ::gmtime_r(&secs, &t);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", t.tm_year + 1900,
-                t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec,
-                static_cast<int>(unix_ms % 1000));
-  return buf;
-}
-
 Expected<json> DaemonBackend::call(std::string_view method, const json& params) {
   return client_.call(method, params);
 }

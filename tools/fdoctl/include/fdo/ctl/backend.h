@@ -5,6 +5,8 @@
 // source.
 #pragma once
 
+#include "fdo/util/time.h"
+
 #include "fdo/ctl/client.h"
 #include "fdo/util/expected.h"
 
@@ -60,6 +62,6 @@ private:
 };
 
 // RFC 3339 UTC with milliseconds, as fdod writes times ("2024-05-01T12:00:00.123Z").
-std::string rfc3339_ms(std::int64_t unix_ms);
+using fdo::rfc3339_ms;
 
 } // namespace fdo::ctl
