@@ -8,6 +8,7 @@
 #include "fdo/jit/compiler.h"
 #include "fdo/jit/profdata.h"
 #include "fdo/perf/capabilities.h"
+#include "fdo/profile_store/json_view.h"
 #include "fdo/profile_store/profile_store.h"
 #include "fdo/util/base64.h"
 #include "fdo/util/fd.h"
@@ -249,22 +250,6 @@ std::vector<jit::EntryInfo> entries_from_json(const json& j) {
   return out;
 }
 
-json profile_summary_json(const ps::ProfileSummary& s) {
-  return {{"profile_key", s.pk},
-          {"version", s.version},
-          {"digest", s.digest},
-          {"pinned", s.pinned},
-          {"owner", s.owner},
-          {"functions", s.functions},
-          {"updated_at", rfc3339_ms(s.updated_at)}};
-}
-
-json version_json(const ps::StoredProfile& p) {
-  return {{"version", p.version}, {"digest", p.digest},
-          {"reason", p.reason},   {"created_at", rfc3339_ms(p.created_at)},
-          {"stage", p.stage},     {"host", p.host},
-          {"program", p.program}, {"source", std::string(ps::to_string(p.source))}};
-}
 
 std::string cache_reason_text(cache::Reason r) {
   return std::string(cache::to_string(r));
@@ -813,7 +798,7 @@ void Service::register_methods(Dispatcher& d) {
     FDO_TRY(std::vector<ps::ProfileSummary> list, s->store->list(owner));
     json out = json::array();
     for (const auto& p : list)
-      out.push_back(profile_summary_json(p));
+      out.push_back(ps::summary_to_json(p));
     return json{{"profiles", std::move(out)}};
   });
   d.add("profile.get", [s](const json& p, const CallContext& ctx) -> Expected<json> {
@@ -838,7 +823,7 @@ void Service::register_methods(Dispatcher& d) {
     FDO_TRY(std::optional<ps::StoredProfile> cur, s->store->current(pk));
     json versions = json::array();
     for (const auto& v : hist)
-      versions.push_back(version_json(v));
+      versions.push_back(ps::version_to_json(v));
     return json{{"profile_key", pk},
                 {"pinned", !hist.empty() && hist.back().pinned},
                 {"current_version", cur ? cur->version : 0},

@@ -1,5 +1,6 @@
 // Unit tests of the profile API: versioned writes, optimistic concurrency,
 // pin/unpin, reset, remove, retention, listing, read-only mode, threads.
+#include "fdo/profile_store/json_view.h"
 #include "fdo/profile_store/profile_store.h"
 #include "test_util.h"
 
@@ -457,4 +458,32 @@ TEST_CASE("write sources round-trip through their names", "[profile_store]") {
     CHECK(*parse_write_source(to_string(s)) == s);
   CHECK(to_string(WriteSource::operator_) == "operator");
   CHECK(parse_write_source("robot").error().code() == Errc::invalid_argument);
+}
+
+TEST_CASE("JSON views of summaries and versions carry the stored facts", "[profile_store]") {
+  TempDir dir;
+  auto store = open_store(dir.file("p.db"));
+  REQUIRE(store.write(kPk, 0, sample_doc(3), info(WriteSource::operator_, 42)));
+  REQUIRE(store.pin(kPk));
+  auto list = store.list();
+  REQUIRE(list);
+  REQUIRE(list->size() == 1);
+  nlohmann::json s = fdo::profile_store::summary_to_json(list->front());
+  CHECK(s["profile_key"] == kPk);
+  CHECK(s["version"] == 1);
+  CHECK(s["pinned"] == true);
+  CHECK(s["owner"] == 42);
+  CHECK(s["functions"] == 2);
+  CHECK(s["digest"] == profile_digest(sample_doc(3)));
+  CHECK(s["updated_at"].get<std::string>().back() == 'Z');
+  auto cur = store.current(kPk);
+  REQUIRE(cur);
+  REQUIRE(cur->has_value());
+  nlohmann::json v = fdo::profile_store::version_to_json(**cur);
+  CHECK(v["version"] == 1);
+  CHECK(v["source"] == "operator");
+  CHECK(v["reason"] == "test operator");
+  CHECK(v["stage"] == 7);
+  CHECK(v["host"] == "host-1");
+  CHECK(v["created_at"].get<std::string>().size() == 24);
 }

@@ -1,5 +1,6 @@
 #include "fdo/ctl/backend.h"
 
+#include "fdo/profile_store/json_view.h"
 #include "fdo/profile_store/profile_store.h"
 
 #include <ctime>
@@ -28,22 +29,6 @@ Expected<std::string> string_param(const json& params, const char* key) {
   return params[key].get<std::string>();
 }
 
-json summary_json(const ps::ProfileSummary& s) {
-  return {{"profile_key", s.pk},
-          {"version", s.version},
-          {"digest", s.digest},
-          {"pinned", s.pinned},
-          {"owner", s.owner},
-          {"functions", s.functions},
-          {"updated_at", rfc3339_ms(s.updated_at)}};
-}
-
-json version_json(const ps::StoredProfile& p) {
-  return {{"version", p.version}, {"digest", p.digest},
-          {"reason", p.reason},   {"created_at", rfc3339_ms(p.created_at)},
-          {"stage", p.stage},     {"host", p.host},
-          {"program", p.program}, {"source", std::string(ps::to_string(p.source))}};
-}
 
 } // namespace
 
@@ -63,7 +48,7 @@ struct StoreBackend::Impl {
     FDO_TRY(std::vector<ps::ProfileSummary> all, store.list());
     json out = json::array();
     for (const auto& s : all)
-      out.push_back(summary_json(s));
+      out.push_back(ps::summary_to_json(s));
     return json{{"profiles", std::move(out)}};
   }
 
@@ -94,7 +79,7 @@ struct StoreBackend::Impl {
     FDO_TRY(std::optional<ps::StoredProfile> cur, store.current(pk));
     json versions = json::array();
     for (const auto& v : hist)
-      versions.push_back(version_json(v));
+      versions.push_back(ps::version_to_json(v));
     return json{{"profile_key", pk},
                 {"pinned", !hist.empty() && hist.back().pinned},
                 {"current_version", cur ? cur->version : 0},
