@@ -18,12 +18,16 @@ Python standard library only. Meant to be extended with fdod columns:
     variants = rn.native_variants(manifest, runs=5, warmup=1)
     variants.append(rn.Variant("fdo_final", "fdo final", my_fdod_runner))
     results = rn.measure_interleaved(kernels, variants, rounds=7)
-    summary = rn.summarize(results, [v.name for v in variants], baseline="o2",
+    summary = rn.summarize(results, [c for c, _ in rn.columns_of(variants)], baseline="o2",
                            pair_ratios=[("fdo_final", "pgo")])
     print(rn.format_table(results, summary, variants))
 
 A runner is any callable taking a kernel entry of manifest.json and returning
-{"checksum": int, "ns": [int, ...]}; raise BenchError to report a failure.
+{"checksum": int, "ns": [int, ...]}; raise BenchError to report a failure. A
+runner that measures several things in one go (fdod's stages) declares
+`columns=[(name, label), ...]` and returns {"checksum": int, "columns": {name:
+[ns, ...]}, "details": {...}} instead; `details` (optional) is kept per round.
+run_fdo_effect.py is the full bench built this way.
 """
 import argparse
 import datetime
@@ -36,6 +40,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from dataclasses import field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -52,9 +57,20 @@ class BenchError(Exception):
 
 @dataclass
 class Variant:
-    name: str  # key in results and JSON ("o2", "pgo", later "fdo_stage0", ...)
+    name: str  # key in results and JSON ("o2", "pgo", "fdod", ...)
     label: str  # column header
     run: Callable[[dict], dict]  # kernel entry -> {"checksum": int, "ns": [int]}
+    # Several measured columns from one run (name, label); empty: one column
+    # named like the variant.
+    columns: List[Tuple[str, str]] = field(default_factory=list)
+
+    def cols(self) -> List[Tuple[str, str]]:
+        return list(self.columns) if self.columns else [(self.name, self.label)]
+
+
+def columns_of(variants: Sequence[Variant]) -> List[Tuple[str, str]]:
+    """Every measured column (name, label) of the variants, in order."""
+    return [c for v in variants for c in v.cols()]
 
 
 def default_build_dir() -> str:
@@ -88,13 +104,15 @@ def select_kernels(manifest: dict, names: Optional[Sequence[str]]) -> List[dict]
     return [by_name[n] for n in names]
 
 
-def run_driver(exe: str, runs: int, warmup: int, timeout_s: float = 120.0) -> dict:
+def run_driver(exe: str, runs: int, warmup: int, timeout_s: float = 120.0,
+               env: Optional[Dict[str, str]] = None) -> dict:
     """Runs one native driver process and returns its parsed JSON line."""
     if not os.path.exists(exe):
         raise BenchError(f"{exe} does not exist: build it with ninja fdo_effect_native")
     cmd = [exe, "--runs", str(runs), "--warmup", str(warmup)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False,
+                              env=env)
     except subprocess.TimeoutExpired:
         raise BenchError(f"{' '.join(cmd)} ran longer than {timeout_s:.0f}s") from None
     except OSError as e:
@@ -133,43 +151,54 @@ def measure_interleaved(kernels: Sequence[dict], variants: Sequence[Variant], ro
     (checksum disagreements and failed runs; a failed variant has no median)."""
     if rounds < 1:
         raise BenchError("rounds must be at least 1")
+    columns = columns_of(variants)
     results: Dict[str, dict] = {}
     for k in kernels:
-        results[k["name"]] = {v.name: {"samples_ns": [], "round_medians_ns": [], "checksum": None}
-                              for v in variants}
+        results[k["name"]] = {c: {"samples_ns": [], "round_medians_ns": [], "checksum": None}
+                              for c, _ in columns}
         results[k["name"]]["_errors"] = []
+        results[k["name"]]["_details"] = {v.name: [] for v in variants}
     for rnd in range(rounds):
         shift = rnd % len(variants)
         order = list(variants[shift:]) + list(variants[:shift])
         for k in kernels:
             res = results[k["name"]]
             for v in order:
-                slot = res[v.name]
-                if slot.get("failed"):
+                names = [c for c, _ in v.cols()]
+                if any(res[c].get("failed") for c in names):
                     continue
                 try:
                     out = v.run(k)
+                    per_column = out["columns"] if "columns" in out else {v.name: out["ns"]}
+                    missing = [c for c in names if not per_column.get(c)]
+                    if missing:
+                        raise BenchError(f"no samples for {', '.join(missing)}")
                 except BenchError as e:
-                    slot["failed"] = str(e)
+                    for c in names:
+                        res[c]["failed"] = str(e)
                     res["_errors"].append(f"{v.name}: {e}")
                     continue
-                if slot["checksum"] is None:
-                    slot["checksum"] = out["checksum"]
-                elif slot["checksum"] != out["checksum"]:
-                    res["_errors"].append(f"{v.name}: checksum changed between rounds "
-                                          f"({slot['checksum']} then {out['checksum']})")
-                slot["samples_ns"].extend(out["ns"])
-                slot["round_medians_ns"].append(statistics.median(out["ns"]))
+                if "details" in out:
+                    res["_details"][v.name].append(out["details"])
+                for c in names:
+                    slot = res[c]
+                    if slot["checksum"] is None:
+                        slot["checksum"] = out["checksum"]
+                    elif slot["checksum"] != out["checksum"]:
+                        res["_errors"].append(f"{c}: checksum changed between rounds "
+                                              f"({slot['checksum']} then {out['checksum']})")
+                    slot["samples_ns"].extend(per_column[c])
+                    slot["round_medians_ns"].append(statistics.median(per_column[c]))
         if progress:
             progress(f"round {rnd + 1}/{rounds} done")
     for k in kernels:
         res = results[k["name"]]
-        sums = {v.name: res[v.name]["checksum"] for v in variants if res[v.name]["checksum"] is not None}
+        sums = {c: res[c]["checksum"] for c, _ in columns if res[c]["checksum"] is not None}
         if len(set(sums.values())) > 1:
             res["_errors"].append("variants disagree on the checksum: " +
                                   ", ".join(f"{n}={c}" for n, c in sums.items()))
-        for v in variants:
-            slot = res[v.name]
+        for c, _ in columns:
+            slot = res[c]
             s = slot["samples_ns"]
             slot["median_ns"] = statistics.median(s) if s else None
             slot["min_ns"] = min(s) if s else None
@@ -204,49 +233,86 @@ def _fmt_ratio(r: Optional[float]) -> str:
     return f"{r:.3f}" if r is not None else "n/a"
 
 
-def format_table(results: Dict[str, dict], summary: dict, variants: Sequence[Variant],
-                 baseline: str = "o2") -> str:
-    """A text table: median ms (and noise) per variant, then every ratio
-    column of the summary, then geometric means."""
-    labels = {v.name: v.label for v in variants}
-    head = ["kernel"]
-    for v in variants:
-        head.append(f"{v.label} ms")
-    for p in summary["pairs"]:
-        num, den = p.split("/")
-        head.append(f"{labels.get(num, num)} / {labels.get(den, den)}")
-    head.append("check")
-    rows = []
-    for kname, res in results.items():
-        row = [kname]
-        for v in variants:
-            slot = res[v.name]
-            if slot.get("median_ns") is None:
-                row.append("failed")
-            else:
-                spread = slot.get("spread")
-                noise = f" ±{spread * 50:.0f}%" if spread is not None and math.isfinite(spread) else ""
-                row.append(f"{slot['median_ns'] / 1e6:.2f}{noise}")
-        for p in summary["pairs"]:
-            row.append(_fmt_ratio(summary["ratios"][kname][p]))
-        row.append("ok" if not res["_errors"] else "ERROR")
-        rows.append(row)
-    gm_row = ["geomean"] + [""] * len(variants) + [_fmt_ratio(summary["geomean"][p])
-                                                   for p in summary["pairs"]] + [""]
-    widths = [max(len(str(r[i])) for r in [head] + rows + [gm_row]) for i in range(len(head))]
+def align(rows: Sequence[Sequence[str]], rules: Sequence[int] = (1,)) -> str:
+    """Left-aligned first column, right-aligned others; a rule under each
+    row index in `rules` (default: under the header)."""
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
 
     def line(r):
         return "  ".join(str(c).ljust(widths[0]) if i == 0 else str(c).rjust(widths[i])
-                         for i, c in enumerate(r))
-    out = [line(head), line(["-" * w for w in widths])]
-    out += [line(r) for r in rows]
-    out.append(line(["-" * w for w in widths]))
-    out.append(line(gm_row))
+                         for i, c in enumerate(r)).rstrip()
+    out = []
+    for i, r in enumerate(rows):
+        if i in rules:
+            out.append(line(["-" * w for w in widths]))
+        out.append(line(r))
+    return "\n".join(out)
+
+
+def ms_cell(slot: dict) -> str:
+    """Median ms with ±half the interquartile range, or 'failed'."""
+    if slot.get("median_ns") is None:
+        return "failed"
+    spread = slot.get("spread")
+    noise = f" ±{spread * 50:.0f}%" if spread is not None and math.isfinite(spread) else ""
+    return f"{slot['median_ns'] / 1e6:.2f}{noise}"
+
+
+def format_ms_table(results: Dict[str, dict], columns: Sequence[Tuple[str, str]]) -> str:
+    """Median ms (±noise) per kernel and column."""
+    rows = [["kernel"] + [f"{label} ms" for _, label in columns]]
+    for kname, res in results.items():
+        rows.append([kname] + [ms_cell(res[c]) for c, _ in columns])
+    return align(rows)
+
+
+def format_ratio_table(results: Dict[str, dict], summary: dict, labels: Dict[str, str],
+                       pairs: Optional[Sequence] = None) -> str:
+    """One column per ratio pair ("num/den", or ("num/den", header)), geometric
+    means last, then errors."""
+    pairs = list(pairs) if pairs is not None else summary["pairs"]
+
+    def head(p):
+        if isinstance(p, tuple):  # (pair, header)
+            return p[1]
+        num, den = p.split("/")
+        return f"{labels.get(num, num)} / {labels.get(den, den)}"
+    heads = [head(p) for p in pairs]
+    pairs = [p[0] if isinstance(p, tuple) else p for p in pairs]
+    rows = [["kernel"] + heads + ["check"]]
+    for kname, res in results.items():
+        rows.append([kname] + [_fmt_ratio(summary["ratios"][kname][p]) for p in pairs] +
+                    ["ok" if not res["_errors"] else "ERROR"])
+    rows.append(["geomean"] + [_fmt_ratio(summary["geomean"][p]) for p in pairs] + [""])
+    out = align(rows, rules=(1, len(rows) - 1))
     errors = [(k, e) for k, res in results.items() for e in res["_errors"]]
     if errors:
-        out.append("")
-        out += [f"ERROR {k}: {e}" for k, e in errors]
-    return "\n".join(out)
+        out += "\n\n" + "\n".join(f"ERROR {k}: {e}" for k, e in errors)
+    return out
+
+
+def format_table(results: Dict[str, dict], summary: dict, variants: Sequence[Variant],
+                 baseline: str = "o2") -> str:
+    """The native bench's table: median ms (and noise) per column, then every
+    ratio of the summary, geometric means last."""
+    columns = columns_of(variants)
+    labels = dict(columns)
+    rows = [["kernel"] + [f"{label} ms" for _, label in columns]]
+    for p in summary["pairs"]:
+        num, den = p.split("/")
+        rows[0].append(f"{labels.get(num, num)} / {labels.get(den, den)}")
+    rows[0].append("check")
+    for kname, res in results.items():
+        rows.append([kname] + [ms_cell(res[c]) for c, _ in columns] +
+                    [_fmt_ratio(summary["ratios"][kname][p]) for p in summary["pairs"]] +
+                    ["ok" if not res["_errors"] else "ERROR"])
+    rows.append(["geomean"] + [""] * len(columns) +
+                [_fmt_ratio(summary["geomean"][p]) for p in summary["pairs"]] + [""])
+    out = align(rows, rules=(1, len(rows) - 1))
+    errors = [(k, e) for k, res in results.items() for e in res["_errors"]]
+    if errors:
+        out += "\n\n" + "\n".join(f"ERROR {k}: {e}" for k, e in errors)
+    return out
 
 
 def host_info() -> dict:
@@ -273,15 +339,16 @@ def to_json(results: Dict[str, dict], summary: dict, manifest: dict, params: dic
     kernels = {}
     for kname, res in results.items():
         kernels[kname] = {
-            "variants": {v.name: {"label": v.label,
-                                  "median_ns": res[v.name]["median_ns"],
-                                  "min_ns": res[v.name]["min_ns"],
-                                  "spread_iqr_over_median": res[v.name]["spread"],
-                                  "checksum": res[v.name]["checksum"],
-                                  "samples_ns": res[v.name]["samples_ns"],
-                                  "round_medians_ns": res[v.name]["round_medians_ns"],
-                                  "failed": res[v.name].get("failed")}
-                         for v in variants},
+            "variants": {c: {"label": label,
+                             "median_ns": res[c]["median_ns"],
+                             "min_ns": res[c]["min_ns"],
+                             "spread_iqr_over_median": res[c]["spread"],
+                             "checksum": res[c]["checksum"],
+                             "samples_ns": res[c]["samples_ns"],
+                             "round_medians_ns": res[c]["round_medians_ns"],
+                             "failed": res[c].get("failed")}
+                         for c, label in columns_of(variants)},
+            "details": {v: d for v, d in res["_details"].items() if d},
             "ratios": summary["ratios"][kname],
             "errors": res["_errors"],
         }
@@ -345,7 +412,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         host["loadavg_at_end"] = list(os.getloadavg())
     except OSError:
         pass
-    summary = summarize(results, [v.name for v in variants], baseline="o2")
+    summary = summarize(results, [c for c, _ in columns_of(variants)], baseline="o2")
     params = {"rounds": args.rounds, "runs_per_process": args.runs, "warmup_per_process": args.warmup,
               "order": "round-robin per kernel, variant order rotated every round"}
 

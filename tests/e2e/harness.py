@@ -78,8 +78,9 @@ class Client:
 class Daemon:
     """fdod on a temp socket and state dir with a test configuration."""
 
-    def __init__(self, config=None, state_dir=None):
-        self.tmp = tempfile.mkdtemp(prefix="fdo-e2e-")
+    def __init__(self, config=None, state_dir=None, build_dir=None, prefix="fdo-e2e-"):
+        self.fdod = str(pathlib.Path(build_dir or BUILD).resolve() / "fdod")
+        self.tmp = tempfile.mkdtemp(prefix=prefix)
         self.state_dir = state_dir or os.path.join(self.tmp, "state")
         self.socket = os.path.join(self.tmp, "fdod.sock")
         settings = {
@@ -104,7 +105,7 @@ class Daemon:
     def start(self):
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [str(BUILD / "fdod"), "--socket", self.socket, "--state-dir", self.state_dir,
+            [self.fdod, "--socket", self.socket, "--state-dir", self.state_dir,
              "--config", self.config],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 30

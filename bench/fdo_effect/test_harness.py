@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Unit tests of the FDO-effect harness's bookkeeping (run_native.py): the
+interleaving order, multi-column runners, checksum checks, failures, ratios and
+geometric means. No daemon, no native builds: fake runners only."""
+import math
+import pathlib
+import sys
+import unittest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import run_native as rn  # noqa: E402
+
+
+def fixed(ns, checksum=7, log=None, name=None):
+    def run(k):
+        if log is not None:
+            log.append((k["name"], name))
+        return {"checksum": checksum, "ns": list(ns)}
+    return run
+
+
+class Interleaving(unittest.TestCase):
+    def test_order_rotates_every_round(self):
+        log = []
+        variants = [rn.Variant(n, n, fixed([1], log=log, name=n)) for n in ("a", "b", "c")]
+        rn.measure_interleaved([{"name": "k"}], variants, rounds=3)
+        self.assertEqual([n for _, n in log], ["a", "b", "c", "b", "c", "a", "c", "a", "b"])
+
+    def test_medians_over_all_samples_of_all_rounds(self):
+        calls = iter([[10, 30], [20, 40], [50, 60]])
+        v = rn.Variant("o2", "O2", lambda k: {"checksum": 1, "ns": next(calls)})
+        res = rn.measure_interleaved([{"name": "k"}], [v], rounds=3)["k"]
+        self.assertEqual(res["o2"]["samples_ns"], [10, 30, 20, 40, 50, 60])
+        self.assertEqual(res["o2"]["median_ns"], 35)
+        self.assertEqual(res["o2"]["round_medians_ns"], [20, 30, 55])
+        self.assertEqual(res["o2"]["min_ns"], 10)
+        self.assertEqual(res["_errors"], [])
+
+
+class MultiColumn(unittest.TestCase):
+    def test_columns_and_details_are_kept_apart(self):
+        def fdod(k):
+            return {"checksum": 7, "columns": {"s0": [100], "final": [40, 42]},
+                    "details": {"first_opt": 3}}
+        variants = [rn.Variant("o2", "O2", fixed([50])),
+                    rn.Variant("fdod", "fdod", fdod, columns=[("s0", "stage 0"),
+                                                              ("final", "final")])]
+        self.assertEqual(rn.columns_of(variants), [("o2", "O2"), ("s0", "stage 0"),
+                                                   ("final", "final")])
+        res = rn.measure_interleaved([{"name": "k"}], variants, rounds=2)["k"]
+        self.assertEqual(res["s0"]["samples_ns"], [100, 100])
+        self.assertEqual(res["final"]["samples_ns"], [40, 42, 40, 42])
+        self.assertEqual(res["_details"]["fdod"], [{"first_opt": 3}, {"first_opt": 3}])
+        self.assertEqual(res["_errors"], [])
+
+    def test_a_missing_column_fails_every_column_of_the_runner(self):
+        v = rn.Variant("fdod", "fdod", lambda k: {"checksum": 1, "columns": {"a": [1]}},
+                       columns=[("a", "A"), ("b", "B")])
+        res = rn.measure_interleaved([{"name": "k"}], [v], rounds=2)["k"]
+        self.assertIn("no samples for b", res["a"]["failed"])
+        self.assertIsNone(res["a"]["median_ns"])
+        self.assertIsNone(res["b"]["median_ns"])
+        self.assertEqual(len(res["_errors"]), 1)  # failed once, then skipped
+
+
+class Checks(unittest.TestCase):
+    def test_variants_disagreeing_on_the_checksum_is_an_error(self):
+        variants = [rn.Variant("o2", "O2", fixed([1], checksum=1)),
+                    rn.Variant("pgo", "PGO", fixed([1], checksum=2))]
+        res = rn.measure_interleaved([{"name": "k"}], variants, rounds=1)["k"]
+        self.assertTrue(any("disagree" in e for e in res["_errors"]))
+
+    def test_a_checksum_changing_between_rounds_is_an_error(self):
+        sums = iter([5, 6])
+        v = rn.Variant("o2", "O2", lambda k: {"checksum": next(sums), "ns": [1]})
+        res = rn.measure_interleaved([{"name": "k"}], [v], rounds=2)["k"]
+        self.assertTrue(any("changed between rounds" in e for e in res["_errors"]))
+
+    def test_a_failing_runner_is_reported_and_not_retried(self):
+        calls = []
+
+        def bad(k):
+            calls.append(1)
+            raise rn.BenchError("exploded")
+        variants = [rn.Variant("o2", "O2", fixed([1])), rn.Variant("x", "X", bad)]
+        res = rn.measure_interleaved([{"name": "k"}], variants, rounds=3)["k"]
+        self.assertEqual(len(calls), 1)
+        self.assertEqual(res["x"]["failed"], "exploded")
+        self.assertEqual(res["_errors"], ["x: exploded"])
+        self.assertEqual(res["o2"]["samples_ns"], [1, 1, 1])
+
+
+class Ratios(unittest.TestCase):
+    def test_ratios_to_baseline_pairs_and_geomeans(self):
+        results = {
+            "k1": {"o2": {"median_ns": 100}, "pgo": {"median_ns": 80}, "fin": {"median_ns": 40},
+                   "_errors": []},
+            "k2": {"o2": {"median_ns": 100}, "pgo": {"median_ns": 125}, "fin": {"median_ns": 250},
+                   "_errors": []},
+        }
+        s = rn.summarize(results, ["o2", "pgo", "fin"], "o2", pair_ratios=[("fin", "pgo")])
+        self.assertEqual(s["pairs"], ["pgo/o2", "fin/o2", "fin/pgo"])
+        self.assertAlmostEqual(s["ratios"]["k1"]["pgo/o2"], 0.8)
+        self.assertAlmostEqual(s["ratios"]["k2"]["fin/pgo"], 2.0)
+        self.assertAlmostEqual(s["geomean"]["pgo/o2"], math.sqrt(0.8 * 1.25))
+        self.assertAlmostEqual(s["geomean"]["fin/pgo"], 1.0)
+
+    def test_a_failed_column_has_no_ratio_and_is_left_out_of_the_geomean(self):
+        results = {"k1": {"o2": {"median_ns": 100}, "x": {"median_ns": None}, "_errors": ["x"]},
+                   "k2": {"o2": {"median_ns": 100}, "x": {"median_ns": 50}, "_errors": []}}
+        s = rn.summarize(results, ["o2", "x"], "o2")
+        self.assertIsNone(s["ratios"]["k1"]["x/o2"])
+        self.assertAlmostEqual(s["geomean"]["x/o2"], 0.5)
+        table = rn.format_ratio_table(results, s, {"o2": "O2", "x": "X"},
+                                      [("x/o2", "X vs O2")])
+        self.assertIn("X vs O2", table)
+        self.assertIn("n/a", table)
+        self.assertIn("ERROR k1: x", table)
+
+    def test_rounds_must_be_positive(self):
+        with self.assertRaises(rn.BenchError):
+            rn.measure_interleaved([{"name": "k"}], [rn.Variant("a", "a", fixed([1]))], rounds=0)
+
+
+if __name__ == "__main__":
+    unittest.main()
