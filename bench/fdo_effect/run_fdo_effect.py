@@ -1,0 +1,384 @@
+#!/usr/bin/env python3
+"""FDO-effect bench: native clang -O2, native clang PGO and fdod's stages, interleaved.
+
+For every kernel of bench/fdo_effect (built by its CMakeLists.txt) and every
+round, one after the other in a rotating order:
+
+  clang -O2     o2/<k>: clang-16 -O2 -march=native, native process (driver.c)
+  clang PGO     pgo/<k>: the same with -fprofile-use (profile of one kernel_run)
+  clang PGO np  pgo-np/<k>: clang PGO with -mllvm -disable-preinline -mllvm
+                -disable-vp, i.e. without the two things fdo's PGO lacks (a
+                pre-inliner before instrumentation, value profiling) -- the
+                diagnostic column for the gap between fdo and clang PGO
+  clang instr   pgo-gen/<k>: clang's -fprofile-generate build (instrumentation cost)
+  fdo -O2       fdo_effect_jit: the kernel's IR through fdo's JIT in-process
+                with no profile (plain mode) -- fdo's code generation alone
+  fdod          the kernel's IR through a real fdod: a program fdod has never
+                seen (each round appends a unique unused global, so its program
+                id and profile key are new), executed stage after stage:
+                  stage 0        the first stage: instrumented code, cold
+                  instrumented   every stage served by the instrumented output
+                  first opt      the first stage whose mode is optimized (the
+                                 profile was rewritten, the program recompiled)
+                  final          the last --final-stages stages, all served by
+                                 the last profile version (steady state)
+
+Every figure is time inside the process around the kernel call only: the
+drivers' CLOCK_MONOTONIC around kernel_run, and for fdod the stage's exec_ns
+(CLOCK_MONOTONIC in the exec worker around the thunk call), never process start,
+compile or the request's round trip. Each native process makes --warmup untimed
+calls then --runs timed ones; columns are medians over all rounds. Ratios are
+time(column) / time(clang -O2): below 1.0 is faster.
+
+Python standard library plus tests/e2e/harness.py (starts and stops fdod).
+"""
+import argparse
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional, Sequence
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "tests" / "e2e"))
+import run_native as rn  # noqa: E402
+from run_native import BenchError, Variant  # noqa: E402
+
+U64 = (1 << 64) - 1
+
+# Columns the fdod runner yields, in table order.
+FDOD_COLUMNS = [("fdo_stage0", "fdo stage 0"), ("fdo_instr", "fdo instrumented"),
+                ("fdo_first_opt", "fdo first opt"), ("fdo_final", "fdo final")]
+
+
+def fdod_settings(min_stages: int) -> Dict[str, object]:
+    """The daemon configuration of this bench (printed and kept in the JSON)."""
+    return {
+        "policy.min_stages": min_stages,  # instrumented stages before the rewrite
+        "policy.min_counts": 1000,  # the default; every kernel run gives millions
+        "tier_up": "sync",  # the stage after the rewrite runs the optimized code
+        "compile_workers": 1,
+        "exec_workers": 1,  # one request at a time: one worker is enough
+        "exec_timeout_ms": 60000,
+        "exec_memory_mb": 2048,
+        "feedback_flush_ms": 200,
+        "log_level": "notice",
+    }
+
+
+class FdodRunner:
+    """Runs one kernel through a fresh program's stages on one fdod."""
+
+    def __init__(self, client, entry: str, min_stages: int, final_stages: int):
+        self.client = client
+        self.entry = entry
+        self.min_stages = min_stages
+        self.final_stages = final_stages
+        self.texts: Dict[str, str] = {}
+        self.round: Dict[str, int] = {}
+
+    def _ir(self, kernel: dict) -> str:
+        if kernel["name"] not in self.texts:
+            try:
+                self.texts[kernel["name"]] = pathlib.Path(kernel["ir"]).read_text()
+            except OSError as e:
+                raise BenchError(f"cannot read {kernel['ir']}: {e} (build fdo_effect_ir)") from None
+        return self.texts[kernel["name"]]
+
+    def __call__(self, kernel: dict) -> dict:
+        import harness
+        name = kernel["name"]
+        rnd = self.round.get(name, 0)
+        self.round[name] = rnd + 1
+        # A never-seen program each round: an unused global changes the
+        # canonical IR, hence the program id and the profile key, and the
+        # optimiser drops nothing that runs.
+        text = self._ir(kernel) + (f"\n; fdo_effect bench, round {rnd}\n"
+                                   f"@fdo_effect_round_{rnd} = global i64 {rnd}\n")
+        try:
+            reg = self.client.call("program.register", {"ir": text, "name": f"{name}#{rnd}"},
+                                   check_schema=False)
+        except harness.RpcError as e:
+            raise BenchError(f"program.register: {e}") from None
+        stages: List[dict] = []
+        first_opt: Optional[int] = None
+        limit = self.min_stages + self.final_stages + 12
+        while len(stages) < limit:
+            try:
+                r = self.client.call("execute", {"program": reg["program"], "entry": self.entry},
+                                     check_schema=False)
+            except harness.RpcError as e:
+                raise BenchError(f"execute (stage {len(stages)}): {e}") from None
+            st = r["stage"]
+            stages.append({"number": st["number"], "mode": st["mode"],
+                           "version": st["profile_version"], "outcome": st["cache"]["outcome"],
+                           "compile_ms": st["compile_ms"], "exec_ns": st["exec_ns"],
+                           "value": int(r["value"]) & U64, "policy": st.get("policy", "")})
+            if first_opt is None and st["mode"] == "optimized":
+                first_opt = len(stages) - 1
+            if first_opt is not None:
+                tail = stages[first_opt + 1:][-self.final_stages:]
+                if (len(tail) == self.final_stages and
+                        len({(s["version"], s["mode"]) for s in tail}) == 1):
+                    break
+            elif len(stages) > self.min_stages + 3:
+                raise BenchError(f"no optimized stage after {len(stages)} stages "
+                                 f"(policy: {stages[-1]['policy']})")
+        else:
+            raise BenchError(f"the profile did not settle within {limit} stages: versions "
+                             f"{[s['version'] for s in stages]}")
+        values = {s["value"] for s in stages}
+        if len(values) != 1:
+            raise BenchError(f"stages returned different values: {sorted(values)}")
+        final = stages[-self.final_stages:]
+        instr = [s["exec_ns"] for s in stages if s["mode"] == "instrumented"]
+        if not instr:
+            raise BenchError("no instrumented stage (stage 0 was not instrumented)")
+        return {
+            "checksum": stages[0]["value"],
+            "columns": {"fdo_stage0": [stages[0]["exec_ns"]], "fdo_instr": instr,
+                        "fdo_first_opt": [stages[first_opt]["exec_ns"]],
+                        "fdo_final": [s["exec_ns"] for s in final]},
+            "details": {"program": reg["program"], "profile_key": reg["profile_key"],
+                        "first_optimized_stage": first_opt, "final_version": final[-1]["version"],
+                        "stages": stages},
+        }
+
+
+class JitPlainRunner:
+    """fdo's JIT with no profile: one fdo_effect_jit --serve process per kernel
+    (compiled once), asked for one batch per round."""
+
+    def __init__(self, exe: str, runs: int, warmup: int):
+        self.exe = exe
+        self.runs = runs
+        self.warmup = warmup
+        self.procs: Dict[str, subprocess.Popen] = {}
+        self.compile_ms: Dict[str, float] = {}
+
+    def _proc(self, kernel: dict) -> subprocess.Popen:
+        p = self.procs.get(kernel["name"])
+        if p is None:
+            if not os.path.exists(self.exe):
+                raise BenchError(f"{self.exe} does not exist: build it with ninja fdo_effect_jit")
+            p = subprocess.Popen([self.exe, "--ir", kernel["ir"], "--serve"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.procs[kernel["name"]] = p
+        return p
+
+    def __call__(self, kernel: dict) -> dict:
+        import json
+        p = self._proc(kernel)
+        try:
+            p.stdin.write(f"run {self.runs} {self.warmup}\n")
+            p.stdin.flush()
+            line = p.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        if not line:
+            p.wait(timeout=10)
+            raise BenchError(f"fdo_effect_jit exited with {p.returncode}: "
+                             f"{p.stderr.read().strip()}")
+        out = json.loads(line)
+        self.compile_ms[kernel["name"]] = out["compile_ms"]
+        return {"checksum": int(out["checksum"]), "ns": [int(x) for x in out["ns"]]}
+
+    def close(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                try:
+                    p.stdin.write("quit\n")
+                    p.stdin.flush()
+                    p.wait(timeout=5)
+                except (BrokenPipeError, subprocess.TimeoutExpired):
+                    p.kill()
+                    p.wait()
+
+
+def clang_instr_variant(manifest: dict, runs: int, warmup: int, profile_dir: str) -> Variant:
+    """clang's instrumented build; its .profraw goes to a scratch dir (removed)."""
+    env = dict(os.environ, LLVM_PROFILE_FILE=os.path.join(profile_dir, "%p.profraw"))
+
+    def run(k: dict) -> dict:
+        out = rn.run_driver(k["pgo_gen"], runs, warmup, env=env)
+        for f in os.listdir(profile_dir):
+            os.unlink(os.path.join(profile_dir, f))
+        return out
+    return Variant("clang_instr", "clang instr", run)
+
+
+def stage_facts(results: Dict[str, dict]) -> str:
+    """Per kernel: what fdod did across rounds (compile times, when the
+    optimized stage came, the final profile version)."""
+    rows = [["kernel", "rounds", "instr compile ms", "opt compile ms", "first opt stage",
+             "final version", "final outcome"]]
+    for kname, res in results.items():
+        runs = res["_details"].get("fdod", [])
+        if not runs:
+            rows.append([kname, "0", "-", "-", "-", "-", "-"])
+            continue
+        ic = [s["compile_ms"] for d in runs for s in d["stages"]
+              if s["mode"] == "instrumented" and s["outcome"] == "compiled"]
+        oc = [s["compile_ms"] for d in runs for s in d["stages"]
+              if s["mode"] == "optimized" and s["outcome"] == "compiled"]
+        firsts = sorted({d["first_optimized_stage"] for d in runs})
+        versions = sorted({d["final_version"] for d in runs})
+        outcomes = sorted({s["outcome"] for d in runs for s in d["stages"][-1:]})
+        rows.append([kname, str(len(runs)), f"{statistics.median(ic):.0f}" if ic else "-",
+                     f"{statistics.median(oc):.0f}" if oc else "-",
+                     ",".join(map(str, firsts)), ",".join(f"v{v}" for v in versions),
+                     ",".join(outcomes)])
+    return rn.align(rows)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build-dir", default=rn.default_build_dir(),
+                    help="CMake build directory (default: $FDO_BUILD_DIR or <repo>/build)")
+    ap.add_argument("--rounds", type=int, default=rn.DEFAULT_ROUNDS,
+                    help=f"interleaved rounds (default {rn.DEFAULT_ROUNDS})")
+    ap.add_argument("--runs", type=int, default=rn.DEFAULT_RUNS,
+                    help=f"timed calls per native process / JIT batch (default {rn.DEFAULT_RUNS})")
+    ap.add_argument("--warmup", type=int, default=rn.DEFAULT_WARMUP,
+                    help=f"untimed calls before timing (default {rn.DEFAULT_WARMUP})")
+    ap.add_argument("--min-stages", type=int, default=3,
+                    help="fdod's policy.min_stages: instrumented stages before the rewrite (default 3)")
+    ap.add_argument("--final-stages", type=int, default=4,
+                    help="stages on the final profile version timed per round (default 4)")
+    ap.add_argument("--kernels", help="comma-separated subset of kernels")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: 2 rounds, 2 calls, 2 final stages, min-stages 2")
+    ap.add_argument("--json", metavar="FILE", help="also write the full results as JSON")
+    ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.rounds, args.runs, args.final_stages, args.min_stages = 2, 2, 2, 2
+    if (args.rounds < 1 or args.runs < 1 or args.warmup < 0 or args.min_stages < 1 or
+            args.final_stages < 1):
+        ap.error("--rounds, --runs, --min-stages and --final-stages must be >= 1, --warmup >= 0")
+
+    import harness
+    t0 = time.monotonic()
+
+    def progress(msg: str) -> None:
+        if not args.quiet:
+            print(f"[fdo_effect] {msg} ({time.monotonic() - t0:.0f}s)", file=sys.stderr)
+
+    try:
+        manifest = rn.load_manifest(args.build_dir)
+        kernels = rn.select_kernels(manifest, args.kernels.split(",") if args.kernels else None)
+        if not os.path.exists(os.path.join(args.build_dir, "fdod")):
+            raise BenchError(f"{args.build_dir}/fdod does not exist: build the project first")
+    except BenchError as e:
+        print(f"run_fdo_effect: {e}", file=sys.stderr)
+        return 2
+
+    settings = fdod_settings(args.min_stages)
+    daemon = harness.Daemon(config=settings, build_dir=args.build_dir, prefix="fdo-bench-effect-")
+    jit_runner = JitPlainRunner(manifest.get("jit_driver") or
+                                os.path.join(args.build_dir, "bench", "fdo_effect", "fdo_effect_jit"),
+                                args.runs, args.warmup)
+    scratch = tempfile.mkdtemp(prefix="fdo-bench-profraw-")
+    host = rn.host_info()
+    try:
+        try:
+            daemon.start()
+        except RuntimeError as e:
+            print(f"run_fdo_effect: fdod did not start: {e}", file=sys.stderr)
+            return 2
+        client = harness.Client(daemon.socket, timeout=300)
+        variants = rn.native_variants(manifest, args.runs, args.warmup)
+        if manifest["pgo_available"]:
+            variants.append(Variant("pgo_np", "clang PGO np", lambda k: rn.run_driver(
+                k["pgo_np"], args.runs, args.warmup)))
+            variants.append(clang_instr_variant(manifest, args.runs, args.warmup, scratch))
+        variants.append(Variant("fdo_plain", "fdo -O2", jit_runner))
+        variants.append(Variant("fdod", "fdod", FdodRunner(client, manifest.get("entry", "kernel_run"),
+                                                           args.min_stages, args.final_stages),
+                                columns=FDOD_COLUMNS))
+        progress(f"fdod up (state dir {daemon.state_dir}); {len(kernels)} kernels x "
+                 f"{args.rounds} rounds")
+        results = rn.measure_interleaved(kernels, variants, args.rounds, progress)
+        client.close()
+    finally:
+        jit_runner.close()
+        daemon.cleanup()
+        for f in os.listdir(scratch):
+            os.unlink(os.path.join(scratch, f))
+        os.rmdir(scratch)
+    try:
+        host["loadavg_at_end"] = list(os.getloadavg())
+    except OSError:
+        pass
+
+    columns = rn.columns_of(variants)
+    labels = dict(columns)
+    names = [c for c, _ in columns]
+    pairs = [("fdo_final", "pgo"), ("fdo_final", "pgo_np"), ("fdo_final", "fdo_plain"), ("fdo_instr", "fdo_final"),
+             ("fdo_instr", "fdo_plain"), ("clang_instr", "pgo"), ("clang_instr", "o2")]
+    pairs = [(a, b) for a, b in pairs if a in names and b in names]
+    summary = rn.summarize(results, names, baseline="o2", pair_ratios=pairs)
+
+    load = host.get("loadavg_at_start")
+    print(f"FDO effect: {len(kernels)} kernels, {args.rounds} interleaved rounds; native: "
+          f"{args.runs} timed calls per process (+{args.warmup} warm-up); fdod: a new program per "
+          f"round, policy.min_stages {args.min_stages}, tier_up sync, final = last "
+          f"{args.final_stages} stages")
+    print(f"flags: {manifest['native_flags']}; fdod and fdo -O2 get the IR of "
+          f"{manifest['ir_flags']} and compile for the host CPU; host: {host['cpu']}, "
+          f"{host['cpus']} CPUs, load {f'{load[0]:.2f}' if load else 'unknown'} -> "
+          f"{host.get('loadavg_at_end', [float('nan')])[0]:.2f}")
+    if not manifest["pgo_available"]:
+        print(f"no clang PGO column: {manifest.get('pgo_unavailable_reason', '')}")
+    print("\nMedian time per kernel call, ms (±half the interquartile range):")
+    print(rn.format_ms_table(results, columns))
+    print("\nFDO effect: time / time(clang -O2), < 1 is faster (column meanings: bench/README.md):")
+    effect_heads = {"pgo/o2": "clang PGO", "pgo_np/o2": "clang PGO np", "fdo_plain/o2": "fdo -O2",
+                    "fdo_stage0/o2": "fdo stage 0", "fdo_first_opt/o2": "fdo first opt",
+                    "fdo_final/o2": "fdo final", "fdo_final/pgo": "fdo final / clang PGO",
+                    "fdo_final/pgo_np": "fdo final / PGO np",
+                    "fdo_final/fdo_plain": "fdo final / fdo -O2"}
+    print(rn.format_ratio_table(results, summary, labels,
+                                [(p, effect_heads[p]) for p in effect_heads
+                                 if p in summary["pairs"]]))
+    print("\nInstrumentation cost: instrumented code / optimized code of the same compiler, "
+          "< 1 is faster:")
+    cost_heads = {"fdo_instr/fdo_final": "fdo instr / fdo final",
+                  "fdo_instr/fdo_plain": "fdo instr / fdo -O2",
+                  "clang_instr/pgo": "clang instr / clang PGO",
+                  "clang_instr/o2": "clang instr / clang -O2"}
+    print(rn.format_ratio_table(results, summary, labels,
+                                [(p, cost_heads[p]) for p in cost_heads if p in summary["pairs"]]))
+    print("\nWhat fdod did (over all rounds):")
+    print(stage_facts(results))
+    if jit_runner.compile_ms:
+        print("fdo -O2 in-process compile ms: " +
+              ", ".join(f"{k} {v:.0f}" for k, v in jit_runner.compile_ms.items()))
+
+    if args.json:
+        params = {"rounds": args.rounds, "runs_per_process": args.runs,
+                  "warmup_per_process": args.warmup, "min_stages": args.min_stages,
+                  "final_stages": args.final_stages, "fdod_config": settings,
+                  "order": "round-robin per kernel, variant order rotated every round"}
+        doc = rn.to_json(results, summary, manifest, params, host, variants)
+        doc["bench"] = "fdo_effect+fdod"
+        doc["columns"] = {c: label for c, label in columns}
+        with open(args.json, "w", encoding="utf-8") as f:
+            import json
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+        print(f"\nJSON written to {args.json}")
+    failed = any(res["_errors"] for res in results.values())
+    if failed:
+        print("\nsome measurements failed or disagreed: see the ERROR lines above", file=sys.stderr)
+    progress("done")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
