@@ -104,8 +104,6 @@ EntryRef pin(const std::shared_ptr<MemoryTier::State>& state, const std::shared_
 } // namespace
 
 Expected<std::unique_ptr<MemoryTier>> MemoryTier::create(std::uint64_t budget_bytes) {
-  if (budget_bytes == 0)
-    return make_error(Errc::invalid_argument, "memory tier budget must be greater than 0 bytes");
   return std::unique_ptr<MemoryTier>(new MemoryTier(std::make_shared<State>(budget_bytes)));
 }
 

@@ -815,11 +815,13 @@ Expected<std::unique_ptr<Orchestrator>> Orchestrator::create(Config config, KeyS
   impl->memory = std::move(*memory);
   if (!impl->config.state_dir.empty()) {
     std::string root = (fs::path(impl->config.state_dir) / "cache").string();
-    DiskTierConfig dc;
-    dc.root = root;
-    dc.budget_bytes = impl->config.disk_budget_bytes;
-    dc.durability = impl->config.disk_durability;
-    FDO_TRY(impl->disk, DiskTier::open(std::move(dc)));
+    if (impl->config.disk_budget_bytes > 0) {
+      DiskTierConfig dc;
+      dc.root = root;
+      dc.budget_bytes = impl->config.disk_budget_bytes;
+      dc.durability = impl->config.disk_durability;
+      FDO_TRY(impl->disk, DiskTier::open(std::move(dc)));
+    }
     impl->programs_dir = root + "/programs";
   }
   Impl* raw = impl.get();

@@ -37,10 +37,21 @@ std::uint64_t budget_for(int n, std::size_t object_bytes) {
 
 } // namespace
 
-TEST_CASE("memory tier: zero budget is rejected", "[cache][memory]") {
-  auto t = MemoryTier::create(0);
-  REQUIRE_FALSE(t);
-  CHECK(t.error().code() == Errc::invalid_argument);
+TEST_CASE("memory tier: zero budget keeps an entry only while it is held", "[cache][memory]") {
+  auto tier = tier_for(0);
+  {
+    EntryRef held = tier->insert(make_entry("a", 100));
+    REQUIRE(held);
+    EntryRef again = tier->lookup(key_of("a"));
+    REQUIRE(again); // a second user of a held entry shares it
+    CHECK(again.get() == held.get());
+    CHECK(held->object.size() == 100);
+  }
+  CHECK_FALSE(tier->contains(key_of("a")));
+  CHECK_FALSE(tier->lookup(key_of("a")));
+  auto s = tier->stats();
+  CHECK(s.entries == 0);
+  CHECK(s.bytes == 0);
 }
 
 TEST_CASE("memory tier: lookup returns a counted reference that copies share", "[cache][memory]") {

@@ -31,7 +31,8 @@ struct MemoryTierStats {
 
 class MemoryTier {
 public:
-  // budget_bytes must be > 0.
+  // budget_bytes 0 turns caching off: an entry stays only while a reference
+  // to it is held, and is freed at the last release.
   static Expected<std::unique_ptr<MemoryTier>> create(std::uint64_t budget_bytes);
   ~MemoryTier();
   MemoryTier(const MemoryTier&) = delete;

@@ -136,6 +136,7 @@ nlohmann::json to_json(const Stats& s);
 
 struct Config {
   std::string state_dir; // entries under <state_dir>/cache; empty = memory tier only
+  // 0 = off: the memory tier keeps only entries in use; no disk tier.
   std::uint64_t memory_budget_bytes = std::uint64_t(256) << 20;
   std::uint64_t disk_budget_bytes = std::uint64_t(4) << 30;
   Durability disk_durability = Durability::fsync;
