@@ -107,19 +107,31 @@ struct ExecJobs::State {
   std::optional<perf::CounterGroup> group;
   static constexpr std::size_t kMaxPrograms = 16;
 
-  Expected<jit::LoadedProgram*> program(const std::string& key, const std::string& object,
-                                        const json& metadata) {
+  // The program to run for one execution. A program with writable globals is
+  // linked afresh (and unloaded after the call: `fresh` owns it) so that every
+  // stage starts from its initial state whichever worker runs it; others are
+  // kept linked for the next stage.
+  struct Program {
+    jit::LoadedProgram* program = nullptr;
+    std::unique_ptr<jit::LoadedProgram> fresh;
+  };
+  Expected<Program> program(const std::string& key, const std::string& object,
+                            const json& metadata) {
     for (auto it = programs.begin(); it != programs.end(); ++it)
       if (it->first == key) {
         programs.splice(programs.begin(), programs, it);
-        return programs.front().second.get();
+        return Program{programs.front().second.get(), nullptr};
       }
     FDO_TRY(jit::CompileResult meta, jit::metadata_from_json(metadata));
     FDO_TRY(std::unique_ptr<jit::LoadedProgram> loaded, loader->load(object, meta));
+    if (meta.mutable_globals) {
+      jit::LoadedProgram* raw = loaded.get();
+      return Program{raw, std::move(loaded)};
+    }
     programs.emplace_front(key, std::move(loaded));
     while (programs.size() > kMaxPrograms)
       programs.pop_back();
-    return programs.front().second.get();
+    return Program{programs.front().second.get(), nullptr};
   }
 
   perf::CounterGroup* counters(const std::vector<std::string>& events) {
@@ -197,8 +209,8 @@ Expected<Message> ExecJobs::handle(const Message& request) {
   }
 
   std::string object = request.payload.substr(0, object_size);
-  FDO_TRY(jit::LoadedProgram * program,
-          state_->program(key, object, h.value("metadata", json::object())));
+  FDO_TRY(State::Program held, state_->program(key, object, h.value("metadata", json::object())));
+  jit::LoadedProgram* program = held.program;
   FDO_TRY(jit::ThunkFn thunk, program->thunk(entry));
   bool instrumented = !program->counters_layout().empty();
   if (instrumented) program->reset_counters();

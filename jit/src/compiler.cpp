@@ -150,6 +150,15 @@ Expected<Analysis> analyze(std::string_view program_bytes, const Limits& limits)
   return Analysis{std::move(fp.module), std::move(fp.functions), find_entries(*p.module)};
 }
 
+// Writable global variables the program itself defines (before any
+// instrumentation adds its counters; llvm.* globals are compiler bookkeeping).
+static bool has_mutable_globals(const llvm::Module& m) {
+  for (const llvm::GlobalVariable& g : m.globals())
+    if (!g.isDeclaration() && !g.isConstant() && !g.getName().starts_with("llvm."))
+      return true;
+  return false;
+}
+
 Expected<CompileResult> compile(std::string_view program_bytes, const CompileRequest& request) {
   ensure_llvm_initialized();
   if (request.mode == CompileMode::optimized && !request.profile)
@@ -173,6 +182,7 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
     result.profile_key = std::move(fp.module);
     result.function_fingerprints = std::move(fp.functions);
     result.entries = find_entries(m);
+    result.mutable_globals = has_mutable_globals(m);
     result.times.canonicalize += micros_since(start);
   }
 

@@ -82,6 +82,7 @@ json metadata_to_json(const CompileResult& r) {
               {"optimize", r.times.optimize},
               {"codegen", r.times.codegen}}},
             {"code_size", r.code_size},
+            {"mutable_globals", r.mutable_globals},
             {"diagnostics", r.diagnostics}};
   if (!r.ir.empty()) j["ir"] = r.ir;
   return j;
@@ -159,6 +160,13 @@ Expected<CompileResult> metadata_from_json(const json& j) {
   }
   FDO_TRY(std::uint64_t code_size, get_u64(j, "code_size", ""));
   r.code_size = static_cast<std::size_t>(code_size);
+  // Absent in metadata written before the field existed: assume the program
+  // has state (a fresh load per execution is always correct).
+  r.mutable_globals = true;
+  if (const json* mg = member(j, "mutable_globals")) {
+    if (!mg->is_boolean()) return corrupt("mutable_globals", "must be true or false");
+    r.mutable_globals = mg->get<bool>();
+  }
   if (const json* d = member(j, "diagnostics")) {
     if (!d->is_array()) return corrupt("diagnostics", "must be an array");
     for (const json& s : *d) {

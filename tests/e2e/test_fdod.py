@@ -160,6 +160,81 @@ class Restart(unittest.TestCase):
             d.cleanup()
 
 
+class CacheTiers(unittest.TestCase):
+    """memory_cache_bytes / disk_cache_bytes = 0 turn a tier off, as documented."""
+
+    def test_memory_tier_off_serves_every_later_stage_from_disk(self):
+        d = Daemon({"memory_cache_bytes": 0, "policy.min_stages": 1000}).start()
+        try:
+            c = d.client()
+            prog = c.call("program.register", {"ir": ir("branchy.ll")})["program"]
+            outcomes = [c.call("execute", {"program": prog, "entry": "run"})["stage"]["cache"]
+                        ["outcome"] for _ in range(3)]
+            self.assertEqual(outcomes, ["compiled", "disk_hit", "disk_hit"])
+            c.close()
+        finally:
+            d.cleanup()
+
+    def test_disk_tier_off_keeps_nothing_across_a_restart(self):
+        d = Daemon({"disk_cache_bytes": 0, "policy.min_stages": 1000}).start()
+        try:
+            c = d.client()
+            prog = c.call("program.register", {"ir": ir("branchy.ll")})["program"]
+            first = [c.call("execute", {"program": prog, "entry": "run"})["stage"]["cache"]
+                     ["outcome"] for _ in range(2)]
+            self.assertEqual(first, ["compiled", "memory_hit"])
+            c.close()
+            self.assertEqual(d.stop(), 0, d.log_text())
+            d.start()
+            c = d.client()
+            st = c.call("execute", {"program": prog, "entry": "run"})["stage"]
+            self.assertEqual(st["cache"]["outcome"], "compiled", st)
+            c.close()
+        finally:
+            d.cleanup()
+
+
+STATEFUL_IR = """@calls = global i64 0
+define i64 @bump(i64 %by) {
+  %v = load i64, ptr @calls
+  %w = add i64 %v, %by
+  store i64 %w, ptr @calls
+  ret i64 %w
+}
+"""
+
+
+class StageIsolation(unittest.TestCase):
+    """Every stage starts from the program's initial state, whichever exec
+    worker runs it and whatever ran before."""
+
+    def test_writable_globals_start_fresh_at_every_stage(self):
+        d = Daemon({"exec_workers": 2, "policy.min_stages": 2, "policy.min_counts": 1}).start()
+        try:
+            clients = [d.client() for _ in range(3)]
+            prog = clients[0].call("program.register", {"ir": STATEFUL_IR})["program"]
+            values, modes = [], set()
+            lock = threading.Lock()
+
+            def run(c):
+                for _ in range(6):
+                    r = c.call("execute", {"program": prog, "entry": "bump", "args": [5]})
+                    with lock:
+                        values.append(r["value"])
+                        modes.add(r["stage"]["mode"])
+            threads = [threading.Thread(target=run, args=(c,)) for c in clients]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertEqual(values, [5] * 18)
+            self.assertEqual(modes, {"instrumented", "optimized"})
+            for c in clients:
+                c.close()
+        finally:
+            d.cleanup()
+
+
 class Containment(unittest.TestCase):
     """Crashing, looping and memory-hungry programs: clear errors, daemon unaffected."""
 

@@ -262,8 +262,45 @@ TEST_CASE("compile metadata round-trips through JSON", "[jit][metadata]") {
   CHECK(back->local_names == r.local_names);
   CHECK(back->times == r.times);
   CHECK(back->code_size == r.code_size);
+  CHECK(back->mutable_globals == r.mutable_globals);
   CHECK(back->diagnostics == r.diagnostics);
   CHECK(back->ir == r.ir);
+}
+
+TEST_CASE("writable globals are reported - constants and PGO counters are not",
+          "[jit][metadata]") {
+  const std::string stateful = "@n = global i64 0\n"
+                               "define i64 @bump() {\n"
+                               "  %v = load i64, ptr @n\n"
+                               "  %w = add i64 %v, 1\n"
+                               "  store i64 %w, ptr @n\n"
+                               "  ret i64 %w\n"
+                               "}\n";
+  const std::string stateless = "@k = constant i64 41\n"
+                                "@ext = external global i64\n"
+                                "define i64 @get() {\n"
+                                "  %v = load i64, ptr @k\n"
+                                "  %w = add i64 %v, 1\n"
+                                "  ret i64 %w\n"
+                                "}\n";
+  for (CompileMode mode : {CompileMode::plain, CompileMode::instrumented}) {
+    CHECK(compile_or_throw(stateful, request(mode)).mutable_globals);
+    CompileResult r = compile_or_throw(stateless, request(mode));
+    CHECK_FALSE(r.mutable_globals);
+    auto back = metadata_from_json(metadata_to_json(r));
+    REQUIRE(back.has_value());
+    CHECK_FALSE(back->mutable_globals);
+  }
+  // Metadata from before the field existed: assume state (always safe).
+  nlohmann::json old = metadata_to_json(compile_or_throw(stateless, request(CompileMode::plain)));
+  old.erase("mutable_globals");
+  auto back = metadata_from_json(old);
+  REQUIRE(back.has_value());
+  CHECK(back->mutable_globals);
+  old["mutable_globals"] = "yes";
+  auto bad = metadata_from_json(old);
+  REQUIRE_FALSE(bad.has_value());
+  CHECK(contains(bad.error().message(), "mutable_globals"));
 }
 
 TEST_CASE("corrupt compile metadata is refused naming the field", "[jit][metadata]") {

@@ -79,6 +79,11 @@ struct CompileResult {
   std::map<std::string, std::string> local_names;
   PhaseTimes times;
   std::size_t code_size = 0; // bytes of executable sections in the object
+  // The program defines writable global variables, so one execution can leave
+  // state behind for the next: executors load it afresh for every execution
+  // (every stage starts from the program's initial state, whichever worker
+  // runs it). PGO counters are not counted here.
+  bool mutable_globals = true;
   // LLVM warnings met while compiling (e.g. stale-profile notices).
   std::vector<std::string> diagnostics;
   std::string ir; // final IR text when CompileRequest::keep_ir
