@@ -99,7 +99,7 @@ class FdodRunner:
         # canonical IR, hence the program id and the profile key, and the
         # optimiser drops nothing that runs.
         text = self._ir(kernel) + (f"\n; fdo_effect bench, round {rnd}\n"
-                                   f"@fdo_effect_round_{rnd} = global i64 {rnd}\n")
+                                   f"@fdo_effect_round_{rnd} = constant i64 {rnd}\n")
         try:
             reg = self.client.call("program.register", {"ir": text, "name": f"{name}#{rnd}"},
                                    check_schema=False)
