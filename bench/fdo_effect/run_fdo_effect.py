@@ -311,10 +311,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for f in os.listdir(scratch):
             os.unlink(os.path.join(scratch, f))
         os.rmdir(scratch)
-    try:
-        host["loadavg_at_end"] = list(os.getloadavg())
-    except OSError:
-        pass
+    host["loadavg_at_end"] = rn.benchhost.loadavg()
 
     columns = rn.columns_of(variants)
     labels = dict(columns)
@@ -330,9 +327,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"round, policy.min_stages {args.min_stages}, tier_up sync, final = last "
           f"{args.final_stages} stages")
     print(f"flags: {manifest['native_flags']}; fdod and fdo -O2 get the IR of "
-          f"{manifest['ir_flags']} and compile for the host CPU; host: {host['cpu']}, "
+          f"{manifest['ir_flags']} and compile for the host CPU; host: {host['cpu_model']}, "
           f"{host['cpus']} CPUs, load {f'{load[0]:.2f}' if load else 'unknown'} -> "
-          f"{host.get('loadavg_at_end', [float('nan')])[0]:.2f}")
+          f"{(host.get('loadavg_at_end') or [float('nan')])[0]:.2f}")
     if not manifest["pgo_available"]:
         print(f"no clang PGO column: {manifest.get('pgo_unavailable_reason', '')}")
     print("\nMedian time per kernel call, ms (±half the interquartile range):")

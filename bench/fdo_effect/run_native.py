@@ -34,7 +34,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -45,6 +44,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+import benchhost  # noqa: E402
 
 DEFAULT_ROUNDS = 7
 DEFAULT_RUNS = 5
@@ -316,21 +317,8 @@ def format_table(results: Dict[str, dict], summary: dict, variants: Sequence[Var
 
 
 def host_info() -> dict:
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for ln in f:
-                if ln.startswith("model name"):
-                    cpu = ln.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    info = {"cpu": cpu, "cpus": os.cpu_count(), "machine": platform.machine(),
-            "kernel": platform.release()}
-    try:
-        info["loadavg_at_start"] = list(os.getloadavg())
-    except OSError:
-        pass
+    info = benchhost.host_info()
+    info["loadavg_at_start"] = benchhost.loadavg()
     return info
 
 
@@ -408,10 +396,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BenchError as e:
         print(f"run_native: {e}", file=sys.stderr)
         return 2
-    try:
-        host["loadavg_at_end"] = list(os.getloadavg())
-    except OSError:
-        pass
+    host["loadavg_at_end"] = benchhost.loadavg()
     summary = summarize(results, [c for c, _ in columns_of(variants)], baseline="o2")
     params = {"rounds": args.rounds, "runs_per_process": args.runs, "warmup_per_process": args.warmup,
               "order": "round-robin per kernel, variant order rotated every round"}
@@ -421,7 +406,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"< 1 is faster; ±x% = half the interquartile range")
     load = host.get("loadavg_at_start")
     print(f"flags: {manifest['native_flags']} (PGO: + -fprofile-use, profile from one run of the "
-          f"same kernel_run); host: {host['cpu']}, {host['cpus']} CPUs, load "
+          f"same kernel_run); host: {host['cpu_model']}, {host['cpus']} CPUs, load "
           f"{f'{load[0]:.2f}' if load else 'unknown'}")
     if not manifest["pgo_available"]:
         print(f"no clang PGO column: {manifest.get('pgo_unavailable_reason', '')}")

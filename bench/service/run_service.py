@@ -38,7 +38,6 @@ import json
 import math
 import os
 import pathlib
-import platform
 import re
 import shutil
 import statistics
@@ -50,7 +49,9 @@ import time
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(REPO / "bench"))
 import harness  # noqa: E402
+from benchhost import host_info, loadavg  # noqa: E402
 
 PROGRAM_IR = """\
 define i64 @add(i64 %a, i64 %b) {
@@ -87,26 +88,6 @@ class MeasureError(Exception):
 
 def progress(msg):
     print(f"[service] {msg}", file=sys.stderr, flush=True)
-
-
-def host_info():
-    model = platform.processor() or "unknown"
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu_model": model, "cpus": os.cpu_count(), "kernel": platform.release(),
-            "python": platform.python_version(), "hostname": platform.node()}
-
-
-def loadavg():
-    try:
-        return list(os.getloadavg())
-    except OSError:
-        return None
 
 
 def pct(sorted_values, q):
