@@ -23,7 +23,7 @@ namespace fdo::jit {
 
 // Bumped whenever the canonicalisation, the pass pipeline or the object
 // layout changes, so outputs cached under an older identity miss.
-inline constexpr int kPipelineVersion = 1;
+inline constexpr int kPipelineVersion = 2; // 2: PGO counters promoted out of loops
 inline constexpr std::string_view kFdoVersion = "0.1.0";
 
 struct CompilerIdentity {
