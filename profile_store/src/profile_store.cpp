@@ -5,7 +5,9 @@
 #include "internal.h"
 #include "schema.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fcntl.h>
 #include <iterator>
@@ -13,6 +15,7 @@
 #include <mutex>
 #include <set>
 #include <sys/stat.h>
+#include <thread>
 #include <unistd.h>
 
 namespace fdo::profile_store {
@@ -202,6 +205,24 @@ ProfileStore::ProfileStore(ProfileStore&&) noexcept = default;
 ProfileStore& ProfileStore::operator=(ProfileStore&&) noexcept = default;
 ProfileStore::~ProfileStore() = default;
 
+// Switching a new database to WAL needs an exclusive lock, and SQLite does not
+// call the busy handler for it: a second process opening the same new file at
+// that moment gets SQLITE_BUSY at once. Retry (with backoff) for as long as the
+// busy timeout allows.
+static Expected<std::string> enable_wal(sqlite::Connection& db,
+                                        std::chrono::milliseconds busy_timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + busy_timeout;
+  std::chrono::milliseconds pause{1};
+  for (;;) {
+    Expected<std::string> mode = db.query_text("PRAGMA journal_mode = WAL");
+    if (mode || mode.error().code() != Errc::timeout ||
+        std::chrono::steady_clock::now() + pause > deadline)
+      return mode;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+}
+
 Expected<ProfileStore> ProfileStore::open(const std::string& path, const Options& options) {
   if (options.retention < 1)
     return make_error(Errc::invalid_argument, "retention must keep at least 1 version (got " +
@@ -222,7 +243,7 @@ Expected<ProfileStore> ProfileStore::open(const std::string& path, const Options
   if (options.mode == OpenMode::read_write) {
     // WAL: readers (fdoctl) never block the writer and vice versa; a commit
     // is one append to the WAL.
-    FDO_TRY(std::string journal, db.query_text("PRAGMA journal_mode = WAL"));
+    FDO_TRY(std::string journal, enable_wal(db, options.busy_timeout));
     if (journal != "wal")
       return make_error(Errc::unsupported, "profile store '" + path +
                                                "': cannot use WAL journal mode (got '" + journal +

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <poll.h>
@@ -104,7 +105,10 @@ int wait_child(pid_t pid) {
   o.retention = 1'000'000;
   o.busy_timeout = std::chrono::milliseconds(30'000);
   auto store = ProfileStore::open(path, o);
-  if (!store) _exit(2);
+  if (!store) {
+    std::fprintf(stderr, "crash writer: open: %s\n", store.error().describe().c_str());
+    _exit(2);
+  }
   WriteInfo wi;
   wi.host = "crash-child";
   while (true) {
@@ -126,7 +130,10 @@ int wait_child(pid_t pid) {
   o.retention = 100'000;
   o.busy_timeout = std::chrono::milliseconds(60'000);
   auto store = ProfileStore::open(path, o);
-  if (!store) _exit(2);
+  if (!store) {
+    std::fprintf(stderr, "%s: open: %s\n", host.c_str(), store.error().describe().c_str());
+    _exit(2);
+  }
   WriteInfo wi;
   wi.host = host;
   std::int64_t conflicts = 0;
