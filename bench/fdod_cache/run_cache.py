@@ -514,7 +514,8 @@ def report(bench: Bench, elapsed: float, load_start, load_end) -> Dict[str, obje
     firsts = [x for x in bench.samples if x.get("first_after_restart")]
     if firsts:
         print("very first request after each restart (fresh daemon and workers), rt ms: " +
-              ", ".join(f"{x['module']} {'execute' if x['path'] == 'execute' else 'compile'} "
+              ", ".join(f"restart {x.get('restart', '?')}: {x['module']} "
+                        f"{'execute' if x['path'] == 'execute' else 'program.compile'} "
                         f"{x['rt_ms']:.2f}" for x in firsts))
     for c in bench.restart_checks:
         print(f"restart {c['restart']}: stop {c['stop_ms']:.0f} ms, start to health "
