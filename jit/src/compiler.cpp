@@ -154,8 +154,7 @@ Expected<Analysis> analyze(std::string_view program_bytes, const Limits& limits)
 // instrumentation adds its counters; llvm.* globals are compiler bookkeeping).
 static bool has_mutable_globals(const llvm::Module& m) {
   for (const llvm::GlobalVariable& g : m.globals())
-    if (!g.isDeclaration() && !g.isConstant() && !g.getName().starts_with("llvm."))
-      return true;
+    if (!g.isDeclaration() && !g.isConstant() && !g.getName().starts_with("llvm.")) return true;
   return false;
 }
 

@@ -267,8 +267,7 @@ TEST_CASE("compile metadata round-trips through JSON", "[jit][metadata]") {
   CHECK(back->ir == r.ir);
 }
 
-TEST_CASE("writable globals are reported - constants and PGO counters are not",
-          "[jit][metadata]") {
+TEST_CASE("writable globals are reported - constants and PGO counters are not", "[jit][metadata]") {
   const std::string stateful = "@n = global i64 0\n"
                                "define i64 @bump() {\n"
                                "  %v = load i64, ptr @n\n"
