@@ -154,9 +154,9 @@ def process_tree_cpu_s(pid):
     """CPU seconds (user + system) used so far by pid and its live child processes
     (fdod and its compile/exec workers). Clock-tick resolution (usually 10 ms)."""
     tick = os.sysconf("SC_CLK_TCK")
-    total, todo, seen = 0.0, [pid], set()
-    while todo:
-        p = todo.pop()
+    total, pending, seen = 0.0, [pid], set()
+    while pending:
+        p = pending.pop()
         if p in seen:
             continue
         seen.add(p)
@@ -166,7 +166,7 @@ def process_tree_cpu_s(pid):
             total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
             for task in pathlib.Path(f"/proc/{p}/task").iterdir():
                 kids = (task / "children").read_text().split()
-                todo += [int(k) for k in kids]
+                pending += [int(k) for k in kids]
         except (OSError, ValueError, IndexError):
             continue  # a worker that went away between the reads
     return total

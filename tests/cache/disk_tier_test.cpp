@@ -207,7 +207,7 @@ TEST_CASE("disk tier: byte budget evicts least recently used files", "[cache][di
   CHECK(s.bytes <= s.budget_bytes);
   CHECK(s.entries == 3);
 
-  auto tiny = open_tier((dir.path / "tiny").string(), 100);
+  auto tiny = open_tier(dir.file("tiny"), 100);
   REQUIRE(tiny->store(make_entry("huge", 5000)));
   CHECK(tiny->stats().skipped_too_large == 1);
   CHECK(tiny->stats().entries == 0);
@@ -279,15 +279,15 @@ TEST_CASE("disk tier: SIGKILL mid-write never leaves a partial file that loads",
     REQUIRE(WIFSIGNALED(status));
 
     std::uint64_t temps = 0;
-    if (fs::exists(dir.path / "objects"))
-      for (auto& shard : fs::directory_iterator(dir.path / "objects"))
+    if (fs::exists(dir.path() / "objects"))
+      for (auto& shard : fs::directory_iterator(dir.path() / "objects"))
         for (auto& f : fs::directory_iterator(shard))
           temps += f.path().filename().string().starts_with(".tmp.");
     temps_seen += temps;
 
     auto tier = open_tier(dir.str(), 8 << 20);
     CHECK(tier->stats().stray_files_removed == temps);
-    for (auto& shard : fs::directory_iterator(dir.path / "objects"))
+    for (auto& shard : fs::directory_iterator(dir.path() / "objects"))
       for (auto& f : fs::directory_iterator(shard)) {
         std::string name = f.path().filename().string();
         REQUIRE_FALSE(name.starts_with(".tmp."));

@@ -6,6 +6,7 @@
 
 #include "fdo/cache/interfaces.h"
 #include "fdo/util/hash.h"
+#include "support/temp_dir.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -140,17 +141,8 @@ private:
   std::vector<CompileCall> calls_;
 };
 
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/fdo-cache-test-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  std::string str() const { return path.string(); }
+struct TempDir : fdo::test_support::TempDir {
+  TempDir() : fdo::test_support::TempDir("fdo-cache-test") {}
 };
 
 // "p" + n without GCC 12's -Wrestrict false positive on literal + to_string.

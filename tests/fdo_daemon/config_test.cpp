@@ -1,5 +1,6 @@
 #include "fdo/daemon/config.h"
 #include "fdo/util/fd.h"
+#include "support/temp_dir.h"
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
@@ -17,14 +18,8 @@ std::string error_of(const fdo::Expected<Config>& c) {
   return c.error().message();
 }
 
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/fdo-config-test-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-  std::string path;
+struct TempDir : fdo::test_support::TempDir {
+  TempDir() : fdo::test_support::TempDir("fdo-config-test") {}
 };
 
 } // namespace
@@ -146,7 +141,7 @@ TEST_CASE("config: errors name the file - the line and the key", "[config]") {
 
 TEST_CASE("config: load reads a file - a missing file is a clear error", "[config]") {
   TempDir dir;
-  std::string path = dir.path + "/fdod.conf";
+  std::string path = dir.file("fdod.conf");
   auto missing = Config::load(path);
   REQUIRE_FALSE(missing.has_value());
   REQUIRE(missing.error().code() == fdo::Errc::not_found);
@@ -198,7 +193,7 @@ TEST_CASE("config: to_text round-trips through parse", "[config]") {
 
 TEST_CASE("config: SIGHUP reload applies runtime keys and keeps restart-only ones", "[config]") {
   TempDir dir;
-  std::string path = dir.path + "/fdod.conf";
+  std::string path = dir.file("fdod.conf");
   REQUIRE(fdo::write_file_atomic(path, "socket = /tmp/a.sock\nrequest_timeout_ms = 1000\n",
                                  fdo::Durability::none));
   auto running = Config::load(path);

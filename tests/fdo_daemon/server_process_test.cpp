@@ -2,6 +2,7 @@
 // SIGHUP does not disturb it, and systemd socket activation through
 // systemd-socket-activate.
 #include "server_test_support.h"
+#include "support/temp_dir.h"
 
 #include <catch2/catch.hpp>
 #include <csignal>
@@ -20,14 +21,8 @@ using std::chrono::milliseconds;
 
 namespace {
 
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/fdo-proc-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-  std::string path;
+struct TempDir : fdo::test_support::TempDir {
+  TempDir() : fdo::test_support::TempDir("fdo-proc") {}
 };
 
 // A child process killed (SIGKILL) and reaped if the test did not reap it.
@@ -82,9 +77,9 @@ bool have_program(const char* name) {
 TEST_CASE("process: SIGHUP keeps serving - SIGTERM drains the in-flight request and exits 0",
           "[server][process]") {
   TempDir dir;
-  std::string path = dir.path + "/fdod.sock";
+  std::string path = dir.file("fdod.sock");
   Child server(
-      {FDO_TEST_SERVER, "--socket", path, "--state-dir", dir.path, "--log-level", "warning"});
+      {FDO_TEST_SERVER, "--socket", path, "--state-dir", dir.str(), "--log-level", "warning"});
   REQUIRE(server.pid > 0);
   auto busy = connect_retry(path);
   REQUIRE(busy);
@@ -124,11 +119,11 @@ TEST_CASE("process: socket activation through systemd-socket-activate", "[server
     return;
   }
   TempDir dir;
-  std::string path = dir.path + "/activated.sock";
+  std::string path = dir.file("activated.sock");
   // --require-activation: the test server fails instead of binding its own
   // socket if LISTEN_FDS does not arrive; --socket points somewhere unusable.
   Child server({"systemd-socket-activate", "-l", path, FDO_TEST_SERVER, "--require-activation",
-                "--socket", dir.path + "/not-used.sock", "--log-level", "warning"});
+                "--socket", dir.file("not-used.sock"), "--log-level", "warning"});
   REQUIRE(server.pid > 0);
   auto c = connect_retry(path);
   REQUIRE(c);
@@ -138,7 +133,7 @@ TEST_CASE("process: socket activation through systemd-socket-activate", "[server
   json who = c->call("whoami", json::object(), 2);
   REQUIRE(who["result"]["uid"] == ::getuid());
   struct stat st {};
-  REQUIRE(::lstat((dir.path + "/not-used.sock").c_str(), &st) != 0);
+  REQUIRE(::lstat(dir.file("not-used.sock").c_str(), &st) != 0);
   REQUIRE(::kill(server.pid, SIGTERM) == 0);
   REQUIRE(server.wait_exit() == 0);
 }

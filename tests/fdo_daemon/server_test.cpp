@@ -2,6 +2,7 @@
 // methods, driven by raw Unix-socket clients.
 #include "fdo/daemon/server.h"
 #include "server_test_support.h"
+#include "support/temp_dir.h"
 
 #include <catch2/catch.hpp>
 #include <csignal>
@@ -21,14 +22,8 @@ using std::chrono::milliseconds;
 
 namespace {
 
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/fdo-srv-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-  std::string path;
+struct TempDir : fdo::test_support::TempDir {
+  TempDir() : fdo::test_support::TempDir("fdo-srv") {}
 };
 
 // A Server running on its own thread (the io thread) for one test.
@@ -73,7 +68,7 @@ struct Running {
 
 ServerOptions options_for(const TempDir& dir) {
   ServerOptions o;
-  o.socket_path = dir.path + "/fdod.sock";
+  o.socket_path = dir.file("fdod.sock");
   o.listen = ListenMode::bind_path;
   o.handler_threads = 4;
   o.signals = SignalHandling::none;
@@ -405,7 +400,7 @@ TEST_CASE("server: refuses to start over a live daemon - replaces a stale socket
     REQUIRE(*fdo::read_file(o.socket_path) == "precious");
   }
   SECTION("a path too long for sockaddr_un") {
-    o.socket_path = dir.path + "/" + std::string(150, 'x');
+    o.socket_path = dir.file(std::string(150, 'x'));
     auto s = Server::create(o, d);
     REQUIRE_FALSE(s.has_value());
     REQUIRE(s.error().code() == fdo::Errc::invalid_argument);
@@ -453,7 +448,7 @@ TEST_CASE("server: SIGHUP runs the reload callback - periodic tasks run in the b
 
 TEST_CASE("server: sd_notify READY - WATCHDOG and STOPPING when NOTIFY_SOCKET is set", "[server]") {
   TempDir dir;
-  std::string notify_path = dir.path + "/notify";
+  std::string notify_path = dir.file("notify");
   fdo::Fd ns(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -497,7 +492,7 @@ TEST_CASE("server: another uid is identified by SO_PEERCRED - mode 0660 keeps st
     return;
   }
   TempDir dir;
-  REQUIRE(::chmod(dir.path.c_str(), 0755) == 0);
+  REQUIRE(::chmod(dir.str().c_str(), 0755) == 0);
   Running srv(options_for(dir));
   const std::string path = srv.server->socket_path();
   constexpr uid_t kUid = 65534;

@@ -2,6 +2,7 @@
 // kind gives the right Errc and a message naming what happened, the pool
 // replaces dead workers and keeps serving, and nothing is left behind.
 #include "fdo/daemon/worker_pool.h"
+#include "support/temp_dir.h"
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -91,13 +92,8 @@ template <class Pred> bool wait_until(Pred pred) {
   return false;
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/fdo-worker-test-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
+struct TempDir : fdo::test_support::TempDir {
+  TempDir() : fdo::test_support::TempDir("fdo-worker-test") {}
 };
 
 } // namespace
@@ -427,7 +423,7 @@ TEST_CASE("worker_pool: create fails clearly and leaves no process behind", "[wo
   }
   SECTION("a program that never answers") {
     TempDir dir;
-    auto script = dir.path / "silent-worker";
+    auto script = dir.path() / "silent-worker";
     std::ofstream(script) << "#!/bin/sh\nexec sleep 100\n";
     fs::permissions(script, fs::perms::owner_all);
     auto o = test_options();
@@ -443,7 +439,7 @@ TEST_CASE("worker_pool: create fails clearly and leaves no process behind", "[wo
 
 TEST_CASE("worker_pool: when respawning fails the pool says so - then recovers", "[worker_pool]") {
   TempDir dir;
-  auto copy = dir.path / "worker-copy";
+  auto copy = dir.path() / "worker-copy";
   fs::copy_file(FDO_TEST_WORKER, copy);
   auto o = test_options();
   o.worker_path = copy.string();
@@ -472,7 +468,7 @@ TEST_CASE("worker_pool: when respawning fails the pool says so - then recovers",
 
 TEST_CASE("worker_pool: a job's own children die with its worker", "[worker_pool]") {
   TempDir dir;
-  auto pid_file = (dir.path / "grandchild.pid").string();
+  auto pid_file = dir.file("grandchild.pid");
   auto pool = make_pool(test_options());
   auto read_pid = [&] {
     std::ifstream in(pid_file);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "fdo/util/profile.h"
+#include "support/temp_dir.h"
 
 #include <cstdint>
 #include <cstdlib>
@@ -16,25 +17,8 @@
 
 namespace fdo::profile_store::test {
 
-class TempDir {
-public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "fdo-ps-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
-private:
-  std::filesystem::path path_;
+struct TempDir : fdo::test_support::TempDir {
+  TempDir() : fdo::test_support::TempDir("fdo-ps") {}
 };
 
 inline std::string read_bytes(const std::string& path) {

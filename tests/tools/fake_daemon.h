@@ -3,6 +3,8 @@
 // be tested without building the daemon.
 #pragma once
 
+#include "support/temp_dir.h"
+
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -23,24 +25,8 @@
 namespace fdo::ctl::test {
 
 // A temp directory removed (with its contents) on destruction.
-class TempDir {
-public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "fdoctl-test-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
-private:
-  std::string path_;
+struct TempDir : fdo::test_support::TempDir {
+  TempDir() : fdo::test_support::TempDir("fdoctl-test") {}
 };
 
 class FakeDaemon {

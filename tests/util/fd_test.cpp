@@ -1,4 +1,5 @@
 #include "fdo/util/fd.h"
+#include "support/temp_dir.h"
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
@@ -10,13 +11,8 @@ using namespace fdo;
 namespace fs = std::filesystem;
 
 namespace {
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/fdo-util-test-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
+struct TempDir : fdo::test_support::TempDir {
+  TempDir() : fdo::test_support::TempDir("fdo-util-test") {}
 };
 
 bool fd_is_open(int fd) {
@@ -28,7 +24,7 @@ TEST_CASE("Fd closes on destruction and transfers on move", "[util][fd]") {
   TempDir dir;
   int raw = -1;
   {
-    auto fd = Fd::open((dir.path / "a").string(), O_WRONLY | O_CREAT);
+    auto fd = Fd::open(dir.file("a"), O_WRONLY | O_CREAT);
     REQUIRE(fd);
     raw = fd->get();
     CHECK(fd_is_open(raw));
@@ -49,7 +45,7 @@ TEST_CASE("Fd::open reports the path and errno", "[util][fd]") {
 
 TEST_CASE("Mapping maps a file and unmaps on destruction", "[util][mapping]") {
   TempDir dir;
-  std::string path = (dir.path / "m").string();
+  std::string path = dir.file("m");
   REQUIRE(write_file_atomic(path, "hello mapping"));
   auto fd = Fd::open(path, O_RDONLY);
   REQUIRE(fd);
@@ -69,14 +65,14 @@ TEST_CASE("Mapping maps a file and unmaps on destruction", "[util][mapping]") {
 
 TEST_CASE("write_file_atomic replaces whole files and leaves no temp files", "[util][fd]") {
   TempDir dir;
-  std::string path = (dir.path / "obj").string();
+  std::string path = dir.file("obj");
   REQUIRE(write_file_atomic(path, "first"));
   REQUIRE(write_file_atomic(path, "second version"));
   auto content = read_file(path);
   REQUIRE(content);
   CHECK(*content == "second version");
   int files = 0;
-  for (auto& e : fs::directory_iterator(dir.path)) {
+  for (auto& e : fs::directory_iterator(dir.path())) {
     (void)e;
     ++files;
   }
@@ -84,7 +80,7 @@ TEST_CASE("write_file_atomic replaces whole files and leaves no temp files", "[u
   auto too_big = read_file(path, 3);
   REQUIRE_FALSE(too_big);
   CHECK(too_big.error().code() == Errc::resource_exhausted);
-  auto missing = write_file_atomic((dir.path / "no" / "such" / "dir").string(), "x");
+  auto missing = write_file_atomic((dir.path() / "no" / "such" / "dir").string(), "x");
   CHECK_FALSE(missing);
 }
 
