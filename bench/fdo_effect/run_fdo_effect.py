@@ -33,6 +33,7 @@ time(column) / time(clang -O2): below 1.0 is faster.
 Python standard library plus tests/e2e/harness.py (starts and stops fdod).
 """
 import argparse
+import json
 import os
 import pathlib
 import statistics
@@ -46,6 +47,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
+import harness  # noqa: E402
 import run_native as rn  # noqa: E402
 from run_native import BenchError, Variant  # noqa: E402
 
@@ -91,7 +93,6 @@ class FdodRunner:
         return self.texts[kernel["name"]]
 
     def __call__(self, kernel: dict) -> dict:
-        import harness
         name = kernel["name"]
         rnd = self.round.get(name, 0)
         self.round[name] = rnd + 1
@@ -172,7 +173,6 @@ class JitPlainRunner:
         return p
 
     def __call__(self, kernel: dict) -> dict:
-        import json
         p = self._proc(kernel)
         try:
             p.stdin.write(f"run {self.runs} {self.warmup}\n")
@@ -262,7 +262,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             args.final_stages < 1):
         ap.error("--rounds, --runs, --min-stages and --final-stages must be >= 1, --warmup >= 0")
 
-    import harness
     t0 = time.monotonic()
 
     def progress(msg: str) -> None:
@@ -366,7 +365,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         doc["bench"] = "fdo_effect+fdod"
         doc["columns"] = {c: label for c, label in columns}
         with open(args.json, "w", encoding="utf-8") as f:
-            import json
             json.dump(doc, f, indent=1)
             f.write("\n")
         print(f"\nJSON written to {args.json}")
