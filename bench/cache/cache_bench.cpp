@@ -1,11 +1,10 @@
 // cache_bench: what one stage's cache lookup costs.
 //
-//  1. Orchestrator::prepare on a memory hit, a disk hit and a miss (compile),
-//     side by side in one run. The compiler is a fake with a FIXED cost (a
-//     busy-wait of --compile-us microseconds, default 1000) so the miss figure
-//     is that cost plus the cache's overhead; a bare write_file_atomic of the
-//     same bytes is timed beside it, since on a slow file system creating the
-//     file dominates.
+//  1. Orchestrator::prepare on a memory hit (unscoped and in a tenant scope), a
+//     disk hit and a miss (compile), side by side in one run. The compiler is a fake with a FIXED
+//     cost (a busy-wait of --compile-us microseconds, default 1000) so the miss figure is that cost
+//     plus the cache's overhead; a bare write_file_atomic of the same bytes is timed beside it,
+//     since on a slow file system creating the file dominates.
 //  2. How lookup time grows with the number of cached entries: a bare
 //     unordered_map (baseline), MemoryTier::lookup and Orchestrator::prepare
 //     (memory hits) at 100 .. 100,000 entries, and DiskTier::open/load at 100 and
@@ -141,9 +140,9 @@ void side_by_side(const Options& opt) {
   TempDir dir;
   MemoryKeyStore keys;
   FixedCostCompiler compiler(opt.compile_us, opt.object_bytes);
-  std::vector<std::string> programs;
+  std::vector<Program> programs;
   for (int i = 0; i < kPrograms; ++i)
-    programs.push_back(program_text(i));
+    programs.push_back(Program{{}, {}, program_text(i)});
 
   for (Durability durability : {Durability::none, Durability::fsync}) {
     TempDir d;
@@ -161,7 +160,7 @@ void side_by_side(const Options& opt) {
     for (int i = 0; i < n; ++i) {
       ProfileDoc doc;
       doc.functions["f"].counts = {std::uint64_t(i) + 1};
-      k.set_profile(blake3_hex(programs[i]), doc);
+      k.set_profile(blake3_hex(programs[i].bytes), doc);
     }
     double recompile =
         measure(5, n / 5, [&](std::size_t i) { must(o->prepare(programs[i]), Outcome::compiled); });
@@ -196,6 +195,17 @@ void side_by_side(const Options& opt) {
       must(o->prepare(programs[i % programs.size()]), Outcome::memory_hit);
     });
     std::printf("  memory hit (Orchestrator::prepare):       %9.2f us/stage\n", hit);
+    // The same programs in a tenant scope: the scope is streamed into the IK
+    // hash, so a scoped hit should cost what an unscoped one does.
+    std::vector<Program> scoped = programs;
+    for (Program& p : scoped) {
+      p.scope = "uid:1000";
+      must(o->prepare(p), Outcome::compiled);
+    }
+    double scoped_hit = measure(15, 2000, [&](std::size_t i) {
+      must(o->prepare(scoped[i % scoped.size()]), Outcome::memory_hit);
+    });
+    std::printf("  memory hit, scoped program (uid:1000):   %9.2f us/stage\n", scoped_hit);
   }
   // A memory tier too small to keep anything: every stage reads, checks and decodes the file.
   Config disk_only = c;
@@ -221,7 +231,7 @@ void scaling(const Options& opt) {
     keys.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
       auto e = std::make_shared<Entry>();
-      e->key = virtual_key(initial_key(program_text(i), "bench"));
+      e->key = virtual_key(initial_key("", program_text(i), "bench"));
       e->object = std::string(256, 'o');
       keys.push_back(e->key);
       (void)tier->insert(std::move(e));
@@ -252,10 +262,10 @@ void scaling(const Options& opt) {
     c.max_tracked_programs = n + 1;
     c.explain_records_per_program = 2;
     auto o = orchestrator(c, ks, compiler);
-    std::vector<std::string> programs;
+    std::vector<Program> programs;
     programs.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
-      programs.push_back(program_text(i));
+      programs.push_back(Program{{}, {}, program_text(i)});
       must(o->prepare(programs.back()), Outcome::compiled);
     }
     double stage = measure(15, 2000, [&](std::size_t i) {
@@ -282,7 +292,7 @@ void scaling(const Options& opt) {
       auto tier = std::move(*DiskTier::open(dc));
       for (std::size_t i = 0; i < n; ++i) {
         Entry e;
-        std::string ik = initial_key(program_text(i), "bench");
+        std::string ik = initial_key("", program_text(i), "bench");
         e.key = virtual_key(ik);
         e.info.ck = cache_key(ik, no_profile_digest(), CompileMode::instrumented);
         e.info.compiler_identity = "bench";

@@ -2,6 +2,7 @@
 
 #include "bounded.h"
 #include "fdo/cache/keys.h"
+#include "fdo/util/enum_names.h"
 #include "fdo/util/hash.h"
 #include "fdo/util/log.h"
 
@@ -21,6 +22,9 @@ namespace fdo::cache {
 namespace fs = std::filesystem;
 
 namespace {
+
+constexpr EnumNames<LoadStatus, 3> kLoadStatusNames{
+    {{{LoadStatus::hit, "hit"}, {LoadStatus::miss, "miss"}, {LoadStatus::corrupt, "corrupt"}}}};
 
 constexpr std::size_t kChecksumOffset = 48;
 constexpr std::size_t kRecentlyEvictedKeys = 4096;
@@ -125,15 +129,7 @@ Expected<FileBytes> read_fd(int fd, std::uint64_t max_bytes, const std::string& 
 } // namespace
 
 std::string_view to_string(LoadStatus status) {
-  switch (status) {
-  case LoadStatus::hit:
-    return "hit";
-  case LoadStatus::miss:
-    return "miss";
-  case LoadStatus::corrupt:
-    return "corrupt";
-  }
-  return "miss";
+  return kLoadStatusNames.name(status);
 }
 
 std::string encode_entry(const Entry& entry) {

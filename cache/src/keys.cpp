@@ -1,5 +1,6 @@
 #include "fdo/cache/keys.h"
 
+#include "fdo/util/enum_names.h"
 #include "fdo/util/hash.h"
 
 namespace fdo::cache {
@@ -12,34 +13,51 @@ bool is_lower_hex(std::string_view s) {
   return true;
 }
 
+constexpr EnumNames<KeyKind, 4> kKeyKindNames{{{{KeyKind::initial, "initial"},
+                                                {KeyKind::virtual_key, "virtual"},
+                                                {KeyKind::cache_key, "cache"},
+                                                {KeyKind::invalid, "invalid"}}}};
+
+// Feeds the program field exactly as update_field(envelope) would, without
+// building the envelope: programs can be large and this runs on every stage.
+void update_program_field(Hasher& h, std::string_view scope, std::string_view bytes) {
+  if (scope.empty()) {
+    h.update_field(bytes);
+    return;
+  }
+  h.update_u64(kScopeTag.size() + scope.size() + 1 + bytes.size());
+  h.update(kScopeTag).update(scope).update(std::string_view("\n")).update(bytes);
+}
+
 } // namespace
 
 std::string_view to_string(KeyKind kind) {
-  switch (kind) {
-  case KeyKind::initial:
-    return "initial";
-  case KeyKind::virtual_key:
-    return "virtual";
-  case KeyKind::cache_key:
-    return "cache";
-  case KeyKind::invalid:
-    return "invalid";
-  }
-  return "invalid";
+  return kKeyKindNames.name(kind);
 }
 
-std::string initial_key(std::string_view program_bytes, std::string_view compiler_identity) {
+Status check_scope(std::string_view scope, std::string_view program_bytes) {
+  if (scope.find('\n') != std::string_view::npos)
+    return make_error(Errc::invalid_argument, "program scope must not contain a newline: \"" +
+                                                  std::string(scope.substr(0, 100)) + "\"");
+  if (scope.empty() && program_bytes.starts_with(kScopeTag))
+    return make_error(Errc::invalid_argument,
+                      "unscoped program bytes must not start with the scope tag FDO-SCOPE\\0");
+  return ok();
+}
+
+std::string initial_key(std::string_view scope, std::string_view program_bytes,
+                        std::string_view compiler_identity) {
   Hasher h;
   h.update_field("fdo.ik.v1");
-  h.update_field(program_bytes);
+  update_program_field(h, scope, program_bytes);
   h.update_field(compiler_identity);
   return h.hex();
 }
 
-std::string program_hash(std::string_view program_bytes) {
+std::string program_hash(std::string_view scope, std::string_view program_bytes) {
   Hasher h;
   h.update_field("fdo.program.v1");
-  h.update_field(program_bytes);
+  update_program_field(h, scope, program_bytes);
   return h.hex();
 }
 

@@ -32,7 +32,7 @@ std::vector<Expected<StageOutput>> race(Orchestrator& o, FakeCompiler& compiler,
   std::vector<std::optional<Expected<StageOutput>>> results(kThreads);
   std::vector<std::thread> threads;
   for (int i = 0; i < kThreads; ++i)
-    threads.emplace_back([&, i] { results[i].emplace(o.prepare(bytes, policy)); });
+    threads.emplace_back([&, i] { results[i].emplace(o.prepare(as_program(bytes), policy)); });
   bool all_in = eventually([&] {
     return compiler.blocked() == 1 && o.stats().single_flight_waits == waits_before + kThreads - 1;
   });
@@ -80,7 +80,7 @@ TEST_CASE("16 threads on one CK after a profile rewrite: exactly one compile",
   c.tier_up = TierUp::sync;
   auto o = make(c, keys, compiler);
   std::string a = program("a");
-  auto first = o->prepare(a);
+  auto first = o->prepare(as_program(a));
   REQUIRE(first);
   keys.set_profile(first->pk, profile_with_counts(42));
   std::string expected_ck =
@@ -115,7 +115,7 @@ TEST_CASE("16 threads share one failure and the next request retries", "[cache][
     CHECK(r.error().code() == Errc::compile);
     CHECK(r.error().message().find("fake compile failure") != std::string::npos);
   }
-  auto retry = o->prepare(program("a"));
+  auto retry = o->prepare(as_program(program("a")));
   REQUIRE(retry);
   CHECK(retry->outcome == Outcome::compiled);
   CHECK(compiler.compiles() == 2);
@@ -130,7 +130,7 @@ TEST_CASE("16 async stages after a profile rewrite start one background compile"
   c.tier_up_threads = 4;
   auto o = make(c, keys, compiler);
   std::string a = program("a");
-  auto first = o->prepare(a);
+  auto first = o->prepare(as_program(a));
   REQUIRE(first);
   keys.set_profile(first->pk, profile_with_counts(1));
   compiler.close_gate();
@@ -138,7 +138,7 @@ TEST_CASE("16 async stages after a profile rewrite start one background compile"
   std::atomic<int> pending{0}, errors{0};
   for (int i = 0; i < kThreads; ++i)
     threads.emplace_back([&] {
-      auto r = o->prepare(a);
+      auto r = o->prepare(as_program(a));
       if (!r)
         errors++;
       else if (r->outcome == Outcome::tier_up_pending && r->entry.get() == first->entry.get())
@@ -152,7 +152,7 @@ TEST_CASE("16 async stages after a profile rewrite start one background compile"
   o->wait_idle();
   CHECK(compiler.compiles() == 2);
   CHECK(o->stats().tier_ups_started == 1);
-  auto after = o->prepare(a);
+  auto after = o->prepare(as_program(a));
   REQUIRE(after);
   CHECK(after->outcome == Outcome::memory_hit);
   CHECK(after->profile_version == 1);
@@ -169,14 +169,14 @@ TEST_CASE("16 threads loading one entry from disk read it once", "[cache][concur
   std::string a = program("a");
   {
     auto o = make(c, keys, compiler);
-    REQUIRE(o->prepare(a));
+    REQUIRE(o->prepare(as_program(a)));
   }
   auto o = make(c, keys, compiler);
   std::vector<std::thread> threads;
   std::atomic<int> ok{0};
   for (int i = 0; i < kThreads; ++i)
     threads.emplace_back([&] {
-      auto r = o->prepare(a);
+      auto r = o->prepare(as_program(a));
       ok += r && (r->outcome == Outcome::disk_hit || r->outcome == Outcome::memory_hit);
     });
   for (auto& th : threads)
@@ -204,7 +204,7 @@ TEST_CASE("many programs and stages from many threads stay consistent", "[cache]
     threads.emplace_back([&, t] {
       for (int i = 0; i < 300; ++i) {
         std::string p = program(numbered("p", (i * 7 + t) % 40));
-        auto r = o->prepare(p);
+        auto r = o->prepare(as_program(p));
         if (!r) {
           errors++;
           continue;

@@ -20,7 +20,7 @@ const std::string kIdentity = "llvm-16;fdo-0.1;test";
 
 // Deterministic content per key so a reader can tell a whole entry from a torn one.
 Entry make_entry(const std::string& name, std::size_t object_bytes, bool virtual_key_form = true) {
-  std::string ik = initial_key(name, kIdentity);
+  std::string ik = initial_key("", name, kIdentity);
   Entry e;
   e.info.ck = cache_key(ik, no_profile_digest(), CompileMode::instrumented);
   e.key = virtual_key_form ? virtual_key(ik) : e.info.ck;
@@ -28,7 +28,7 @@ Entry make_entry(const std::string& name, std::size_t object_bytes, bool virtual
   e.info.pk = blake3_hex("pk" + name);
   e.info.profile_digest = std::string(no_profile_digest());
   e.info.mode = CompileMode::instrumented;
-  e.info.program_hash = program_hash(name);
+  e.info.program_hash = program_hash("", name);
   e.info.created_unix_ms = 1700000000000;
   e.object.reserve(object_bytes);
   std::string seed = blake3_hex(e.key);
@@ -244,7 +244,7 @@ TEST_CASE("disk tier: reopening keeps entries and LRU order and removes stray te
   CHECK_FALSE(tier->contains(entries[0].key));
   CHECK(tier->load(entries[1].key, kIdentity).status == LoadStatus::hit);
   CHECK(tier->load(entries[2].key, kIdentity).status == LoadStatus::hit);
-  auto order = tier->keys_for_ik(initial_key("new", kIdentity));
+  auto order = tier->keys_for_ik(initial_key("", "new", kIdentity));
   REQUIRE(order.size() == 1);
   CHECK(order[0] == entries[2].key);
 }

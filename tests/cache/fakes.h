@@ -22,7 +22,8 @@
 namespace fdo::cache::testing {
 
 struct CompileCall {
-  std::string ik, pk, digest;
+  std::string ik, scope, bytes; // the Program as the compiler received it
+  std::string pk, digest;
   std::int64_t version = 0;
   CompileMode mode = CompileMode::plain;
 };
@@ -55,6 +56,7 @@ public:
     {
       std::lock_guard lock(mu_);
       identifies_++;
+      identified_.push_back(p);
     }
     if (p.bytes.starts_with("garbage"))
       return make_error(Errc::parse, "fake parse error: expected a module");
@@ -65,7 +67,7 @@ public:
                                    CompileMode mode) override {
     std::unique_lock lock(mu_);
     compiles_++;
-    calls_.push_back({p.ik, profile.pk, profile.digest, profile.version, mode});
+    calls_.push_back({p.ik, p.scope, p.bytes, profile.pk, profile.digest, profile.version, mode});
     blocked_++;
     gate_cv_.wait(lock, [&] { return gate_open_; });
     blocked_--;
@@ -126,6 +128,11 @@ public:
     std::lock_guard lock(mu_);
     return calls_;
   }
+  // Every Program identify() received, in order.
+  std::vector<Program> identified() const {
+    std::lock_guard lock(mu_);
+    return identified_;
+  }
 
 private:
   mutable std::mutex mu_;
@@ -139,6 +146,7 @@ private:
   std::size_t object_size_ = 0;
   std::chrono::milliseconds delay_{0};
   std::vector<CompileCall> calls_;
+  std::vector<Program> identified_;
 };
 
 struct TempDir : fdo::test_support::TempDir {
@@ -150,6 +158,11 @@ inline std::string numbered(std::string_view prefix, long long n) {
   std::string s(prefix);
   s += std::to_string(n);
   return s;
+}
+
+// The Program a stage submits: `bytes` in `scope` ("" = unscoped).
+inline Program as_program(std::string bytes, std::string scope = "") {
+  return Program{{}, std::move(scope), std::move(bytes)};
 }
 
 // A small IR-looking program; `comment` changes the bytes (and so the IK) but

@@ -14,14 +14,14 @@ namespace {
 
 std::shared_ptr<const Entry> make_entry(const std::string& name, std::size_t object_bytes) {
   auto e = std::make_shared<Entry>();
-  e->key = virtual_key(initial_key(name, "id"));
+  e->key = virtual_key(initial_key("", name, "id"));
   e->object = std::string(object_bytes, 'o');
-  e->info.ck = cache_key(initial_key(name, "id"), "none", CompileMode::instrumented);
+  e->info.ck = cache_key(initial_key("", name, "id"), "none", CompileMode::instrumented);
   return e;
 }
 
 std::string key_of(const std::string& name) {
-  return virtual_key(initial_key(name, "id"));
+  return virtual_key(initial_key("", name, "id"));
 }
 
 std::unique_ptr<MemoryTier> tier_for(std::uint64_t budget) {
@@ -174,7 +174,7 @@ TEST_CASE("memory tier: evict_prefix marks one program's entries", "[cache][memo
   auto tier = tier_for(1 << 20);
   (void)tier->insert(make_entry("a", 10));
   EntryRef held = tier->insert(make_entry("b", 10));
-  std::string ik_b = initial_key("b", "id");
+  std::string ik_b = initial_key("", "b", "id");
   CHECK(tier->evict_prefix(ik_b) == 1);
   CHECK(tier->contains(key_of("a")));
   CHECK(tier->is_marked(key_of("b")));

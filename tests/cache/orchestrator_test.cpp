@@ -37,7 +37,7 @@ std::unique_ptr<Orchestrator> make(Config c, KeyStore& keys, Compiler& compiler)
 }
 
 StageOutput stage(Orchestrator& o, const std::string& bytes) {
-  auto r = o.prepare(bytes);
+  auto r = o.prepare(as_program(bytes));
   if (!r) FAIL("prepare failed: " << r.error().describe());
   return std::move(*r);
 }
@@ -60,7 +60,7 @@ TEST_CASE("stage 1 goes through VK and records IK->PK and CK->VK", "[cache][orch
 
   StageOutput s = stage(*o, a);
   // FIG. 4 step 404 / FIG. 5 steps 504-508: IK has no PK yet, so a VK is used.
-  CHECK(s.ik == initial_key(a, compiler.identity()));
+  CHECK(s.ik == initial_key("", a, compiler.identity()));
   CHECK(s.vk == virtual_key(s.ik));
   CHECK(s.storage_key == s.vk);
   CHECK(s.outcome == Outcome::compiled);
@@ -229,7 +229,7 @@ TEST_CASE("async tier-up serves the old output - compiles in the background - th
 
   // A per-call sync override waits.
   keys.set_profile(s1.pk, profile_with_counts(5000));
-  auto s5 = o->prepare(a, TierUp::sync);
+  auto s5 = o->prepare(as_program(a), TierUp::sync);
   REQUIRE(s5);
   CHECK(s5->outcome == Outcome::compiled);
   CHECK(s5->profile_version == 2);
@@ -344,7 +344,7 @@ TEST_CASE("a changed compiler identity never returns an old output", "[cache][or
   compiler.set_identity("llvm-17.0.1;fdo-0.2");
   StageOutput s = stage(*o, a);
   CHECK(s.ik != old1.ik);
-  CHECK(s.ik == o->initial_key_for(a));
+  CHECK(s.ik == o->initial_key_for(as_program(a)));
   CHECK(s.outcome == Outcome::compiled);
   CHECK(s.explanation.reason == Reason::compiler_identity_changed);
   CHECK(s.explanation.text.find("llvm-16.0.6;fdo-0.1") != std::string::npos);
@@ -426,22 +426,22 @@ TEST_CASE("compile and identify failures are errors - recorded - and never cache
   FakeCompiler compiler;
   auto o = make(memory_only(), keys, compiler);
 
-  auto bad = o->prepare("garbage, not IR");
+  auto bad = o->prepare(as_program("garbage, not IR"));
   REQUIRE_FALSE(bad);
   CHECK(bad.error().code() == Errc::parse);
   CHECK(bad.error().message().find("identify") != std::string::npos);
-  auto bad_log = o->explain(o->initial_key_for("garbage, not IR"));
+  auto bad_log = o->explain(o->initial_key_for(as_program("garbage, not IR")));
   REQUIRE(bad_log.size() == 1);
   CHECK(bad_log[0].outcome == Outcome::failed);
   CHECK(bad_log[0].error.find("fake parse error") != std::string::npos);
 
   std::string a = program("a");
   compiler.fail_next(1);
-  auto failed = o->prepare(a);
+  auto failed = o->prepare(as_program(a));
   REQUIRE_FALSE(failed);
   CHECK(failed.error().code() == Errc::compile);
-  CHECK(keys.profile_keys().empty()); // nothing recorded for a failed compile
-  auto ok = o->prepare(a);            // retried, not a cached failure
+  CHECK(keys.profile_keys().empty());  // nothing recorded for a failed compile
+  auto ok = o->prepare(as_program(a)); // retried, not a cached failure
   REQUIRE(ok);
   CHECK(ok->outcome == Outcome::compiled);
   CHECK(compiler.compiles() == 2);
@@ -531,7 +531,7 @@ TEST_CASE("restart: a new orchestrator over the same state dir serves from disk"
       auto o = Orchestrator::create(with_disk(dir), keys, fresh);
       if (!o) ::_exit(10);
       for (const auto& p : programs) {
-        auto s = (*o)->prepare(p);
+        auto s = (*o)->prepare(as_program(p));
         if (!s) ::_exit(11);
         if (s->outcome != Outcome::disk_hit) ::_exit(12);
       }
@@ -609,7 +609,7 @@ TEST_CASE("explain keeps a bounded log per IK (newest last) and stats serialise"
   std::string a = program("a");
   for (int i = 0; i < 10; ++i)
     stage(*o, a);
-  auto log = o->explain(o->initial_key_for(a));
+  auto log = o->explain(o->initial_key_for(as_program(a)));
   REQUIRE(log.size() == 4);
   for (std::size_t i = 1; i < log.size(); ++i)
     CHECK(log[i].sequence > log[i - 1].sequence);
@@ -654,7 +654,7 @@ TEST_CASE("adapter bugs (profile without digest - empty object) are clear errors
   } bad_keys;
   FakeCompiler compiler;
   auto o = make(memory_only(), bad_keys, compiler);
-  auto r = o->prepare(program("a"));
+  auto r = o->prepare(as_program(program("a")));
   REQUIRE_FALSE(r);
   CHECK(r.error().code() == Errc::internal);
   CHECK(r.error().message().find("without a digest") != std::string::npos);
@@ -667,7 +667,7 @@ TEST_CASE("adapter bugs (profile without digest - empty object) are clear errors
   } empty;
   MemoryKeyStore keys;
   auto o2 = make(memory_only(), keys, empty);
-  auto e = o2->prepare(program("a"));
+  auto e = o2->prepare(as_program(program("a")));
   REQUIRE_FALSE(e);
   CHECK(e.error().code() == Errc::compile);
   CHECK(e.error().message().find("empty object") != std::string::npos);

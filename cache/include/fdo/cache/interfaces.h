@@ -41,9 +41,16 @@ public:
   virtual Expected<ProfileRef> current_profile(const std::string& pk) = 0;
 };
 
+// One program as a stage submits it and as the compiler receives it.
 struct Program {
-  std::string ik;    // filled in by the orchestrator
-  std::string bytes; // LLVM IR text or bitcode
+  // The orchestrator computes it and fills it in for the compiler. A caller
+  // may set it to initial_key_for(program) to spare a copy of the bytes when
+  // the stage compiles; any other value is ignored.
+  std::string ik;
+  // The tenant the program belongs to: "" = unscoped (shared across tenants),
+  // otherwise e.g. "uid:1000". Part of IK, so tenants never share outputs.
+  std::string scope;
+  std::string bytes; // LLVM IR text or bitcode, exactly as submitted
 };
 
 struct Identification {
@@ -56,7 +63,9 @@ struct CompiledOutput {
 };
 
 // The compiler. identify() is cheap (parse + canonical fingerprint); compile()
-// is the expensive part. Both must be thread-safe.
+// is the expensive part. Both must be thread-safe. Both receive the program's
+// IK, its scope and its bytes exactly as submitted: a compiler that keeps
+// tenants' profiles apart scopes the PK it returns by program.scope.
 class Compiler {
 public:
   virtual ~Compiler() = default;

@@ -2,8 +2,8 @@
 // FIG. 3-6, design.md section 2) over a memory tier, a disk tier, single-flight
 // compiles and a tier-up policy. One call to prepare() is one stage's lookup:
 //
-//   1. IK from the program bytes and the compiler identity; look IK up in the
-//      profile key mapping.
+//   1. IK from the program (its scope and bytes) and the compiler identity;
+//      look IK up in the profile key mapping.
 //   2. Not found (first stage): VK = IK + "-v". identify() gives PK; read the
 //      current profile for PK (another program may share it); CK for it. An
 //      output already under VK compiled for that CK is served; otherwise compile,
@@ -161,11 +161,17 @@ public:
   Orchestrator& operator=(const Orchestrator&) = delete;
 
   // One stage's lookup (see the top of this file), with the configured policy.
-  Expected<StageOutput> prepare(std::string_view program_bytes);
-  Expected<StageOutput> prepare(std::string_view program_bytes, TierUp policy);
+  // The orchestrator computes the IK itself: program.ik is never trusted. The
+  // compiler receives the program with its IK filled in: the caller's own
+  // object when program.ik already holds that IK (initial_key_for), otherwise
+  // a copy made only on a stage that identifies or compiles. invalid_argument
+  // for a scope with a newline, or unscoped bytes starting with kScopeTag
+  // (keys.h check_scope).
+  Expected<StageOutput> prepare(const Program& program);
+  Expected<StageOutput> prepare(const Program& program, TierUp policy);
 
-  // IK of these bytes under the compiler's current identity.
-  std::string initial_key_for(std::string_view program_bytes) const;
+  // IK of the program (scope and bytes) under the compiler's current identity.
+  std::string initial_key_for(const Program& program) const;
   // The stage records kept for IK, oldest first (bounded).
   std::vector<ExplainRecord> explain(const std::string& ik) const;
   Stats stats() const;

@@ -1,0 +1,63 @@
+#include "counters.h"
+
+namespace fdo::cache {
+
+namespace detail {
+
+void StageCounters::copy_to(Stats& s) const {
+  s.prepares = prepares;
+  s.failures = failures;
+  s.memory_hits = memory_hits;
+  s.memory_misses = memory_misses;
+  s.disk_hits = disk_hits;
+  s.disk_misses = disk_misses;
+  s.compiles = compiles;
+  s.recompiles = recompiles;
+  s.compile_failures = compile_failures;
+  s.compile_ms_total = static_cast<double>(compile_us.load()) / 1000.0;
+  s.tier_ups_started = tier_ups_started;
+  s.tier_ups_installed = tier_ups_installed;
+  s.tier_ups_failed = tier_ups_failed;
+  s.stale_serves = stale_serves;
+  s.key_store_errors = key_store_errors;
+}
+
+} // namespace detail
+
+nlohmann::json to_json(const Stats& s) {
+  return {{"prepares", s.prepares},
+          {"failures", s.failures},
+          {"memory",
+           {{"hits", s.memory_hits},
+            {"misses", s.memory_misses},
+            {"entries", s.memory_entries},
+            {"bytes", s.memory_bytes},
+            {"budget_bytes", s.memory_budget_bytes},
+            {"held_entries", s.memory_held_entries},
+            {"held_bytes", s.memory_held_bytes},
+            {"evictions", s.memory_evictions}}},
+          {"disk",
+           {{"hits", s.disk_hits},
+            {"misses", s.disk_misses},
+            {"entries", s.disk_entries},
+            {"bytes", s.disk_bytes},
+            {"budget_bytes", s.disk_budget_bytes},
+            {"evictions", s.disk_evictions},
+            {"corrupt", s.corrupt_entries},
+            {"store_failures", s.disk_store_failures},
+            {"stray_files_removed", s.stray_files_removed}}},
+          {"compiles", s.compiles},
+          {"recompiles", s.recompiles},
+          {"compile_failures", s.compile_failures},
+          {"compile_ms_total", s.compile_ms_total},
+          {"single_flight_waits", s.single_flight_waits},
+          {"tier_up",
+           {{"started", s.tier_ups_started},
+            {"installed", s.tier_ups_installed},
+            {"failed", s.tier_ups_failed},
+            {"queued", s.tier_ups_queued},
+            {"stale_serves", s.stale_serves}}},
+          {"key_store_errors", s.key_store_errors}};
+}
+
+} // namespace fdo::cache

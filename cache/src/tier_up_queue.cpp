@@ -1,0 +1,93 @@
+#include "tier_up_queue.h"
+
+#include "fdo/util/log.h"
+
+#include <exception>
+#include <optional>
+
+namespace fdo::cache::detail {
+
+using Clock = std::chrono::steady_clock;
+
+TierUpQueue::TierUpQueue(unsigned threads, std::chrono::milliseconds retry_after,
+                         std::size_t max_failures_tracked)
+    : retry_after_(retry_after), failed_at_(max_failures_tracked) {
+  if (threads == 0) threads = 1;
+  try {
+    for (unsigned i = 0; i < threads; ++i)
+      threads_.emplace_back([this] { worker(); });
+  } catch (...) {
+    // The destructor does not run for a half-built queue; the threads started must not leak.
+    stop();
+    throw;
+  }
+}
+
+TierUpQueue::~TierUpQueue() {
+  stop();
+}
+
+Scheduled TierUpQueue::schedule(const std::string& ck, const std::function<Job()>& make_job) {
+  std::lock_guard lock(mu_);
+  if (stopping_) return Scheduled::stopped;
+  if (pending_cks_.count(ck)) return Scheduled::already_queued;
+  if (Clock::time_point* failed = failed_at_.find(ck))
+    if (Clock::now() - *failed < retry_after_) return Scheduled::failed_recently;
+  jobs_.push_back(Queued{ck, make_job()});
+  pending_cks_.insert(ck);
+  job_cv_.notify_one();
+  return Scheduled::queued;
+}
+
+void TierUpQueue::worker() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    job_cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+    if (stopping_) return;
+    Queued next = std::move(jobs_.front());
+    jobs_.pop_front();
+    running_++;
+    lock.unlock();
+    std::optional<JobResult> result;
+    try {
+      result = next.job();
+    } catch (const std::exception& e) {
+      // A background thread must not take the daemon down; the next stage
+      // that misses schedules the compile again.
+      log::error(std::string("cache: background tier-up threw: ") + e.what());
+    }
+    lock.lock();
+    // Noted before the CK leaves the pending set, so no stage can slip in a
+    // retry between the two.
+    if (result == JobResult::failed) failed_at_.get_or_create(next.ck) = Clock::now();
+    running_--;
+    pending_cks_.erase(next.ck);
+    if (jobs_.empty() && running_ == 0) idle_cv_.notify_all();
+  }
+}
+
+void TierUpQueue::wait_idle() {
+  std::unique_lock lock(mu_);
+  idle_cv_.wait(lock, [&] { return stopping_ || (jobs_.empty() && running_ == 0); });
+}
+
+std::size_t TierUpQueue::pending() const {
+  std::lock_guard lock(mu_);
+  return pending_cks_.size();
+}
+
+void TierUpQueue::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    for (const Queued& q : jobs_)
+      pending_cks_.erase(q.ck);
+    jobs_.clear();
+  }
+  job_cv_.notify_all();
+  for (std::thread& th : threads_)
+    if (th.joinable()) th.join();
+  idle_cv_.notify_all();
+}
+
+} // namespace fdo::cache::detail
