@@ -6,6 +6,9 @@
 //   3. lookups/s: current(pk) (served through the store's verified-document
 //      cache), get(pk, version) of older versions (cache misses: parse and
 //      digest check), lookup_profile_key(ik), lookup_virtual_key(ck)
+//   4. the same reads while another thread of the process writes profile
+//      versions back to back (each commit an fsync): rate and per-read
+//      latency (p50/p99/max), against the same reads with the writer idle
 // Figures are medians over interleaved rounds (each round measures every
 // variant once, so drift in disk speed hits all of them alike).
 //
@@ -15,6 +18,7 @@
 #include "fdo/profile_store/profile_store.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +28,7 @@
 #include <random>
 #include <string>
 #include <sys/vfs.h>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -70,6 +75,31 @@ ProfileDoc doc_for(std::uint64_t n) {
     d.functions["function_" + std::to_string(f)] = std::move(fp);
   }
   return d;
+}
+
+// Per-operation latencies of one measured run, in microseconds.
+struct Latencies {
+  double rate = 0;
+  double p50 = 0, p99 = 0, max = 0;
+};
+
+Latencies timed(std::size_t ops, const std::function<void()>& op) {
+  std::vector<double> us;
+  us.reserve(ops);
+  auto t0 = Clock::now();
+  for (std::size_t i = 0; i < ops; ++i) {
+    auto a = Clock::now();
+    op();
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - a).count());
+  }
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::sort(us.begin(), us.end());
+  Latencies l;
+  l.rate = static_cast<double>(ops) / secs;
+  l.p50 = us[us.size() / 2];
+  l.p99 = us[us.size() * 99 / 100];
+  l.max = us.back();
+  return l;
 }
 
 std::string key(const char* prefix, std::size_t i) {
@@ -132,6 +162,7 @@ int main(int argc, char** argv) {
   wi.reason = "bench";
   wi.host = "bench";
 
+  std::vector<std::int64_t> ver_bg(keys, 0); // the background writer's keys
   std::vector<double> w_unbatched, w_batched, w_normal, f_unbatched, f_batched;
   for (int r = 0; r < rounds; ++r) {
     w_unbatched.push_back(rate(unbatched_writes, [&] {
@@ -231,6 +262,51 @@ int main(int argc, char** argv) {
     }));
   }
 
+  // Reads while another thread writes. Medians of each figure over rounds;
+  // idle and contended runs alternate so drift hits both alike.
+  std::vector<double> idle_rate, idle_p99, busy_rate, busy_p50, busy_p99, busy_max, bg_rate,
+      idle_pk, busy_pk;
+  const std::size_t contended = lookups / 4;
+  auto read_current = [&] {
+    if (!must(store.current(key("p", rng() % keys)), "current"))
+      die("current", make_error(Errc::internal, "missing profile"));
+  };
+  auto read_pk = [&] {
+    if (!must(store.lookup_profile_key(key("i", rng() % keys)), "lookup_profile_key"))
+      die("lookup_profile_key", make_error(Errc::internal, "missing mapping"));
+  };
+  for (int r = 0; r < rounds; ++r) {
+    Latencies idle = timed(contended, read_current);
+    idle_rate.push_back(idle.rate);
+    idle_p99.push_back(idle.p99);
+    idle_pk.push_back(timed(contended, read_pk).rate);
+
+    std::atomic<bool> stop{false};
+    std::atomic<std::size_t> written{0};
+    std::thread writer([&] {
+      // Its own keys, so the readers' document cache stays as warm as idle.
+      for (std::size_t i = 0; !stop; ++i) {
+        std::size_t k = i % keys;
+        ver_bg[k] = must(store.write(key("w", k), ver_bg[k], docs[i % docs.size()], wi), "write");
+        written++;
+      }
+    });
+    while (written == 0)
+      std::this_thread::yield();
+    auto t0 = Clock::now();
+    std::size_t w0 = written;
+    Latencies busy = timed(contended, read_current);
+    busy_pk.push_back(timed(contended, read_pk).rate);
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    bg_rate.push_back(static_cast<double>(written - w0) / secs);
+    stop = true;
+    writer.join();
+    busy_rate.push_back(busy.rate);
+    busy_p50.push_back(busy.p50);
+    busy_p99.push_back(busy.p99);
+    busy_max.push_back(busy.max);
+  }
+
   double wu = median(w_unbatched), wb = median(w_batched), wn = median(w_normal);
   double fu = median(f_unbatched), fb = median(f_batched);
   std::printf("profile_store_bench: %s%s, %d rounds (medians), documents of ~%zu bytes\n",
@@ -256,6 +332,16 @@ int main(int argc, char** argv) {
               median(l_pk));
   std::printf("lookups lookup_virtual_key(ck):                              %10.0f /s\n",
               median(l_vk));
+
+  std::printf("reads while another thread writes (FULL, 1 version per transaction, "
+              "%.0f writes/s meanwhile):\n",
+              median(bg_rate));
+  std::printf("  current(pk):          %7.0f /s (idle writer: %7.0f /s)   p50 %.0f us, "
+              "p99 %.0f us (idle: %.0f us), max %.0f us\n",
+              median(busy_rate), median(idle_rate), median(busy_p50), median(busy_p99),
+              median(idle_p99), median(busy_max));
+  std::printf("  lookup_profile_key:   %7.0f /s (idle writer: %7.0f /s)\n", median(busy_pk),
+              median(idle_pk));
 
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);

@@ -19,20 +19,20 @@ json version_json(const StoredProfile& p) {
           {"profile", to_json(p.doc)}};
 }
 
-Expected<json> export_entry(ProfileStore::Impl& impl, const std::string& pk,
+Expected<json> export_entry(ProfileStore::Impl& impl, sqlite::Connection& db, const std::string& pk,
                             ExportHistory history) {
   FDO_TRY_STATUS(detail::check_key("profile key", pk));
-  FDO_TRY(auto state, impl.state_locked(pk));
+  FDO_TRY(auto state, impl.state(db, pk));
   if (!state) return make_error(Errc::not_found, "export: no profile " + pk);
   json entry = {{"pk", pk},
                 {"owner", state->owner},
                 {"pinned", state->pinned},
                 {"last_version", state->last},
                 {"current", nullptr}};
-  FDO_TRY(auto current, impl.current_locked(pk));
+  FDO_TRY(auto current, impl.current(db, pk));
   if (current) entry["current"] = version_json(*current);
   if (history == ExportHistory::full) {
-    FDO_TRY(auto versions, impl.history_locked(pk));
+    FDO_TRY(auto versions, impl.history(db, pk));
     json h = json::array();
     for (const StoredProfile& p : versions)
       h.push_back(version_json(p));
@@ -41,22 +41,21 @@ Expected<json> export_entry(ProfileStore::Impl& impl, const std::string& pk,
   return entry;
 }
 
-Expected<json> export_locked(ProfileStore::Impl& impl, const std::vector<std::string>& pks,
-                             ExportHistory history) {
-  // One read snapshot: a concurrent writer cannot make the bundle mix states.
-  FDO_TRY(auto tx, Transaction::begin(impl.db, TxKind::deferred));
+// Inside the caller's read transaction, so the bundle is one snapshot: a
+// concurrent writer cannot make it mix states.
+Expected<json> export_snapshot(ProfileStore::Impl& impl, sqlite::Connection& db,
+                               const std::vector<std::string>& pks, ExportHistory history) {
   json profiles = json::array();
   std::set<std::string> seen;
   for (const std::string& pk : pks) {
     if (!seen.insert(pk).second) continue;
-    FDO_TRY(json entry, export_entry(impl, pk, history));
+    FDO_TRY(json entry, export_entry(impl, db, pk, history));
     profiles.push_back(std::move(entry));
   }
-  FDO_TRY_STATUS(tx.commit());
   return json{{"format", ProfileStore::kBundleFormat},
               {"format_version", ProfileStore::kBundleVersion},
               {"exported_at", detail::rfc3339_ms(detail::now_ms())},
-              {"history", history == ExportHistory::full ? "full" : "current_only"},
+              {"history", to_string(history)},
               {"profiles", std::move(profiles)}};
 }
 
@@ -150,10 +149,12 @@ Expected<std::vector<Incoming>> parse_bundle(const json& bundle) {
       FDO_TRY(in.digest, string_field(*cur, "digest", cw, true));
       // A digest that does not match the body means the bundle was edited or
       // damaged, or comes from a build whose digest differs: importing it
-      // would store a profile whose cache keys lie.
-      if (std::string d = profile_digest(*doc); d != in.digest)
+      // would store a profile whose cache keys lie. The digest it should have
+      // is not printed: an error is no place to hand out the value that makes
+      // an edited bundle pass.
+      if (profile_digest(*doc) != in.digest)
         return bundle_error(Errc::corrupt, cw,
-                            "digest " + in.digest + " does not match the profile (" + d + ")");
+                            "digest " + in.digest + " does not match the profile");
       in.doc = std::move(*doc);
       FDO_TRY(in.version, int_field(*cur, "version", cw));
       FDO_TRY(in.reason, string_field(*cur, "reason", cw, false));
@@ -170,44 +171,62 @@ Expected<std::vector<Incoming>> parse_bundle(const json& bundle) {
 
 Expected<json> ProfileStore::export_bundle(std::span<const std::string> pks,
                                            ExportHistory history) const {
-  std::lock_guard lock(impl_->mu);
-  return export_locked(*impl_, std::vector<std::string>(pks.begin(), pks.end()), history);
+  FDO_TRY(auto lease, impl_->readers.acquire());
+  FDO_TRY(auto tx, Transaction::begin(lease.db(), TxKind::deferred));
+  FDO_TRY(json bundle, export_snapshot(*impl_, lease.db(),
+                                       std::vector<std::string>(pks.begin(), pks.end()), history));
+  FDO_TRY_STATUS(tx.commit());
+  return bundle;
 }
 
 Expected<json> ProfileStore::export_all(ExportHistory history) const {
-  std::lock_guard lock(impl_->mu);
+  FDO_TRY(auto lease, impl_->readers.acquire());
+  sqlite::Connection& db = lease.db();
+  // The listing and the export share one snapshot, so every listed key is there.
+  FDO_TRY(auto tx, Transaction::begin(db, TxKind::deferred));
   std::vector<std::string> pks;
   {
-    FDO_TRY(auto st, impl_->sql("SELECT pk FROM profiles ORDER BY pk"));
+    FDO_TRY(auto st, db.cached("SELECT pk FROM profiles ORDER BY pk"));
     while (true) {
       FDO_TRY(bool row, st->step());
       if (!row) break;
       pks.push_back(st->column_text(0));
     }
   }
-  // A profile removed between the listing and the export snapshot would be
-  // not_found; the mutex excludes this process, other processes are rare
-  // enough that the caller may simply retry.
-  return export_locked(*impl_, pks, history);
+  FDO_TRY(json bundle, export_snapshot(*impl_, db, pks, history));
+  FDO_TRY_STATUS(tx.commit());
+  return bundle;
 }
 
-Expected<std::vector<ImportedProfile>>
-ProfileStore::import_bundle(const json& bundle, std::int64_t owner, ImportConflict policy) {
+Expected<std::vector<ImportedProfile>> ProfileStore::import_bundle(const json& bundle,
+                                                                   std::int64_t owner,
+                                                                   ImportConflict policy,
+                                                                   ActingOwner acting_owner) {
   FDO_TRY(std::vector<Incoming> incoming, parse_bundle(bundle));
-  std::lock_guard lock(impl_->mu);
-  FDO_TRY_STATUS(impl_->writable());
+  FDO_TRY(auto lock, impl_->lock_writer());
+  sqlite::Connection& db = impl_->writer;
   // All or nothing: a failure (or policy fail) leaves the store as it was.
-  FDO_TRY(auto tx, Transaction::begin(impl_->db, TxKind::immediate));
+  FDO_TRY(auto tx, Transaction::begin(db, TxKind::immediate));
+  if (acting_owner) {
+    // Every key first, so another tenant's profile fails the import before
+    // anything (a conflict naming a local digest, say) is reported about
+    // the bundle's other keys.
+    for (const Incoming& in : incoming) {
+      FDO_TRY(auto state, impl_->state(db, in.pk));
+      if (state && state->owner != *acting_owner)
+        return detail::no_profile(in.pk).context("import (nothing imported)");
+    }
+  }
   std::int64_t now = detail::now_ms();
   std::vector<ImportedProfile> out;
   for (const Incoming& in : incoming) {
     ImportedProfile r;
     r.pk = in.pk;
-    FDO_TRY(auto state, impl_->state_locked(in.pk));
+    FDO_TRY(auto state, impl_->state(db, in.pk));
     std::int64_t local = state ? state->current : 0;
     std::string local_digest(no_profile_digest());
     if (local != 0) {
-      FDO_TRY(auto cur, impl_->current_locked(in.pk));
+      FDO_TRY(auto cur, impl_->current(db, in.pk));
       if (cur) local_digest = cur->digest;
     }
     r.version = local;
@@ -242,13 +261,14 @@ ProfileStore::import_bundle(const json& bundle, std::int64_t owner, ImportConfli
       req.info.host = in.host;
       req.info.stage = in.stage;
       req.info.program = in.program;
-      auto v = impl_->write_locked(req, now);
+      req.info.acting_owner = acting_owner;
+      auto v = impl_->write_profile(req, now);
       if (!v) return std::move(v).error().context("import (nothing imported)");
       r.version = *v;
       r.digest = in.digest;
     }
     if (in.pinned && (write || r.action == ImportAction::unchanged)) {
-      FDO_TRY(auto st, impl_->sql("UPDATE profiles SET pinned = 1 WHERE pk = ?1"));
+      FDO_TRY(auto st, db.cached("UPDATE profiles SET pinned = 1 WHERE pk = ?1"));
       st->bind(1, in.pk);
       FDO_TRY_STATUS(st->run());
     }

@@ -246,6 +246,13 @@ void Connection::set_busy_timeout(std::chrono::milliseconds timeout) {
   sqlite3_busy_timeout(db_, static_cast<int>(timeout.count()));
 }
 
+Status Connection::set_close_checkpoint(CloseCheckpoint mode) {
+  int rc = sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+                             mode == CloseCheckpoint::leave_files ? 1 : 0, nullptr);
+  if (rc != SQLITE_OK) return error(rc, "set checkpoint on close");
+  return ok();
+}
+
 Status Connection::exec(std::string_view sql) {
   std::string text(sql);
   char* errmsg = nullptr;

@@ -47,6 +47,25 @@ std::string make_store(const TempDir& dir, const std::string& name) {
   return path; // closing the last connection checkpoints the WAL into the file
 }
 
+// Ruins the last b-tree page (table or index) of the database file: the
+// header and schema still read fine, only a walk of the trees finds it.
+void damage_last_btree_page(const std::string& path) {
+  std::string bytes = read_bytes(path);
+  REQUIRE(bytes.size() >= 100);
+  std::size_t page_size =
+      (static_cast<unsigned char>(bytes[16]) << 8) | static_cast<unsigned char>(bytes[17]);
+  if (page_size == 1) page_size = 65536;
+  std::size_t page = 0;
+  for (std::size_t p = bytes.size() / page_size; p >= 2 && page == 0; --p) {
+    unsigned char type = static_cast<unsigned char>(bytes[(p - 1) * page_size]);
+    if (type == 0x02 || type == 0x05 || type == 0x0a || type == 0x0d) page = p;
+  }
+  REQUIRE(page >= 2);
+  for (std::size_t i = (page - 1) * page_size; i < page * page_size; ++i)
+    bytes[i] = static_cast<char>(0xA5 ^ (i * 7));
+  write_bytes(path, bytes);
+}
+
 } // namespace
 
 TEST_CASE("random bytes at the database path: clear error - file untouched",
@@ -178,4 +197,42 @@ TEST_CASE("a body changed behind the store's back is detected - even after earli
   REQUIRE_FALSE(h);
   CHECK(h.error().code() == Errc::corrupt);
   CHECK(h.error().message().find("does not parse") != std::string::npos);
+}
+
+TEST_CASE("a store with a damaged page is refused at open by quick_check - file untouched",
+          "[profile_store][corrupt]") {
+  TempDir dir;
+  std::string path = make_store(dir, "btree.db");
+  damage_last_btree_page(path);
+  expect_refused(dir, path, Errc::corrupt);
+  for (OpenMode mode : {OpenMode::read_write, OpenMode::read_only}) {
+    Options o;
+    o.mode = mode;
+    auto r = ProfileStore::open(path, o);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().message().find("quick_check") != std::string::npos);
+  }
+}
+
+TEST_CASE("a damaged store with a WAL left beside it is refused - neither file changes",
+          "[profile_store][corrupt]") {
+  TempDir dir;
+  std::string path = make_store(dir, "wal.db");
+  damage_last_btree_page(path);
+  // A -wal file means "someone may have it open": the check runs on the
+  // ordinary (locking) connection, which must not checkpoint on close.
+  write_bytes(path + "-wal", "");
+  std::string before = read_bytes(path);
+  for (OpenMode mode : {OpenMode::read_write, OpenMode::read_only}) {
+    Options o;
+    o.mode = mode;
+    auto r = ProfileStore::open(path, o);
+    REQUIRE_FALSE(r);
+    INFO(r.error().describe());
+    CHECK(r.error().code() == Errc::corrupt);
+    CHECK(r.error().message().find(path) != std::string::npos);
+    CHECK(r.error().message().find("quick_check") != std::string::npos);
+    CHECK(read_bytes(path) == before);
+    CHECK(std::filesystem::exists(path + "-wal"));
+  }
 }

@@ -158,7 +158,8 @@ TEST_CASE("invalid documents and keys are rejected and nothing is written", "[pr
   CHECK(store.list()->empty());
 }
 
-TEST_CASE("pin blocks feedback writes - operator and import writes are allowed", "[profile_store]") {
+TEST_CASE("pin blocks feedback writes - operator and import writes are allowed",
+          "[profile_store]") {
   TempDir dir;
   auto store = open_store(dir.file("p.db"));
   REQUIRE(store.write(kPk, 0, sample_doc(1), info()));
@@ -313,6 +314,48 @@ TEST_CASE("retention keeps the newest N versions and prunes their feedback", "[p
   CHECK(bad.error().code() == Errc::invalid_argument);
 }
 
+TEST_CASE("set_retention applies from the next write and refuses less than 1", "[profile_store]") {
+  TempDir dir;
+  auto store = open_store(dir.file("p.db"));
+  CHECK(store.options().retention == 50);
+  for (int i = 0; i < 6; ++i)
+    REQUIRE(store.write(kPk, i, sample_doc(i + 1), info()));
+  REQUIRE(store.set_retention(2));
+  CHECK(store.options().retention == 2);
+  CHECK(store.history(kPk)->size() == 6); // nothing pruned until the key is written
+  REQUIRE(store.write(kPk, 6, sample_doc(7), info()));
+  auto h = store.history(kPk);
+  REQUIRE(h);
+  REQUIRE(h->size() == 2);
+  CHECK(h->front().version == 6);
+
+  for (int bad : {0, -1}) {
+    auto s = store.set_retention(bad);
+    REQUIRE_FALSE(s);
+    CHECK(s.error().code() == Errc::invalid_argument);
+  }
+  CHECK(store.options().retention == 2);
+  REQUIRE(store.set_retention(10));
+  REQUIRE(store.write(kPk, 7, sample_doc(8), info()));
+  CHECK(store.history(kPk)->size() == 3);
+}
+
+TEST_CASE("read_connections must be at least 1", "[profile_store]") {
+  TempDir dir;
+  Options o;
+  o.read_connections = 0;
+  auto bad = ProfileStore::open(dir.file("p.db"), o);
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().code() == Errc::invalid_argument);
+  o.read_connections = 1;
+  auto one = ProfileStore::open(dir.file("p.db"), o);
+  REQUIRE(one);
+  REQUIRE(one->write(kPk, 0, sample_doc(1), info()));
+  // One connection, lent and returned by every read.
+  for (int i = 0; i < 3; ++i)
+    CHECK((*one->current(kPk))->version == 1);
+}
+
 TEST_CASE("list summarises profiles and filters by owner", "[profile_store]") {
   TempDir dir;
   auto store = open_store(dir.file("p.db"));
@@ -346,6 +389,35 @@ TEST_CASE("list summarises profiles and filters by owner", "[profile_store]") {
   REQUIRE(mine->size() == 1);
   CHECK((*mine)[0].pk == kPk2);
   CHECK(store.list(4242)->empty());
+}
+
+TEST_CASE("summary is the list row of one key", "[profile_store]") {
+  TempDir dir;
+  auto store = open_store(dir.file("p.db"));
+  auto none = store.summary(kPk);
+  REQUIRE(none);
+  CHECK_FALSE(none->has_value());
+  REQUIRE(store.write(kPk, 0, sample_doc(1, 3), info(WriteSource::feedback, 1000)));
+  REQUIRE(store.write(kPk2, 0, sample_doc(2), info(WriteSource::feedback, 2000)));
+  REQUIRE(store.pin(kPk));
+  auto one = store.summary(kPk);
+  REQUIRE(one);
+  REQUIRE(one->has_value());
+  const ProfileSummary& s = **one;
+  auto all = store.list();
+  REQUIRE(all);
+  const ProfileSummary& listed = all->front();
+  CHECK(s.pk == kPk);
+  CHECK(s.version == 1);
+  CHECK(s.pinned);
+  CHECK(s.owner == 1000);
+  CHECK(s.functions == 3);
+  CHECK(s.digest == listed.digest);
+  CHECK(s.updated_at == listed.updated_at);
+  REQUIRE(store.reset(kPk));
+  CHECK((*store.summary(kPk))->version == 0);
+  CHECK((*store.summary(kPk))->digest == no_profile_digest());
+  CHECK(store.summary("").error().code() == Errc::invalid_argument);
 }
 
 TEST_CASE("write_batch is all or nothing", "[profile_store]") {
@@ -458,6 +530,21 @@ TEST_CASE("write sources round-trip through their names", "[profile_store]") {
     CHECK(*parse_write_source(to_string(s)) == s);
   CHECK(to_string(WriteSource::operator_) == "operator");
   CHECK(parse_write_source("robot").error().code() == Errc::invalid_argument);
+  CHECK(parse_write_source("robot").error().message().find("feedback, operator or import") !=
+        std::string::npos);
+}
+
+TEST_CASE("import and export enums have one spelling each", "[profile_store]") {
+  for (ImportAction a : {ImportAction::created, ImportAction::updated, ImportAction::unchanged,
+                         ImportAction::skipped})
+    CHECK(kImportActionNames.parse(to_string(a)) == a);
+  CHECK(to_string(ImportAction::unchanged) == "unchanged");
+  for (ImportConflict c : {ImportConflict::skip, ImportConflict::overwrite, ImportConflict::fail})
+    CHECK(kImportConflictNames.parse(to_string(c)) == c);
+  CHECK(kImportConflictNames.alternatives() == "skip, overwrite or fail");
+  CHECK(to_string(ExportHistory::current_only) == "current_only");
+  CHECK(kExportHistoryNames.parse("full") == ExportHistory::full);
+  CHECK_FALSE(kExportHistoryNames.parse("some").has_value());
 }
 
 TEST_CASE("JSON views of summaries and versions carry the stored facts", "[profile_store]") {

@@ -6,12 +6,18 @@
 //
 // Keys (pk, ik, ck, vk) are opaque non-empty strings to the store.
 //
-// Thread safety: a ProfileStore may be shared by threads; every call takes an
-// internal mutex (one SQLite connection per store). Several processes may open
+// Thread safety: every member function may be called from any number of
+// threads at once. Writes go through one write connection and take turns;
+// const reads use a small pool of separate read connections
+// (Options::read_connections, opened on demand), so in WAL mode a read never
+// waits for a write in progress (not even one stuck waiting for another
+// process's lock, or in its fsync) and sees the last committed state. A read
+// that runs several statements sees one snapshot. Several processes may open
 // the same file: SQLite's WAL locking serialises writers (waiting up to
 // Options::busy_timeout, then Errc::timeout) and readers never block.
 #pragma once
 
+#include "fdo/util/enum_names.h"
 #include "fdo/util/expected.h"
 #include "fdo/util/profile.h"
 
@@ -42,14 +48,30 @@ enum class Synchronous { full, normal };
 
 struct Options {
   OpenMode mode = OpenMode::read_write;
-  int retention = 50; // history versions kept per profile key (>= 1), oldest pruned
+  // History versions kept per profile key (>= 1), oldest pruned. Changeable
+  // later with ProfileStore::set_retention.
+  int retention = 50;
   std::chrono::milliseconds busy_timeout{5000};
   Synchronous synchronous = Synchronous::full;
+  // Most read connections the store opens (>= 1); each is opened on first
+  // need, so a store that is only written never opens one.
+  int read_connections = 4;
 };
+
+// The tenant (peer uid) a mutating call acts for. When set, the call may only
+// change a profile that uid owns: a profile owned by another uid is reported
+// as Errc::not_found "no profile <pk>", exactly like a key that does not exist
+// (so existence is not leaked), checked inside the call's own transaction on
+// the key it changes. std::nullopt (the default) checks nothing: operators,
+// tools, tests, and a daemon that shares profiles across tenants.
+using ActingOwner = std::optional<std::int64_t>;
 
 // Who asked for a profile write. Feedback writes are refused on pinned
 // profiles; operator and import writes are not.
 enum class WriteSource { feedback, operator_, import };
+inline constexpr EnumNames<WriteSource, 3> kWriteSourceNames{{{{WriteSource::feedback, "feedback"},
+                                                               {WriteSource::operator_, "operator"},
+                                                               {WriteSource::import, "import"}}}};
 std::string_view to_string(WriteSource source); // "feedback", "operator", "import"
 Expected<WriteSource> parse_write_source(std::string_view s);
 
@@ -60,6 +82,10 @@ struct WriteInfo {
   std::string host;
   std::int64_t stage = 0;
   std::string program; // IK of the program whose feedback produced the version
+  // Tenant check (see ActingOwner). With a tenant, writing a version to a key
+  // that does not exist (expected_version > 0) is not_found as well, not
+  // conflict, so the two cases read the same.
+  ActingOwner acting_owner;
 };
 
 // One version of a profile as stored. The stored document's provenance is
@@ -160,16 +186,32 @@ struct AppendResult {
 };
 
 enum class ExportHistory { current_only, full };
+// The spellings are the bundle's "history" field.
+inline constexpr EnumNames<ExportHistory, 2> kExportHistoryNames{
+    {{{ExportHistory::current_only, "current_only"}, {ExportHistory::full, "full"}}}};
+std::string_view to_string(ExportHistory history);
+
 // What import does when the profile key already has a current profile with a
 // different digest: keep the local one, write the imported one as a new
 // version on top, or refuse the whole import.
 enum class ImportConflict { skip, overwrite, fail };
+inline constexpr EnumNames<ImportConflict, 3> kImportConflictNames{
+    {{{ImportConflict::skip, "skip"},
+      {ImportConflict::overwrite, "overwrite"},
+      {ImportConflict::fail, "fail"}}}};
+std::string_view to_string(ImportConflict policy);
+
 enum class ImportAction {
   created,   // no local profile: written as the first version (or after a reset)
   updated,   // written as a new version on top of a different local profile
   unchanged, // the local current profile already has the imported digest
   skipped    // local profile differs and the policy is skip
 };
+inline constexpr EnumNames<ImportAction, 4> kImportActionNames{
+    {{{ImportAction::created, "created"},
+      {ImportAction::updated, "updated"},
+      {ImportAction::unchanged, "unchanged"},
+      {ImportAction::skipped, "skipped"}}}};
 std::string_view to_string(ImportAction action);
 
 struct ImportedProfile {
@@ -186,9 +228,11 @@ public:
   static constexpr int kBundleVersion = 1;
 
   // Opens (read_write: creates or upgrades) the store at `path`. A file that
-  // is not an SQLite database, is corrupt, belongs to another application, or
-  // has a newer schema than this build knows is refused with an error naming
-  // the path, and is left byte-for-byte untouched.
+  // is not an SQLite database, is damaged (PRAGMA quick_check), belongs to
+  // another application, or has a newer schema than this build knows is
+  // refused with an error naming the path, and is left byte-for-byte
+  // untouched. A database file created here gets mode 0600 whatever the
+  // umask (SQLite gives its -wal and -shm files the same mode).
   static Expected<ProfileStore> open(const std::string& path, const Options& options = {});
 
   ProfileStore(ProfileStore&&) noexcept;
@@ -196,7 +240,12 @@ public:
   ~ProfileStore();
 
   const std::string& path() const;
-  const Options& options() const;
+  // The options the store was opened with, with the retention now in force.
+  Options options() const;
+  // History versions kept per key from the next write on (>= 1, else
+  // invalid_argument and nothing changes). Versions above the new limit are
+  // pruned by the next write of their key, not at once.
+  Status set_retention(int versions);
   Expected<int> schema_version() const;
   // PRAGMA integrity_check and foreign_key_check; error describing the first problems.
   Status integrity_check() const;
@@ -206,23 +255,35 @@ public:
   Expected<std::optional<StoredProfile>> get(std::string_view pk, std::int64_t version) const;
   // Every retained version, oldest first; not_found when the key is unknown.
   Expected<std::vector<StoredProfile>> history(std::string_view pk) const;
+  // The owner uid of the profile (also after a reset), without reading any
+  // version; nullopt when the key is unknown.
+  Expected<std::optional<std::int64_t>> owner(std::string_view pk) const;
+  // The list() row of one key (current version, pin state, owner, digest),
+  // without reading any version's body; nullopt when the key is unknown.
+  Expected<std::optional<ProfileSummary>> summary(std::string_view pk) const;
   // Writes version (current + 1) iff the current version is expected_version.
-  // Errors: conflict (someone else wrote first: re-read and retry), pinned
+  // Errors: not_found (info.acting_owner set and the profile is another
+  // tenant's), conflict (someone else wrote first: re-read and retry), pinned
   // (feedback write to a pinned profile), invalid_argument (bad doc or key).
   Expected<std::int64_t> write(std::string_view pk, std::int64_t expected_version,
                                const ProfileDoc& doc, const WriteInfo& info);
   // Several writes in one transaction: all succeed or none is applied (the
   // error names the request that failed). Returns the new versions in order.
+  // Each request's info.acting_owner is checked on its own key.
   Expected<std::vector<std::int64_t>> write_batch(std::span<const WriteRequest> requests);
-  Status pin(std::string_view pk);
-  Status unpin(std::string_view pk);
+  // pin/unpin/reset/remove: not_found for an unknown key, and for another
+  // tenant's profile when acting_owner is set.
+  Status pin(std::string_view pk, ActingOwner acting_owner = std::nullopt);
+  Status unpin(std::string_view pk, ActingOwner acting_owner = std::nullopt);
   // Back to "no profile": history and pin state are kept and the next write
   // (expected_version 0) continues the numbering, so versions are never reused.
-  Status reset(std::string_view pk);
+  Status reset(std::string_view pk, ActingOwner acting_owner = std::nullopt);
   // Deletes the profile, its history, its feedback, the IK -> PK mappings to it
   // and the CK -> VK mappings of those IKs. not_found if none of that existed.
-  // A later write starts the key again at version 1.
-  Expected<RemoveSummary> remove(std::string_view pk);
+  // A later write starts the key again at version 1. For a key with mappings
+  // but no profile row, an acting owner removes only the mappings of programs
+  // registered to that uid (see docs/profile_store.md).
+  Expected<RemoveSummary> remove(std::string_view pk, ActingOwner acting_owner = std::nullopt);
   Expected<std::vector<ProfileSummary>>
   list(std::optional<std::int64_t> owner = std::nullopt) const;
 
@@ -271,9 +332,12 @@ public:
   // (source import, owner `owner` for profiles it creates), all in one
   // transaction. The bundle is validated first (format, digests); history in
   // the bundle is informational and not replayed. Pinned in the bundle pins
-  // the local profile; a local pin is never cleared.
+  // the local profile; a local pin is never cleared. With acting_owner set,
+  // any bundled key that exists here with another owner fails the whole
+  // import with not_found, nothing applied.
   Expected<std::vector<ImportedProfile>> import_bundle(const nlohmann::json& bundle,
-                                                       std::int64_t owner, ImportConflict policy);
+                                                       std::int64_t owner, ImportConflict policy,
+                                                       ActingOwner acting_owner = std::nullopt);
 
   struct Impl; // public only so the implementation's helpers can name it
 

@@ -4,8 +4,9 @@
 // the database file, what was being done and SQLite's own message.
 //
 // Not thread-safe: one Connection is used by one thread at a time (the
-// ProfileStore serialises access with its own mutex). sqlite3.h is not
-// included here so users of the store do not need SQLite's headers.
+// ProfileStore guards its write connection with a mutex and lends each read
+// connection to one caller at a time). sqlite3.h is not included here so
+// users of the store do not need SQLite's headers.
 #pragma once
 
 #include "fdo/util/expected.h"
@@ -96,6 +97,11 @@ private:
   Statement* stmt_;
 };
 
+// What closing the last connection to a WAL database does: checkpoint the
+// WAL into the database file (SQLite's default), or leave both files as they
+// are (for a connection that is only looking at a file it may refuse).
+enum class CloseCheckpoint { checkpoint, leave_files };
+
 class Connection {
 public:
   // Opens (and with read_write_create, creates) the database file. Nothing is
@@ -113,6 +119,7 @@ public:
   const std::string& path() const { return path_; }
 
   void set_busy_timeout(std::chrono::milliseconds timeout);
+  Status set_close_checkpoint(CloseCheckpoint mode);
   // Runs one or more statements that return no rows of interest.
   Status exec(std::string_view sql);
   Expected<Statement> prepare(std::string_view sql);

@@ -1,0 +1,250 @@
+// The patent's key mappings (profile key mapping IK -> PK, virtual key
+// mapping CK -> VK) and the program registry.
+#include "fdo/util/log.h"
+#include "internal.h"
+
+namespace fdo::profile_store {
+
+using detail::check_key;
+using detail::now_ms;
+using sqlite::Statement;
+using sqlite::Transaction;
+using sqlite::TxKind;
+
+namespace {
+
+Expected<std::optional<std::string>> lookup_one(sqlite::Connection& db, const std::string& sql,
+                                                std::string_view key) {
+  FDO_TRY(auto st, db.cached(sql));
+  st->bind(1, key);
+  FDO_TRY(bool row, st->step());
+  if (!row) return std::optional<std::string>();
+  return std::optional<std::string>(st->column_text(0));
+}
+
+Expected<bool> delete_one(ProfileStore::Impl& impl, const std::string& sql, std::string_view key) {
+  FDO_TRY(auto lock, impl.lock_writer());
+  FDO_TRY(auto st, impl.writer.cached(sql));
+  st->bind(1, key);
+  FDO_TRY_STATUS(st->run());
+  return impl.writer.changes() > 0;
+}
+
+} // namespace
+
+// --- profile key mapping IK -> PK ---
+
+Expected<std::optional<std::string>> ProfileStore::lookup_profile_key(std::string_view ik) const {
+  FDO_TRY_STATUS(check_key("initial key", ik));
+  FDO_TRY(auto lease, impl_->readers.acquire());
+  return lookup_one(lease.db(), "SELECT pk FROM profile_keys WHERE ik = ?1", ik);
+}
+
+Expected<MappingResult> ProfileStore::put_profile_key(std::string_view ik, std::string_view pk) {
+  FDO_TRY_STATUS(check_key("initial key", ik));
+  FDO_TRY_STATUS(check_key("profile key", pk));
+  FDO_TRY(auto lock, impl_->lock_writer());
+  sqlite::Connection& db = impl_->writer;
+  FDO_TRY(auto tx, Transaction::begin(db, TxKind::immediate));
+  FDO_TRY(auto existing, lookup_one(db, "SELECT pk FROM profile_keys WHERE ik = ?1", ik));
+  MappingResult result;
+  if (existing && *existing == pk) {
+    result.change = MappingChange::unchanged;
+    return result; // nothing to write; the transaction rolls back harmlessly
+  }
+  FDO_TRY(auto st, db.cached("INSERT INTO profile_keys (ik, pk, updated_at) VALUES (?1, ?2, ?3) "
+                             "ON CONFLICT (ik) DO UPDATE SET pk = excluded.pk, "
+                             "updated_at = excluded.updated_at"));
+  st->bind(1, ik).bind(2, pk).bind(3, now_ms());
+  FDO_TRY_STATUS(st->run());
+  FDO_TRY_STATUS(tx.commit());
+  if (existing) {
+    result.change = MappingChange::replaced;
+    result.previous = std::move(existing);
+    log::info("profile key mapping " + std::string(ik) + " re-mapped from " + *result.previous +
+              " to " + std::string(pk));
+  }
+  return result;
+}
+
+Expected<bool> ProfileStore::remove_profile_key(std::string_view ik) {
+  FDO_TRY_STATUS(check_key("initial key", ik));
+  return delete_one(*impl_, "DELETE FROM profile_keys WHERE ik = ?1", ik);
+}
+
+// --- virtual key mapping CK -> VK ---
+
+Expected<std::optional<std::string>> ProfileStore::lookup_virtual_key(std::string_view ck) const {
+  FDO_TRY_STATUS(check_key("cache key", ck));
+  FDO_TRY(auto lease, impl_->readers.acquire());
+  return lookup_one(lease.db(), "SELECT vk FROM virtual_keys WHERE ck = ?1", ck);
+}
+
+Expected<MappingResult> ProfileStore::put_virtual_key(std::string_view ck, std::string_view vk,
+                                                      std::string_view ik) {
+  FDO_TRY_STATUS(check_key("cache key", ck));
+  FDO_TRY_STATUS(check_key("virtual key", vk));
+  if (!ik.empty()) FDO_TRY_STATUS(check_key("initial key", ik));
+  FDO_TRY(auto lock, impl_->lock_writer());
+  sqlite::Connection& db = impl_->writer;
+  FDO_TRY(auto tx, Transaction::begin(db, TxKind::immediate));
+  std::optional<std::string> existing_vk;
+  std::string existing_ik;
+  {
+    FDO_TRY(auto st, db.cached("SELECT vk, ik FROM virtual_keys WHERE ck = ?1"));
+    st->bind(1, ck);
+    FDO_TRY(bool row, st->step());
+    if (row) {
+      existing_vk = st->column_text(0);
+      existing_ik = st->column_text(1);
+    }
+  }
+  MappingResult result;
+  if (existing_vk && *existing_vk == vk && (ik.empty() || existing_ik == ik)) {
+    result.change = MappingChange::unchanged;
+    return result;
+  }
+  FDO_TRY(auto st, db.cached("INSERT INTO virtual_keys (ck, vk, updated_at, ik) "
+                             "VALUES (?1, ?2, ?3, ?4) ON CONFLICT (ck) DO UPDATE SET "
+                             "vk = excluded.vk, updated_at = excluded.updated_at, "
+                             "ik = COALESCE(excluded.ik, virtual_keys.ik)"));
+  st->bind(1, ck).bind(2, vk).bind(3, now_ms());
+  if (ik.empty())
+    st->bind_null(4);
+  else
+    st->bind(4, ik);
+  FDO_TRY_STATUS(st->run());
+  FDO_TRY_STATUS(tx.commit());
+  if (existing_vk && *existing_vk == vk) {
+    // Only the program it belongs to was learned: same mapping.
+    result.change = MappingChange::unchanged;
+  } else if (existing_vk) {
+    result.change = MappingChange::replaced;
+    result.previous = std::move(existing_vk);
+  }
+  return result;
+}
+
+Expected<bool> ProfileStore::remove_virtual_key(std::string_view ck) {
+  FDO_TRY_STATUS(check_key("cache key", ck));
+  return delete_one(*impl_, "DELETE FROM virtual_keys WHERE ck = ?1", ck);
+}
+
+Expected<MappingRemoval> ProfileStore::remove_mappings(std::string_view ik) {
+  FDO_TRY_STATUS(check_key("initial key", ik));
+  FDO_TRY(auto lock, impl_->lock_writer());
+  sqlite::Connection& db = impl_->writer;
+  FDO_TRY(auto tx, Transaction::begin(db, TxKind::immediate));
+  MappingRemoval out;
+  {
+    FDO_TRY(auto st, db.cached("DELETE FROM virtual_keys WHERE ik = ?1"));
+    st->bind(1, ik);
+    FDO_TRY_STATUS(st->run());
+    out.virtual_keys = db.changes();
+  }
+  {
+    FDO_TRY(auto st, db.cached("DELETE FROM profile_keys WHERE ik = ?1"));
+    st->bind(1, ik);
+    FDO_TRY_STATUS(st->run());
+    out.profile_keys = db.changes();
+  }
+  FDO_TRY_STATUS(tx.commit());
+  return out;
+}
+
+// --- program registry ---
+
+namespace {
+
+constexpr const char* kProgramColumns =
+    "SELECT ik, name, size, owner, first_seen, last_used FROM programs ";
+
+ProgramInfo read_program_row(const Statement& st) {
+  ProgramInfo p;
+  p.ik = st.column_text(0);
+  p.name = st.column_text(1);
+  p.size = st.column_int64(2);
+  p.owner = st.column_int64(3);
+  p.first_seen = st.column_int64(4);
+  p.last_used = st.column_int64(5);
+  return p;
+}
+
+Expected<std::optional<ProgramInfo>> program_row(sqlite::Connection& db, std::string_view ik) {
+  FDO_TRY(auto st, db.cached(std::string(kProgramColumns) + "WHERE ik = ?1"));
+  st->bind(1, ik);
+  FDO_TRY(bool row, st->step());
+  if (!row) return std::optional<ProgramInfo>();
+  return std::optional<ProgramInfo>(read_program_row(*st));
+}
+
+} // namespace
+
+Expected<ProgramInfo> ProfileStore::register_program(const ProgramInfo& program) {
+  FDO_TRY_STATUS(check_key("initial key", program.ik));
+  if (program.size < 0)
+    return make_error(Errc::invalid_argument, "program " + program.ik +
+                                                  ": size must be >= 0 (got " +
+                                                  std::to_string(program.size) + ")");
+  FDO_TRY(auto lock, impl_->lock_writer());
+  sqlite::Connection& db = impl_->writer;
+  FDO_TRY(auto tx, Transaction::begin(db, TxKind::immediate));
+  {
+    // MAX(): a wall clock that steps back never makes last_used go backwards.
+    FDO_TRY(auto st, db.cached("INSERT INTO programs (ik, name, size, owner, first_seen, "
+                               "last_used) VALUES (?1, ?2, ?3, ?4, ?5, ?5) "
+                               "ON CONFLICT (ik) DO UPDATE SET name = excluded.name, "
+                               "size = excluded.size, "
+                               "last_used = MAX(programs.last_used, excluded.last_used)"));
+    st->bind(1, program.ik).bind(2, program.name).bind(3, program.size).bind(4, program.owner);
+    st->bind(5, now_ms());
+    FDO_TRY_STATUS(st->run());
+  }
+  FDO_TRY(auto stored, program_row(db, program.ik));
+  FDO_TRY_STATUS(tx.commit());
+  if (!stored)
+    return make_error(Errc::internal, "program " + program.ik + " vanished after registration");
+  return std::move(*stored);
+}
+
+Status ProfileStore::touch_program(std::string_view ik) {
+  FDO_TRY_STATUS(check_key("initial key", ik));
+  FDO_TRY(auto lock, impl_->lock_writer());
+  FDO_TRY(auto st,
+          impl_->writer.cached("UPDATE programs SET last_used = MAX(last_used, ?2) WHERE ik = ?1"));
+  st->bind(1, ik).bind(2, now_ms());
+  FDO_TRY_STATUS(st->run());
+  if (impl_->writer.changes() == 0)
+    return make_error(Errc::not_found, "no program " + std::string(ik));
+  return ok();
+}
+
+Expected<std::optional<ProgramInfo>> ProfileStore::program(std::string_view ik) const {
+  FDO_TRY_STATUS(check_key("initial key", ik));
+  FDO_TRY(auto lease, impl_->readers.acquire());
+  return program_row(lease.db(), ik);
+}
+
+Expected<std::vector<ProgramInfo>> ProfileStore::programs(std::optional<std::int64_t> owner) const {
+  FDO_TRY(auto lease, impl_->readers.acquire());
+  FDO_TRY(auto st, lease.db().cached(std::string(kProgramColumns) +
+                                     "WHERE ?1 IS NULL OR owner = ?1 ORDER BY ik"));
+  if (owner)
+    st->bind(1, *owner);
+  else
+    st->bind_null(1);
+  std::vector<ProgramInfo> out;
+  while (true) {
+    FDO_TRY(bool row, st->step());
+    if (!row) break;
+    out.push_back(read_program_row(*st));
+  }
+  return out;
+}
+
+Expected<bool> ProfileStore::remove_program(std::string_view ik) {
+  FDO_TRY_STATUS(check_key("initial key", ik));
+  return delete_one(*impl_, "DELETE FROM programs WHERE ik = ?1", ik);
+}
+
+} // namespace fdo::profile_store
