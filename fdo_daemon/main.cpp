@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   }
   fdo::log::set_level(config->log_level);
 
-  auto service = fdo::daemon::Service::create({*config, worker_path(argv[0])});
+  auto service = fdo::daemon::ServiceBuilder(*config).worker_path(worker_path(argv[0])).create();
   if (!service) {
     fdo::log::error("cannot start: " + service.error().describe());
     return 1;

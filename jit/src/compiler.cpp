@@ -1,5 +1,6 @@
 #include "fdo/jit/compiler.h"
 
+#include "fdo/util/strings.h"
 #include "fingerprint.h"
 #include "llvm_support.h"
 #include "module_prep.h"
@@ -89,15 +90,6 @@ std::size_t executable_bytes(const std::string& object) {
   for (const llvm::object::SectionRef& section : (*file)->sections())
     if (section.isText()) total += section.getSize();
   return total;
-}
-
-std::string join(const std::vector<std::string>& parts, std::string_view sep) {
-  std::string out;
-  for (const std::string& p : parts) {
-    if (!out.empty()) out += sep;
-    out += p;
-  }
-  return out;
 }
 
 struct Prepared {

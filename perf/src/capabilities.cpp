@@ -1,6 +1,7 @@
 #include "fdo/perf/capabilities.h"
 
 #include "fdo/util/fd.h"
+#include "fdo/util/strings.h"
 #include "handles.h"
 
 #include <cerrno>
@@ -94,13 +95,6 @@ EventCapability clock_capability(const char* name, clockid_t clock, const char* 
     cap.detail = std::string(how) + " failed with " + errno_name(cap.error);
   }
   return cap;
-}
-
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v)
-    s += (s.empty() ? "" : ", ") + x;
-  return s;
 }
 
 } // namespace

@@ -1,5 +1,6 @@
 #include "fdo/perf/counters.h"
 
+#include "fdo/util/enum_names.h"
 #include "handles.h"
 #include "user_page.h"
 
@@ -14,16 +15,16 @@
 
 namespace fdo::perf {
 
+namespace {
+constexpr EnumNames<ReadMethod, 3> kReadMethodNames{{{
+    {ReadMethod::rdpmc, "rdpmc"},
+    {ReadMethod::read_syscall, "read_syscall"},
+    {ReadMethod::none, "none"},
+}}};
+} // namespace
+
 std::string_view to_string(ReadMethod method) {
-  switch (method) {
-  case ReadMethod::rdpmc:
-    return "rdpmc";
-  case ReadMethod::read_syscall:
-    return "read_syscall";
-  case ReadMethod::none:
-    return "none";
-  }
-  return "none";
+  return kReadMethodNames.name(method);
 }
 
 const EventReading* Measurement::find(std::string_view name) const {

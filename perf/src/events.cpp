@@ -1,5 +1,6 @@
 #include "fdo/perf/events.h"
 
+#include "fdo/util/enum_names.h"
 #include "pfm_encode.h"
 
 #include <algorithm>
@@ -11,38 +12,33 @@
 
 namespace fdo::perf {
 
+namespace {
+constexpr EnumNames<EventStatus, 7> kEventStatusNames{{{
+    {EventStatus::available, "available"},
+    {EventStatus::no_pmu, "no_pmu"},
+    {EventStatus::not_permitted, "not_permitted"},
+    {EventStatus::not_supported, "not_supported"},
+    {EventStatus::multiplexed_to_zero, "multiplexed_to_zero"},
+    {EventStatus::unknown_event, "unknown_event"},
+    {EventStatus::other, "other"},
+}}};
+} // namespace
+
 std::string_view to_string(EventStatus status) {
-  switch (status) {
-  case EventStatus::available:
-    return "available";
-  case EventStatus::no_pmu:
-    return "no_pmu";
-  case EventStatus::not_permitted:
-    return "not_permitted";
-  case EventStatus::not_supported:
-    return "not_supported";
-  case EventStatus::multiplexed_to_zero:
-    return "multiplexed_to_zero";
-  case EventStatus::unknown_event:
-    return "unknown_event";
-  case EventStatus::other:
-    return "other";
-  }
-  return "other";
+  return kEventStatusNames.name(status);
 }
 
+namespace {
+constexpr EnumNames<EventSource, 4> kEventSourceNames{{{
+    {EventSource::generic_hardware, "generic_hardware"},
+    {EventSource::generic_cache, "generic_cache"},
+    {EventSource::generic_software, "generic_software"},
+    {EventSource::libpfm, "libpfm"},
+}}};
+} // namespace
+
 std::string_view to_string(EventSource source) {
-  switch (source) {
-  case EventSource::generic_hardware:
-    return "generic_hardware";
-  case EventSource::generic_cache:
-    return "generic_cache";
-  case EventSource::generic_software:
-    return "generic_software";
-  case EventSource::libpfm:
-    return "libpfm";
-  }
-  return "libpfm";
+  return kEventSourceNames.name(source);
 }
 
 bool ResolvedEvent::needs_pmu() const {

@@ -7,6 +7,7 @@ import base64
 import shutil
 import json
 import os
+import pathlib
 import signal
 import sqlite3
 import struct
@@ -282,6 +283,118 @@ class Containment(unittest.TestCase):
             self.assertEqual(cm.exception.errc, "link")
             self.assertIn("fdo_no_such_function", cm.exception.message)
             self.assertEqual(c.call("health")["pid"], pid)
+        finally:
+            d.cleanup()
+
+
+class ConfigReload(unittest.TestCase):
+    """SIGHUP re-reads --config: every key the table marks runtime takes effect, restart-only
+    keys keep their running values, and each class of key is seen working."""
+
+    # A new value for every key (socket and state_dir come from the command line, which is
+    # re-applied on reload, so the file cannot move them).
+    NEW = {
+        "log_level": "debug", "max_request_bytes": 524288, "request_timeout_ms": 60000,
+        "handler_threads": 7, "drain_timeout_ms": 20000, "compile_workers": 2, "exec_workers": 3,
+        "compile_timeout_ms": 50000, "exec_timeout_ms": 700, "compile_memory_mb": 1500,
+        "exec_memory_mb": 400, "max_output_bytes": 33554432, "max_program_bytes": 16777216,
+        "memory_cache_bytes": 1048576, "disk_cache_bytes": 2097152, "tier_up": "async",
+        "share_profiles_across_tenants": "true", "profile_retention": 7,
+        "feedback_flush_ms": 250, "perf_events": "instructions,cycles",
+        "policy.min_stages": 5, "policy.min_counts": 200, "policy.drift_threshold": 0.25,
+        "policy.max_recompiles_per_hour": 3, "policy.branch_miss_unpredictable_rate": 0.3,
+        "policy.icache_mpki_size_threshold": 25,
+    }
+
+    def test_sighup_applies_runtime_keys_and_keeps_restart_keys(self):
+        d = Daemon({"exec_timeout_ms": 5000, "max_request_bytes": 1048576}).start()
+        try:
+            c = d.client()
+            pid = c.call("health")["pid"]
+            before = {k["name"]: k for k in c.call("config")["keys"]}
+            self.assertEqual(set(before) - {"socket", "state_dir"}, set(self.NEW),
+                             "every key needs a new value in this test")
+            with open(d.config, "w") as f:
+                for k, v in self.NEW.items():
+                    f.write(f"{k} = {v}\n")
+            os.kill(d.proc.pid, signal.SIGHUP)
+            deadline = time.time() + 15
+            after = before
+            while time.time() < deadline:
+                after = {k["name"]: k for k in c.call("config")["keys"]}
+                if after["exec_timeout_ms"]["value"] == "700":
+                    break
+                time.sleep(0.05)
+            for name, new in self.NEW.items():
+                if before[name]["reload"] == "runtime":
+                    if isinstance(new, float):
+                        self.assertAlmostEqual(float(after[name]["value"]), new, msg=name)
+                    else:
+                        self.assertEqual(after[name]["value"], str(new), name)
+                    self.assertNotEqual(after[name]["value"], before[name]["value"], name)
+                else:
+                    self.assertEqual(after[name]["value"], before[name]["value"], name)
+            self.assertEqual(after["exec_timeout_ms"]["value"], "700")
+            self.assertEqual(after["policy.min_stages"]["value"], "5")
+            self.assertEqual(after["perf_events"]["value"], "instructions,cycles")
+
+            # server limits: a line over the new max_request_bytes is refused.
+            c.send_raw(b'{"jsonrpc":"2.0","id":2,"method":"health","params":"' + b"x" * 600000 + b'"}\n')
+            resp = c.read_line()
+            self.assertEqual(resp["error"]["code"], -32600, resp)
+            # job limits: a looping program is stopped at the new exec timeout.
+            bad = c.call("program.register", {"ir": ir("crash.ll")})["program"]
+            t0 = time.time()
+            with self.assertRaises(RpcError) as cm:
+                c.call("execute", {"program": bad, "entry": "spin"})
+            self.assertEqual(cm.exception.errc, "timeout")
+            self.assertIn("700 ms", cm.exception.message)
+            self.assertLess(time.time() - t0, 4.0)
+            # service keys: what capabilities reports follows the reload.
+            caps = c.call("capabilities")
+            self.assertEqual(caps["tier_up"], "async")
+            self.assertTrue(caps["share_profiles_across_tenants"])
+            # feedback policy: min_stages 5 now, so four stages do not rewrite.
+            prog = c.call("program.register", {"ir": ir("branchy.ll")})["program"]
+            stages = [c.call("execute", {"program": prog, "entry": "run"})["stage"] for _ in range(4)]
+            self.assertTrue(all(s["profile_rewritten"] is None for s in stages), stages)
+            self.assertIn("(4 of 5)", stages[-1]["policy"])
+            # restart-only keys: worker counts unchanged (the timed-out worker's replacement may
+            # still be starting), and the log says why.
+            deadline = time.time() + 10
+            while time.time() < deadline and c.call("health")["workers"]["exec"] < 2:
+                time.sleep(0.05)
+            self.assertEqual(c.call("health")["workers"], {"compile": 1, "exec": 2})
+            log = pathlib.Path(d.log_path).read_text(errors="replace")
+            self.assertIn("exec_workers: 2 -> 3 ignored; 'exec_workers' only changes on restart", log)
+            self.assertIn("config reload: exec_timeout_ms: 5000 -> 700", log)
+            # log_level debug: connection lines now appear.
+            c2 = d.client()
+            c2.call("health")
+            c2.close()
+            deadline = time.time() + 5
+            while time.time() < deadline and "closed:" not in pathlib.Path(d.log_path).read_text(errors="replace"):
+                time.sleep(0.05)
+            self.assertIn("closed:", pathlib.Path(d.log_path).read_text(errors="replace"))
+            self.assertEqual(c.call("health")["pid"], pid)
+            c.close()
+        finally:
+            d.cleanup()
+
+    def test_a_broken_config_on_reload_changes_nothing(self):
+        d = Daemon({"exec_timeout_ms": 5000}).start()
+        try:
+            c = d.client()
+            with open(d.config, "a") as f:
+                f.write("exec_timeout_ms = soon\n")
+            os.kill(d.proc.pid, signal.SIGHUP)
+            deadline = time.time() + 10
+            while time.time() < deadline and "reload failed" not in d.log_text():
+                time.sleep(0.05)
+            self.assertIn("reload failed", d.log_text())
+            keys = {k["name"]: k["value"] for k in c.call("config")["keys"]}
+            self.assertEqual(keys["exec_timeout_ms"], "5000")
+            c.close()
         finally:
             d.cleanup()
 

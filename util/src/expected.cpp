@@ -1,50 +1,37 @@
 #include "fdo/util/expected.h"
 
+#include "fdo/util/enum_names.h"
+
 #include <cerrno>
 #include <cstring>
 
 namespace fdo {
 
+namespace {
+constexpr EnumNames<Errc, 18> kErrcNames{{{
+    {Errc::invalid_argument, "invalid_argument"},
+    {Errc::not_found, "not_found"},
+    {Errc::already_exists, "already_exists"},
+    {Errc::conflict, "conflict"},
+    {Errc::io, "io"},
+    {Errc::corrupt, "corrupt"},
+    {Errc::parse, "parse"},
+    {Errc::verify, "verify"},
+    {Errc::compile, "compile"},
+    {Errc::link, "link"},
+    {Errc::timeout, "timeout"},
+    {Errc::crashed, "crashed"},
+    {Errc::resource_exhausted, "resource_exhausted"},
+    {Errc::permission_denied, "permission_denied"},
+    {Errc::unsupported, "unsupported"},
+    {Errc::unavailable, "unavailable"},
+    {Errc::pinned, "pinned"},
+    {Errc::internal, "internal"},
+}}};
+} // namespace
+
 std::string_view to_string(Errc code) {
-  switch (code) {
-  case Errc::invalid_argument:
-    return "invalid_argument";
-  case Errc::not_found:
-    return "not_found";
-  case Errc::already_exists:
-    return "already_exists";
-  case Errc::conflict:
-    return "conflict";
-  case Errc::io:
-    return "io";
-  case Errc::corrupt:
-    return "corrupt";
-  case Errc::parse:
-    return "parse";
-  case Errc::verify:
-    return "verify";
-  case Errc::compile:
-    return "compile";
-  case Errc::link:
-    return "link";
-  case Errc::timeout:
-    return "timeout";
-  case Errc::crashed:
-    return "crashed";
-  case Errc::resource_exhausted:
-    return "resource_exhausted";
-  case Errc::permission_denied:
-    return "permission_denied";
-  case Errc::unsupported:
-    return "unsupported";
-  case Errc::unavailable:
-    return "unavailable";
-  case Errc::pinned:
-    return "pinned";
-  case Errc::internal:
-    return "internal";
-  }
-  return "unknown";
+  return kErrcNames.name(code);
 }
 
 std::string Error::describe() const {

@@ -1,5 +1,6 @@
 #include "fdo/util/profile.h"
 
+#include "fdo/util/enum_names.h"
 #include "fdo/util/hash.h"
 
 #include <cstdio>
@@ -10,23 +11,21 @@ namespace fdo {
 
 using nlohmann::json;
 
+namespace {
+constexpr EnumNames<CompileMode, 3> kCompileModeNames{{{{CompileMode::plain, "plain"},
+                                                        {CompileMode::instrumented, "instrumented"},
+                                                        {CompileMode::optimized, "optimized"}}}};
+} // namespace
+
 std::string_view to_string(CompileMode mode) {
-  switch (mode) {
-  case CompileMode::plain:
-    return "plain";
-  case CompileMode::instrumented:
-    return "instrumented";
-  case CompileMode::optimized:
-    return "optimized";
-  }
-  return "plain";
+  return kCompileModeNames.name(mode);
 }
 
 Expected<CompileMode> parse_compile_mode(std::string_view s) {
-  for (CompileMode m : {CompileMode::plain, CompileMode::instrumented, CompileMode::optimized})
-    if (s == to_string(m)) return m;
+  if (auto m = kCompileModeNames.parse(s)) return *m;
   return make_error(Errc::invalid_argument, "unknown compile mode '" + std::string(s) +
-                                                "' (expected plain, instrumented or optimized)");
+                                                "' (expected " + kCompileModeNames.alternatives() +
+                                                ")");
 }
 
 namespace {

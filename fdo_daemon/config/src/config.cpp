@@ -14,10 +14,6 @@
 
 namespace fdo::daemon {
 
-std::string_view to_string(TierUp t) {
-  return t == TierUp::sync ? "sync" : "async";
-}
-
 namespace {
 
 using std::chrono::milliseconds;
@@ -240,15 +236,12 @@ const std::vector<KeyDef>& key_defs() {
                "background; sync: the stage that misses waits for the recompile.",
                nullptr, nullptr};
       d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
-        if (s == "async")
-          c.tier_up = TierUp::async;
-        else if (s == "sync")
-          c.tier_up = TierUp::sync;
-        else
-          return "async or sync";
+        auto t = cache::parse_tier_up(s);
+        if (!t) return "async or sync";
+        c.tier_up = *t;
         return std::nullopt;
       };
-      d.get = [](const Config& c) { return std::string(to_string(c.tier_up)); };
+      d.get = [](const Config& c) { return std::string(cache::to_string(c.tier_up)); };
       v.push_back(std::move(d));
     }
     {
@@ -274,7 +267,7 @@ const std::vector<KeyDef>& key_defs() {
         "feedback_flush_ms", X, "How often batched stage feedback is written to SQLite.",
         [](Config& c) -> milliseconds& { return c.feedback_flush; }, 1, kHour));
     {
-      KeyDef d{"perf_events", X,
+      KeyDef d{"perf_events", R,
                "Hardware events counted around each execution (comma list, libpfm4/perf "
                "names; empty = none).",
                nullptr, nullptr};
@@ -441,19 +434,30 @@ Expected<Config> Config::load(const std::string& path, const ConfigOverrides& ov
   return parse(*text, path, overrides);
 }
 
+std::string_view to_string(ReloadBehavior r) {
+  return r == ReloadBehavior::runtime ? "runtime" : "restart";
+}
+
+Config with_runtime_keys(const Config& running, const Config& next) {
+  Config out = running;
+  for (const KeyDef& d : key_defs())
+    if (d.reload == ReloadBehavior::runtime) {
+      // Re-parsing the printed value moves exactly this key across.
+      [[maybe_unused]] auto err = d.set(out, d.get(next));
+    }
+  return out;
+}
+
 Expected<ConfigReload> reload_config(const Config& running, const std::string& path,
                                      const ConfigOverrides& overrides) {
   FDO_TRY(Config fresh, Config::load(path, overrides));
-  ConfigReload out{running, {}, {}};
+  ConfigReload out{with_runtime_keys(running, fresh), {}, {}};
   for (const KeyDef& d : key_defs()) {
     std::string before = d.get(running);
     std::string after = d.get(fresh);
     if (before == after) continue;
     std::string change = std::string(d.name) + ": " + before + " -> " + after;
     if (d.reload == ReloadBehavior::runtime) {
-      // Re-parsing the printed value moves exactly this key across.
-      if (auto err = d.set(out.config, after))
-        return make_error(Errc::internal, "reload of '" + std::string(d.name) + "' failed");
       log::info("config reload: " + change);
       out.applied.push_back(std::move(change));
     } else {

@@ -1,6 +1,7 @@
 #include "fdo/daemon/abi.h"
 
 #include "fdo/util/base64.h"
+#include "fdo/util/enum_names.h"
 
 #include <bit>
 #include <cmath>
@@ -11,73 +12,48 @@ namespace fdo::daemon {
 
 using nlohmann::json;
 
+namespace {
+// LLVM's spellings print; f32/f64 are accepted too.
+constexpr EnumNames<ScalarType, 11> kScalarNames{{{{ScalarType::i1, "i1"},
+                                                   {ScalarType::i8, "i8"},
+                                                   {ScalarType::i16, "i16"},
+                                                   {ScalarType::i32, "i32"},
+                                                   {ScalarType::i64, "i64"},
+                                                   {ScalarType::f32, "float"},
+                                                   {ScalarType::f64, "double"},
+                                                   {ScalarType::ptr, "ptr"},
+                                                   {ScalarType::void_, "void"},
+                                                   {ScalarType::f32, "f32"},
+                                                   {ScalarType::f64, "f64"}}}};
+constexpr EnumNames<ElemType, 10> kElemNames{{{{ElemType::i8, "i8"},
+                                               {ElemType::u8, "u8"},
+                                               {ElemType::i16, "i16"},
+                                               {ElemType::u16, "u16"},
+                                               {ElemType::i32, "i32"},
+                                               {ElemType::u32, "u32"},
+                                               {ElemType::i64, "i64"},
+                                               {ElemType::u64, "u64"},
+                                               {ElemType::f32, "f32"},
+                                               {ElemType::f64, "f64"}}}};
+} // namespace
+
 std::string_view to_string(ScalarType t) {
-  switch (t) {
-  case ScalarType::i1:
-    return "i1";
-  case ScalarType::i8:
-    return "i8";
-  case ScalarType::i16:
-    return "i16";
-  case ScalarType::i32:
-    return "i32";
-  case ScalarType::i64:
-    return "i64";
-  case ScalarType::f32:
-    return "float";
-  case ScalarType::f64:
-    return "double";
-  case ScalarType::ptr:
-    return "ptr";
-  case ScalarType::void_:
-    return "void";
-  }
-  return "void";
+  return kScalarNames.name(t);
 }
 
 Expected<ScalarType> parse_scalar_type(std::string_view s) {
-  if (s == "f32") return ScalarType::f32;
-  if (s == "f64") return ScalarType::f64;
-  for (ScalarType t :
-       {ScalarType::i1, ScalarType::i8, ScalarType::i16, ScalarType::i32, ScalarType::i64,
-        ScalarType::f32, ScalarType::f64, ScalarType::ptr, ScalarType::void_})
-    if (s == to_string(t)) return t;
+  if (auto t = kScalarNames.parse(s)) return *t;
   return make_error(Errc::invalid_argument, "unsupported type '" + std::string(s) + "'");
 }
 
 std::string_view to_string(ElemType t) {
-  switch (t) {
-  case ElemType::i8:
-    return "i8";
-  case ElemType::u8:
-    return "u8";
-  case ElemType::i16:
-    return "i16";
-  case ElemType::u16:
-    return "u16";
-  case ElemType::i32:
-    return "i32";
-  case ElemType::u32:
-    return "u32";
-  case ElemType::i64:
-    return "i64";
-  case ElemType::u64:
-    return "u64";
-  case ElemType::f32:
-    return "f32";
-  case ElemType::f64:
-    return "f64";
-  }
-  return "u8";
+  return kElemNames.name(t);
 }
 
 Expected<ElemType> parse_elem_type(std::string_view s) {
-  for (ElemType t : {ElemType::i8, ElemType::u8, ElemType::i16, ElemType::u16, ElemType::i32,
-                     ElemType::u32, ElemType::i64, ElemType::u64, ElemType::f32, ElemType::f64})
-    if (s == to_string(t)) return t;
-  return make_error(Errc::invalid_argument,
-                    "unknown buffer element type '" + std::string(s) +
-                        "' (expected i8, u8, i16, u16, i32, u32, i64, u64, f32 or f64)");
+  if (auto t = kElemNames.parse(s)) return *t;
+  return make_error(Errc::invalid_argument, "unknown buffer element type '" + std::string(s) +
+                                                "' (expected " + kElemNames.alternatives() + ")");
 }
 
 std::size_t elem_size(ElemType t) {

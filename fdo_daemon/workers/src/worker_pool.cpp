@@ -1,5 +1,6 @@
 #include "fdo/daemon/worker_pool.h"
 
+#include "fdo/util/enum_names.h"
 #include "fdo/util/log.h"
 
 #include <algorithm>
@@ -25,18 +26,15 @@ extern char** environ;
 
 namespace fdo::daemon {
 
+namespace {
+constexpr EnumNames<WorkerState, 4> kWorkerStateNames{{{{WorkerState::starting, "starting"},
+                                                        {WorkerState::idle, "idle"},
+                                                        {WorkerState::busy, "busy"},
+                                                        {WorkerState::dead, "dead"}}}};
+} // namespace
+
 std::string_view to_string(WorkerState s) {
-  switch (s) {
-  case WorkerState::starting:
-    return "starting";
-  case WorkerState::idle:
-    return "idle";
-  case WorkerState::busy:
-    return "busy";
-  case WorkerState::dead:
-    return "dead";
-  }
-  return "unknown";
+  return kWorkerStateNames.name(s);
 }
 
 std::uint64_t FailureCounts::total() const {

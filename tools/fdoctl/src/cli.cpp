@@ -189,6 +189,11 @@ int run_cli(const std::vector<std::string>& args, Io& io) {
   auto* metrics = app.add_subcommand("metrics", "fdod's Prometheus metrics text");
   metrics->callback([&] { action = [](Context& c) { return cmd_metrics(c); }; });
 
+  auto* config = app.add_subcommand(
+      "config", "fdod's effective configuration: every key, its value, its default and whether "
+                "SIGHUP changes it (root and the daemon's user)");
+  config->callback([&] { action = [](Context& c) { return cmd_config(c); }; });
+
   std::vector<std::string> rest(args.rbegin(), args.rend());
   if (!rest.empty()) rest.pop_back(); // argv[0]
   try {

@@ -793,4 +793,21 @@ Status cmd_metrics(Context& ctx) {
   return ok();
 }
 
+Status cmd_config(Context& ctx) {
+  FDO_TRY(auto backend, ctx.backend(Need::daemon));
+  FDO_TRY(json r, call(*backend, "config"));
+  if (ctx.json_output()) {
+    ctx.emit(r);
+    return ok();
+  }
+  Table t({{"key"}, {"value"}, {"default"}, {"on SIGHUP"}});
+  for (const json& k : r.value("keys", json::array())) {
+    std::string value = str(k, "value"), def = str(k, "default");
+    t.add_row({str(k, "name"), value, value == def ? "" : def,
+               str(k, "reload") == "runtime" ? "applied" : "restart only"});
+  }
+  ctx.io().out << t.render();
+  return ok();
+}
+
 } // namespace fdo::ctl

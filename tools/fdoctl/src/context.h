@@ -89,5 +89,6 @@ Status cmd_explain(Context& ctx, const std::string& program);
 Status cmd_status(Context& ctx);
 Status cmd_doctor(Context& ctx);
 Status cmd_metrics(Context& ctx);
+Status cmd_config(Context& ctx);
 
 } // namespace fdo::ctl

@@ -1,6 +1,7 @@
 #include "fdo/ctl/diff.h"
 
 #include "fdo/ctl/table.h"
+#include "fdo/util/enum_names.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,18 +12,17 @@ namespace fdo::ctl {
 
 using nlohmann::json;
 
+namespace {
+constexpr EnumNames<FunctionChange, 4> kFunctionChangeNames{{{
+    {FunctionChange::added, "added"},
+    {FunctionChange::removed, "removed"},
+    {FunctionChange::changed, "changed"},
+    {FunctionChange::unchanged, "unchanged"},
+}}};
+} // namespace
+
 std::string_view to_string(FunctionChange c) {
-  switch (c) {
-  case FunctionChange::added:
-    return "added";
-  case FunctionChange::removed:
-    return "removed";
-  case FunctionChange::changed:
-    return "changed";
-  case FunctionChange::unchanged:
-    return "unchanged";
-  }
-  return "unchanged";
+  return kFunctionChangeNames.name(c);
 }
 
 namespace {

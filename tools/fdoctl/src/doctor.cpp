@@ -1,6 +1,8 @@
 #include "fdo/ctl/doctor.h"
 
 #include "fdo/ctl/table.h"
+#include "fdo/util/enum_names.h"
+#include "fdo/util/strings.h"
 
 #include <algorithm>
 #include <map>
@@ -9,16 +11,16 @@ namespace fdo::ctl {
 
 using nlohmann::json;
 
+namespace {
+constexpr EnumNames<Severity, 3> kSeverityNames{{{
+    {Severity::ok, "ok"},
+    {Severity::note, "note"},
+    {Severity::problem, "problem"},
+}}};
+} // namespace
+
 std::string_view to_string(Severity s) {
-  switch (s) {
-  case Severity::ok:
-    return "ok";
-  case Severity::note:
-    return "note";
-  case Severity::problem:
-    return "problem";
-  }
-  return "note";
+  return kSeverityNames.name(s);
 }
 
 namespace {
@@ -179,12 +181,6 @@ std::vector<Finding> diagnose(const json& perf) {
   std::vector<std::string> sw_ok, sw_bad;
   for (const json& e : sw)
     (flag(e, "available") ? sw_ok : sw_bad).push_back(str(e, "name"));
-  auto join = [](const std::vector<std::string>& v) {
-    std::string s;
-    for (const auto& x : v)
-      s += (s.empty() ? "" : ", ") + x;
-    return s;
-  };
   if (!sw_ok.empty())
     out.push_back({Severity::ok, "software clocks",
                    join(sw_ok) + " (stage times are measured whatever the PMU)", ""});

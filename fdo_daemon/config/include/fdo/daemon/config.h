@@ -4,7 +4,8 @@
 // document against keys()).
 #pragma once
 
-#include "fdo/daemon/policy.h"
+#include "fdo/cache/orchestrator.h"
+#include "fdo/daemon/policy_config.h"
 #include "fdo/util/expected.h"
 #include "fdo/util/log.h"
 
@@ -17,11 +18,11 @@
 
 namespace fdo::daemon {
 
-enum class TierUp { async, sync };
-std::string_view to_string(TierUp t);
+using cache::TierUp;
 
 // Whether a changed key takes effect on SIGHUP or only after a restart.
 enum class ReloadBehavior { runtime, restart };
+std::string_view to_string(ReloadBehavior r); // "runtime", "restart"
 
 struct ConfigKeyInfo {
   std::string name;          // as written in the file, e.g. "policy.min_stages"
@@ -84,6 +85,10 @@ struct Config {
   // All keys in documentation order.
   static const std::vector<ConfigKeyInfo>& keys();
 };
+
+// `running` with every runtime key's value taken from `next`; restart-only
+// keys keep their running values. The key table decides which is which.
+Config with_runtime_keys(const Config& running, const Config& next);
 
 struct ConfigReload {
   // The running configuration with every runtime-changeable key taken from

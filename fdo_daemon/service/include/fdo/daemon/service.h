@@ -1,47 +1,90 @@
-// The fdod service: everything behind the socket. It owns the profile store,
-// the compile and exec worker pools and the cache orchestrator, registers the
-// JSON-RPC methods (docs/fdod.md, schemas/methods/) and runs the feedback loop
-// that rewrites profiles (policy.h).
+// The fdod service: everything behind the socket, as a composition root. It is
+// handed its parts — the profile store, the compile and exec job runners, the
+// perf capabilities — by ServiceBuilder (defaults: the SQLite store in the
+// state dir, supervised fdo-worker pools, a probe of this host) and wires the
+// service's own parts over them: the cache orchestrator, the program registry
+// (program_registry.h), the feedback loop (feedback_loop.h) and one named
+// handler per JSON-RPC method (docs/fdod.md, schemas/methods/).
 //
-// Tenancy: the peer's uid is the tenant. Unless share_profiles_across_tenants
-// is set, a program's bytes are scoped by its tenant before they are keyed, so
-// its initial key and its profile key differ from another tenant's for the
-// same IR, and every method checks that the caller owns what it names.
+// Tenancy: see tenant.h.
 #pragma once
 
 #include "fdo/daemon/config.h"
+#include "fdo/daemon/job_runner.h"
 #include "fdo/daemon/jsonrpc.h"
+#include "fdo/profile_store/profile_store.h"
 #include "fdo/util/expected.h"
 
+#include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace fdo::daemon {
 
-struct ServiceOptions {
-  Config config;
-  std::string worker_path; // the fdo-worker executable
-};
+struct ServiceState;
+
+enum class WorkerRole { compile, exec };
+std::string_view to_string(WorkerRole role);
 
 class Service {
 public:
-  static Expected<std::unique_ptr<Service>> create(ServiceOptions options);
-  // Flushes pending feedback, stops the pools.
+  // Waits for background compiles, flushes pending feedback.
   ~Service();
   Service(const Service&) = delete;
   Service& operator=(const Service&) = delete;
 
   void register_methods(Dispatcher& dispatcher);
-  // Writes batched feedback rows to the store (one transaction).
+  // Writes batched feedback rows to the store (one transaction); on failure
+  // they are kept for the next call.
   Status flush_feedback();
-  // Applies the runtime-changeable keys of a reloaded configuration.
+  // Applies a reloaded configuration: every key the key table marks runtime
+  // takes effect for requests that start afterwards; restart-only keys keep
+  // their running values (config.h, with_runtime_keys).
   void reconfigure(const Config& config);
-
-  struct Impl;
+  // The configuration in force.
+  Config config() const;
+  // Blocks until no background compile is queued or running.
+  void wait_idle();
 
 private:
-  explicit Service(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  friend class ServiceBuilder;
+  explicit Service(std::unique_ptr<ServiceState> state);
+  std::unique_ptr<ServiceState> state_;
+};
+
+class ServiceBuilder {
+public:
+  using StoreCreator =
+      std::function<Expected<std::unique_ptr<profile_store::ProfileStore>>(const Config&)>;
+  using RunnerCreator =
+      std::function<Expected<std::unique_ptr<JobRunner>>(WorkerRole, const Config&)>;
+  using PerfProbe = std::function<nlohmann::json(const Config&)>;
+
+  explicit ServiceBuilder(Config config);
+
+  // The fdo-worker executable for the default runners.
+  ServiceBuilder& worker_path(std::string path);
+  ServiceBuilder& store(StoreCreator creator);
+  ServiceBuilder& runners(RunnerCreator creator);
+  ServiceBuilder& perf_probe(PerfProbe probe);
+  ServiceBuilder& host_name(std::string host);
+
+  // Creates the state dir, then the parts (store, runners, probe) and the service.
+  Expected<std::unique_ptr<Service>> create();
+
+  // The defaults, usable from a custom creator.
+  static Expected<std::unique_ptr<profile_store::ProfileStore>> sqlite_store(const Config& c);
+  static Expected<std::unique_ptr<JobRunner>> worker_pool(const std::string& worker_path,
+                                                          WorkerRole role, const Config& c);
+
+private:
+  Config config_;
+  std::string worker_path_;
+  std::string host_;
+  StoreCreator store_;
+  RunnerCreator runners_;
+  PerfProbe perf_probe_;
 };
 
 } // namespace fdo::daemon

@@ -7,6 +7,8 @@
 #pragma once
 
 #include "fdo/daemon/ipc.h"
+#include "fdo/daemon/job_runner.h"
+#include "fdo/daemon/worker_stats.h"
 #include "fdo/util/expected.h"
 
 #include <chrono>
@@ -41,52 +43,10 @@ struct PoolOptions {
   std::chrono::milliseconds respawn_backoff_max{5000};
 };
 
-enum class WorkerState { starting, idle, busy, dead };
-std::string_view to_string(WorkerState state);
-
-struct WorkerInfo {
-  int slot = 0;
-  pid_t pid = 0; // 0 while no process is running in this slot
-  WorkerState state = WorkerState::dead;
-  std::uint64_t jobs = 0; // jobs served by the current process
-  int consecutive_spawn_failures = 0;
-  std::string last_spawn_error;
-};
-
-struct FailureCounts {
-  std::uint64_t handler_error = 0;    // the handler returned an Error (worker kept)
-  std::uint64_t timeout = 0;          // wall-time limit: worker killed
-  std::uint64_t cpu_limit = 0;        // RLIMIT_CPU (SIGXCPU)
-  std::uint64_t crashed = 0;          // died of a signal
-  std::uint64_t memory = 0;           // died near its memory limit
-  std::uint64_t exited = 0;           // exited on its own mid-job
-  std::uint64_t output_too_large = 0; // response over max_output_bytes (pool-side check)
-  std::uint64_t protocol = 0;         // malformed or out-of-sync response: worker killed
-  std::uint64_t queue_full = 0;       // refused: too many callers waiting
-  std::uint64_t queue_timeout = 0;    // no worker became free in time
-  std::uint64_t unavailable = 0;      // no live worker (respawning keeps failing) or shutdown
-  std::uint64_t total() const;
-};
-
-struct PoolStats {
-  std::string name;
-  int size = 0;
-  int live = 0;            // processes running (idle or busy)
-  std::size_t waiting = 0; // callers waiting for a free worker
-  std::uint64_t jobs = 0;  // jobs handed to a worker
-  std::uint64_t succeeded = 0;
-  FailureCounts failures;
-  std::uint64_t restarts = 0;       // replacement processes started
-  std::uint64_t spawn_failures = 0; // failed attempts to start a process
-  std::uint64_t idle_deaths = 0;    // workers found dead between jobs (replaced, job retried)
-  std::vector<WorkerInfo> workers;
-};
-nlohmann::json to_json(const PoolStats& stats);
-
 // "SIGSEGV (segmentation fault)", "SIGABRT (aborted)", ...
 std::string describe_signal(int sig);
 
-class WorkerPool {
+class WorkerPool final : public JobRunner {
 public:
   // Starts `size` workers and waits for each handshake. Fails (and leaves no
   // process behind) if any cannot be started: bad path, not executable, or a
@@ -96,7 +56,7 @@ public:
   // Waits for in-flight jobs (each bounded by its wall limit), refuses waiting
   // callers, then closes every channel, SIGTERMs the workers' process groups,
   // SIGKILLs what is left after shutdown_grace and reaps everything.
-  ~WorkerPool();
+  ~WorkerPool() override;
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
@@ -115,10 +75,10 @@ public:
   //                           -> Errc::resource_exhausted / timeout / unavailable / unavailable
   // Any worker that failed is replaced (asynchronously, with backoff when
   // starting it keeps failing).
-  Expected<Message> run(const Message& request, const JobLimits& limits);
+  Expected<Message> run(const Message& request, const JobLimits& limits) override;
   Expected<Message> run(const Message& request);
 
-  PoolStats stats() const;
+  PoolStats stats() const override;
   const PoolOptions& options() const;
 
   class Impl;

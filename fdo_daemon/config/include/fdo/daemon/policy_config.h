@@ -1,0 +1,27 @@
+// The feedback policy's thresholds (the policy.* configuration keys). The
+// policy itself (policy.h, in the service) is pure logic over these.
+#pragma once
+
+#include <cstdint>
+
+namespace fdo::daemon {
+
+struct PolicyConfig {
+  // Stages observed under the current profile version before a rewrite.
+  int min_stages = 3;
+  // Sum of all instrumentation counts needed before counts are trusted.
+  std::uint64_t min_counts = 1000;
+  // Rewrite an existing count profile only when the new branch distribution
+  // differs by at least this much (weighted total-variation distance, 0..1).
+  double drift_threshold = 0.10;
+  // At most this many rewrites per profile key in any sliding hour.
+  int max_recompiles_per_hour = 12;
+  // branch-misses / branch-instructions at or above this marks the near-50/50
+  // branches of the hottest functions !unpredictable (PMU hosts only).
+  double branch_miss_unpredictable_rate = 0.20;
+  // L1-icache-load-misses per 1000 instructions at or above this switches the
+  // profile to size optimisation (PMU hosts only).
+  double icache_mpki_size_threshold = 20.0;
+};
+
+} // namespace fdo::daemon

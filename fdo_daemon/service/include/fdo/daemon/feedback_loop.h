@@ -1,0 +1,117 @@
+// The feedback loop: folds each stage's measurements into running totals per
+// profile key, asks the policy (policy.h) whether the profile should be
+// rewritten, writes the new version through the store's versioned write, and
+// batches the stage rows for a periodic flush.
+//
+// Concurrency: each profile key has its own state and lock, held while that
+// key's stage is folded (including its reads and its versioned write); stages
+// of other keys never wait for it. Pending rows have their own lock, never held
+// across store I/O. The store's optimistic concurrency (write v+1 only over v)
+// settles races with other writers (fdoctl, another daemon).
+#pragma once
+
+#include "fdo/daemon/policy.h"
+#include "fdo/profile_store/profile_store.h"
+#include "fdo/util/expected.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace fdo::daemon {
+
+// The part of the profile store the loop uses.
+class FeedbackStore {
+public:
+  virtual ~FeedbackStore() = default;
+  virtual Expected<std::optional<profile_store::StoredProfile>> current(std::string_view pk) = 0;
+  virtual Expected<std::optional<profile_store::FeedbackTotals>> feedback(std::string_view pk,
+                                                                          std::int64_t version) = 0;
+  // Errors: conflict (another writer was first), pinned (feedback may not rewrite it).
+  virtual Expected<std::int64_t> write(std::string_view pk, std::int64_t expected_version,
+                                       const ProfileDoc& doc,
+                                       const profile_store::WriteInfo& info) = 0;
+  virtual Status append_feedback(std::span<const profile_store::FeedbackRow> rows) = 0;
+};
+
+// What one stage produced, with what the loop needs to know about it.
+struct StageReport {
+  std::string pk;
+  std::string program; // IK
+  std::int64_t owner = 0;
+  std::int64_t stage = 0;
+  std::int64_t profile_version = 0;        // what the served output was compiled with
+  std::int64_t target_profile_version = 0; // the current version when the stage began
+  StageFeedback feedback;
+  // From the served output's compile metadata: PGO name -> CFG hash of each
+  // instrumented function, and canonical function fingerprints.
+  std::map<std::string, std::uint64_t> cfg_hashes;
+  std::map<std::string, std::string> function_fingerprints;
+};
+
+struct Rewrite {
+  std::int64_t from = 0;
+  std::int64_t to = 0;
+  std::string reason;
+};
+
+struct FeedbackOutcome {
+  std::optional<Rewrite> rewritten;
+  std::string policy; // the decision (or why none was taken), for the stage's reply
+};
+
+class FeedbackLoop {
+public:
+  // `host` is recorded as the writer of every version the loop writes.
+  FeedbackLoop(FeedbackStore& store, std::string host);
+
+  FeedbackOutcome fold(const StageReport& stage, const PolicyConfig& policy);
+  // Writes the batched stage rows in one store call. On failure the rows are
+  // kept, ahead of newer ones, for the next flush: nothing is lost.
+  Status flush();
+  // Forgets the running totals of `pk` (after a reset: they belonged to a
+  // profile that no longer is current).
+  void forget(const std::string& pk);
+
+  std::uint64_t rewrites() const { return rewrites_.load(); }
+  std::size_t pending_rows() const;
+
+private:
+  struct KeyState {
+    std::mutex mu;
+    std::int64_t version = -1; // the profile version `acc` belongs to
+    FeedbackAccumulator acc;
+    std::deque<std::chrono::system_clock::time_point> rewrites;
+  };
+
+  std::shared_ptr<KeyState> state_of(const std::string& pk);
+  void queue_row(const StageReport& stage);
+  void load_totals(KeyState& st, const StageReport& stage);
+
+  FeedbackStore& store_;
+  std::string host_;
+
+  std::mutex states_mu_; // guards the map only
+  std::map<std::string, std::shared_ptr<KeyState>> states_;
+
+  mutable std::mutex pending_mu_;
+  std::vector<profile_store::FeedbackRow> pending_;
+
+  std::atomic<std::uint64_t> rewrites_{0};
+};
+
+// The measurement fields of an exec worker's reply, as stage feedback:
+// wall time, counted events and instrumentation counts of functions whose
+// CFG hash the compile reported (anything else is ignored).
+StageFeedback stage_feedback_from(const nlohmann::json& exec_reply,
+                                  const std::map<std::string, std::uint64_t>& cfg_hashes);
+
+} // namespace fdo::daemon

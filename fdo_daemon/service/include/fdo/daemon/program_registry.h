@@ -1,0 +1,100 @@
+// The program registry: programs registered by tenants, by program id (their
+// initial key). Each program's bytes are kept in <programs_dir>/<IK>.prog and
+// its row in the store, so ids stay valid across restarts; the in-memory map
+// is a cache of both. No file or store I/O happens under the registry's lock.
+#pragma once
+
+#include "fdo/cache/interfaces.h"
+#include "fdo/daemon/tenant.h"
+#include "fdo/jit/types.h"
+#include "fdo/profile_store/profile_store.h"
+#include "fdo/util/expected.h"
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fdo::daemon {
+
+// What the compile worker reports about a program without compiling it.
+struct ProgramAnalysis {
+  std::string profile_key; // from the canonical IR, before tenant scoping
+  std::vector<jit::EntryInfo> entries;
+};
+
+class ProgramAnalyzer {
+public:
+  virtual ~ProgramAnalyzer() = default;
+  virtual Expected<ProgramAnalysis> analyze(std::string_view program_bytes) = 0;
+};
+
+// The registry's persistent rows (the store's program table).
+class ProgramIndex {
+public:
+  virtual ~ProgramIndex() = default;
+  virtual Status add(const profile_store::ProgramInfo& info) = 0;
+  virtual Expected<std::optional<profile_store::ProgramInfo>> find(std::string_view ik) = 0;
+  virtual Status touch(std::string_view ik) = 0;
+};
+
+struct ProgramRecord {
+  std::string ik; // the program id
+  std::string name;
+  cache::Program program; // scope + the bytes as submitted: what is keyed and compiled
+  std::string pk;         // the tenant-scoped profile key
+  std::int64_t owner = 0;
+  std::vector<jit::EntryInfo> entries;
+  mutable std::atomic<std::int64_t> stages{0}; // stages run since this daemon loaded it
+
+  TenantScope scope() const { return TenantScope::from_string(program.scope); }
+};
+
+using ProgramRef = std::shared_ptr<const ProgramRecord>;
+// The initial key of a program under the compiler's current identity.
+using InitialKeyFn = std::function<std::string(const cache::Program&)>;
+
+class ProgramRegistry {
+public:
+  ProgramRegistry(std::string programs_dir, ProgramAnalyzer& analyzer, ProgramIndex& index,
+                  InitialKeyFn initial_key);
+
+  // Registers `bytes` for `uid` under `scope` (idempotent: the same bytes in the
+  // same scope return the same record). Errors: invalid_argument (empty, or the
+  // reserved scope prefix), resource_exhausted (over max_bytes), the analyzer's
+  // parse/verify errors, io when the .prog file or the row cannot be written.
+  Expected<ProgramRef> add(std::string_view bytes, std::string name, std::int64_t uid,
+                           const TenantScope& scope, std::uint64_t max_bytes);
+
+  // A registered program that `uid` may use: loaded from the state dir after a
+  // restart. Another tenant's program is not_found, as is an unknown id.
+  Expected<ProgramRef> find(const std::string& ik, std::int64_t uid, ProfileSharing sharing);
+
+  std::size_t loaded() const;
+  const std::string& programs_dir() const { return dir_; }
+
+  // The .prog file format: the bytes as submitted, preceded for a scoped
+  // program by "FDO-SCOPE\0<scope>\n" (docs/keys.md). Exposed for tests.
+  static std::string encode_file(const cache::Program& program);
+  static Expected<cache::Program> decode_file(std::string contents);
+
+private:
+  Expected<ProgramRef> load(const std::string& ik, std::int64_t uid, ProfileSharing sharing);
+  std::string path_of(const std::string& ik) const;
+
+  std::string dir_;
+  ProgramAnalyzer& analyzer_;
+  ProgramIndex& index_;
+  InitialKeyFn initial_key_;
+
+  mutable std::mutex mu_; // guards programs_ only
+  std::map<std::string, ProgramRef> programs_;
+};
+
+} // namespace fdo::daemon

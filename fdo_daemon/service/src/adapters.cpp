@@ -1,0 +1,129 @@
+#include "adapters.h"
+
+#include "fdo/cache/keys.h"
+
+namespace fdo::daemon {
+
+namespace ps = fdo::profile_store;
+using nlohmann::json;
+
+// --- StoreKeys -----------------------------------------------------------
+
+Expected<std::optional<std::string>> StoreKeys::lookup_profile_key(const std::string& ik) {
+  return store_.lookup_profile_key(ik);
+}
+
+Status StoreKeys::put_profile_key(const std::string& ik, const std::string& pk) {
+  FDO_TRY_STATUS(store_.put_profile_key(ik, pk));
+  return ok();
+}
+
+Expected<std::optional<std::string>> StoreKeys::lookup_virtual_key(const std::string& ck) {
+  return store_.lookup_virtual_key(ck);
+}
+
+Status StoreKeys::put_virtual_key(const std::string& ck, const std::string& vk) {
+  FDO_TRY_STATUS(store_.put_virtual_key(ck, vk, ck.substr(0, cache::kInitialKeyLength)));
+  return ok();
+}
+
+Expected<cache::ProfileRef> StoreKeys::current_profile(const std::string& pk) {
+  FDO_TRY(std::optional<ps::StoredProfile> cur, store_.current(pk));
+  if (!cur) return cache::no_profile(pk);
+  cache::ProfileRef ref;
+  ref.pk = pk;
+  ref.version = cur->version;
+  ref.digest = cur->digest;
+  ref.doc = std::make_shared<const ProfileDoc>(std::move(cur->doc));
+  return ref;
+}
+
+// --- StoreFeedback -------------------------------------------------------
+
+Expected<std::optional<ps::StoredProfile>> StoreFeedback::current(std::string_view pk) {
+  return store_.current(pk);
+}
+
+Expected<std::optional<ps::FeedbackTotals>> StoreFeedback::feedback(std::string_view pk,
+                                                                    std::int64_t version) {
+  return store_.feedback(pk, version);
+}
+
+Expected<std::int64_t> StoreFeedback::write(std::string_view pk, std::int64_t expected_version,
+                                            const ProfileDoc& doc, const ps::WriteInfo& info) {
+  return store_.write(pk, expected_version, doc, info);
+}
+
+Status StoreFeedback::append_feedback(std::span<const ps::FeedbackRow> rows) {
+  FDO_TRY_STATUS(store_.append_feedback(rows));
+  return ok();
+}
+
+// --- StorePrograms -------------------------------------------------------
+
+Status StorePrograms::add(const ps::ProgramInfo& info) {
+  FDO_TRY_STATUS(store_.register_program(info));
+  return ok();
+}
+
+Expected<std::optional<ps::ProgramInfo>> StorePrograms::find(std::string_view ik) {
+  return store_.program(ik);
+}
+
+Status StorePrograms::touch(std::string_view ik) {
+  return store_.touch_program(ik);
+}
+
+// --- RemoteCompiler ------------------------------------------------------
+
+namespace {
+
+std::vector<jit::EntryInfo> entries_from_json(const json& j) {
+  std::vector<jit::EntryInfo> out;
+  if (!j.is_array()) return out;
+  for (const json& e : j) {
+    jit::EntryInfo info;
+    info.name = e.value("name", "");
+    info.return_type = e.value("returns", "void");
+    info.param_types = e.value("params", std::vector<std::string>{});
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+} // namespace
+
+Expected<ProgramAnalysis> RemoteCompiler::analyze(std::string_view program_bytes) {
+  CompileJobLimits l = limits_();
+  Message req;
+  req.header = {{"op", "analyze"}, {"limits", {{"max_program_bytes", l.max_program_bytes}}}};
+  req.payload = std::string(program_bytes);
+  FDO_TRY(Message resp, pool_.run(req, l.job));
+  ProgramAnalysis a;
+  a.profile_key = resp.header.value("profile_key", "");
+  if (a.profile_key.empty())
+    return make_error(Errc::internal, "compile worker analysed the program without a profile key");
+  a.entries = entries_from_json(resp.header.value("entries", json::array()));
+  return a;
+}
+
+Expected<cache::Identification> RemoteCompiler::identify(const cache::Program& program) {
+  FDO_TRY(ProgramAnalysis a, analyze(program.bytes));
+  return cache::Identification{TenantScope::from_string(program.scope).profile_key(a.profile_key)};
+}
+
+Expected<cache::CompiledOutput> RemoteCompiler::compile(const cache::Program& program,
+                                                        const cache::ProfileRef& profile,
+                                                        CompileMode mode) {
+  CompileJobLimits l = limits_();
+  Message req;
+  req.header = {{"op", "compile"},
+                {"mode", std::string(to_string(mode))},
+                {"profile", profile.doc ? to_json(*profile.doc) : json(nullptr)},
+                {"limits", {{"max_program_bytes", l.max_program_bytes}}}};
+  req.payload = program.bytes;
+  FDO_TRY(Message resp, pool_.run(req, l.job));
+  return cache::CompiledOutput{std::move(resp.payload), resp.header.dump()};
+}
+
+} // namespace fdo::daemon

@@ -1,0 +1,185 @@
+#include "fdo/daemon/feedback_loop.h"
+
+#include "fdo/util/log.h"
+
+namespace fdo::daemon {
+
+namespace ps = fdo::profile_store;
+using nlohmann::json;
+
+namespace {
+// Rewrite times kept per key: enough for any sensible hourly cap.
+constexpr std::size_t kRewriteTimesKept = 256;
+
+// A count as the worker sent it; anything else (negative, fractional, text) is no count.
+std::optional<std::uint64_t> as_count(const json& v) {
+  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
+  if (v.is_number_integer() && v.get<std::int64_t>() >= 0)
+    return static_cast<std::uint64_t>(v.get<std::int64_t>());
+  return std::nullopt;
+}
+} // namespace
+
+StageFeedback stage_feedback_from(const json& exec_reply,
+                                  const std::map<std::string, std::uint64_t>& cfg_hashes) {
+  StageFeedback fb;
+  const json& m = exec_reply.contains("measurement") ? exec_reply["measurement"] : json::object();
+  fb.exec_ns = m.value("wall_ns", std::uint64_t{0});
+  for (const json& e : m.value("events", json::array()))
+    if (e.is_object() && e.contains("value"))
+      if (auto v = as_count(e["value"])) fb.counters[e.value("name", "")] = *v;
+  const json counts = exec_reply.value("counts", json::object());
+  for (const auto& [name, values] : counts.items()) {
+    auto h = cfg_hashes.find(name);
+    if (h == cfg_hashes.end() || !values.is_array()) continue;
+    FunctionCounts fc{h->second, {}};
+    for (const json& v : values)
+      fc.counts.push_back(as_count(v).value_or(0));
+    fb.counts[name] = std::move(fc);
+  }
+  return fb;
+}
+
+FeedbackLoop::FeedbackLoop(FeedbackStore& store, std::string host)
+    : store_(store), host_(std::move(host)) {}
+
+std::shared_ptr<FeedbackLoop::KeyState> FeedbackLoop::state_of(const std::string& pk) {
+  std::lock_guard lk(states_mu_);
+  auto& slot = states_[pk];
+  if (!slot) slot = std::make_shared<KeyState>();
+  return slot;
+}
+
+void FeedbackLoop::forget(const std::string& pk) {
+  std::lock_guard lk(states_mu_);
+  states_.erase(pk);
+}
+
+std::size_t FeedbackLoop::pending_rows() const {
+  std::lock_guard lk(pending_mu_);
+  return pending_.size();
+}
+
+void FeedbackLoop::queue_row(const StageReport& stage) {
+  // Version 0 (no profile) has no history row to hang feedback on; its counts
+  // live in memory until they become version 1.
+  if (stage.profile_version <= 0) return;
+  ps::FeedbackRow row;
+  row.pk = stage.pk;
+  row.version = stage.profile_version;
+  row.stages = 1;
+  row.exec_ns = stage.feedback.exec_ns;
+  row.counters = stage.feedback.counters;
+  for (const auto& [name, fc] : stage.feedback.counts)
+    row.function_counts[name] = fc.counts;
+  std::lock_guard lk(pending_mu_);
+  pending_.push_back(std::move(row));
+}
+
+// The totals recorded for the stage's version before this daemon saw the key
+// (earlier runs, other processes), so thresholds count every stage.
+void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage) {
+  st.acc = FeedbackAccumulator();
+  st.version = stage.profile_version;
+  if (stage.profile_version <= 0) return;
+  auto totals = store_.feedback(stage.pk, stage.profile_version);
+  if (!totals) {
+    log::warning("feedback: totals of " + stage.pk.substr(0, 12) + " v" +
+                 std::to_string(stage.profile_version) +
+                 " unreadable, counting from this stage: " + totals.error().describe());
+    return;
+  }
+  if (!*totals) return;
+  FeedbackAccumulator loaded;
+  for (const auto& [name, counts] : (*totals)->function_counts)
+    if (auto h = stage.cfg_hashes.find(name); h != stage.cfg_hashes.end())
+      loaded.mutable_counts()[name] = FunctionCounts{h->second, counts};
+  loaded.mutable_counters() = (*totals)->counters;
+  loaded.set_totals(static_cast<std::int64_t>((*totals)->stages), (*totals)->exec_ns);
+  st.acc.merge(loaded);
+}
+
+FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig& policy) {
+  FeedbackOutcome out;
+  queue_row(stage);
+  if (stage.profile_version != stage.target_profile_version) {
+    out.policy = "tier-up pending: stage ran profile version " +
+                 std::to_string(stage.profile_version) + ", current is " +
+                 std::to_string(stage.target_profile_version);
+    return out;
+  }
+  std::shared_ptr<KeyState> state = state_of(stage.pk);
+  std::lock_guard lk(state->mu);
+  KeyState& st = *state;
+  if (st.version != stage.profile_version) load_totals(st, stage);
+  st.acc.add(stage.feedback);
+
+  auto current = store_.current(stage.pk);
+  if (!current) {
+    out.policy = "profile read failed: " + current.error().describe();
+    return out;
+  }
+  PolicyInput in;
+  in.current = *current ? &(*current)->doc : nullptr;
+  in.current_version = *current ? (*current)->version : 0;
+  in.pinned = *current && (*current)->pinned;
+  in.feedback = &st.acc;
+  in.now = std::chrono::system_clock::now();
+  in.recent_rewrites = &st.rewrites;
+  if (in.current_version != stage.profile_version) {
+    out.policy =
+        "profile changed under this stage (now version " + std::to_string(in.current_version) + ")";
+    return out;
+  }
+  PolicyDecision d = decide(policy, in);
+  out.policy = d.reason;
+  if (d.action != PolicyAction::rewrite) return out;
+  for (auto& [name, f] : d.profile.functions)
+    if (auto fp = stage.function_fingerprints.find(name); fp != stage.function_fingerprints.end())
+      f.fingerprint = fp->second;
+  ps::WriteInfo info;
+  info.source = ps::WriteSource::feedback;
+  info.reason = d.reason;
+  info.owner = stage.owner;
+  info.host = host_;
+  info.stage = stage.stage;
+  info.program = stage.program;
+  auto written = store_.write(stage.pk, in.current_version, d.profile, info);
+  if (!written) {
+    // conflict: another writer got there first; pinned: an operator pinned it
+    // meanwhile. Either way this stage's view is stale; the totals are kept
+    // (the rows are queued) and the next stage decides again.
+    out.policy = "rewrite skipped: " + written.error().describe();
+    return out;
+  }
+  ++rewrites_;
+  st.rewrites.push_back(in.now);
+  while (st.rewrites.size() > kRewriteTimesKept)
+    st.rewrites.pop_front();
+  st.version = *written;
+  st.acc = FeedbackAccumulator();
+  out.rewritten = Rewrite{in.current_version, *written, d.reason};
+  log::info("profile " + stage.pk.substr(0, 12) + " rewritten v" +
+            std::to_string(in.current_version) + " -> v" + std::to_string(*written) + ": " +
+            d.reason);
+  return out;
+}
+
+Status FeedbackLoop::flush() {
+  std::vector<ps::FeedbackRow> rows;
+  {
+    std::lock_guard lk(pending_mu_);
+    rows.swap(pending_);
+  }
+  if (rows.empty()) return ok();
+  if (auto st = store_.append_feedback(rows); !st) {
+    std::lock_guard lk(pending_mu_);
+    rows.insert(rows.end(), std::make_move_iterator(pending_.begin()),
+                std::make_move_iterator(pending_.end()));
+    pending_.swap(rows);
+    return std::move(st).error().context("flush feedback");
+  }
+  return ok();
+}
+
+} // namespace fdo::daemon

@@ -1,0 +1,48 @@
+// cache.stats, cache.explain.
+#include "fdo/daemon/worker_stats.h"
+#include "fdo/util/time.h"
+#include "methods.h"
+
+namespace fdo::daemon::methods {
+
+namespace {
+
+Expected<json> cache_stats(ServiceState& s, const json&, const CallContext&) {
+  json j = cache::to_json(s.orch->stats());
+  j["workers"] = {{"compile", to_json(s.compile_pool->stats())},
+                  {"exec", to_json(s.exec_pool->stats())}};
+  return j;
+}
+
+json explain_record_json(const cache::ExplainRecord& r) {
+  return {{"stage", r.sequence},
+          {"time", rfc3339_ms(r.unix_ms)},
+          {"outcome", std::string(cache::to_string(r.outcome))},
+          {"reason", std::string(cache::to_string(r.reason))},
+          {"detail", r.text},
+          {"cache_key", r.ck},
+          {"storage_key", r.storage_key},
+          {"profile_version", r.to_version},
+          {"from_version", r.from_version},
+          {"mode", std::string(to_string(r.mode))},
+          {"compile_ms", r.compile_ms},
+          {"error", r.error}};
+}
+
+Expected<json> cache_explain(ServiceState& s, const json& p, const CallContext& ctx) {
+  FDO_TRY(std::string ik, require_param<std::string>(p, "program"));
+  FDO_TRY(ProgramRef rec, s.programs->find(ik, ctx.uid, s.sharing()));
+  json records = json::array();
+  for (const auto& r : s.orch->explain(ik))
+    records.push_back(explain_record_json(r));
+  return json{{"program", ik}, {"profile_key", rec->pk}, {"records", std::move(records)}};
+}
+
+} // namespace
+
+void add_cache_methods(Dispatcher& d, ServiceState& s) {
+  bind(d, "cache.stats", s, cache_stats);
+  bind(d, "cache.explain", s, cache_explain);
+}
+
+} // namespace fdo::daemon::methods

@@ -1,0 +1,176 @@
+// execute: one stage of a program (design.md section 2, step 4): prepare the
+// call, resolve the compiled output through the cache, run it in an exec
+// worker, fold the measurements into the profile, reply.
+#include "fdo/daemon/abi.h"
+#include "fdo/jit/compiler.h"
+#include "methods.h"
+
+namespace fdo::daemon::methods {
+
+namespace {
+
+Expected<jit::EntryInfo> find_entry(const ProgramRecord& p, const std::string& name) {
+  for (const auto& e : p.entries)
+    if (e.name == name) return e;
+  std::string known;
+  for (const auto& e : p.entries)
+    known += (known.empty() ? "" : ", ") + e.name;
+  return make_error(Errc::not_found, "program " + p.ik.substr(0, 12) + " has no entry '" + name +
+                                         "' (entries: " + (known.empty() ? "none" : known) + ")");
+}
+
+Expected<ScalarType> scalar_of(const std::string& text) {
+  FDO_TRY(jit::AbiType t, jit::parse_abi_type(text));
+  switch (t.kind) {
+  case jit::AbiKind::void_:
+    return ScalarType::void_;
+  case jit::AbiKind::f32:
+    return ScalarType::f32;
+  case jit::AbiKind::f64:
+    return ScalarType::f64;
+  case jit::AbiKind::ptr:
+    return ScalarType::ptr;
+  case jit::AbiKind::integer:
+    if (t.bits == 1) return ScalarType::i1;
+    if (t.bits <= 8) return ScalarType::i8;
+    if (t.bits <= 16) return ScalarType::i16;
+    if (t.bits <= 32) return ScalarType::i32;
+    return ScalarType::i64;
+  }
+  return make_error(Errc::internal, "unknown ABI kind for '" + text + "'");
+}
+
+Expected<Signature> signature_of(const jit::EntryInfo& e) {
+  Signature sig;
+  sig.name = e.name;
+  FDO_TRY(sig.ret, scalar_of(e.return_type));
+  for (const auto& p : e.param_types) {
+    FDO_TRY(ScalarType t, scalar_of(p));
+    sig.params.push_back(t);
+  }
+  return sig;
+}
+
+Expected<BufferEncoding> buffer_encoding_param(const json& params) {
+  FDO_TRY(std::string encoding, optional_param<std::string>(params, "buffer_encoding", "array"));
+  if (encoding == "array") return BufferEncoding::array;
+  if (encoding == "base64") return BufferEncoding::base64;
+  return make_error(Errc::invalid_argument, "buffer_encoding must be \"array\" or \"base64\"");
+}
+
+Message exec_request(const cache::StageOutput& so, const json& metadata, const std::string& entry,
+                     const PreparedCall& call, bool return_buffers, const Config& c) {
+  Message req;
+  req.header = {{"op", "exec"},
+                {"key", so.storage_key},
+                {"metadata", metadata},
+                {"entry", entry},
+                {"slots", call.slots},
+                {"buffer_of_param", call.buffer_of_param},
+                {"return_buffers", return_buffers},
+                {"events", c.perf_events},
+                {"object_size", so.entry->object.size()}};
+  req.payload = so.entry->object;
+  json buffer_list = json::array();
+  for (const Buffer& b : call.buffers) {
+    buffer_list.push_back({{"elem", std::string(to_string(b.elem))}, {"size", b.bytes.size()}});
+    req.payload += b.bytes;
+  }
+  req.header["buffers"] = std::move(buffer_list);
+  return req;
+}
+
+Expected<json> returned_buffers(const Message& resp, const PreparedCall& call,
+                                BufferEncoding encoding) {
+  json out = json::array();
+  std::size_t off = 0;
+  std::vector<std::size_t> sizes = resp.header.value("buffer_sizes", std::vector<std::size_t>{});
+  for (std::size_t i = 0; i < sizes.size() && i < call.buffers.size(); ++i) {
+    if (off + sizes[i] > resp.payload.size())
+      return make_error(Errc::internal, "exec worker returned short buffers");
+    Buffer b{call.buffers[i].elem, resp.payload.substr(off, sizes[i])};
+    off += sizes[i];
+    out.push_back(buffer_to_json(b, encoding));
+  }
+  return out;
+}
+
+} // namespace
+
+Expected<json> execute(ServiceState& s, const json& params, const CallContext& ctx) {
+  FDO_TRY(std::string entry_name, require_param<std::string>(params, "entry"));
+  FDO_TRY(ProgramRef prog, program_param(s, params, ctx));
+  FDO_TRY(jit::EntryInfo entry, find_entry(*prog, entry_name));
+  FDO_TRY(Signature sig, signature_of(entry));
+  std::shared_ptr<const Config> cfg = s.config.get();
+  const Config& c = *cfg;
+  json buffers_param = params.contains("buffers") ? params["buffers"] : json(nullptr);
+  CallLimits call_limits;
+  call_limits.max_buffer_bytes = c.max_output_bytes / 2;
+  FDO_TRY(PreparedCall call,
+          prepare_call(sig, params.value("args", json::array()), buffers_param, call_limits));
+  FDO_TRY(bool return_buffers, optional_param<bool>(params, "return_buffers", false));
+  FDO_TRY(BufferEncoding encoding, buffer_encoding_param(params));
+  if (std::chrono::steady_clock::now() >= ctx.deadline)
+    return make_error(Errc::timeout, "request deadline passed before the stage started");
+
+  FDO_TRY(cache::StageOutput so, s.orch->prepare(prog->program, c.tier_up));
+  std::int64_t stage_number = prog->stages.fetch_add(1);
+  ++s.counters.stages;
+  json meta_json = json::parse(so.entry->metadata, nullptr, false);
+  if (meta_json.is_discarded())
+    return make_error(Errc::corrupt, "cached entry " + so.storage_key + " has corrupt metadata");
+  FDO_TRY(jit::CompileResult meta, jit::metadata_from_json(meta_json));
+
+  auto resp = s.exec_pool->run(exec_request(so, meta_json, entry_name, call, return_buffers, c),
+                               exec_job_limits(c));
+  if (!resp) {
+    ++s.counters.stage_failures;
+    return std::move(resp).error().context("execute " + entry_name);
+  }
+  so.entry = {}; // the object ran: let the cache evict it while the feedback is folded
+
+  StageReport report;
+  report.pk = so.pk;
+  report.program = prog->ik;
+  report.owner = prog->owner;
+  report.stage = stage_number;
+  report.profile_version = so.profile_version;
+  report.target_profile_version = so.target_profile_version;
+  for (const auto& f : meta.counters_layout)
+    report.cfg_hashes[f.pgo_name] = f.cfg_hash;
+  report.function_fingerprints = meta.function_fingerprints;
+  report.feedback = stage_feedback_from(resp->header, report.cfg_hashes);
+  FeedbackOutcome fo = s.feedback->fold(report, c.policy);
+
+  json result = {{"entry", entry_name},
+                 {"returns", entry.return_type},
+                 {"value", decode_return(sig.ret, resp->header.value("ret", std::uint64_t{0}))}};
+  if (return_buffers) {
+    FDO_TRY(json buffers, returned_buffers(*resp, call, encoding));
+    result["buffers"] = std::move(buffers);
+  }
+  const json measurement = resp->header.value("measurement", json::object());
+  json rewritten = nullptr;
+  if (fo.rewritten)
+    rewritten = {{"from", fo.rewritten->from},
+                 {"to", fo.rewritten->to},
+                 {"reason", fo.rewritten->reason}};
+  result["stage"] = {{"number", stage_number},
+                     {"program", so.ik},
+                     {"profile_key", so.pk},
+                     {"cache_key", so.ck},
+                     {"storage_key", so.storage_key},
+                     {"profile_version", so.profile_version},
+                     {"mode", std::string(to_string(so.mode))},
+                     {"cache", cache_outcome_json(so)},
+                     {"recompiled", so.compiled},
+                     {"compile_ms", so.compile_ms},
+                     {"exec_ns", measurement.value("wall_ns", std::uint64_t{0})},
+                     {"counters", measurement},
+                     {"profile_rewritten", std::move(rewritten)},
+                     {"policy", fo.policy}};
+  return result;
+}
+
+} // namespace fdo::daemon::methods

@@ -1,0 +1,144 @@
+#include "fdo/daemon/program_registry.h"
+
+#include "fdo/cache/keys.h"
+#include "fdo/util/fd.h"
+
+#include <filesystem>
+#include <system_error>
+
+namespace fdo::daemon {
+
+namespace fs = std::filesystem;
+namespace ps = fdo::profile_store;
+
+namespace {
+
+// A scoped .prog file starts with the scope tag the keys use (docs/keys.md).
+// Submitted programs may not start with it in any scope, so no file is ambiguous.
+constexpr std::string_view kScopeMagic = cache::kScopeTag;
+
+Error unknown_program(const std::string& ik) {
+  return make_error(Errc::not_found, "no program " + ik + " (register it first)");
+}
+
+} // namespace
+
+ProgramRegistry::ProgramRegistry(std::string programs_dir, ProgramAnalyzer& analyzer,
+                                 ProgramIndex& index, InitialKeyFn initial_key)
+    : dir_(std::move(programs_dir)), analyzer_(analyzer), index_(index),
+      initial_key_(std::move(initial_key)) {}
+
+std::string ProgramRegistry::encode_file(const cache::Program& program) {
+  if (program.scope.empty()) return program.bytes;
+  std::string out(kScopeMagic);
+  out += program.scope;
+  out += '\n';
+  out += program.bytes;
+  return out;
+}
+
+Expected<cache::Program> ProgramRegistry::decode_file(std::string contents) {
+  cache::Program p;
+  if (!std::string_view(contents).starts_with(kScopeMagic)) {
+    p.bytes = std::move(contents);
+    return p;
+  }
+  std::size_t nl = contents.find('\n', kScopeMagic.size());
+  if (nl == std::string::npos)
+    return make_error(Errc::corrupt, "program file has a scope header without its end");
+  p.scope = contents.substr(kScopeMagic.size(), nl - kScopeMagic.size());
+  p.bytes = contents.substr(nl + 1);
+  return p;
+}
+
+std::string ProgramRegistry::path_of(const std::string& ik) const {
+  return dir_ + "/" + ik + ".prog";
+}
+
+Expected<ProgramRef> ProgramRegistry::add(std::string_view bytes, std::string name,
+                                          std::int64_t uid, const TenantScope& scope,
+                                          std::uint64_t max_bytes) {
+  if (bytes.empty()) return make_error(Errc::invalid_argument, "program is empty (0 bytes of IR)");
+  if (bytes.size() > max_bytes)
+    return make_error(Errc::resource_exhausted,
+                      "program is " + std::to_string(bytes.size()) + " bytes, over the limit of " +
+                          std::to_string(max_bytes) + " (max_program_bytes)");
+  if (bytes.starts_with(kScopeMagic))
+    return make_error(Errc::invalid_argument,
+                      "program starts with the reserved prefix \"FDO-SCOPE\\0\"; it is neither "
+                      "IR text nor bitcode");
+  FDO_TRY_STATUS(cache::check_scope(scope.str(), bytes));
+  auto rec = std::make_shared<ProgramRecord>();
+  rec->program.scope = scope.str();
+  rec->program.bytes = std::string(bytes);
+  rec->ik = initial_key_(rec->program);
+  rec->program.ik = rec->ik;
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = programs_.find(rec->ik); it != programs_.end()) {
+      ProgramRef known = it->second;
+      // Only bookkeeping: a failed touch must not fail the registration.
+      (void)index_.touch(known->ik);
+      return known;
+    }
+  }
+  FDO_TRY(ProgramAnalysis analysis, analyzer_.analyze(bytes));
+  rec->name = name.empty() ? "program-" + rec->ik.substr(0, 12) : std::move(name);
+  rec->pk = scope.profile_key(analysis.profile_key);
+  rec->owner = uid;
+  rec->entries = std::move(analysis.entries);
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) return make_error(Errc::io, "create " + dir_ + ": " + ec.message());
+  FDO_TRY_STATUS(write_file_atomic(path_of(rec->ik), encode_file(rec->program)));
+  FDO_TRY_STATUS(index_.add(
+      ps::ProgramInfo{rec->ik, rec->name, static_cast<std::int64_t>(bytes.size()), uid, 0, 0}));
+  std::lock_guard lk(mu_);
+  // A concurrent registration of the same bytes may have won: both wrote the
+  // same file and row; every caller gets the first record.
+  return programs_.emplace(rec->ik, std::move(rec)).first->second;
+}
+
+Expected<ProgramRef> ProgramRegistry::load(const std::string& ik, std::int64_t uid,
+                                           ProfileSharing sharing) {
+  FDO_TRY(std::optional<ps::ProgramInfo> info, index_.find(ik));
+  // Another tenant's program is reported exactly as an unknown one.
+  if (!info || !may_access(info->owner, uid, sharing)) return unknown_program(ik);
+  auto file = read_file(path_of(ik));
+  if (!file)
+    return make_error(Errc::not_found, "program " + ik +
+                                           " is registered but its IR is missing from the state "
+                                           "dir: " +
+                                           file.error().message());
+  FDO_TRY(cache::Program program, decode_file(std::move(*file)));
+  FDO_TRY(ProgramAnalysis analysis, analyzer_.analyze(program.bytes));
+  auto rec = std::make_shared<ProgramRecord>();
+  rec->ik = ik;
+  rec->name = info->name;
+  rec->program = std::move(program);
+  rec->program.ik = ik;
+  rec->pk = rec->scope().profile_key(analysis.profile_key);
+  rec->owner = info->owner;
+  rec->entries = std::move(analysis.entries);
+  std::lock_guard lk(mu_);
+  return programs_.emplace(ik, std::move(rec)).first->second;
+}
+
+Expected<ProgramRef> ProgramRegistry::find(const std::string& ik, std::int64_t uid,
+                                           ProfileSharing sharing) {
+  ProgramRef rec;
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = programs_.find(ik); it != programs_.end()) rec = it->second;
+  }
+  if (!rec) return load(ik, uid, sharing);
+  if (!may_access(rec->owner, uid, sharing)) return unknown_program(ik);
+  return rec;
+}
+
+std::size_t ProgramRegistry::loaded() const {
+  std::lock_guard lk(mu_);
+  return programs_.size();
+}
+
+} // namespace fdo::daemon

@@ -1,0 +1,80 @@
+// What the service's method handlers share: the running configuration, the
+// parts (store, pools, cache, registry, feedback loop) and the counters.
+// Built by ServiceBuilder (service.cpp); members are declared so that each is
+// destroyed before what it uses.
+#pragma once
+
+#include "adapters.h"
+#include "fdo/cache/orchestrator.h"
+#include "fdo/daemon/config.h"
+#include "fdo/daemon/feedback_loop.h"
+#include "fdo/daemon/job_runner.h"
+#include "fdo/daemon/program_registry.h"
+#include "fdo/daemon/tenant.h"
+#include "fdo/jit/compiler.h"
+#include "fdo/profile_store/profile_store.h"
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace fdo::daemon {
+
+// The configuration in force. Readers take a snapshot (a shared pointer, not a
+// copy) so one request sees one configuration even across a reload.
+class LiveConfig {
+public:
+  explicit LiveConfig(Config config) : config_(std::make_shared<const Config>(std::move(config))) {}
+  std::shared_ptr<const Config> get() const {
+    std::lock_guard lk(mu_);
+    return config_;
+  }
+  void set(Config config) {
+    auto next = std::make_shared<const Config>(std::move(config));
+    std::lock_guard lk(mu_);
+    config_ = std::move(next);
+  }
+
+private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const Config> config_;
+};
+
+struct ServiceCounters {
+  std::atomic<std::uint64_t> stages{0};
+  std::atomic<std::uint64_t> stage_failures{0};
+};
+
+struct ServiceState {
+  explicit ServiceState(Config c) : config(std::move(c)) {}
+
+  LiveConfig config;
+  std::string host;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  jit::CompilerIdentity identity;
+  nlohmann::json perf_caps;
+  ServiceCounters counters;
+
+  std::unique_ptr<profile_store::ProfileStore> store;
+  std::unique_ptr<JobRunner> compile_pool;
+  std::unique_ptr<JobRunner> exec_pool;
+  std::unique_ptr<StoreKeys> keys;
+  std::unique_ptr<StoreFeedback> feedback_store;
+  std::unique_ptr<StorePrograms> program_index;
+  std::unique_ptr<RemoteCompiler> compiler;
+  std::unique_ptr<ProgramRegistry> programs;
+  std::unique_ptr<FeedbackLoop> feedback;
+  std::unique_ptr<cache::Orchestrator> orch; // last: its tier-up threads use the parts above
+
+  ProfileSharing sharing() const {
+    return profile_sharing(config.get()->share_profiles_across_tenants);
+  }
+};
+
+JobLimits compile_job_limits(const Config& c);
+JobLimits exec_job_limits(const Config& c);
+
+} // namespace fdo::daemon

@@ -1,0 +1,204 @@
+// Fakes of the service's narrow interfaces: an analyzer, a program index, a
+// feedback store, and job runners that stand in for compile/exec workers.
+#pragma once
+
+#include "fdo/daemon/feedback_loop.h"
+#include "fdo/daemon/job_runner.h"
+#include "fdo/daemon/program_registry.h"
+#include "fdo/util/hash.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fdo::daemon::testing {
+
+namespace ps = fdo::profile_store;
+
+// Profile key = BLAKE3 of the bytes; one entry "main" returning i64. Bytes
+// starting with "bad" fail like unparsable IR.
+class FakeAnalyzer final : public ProgramAnalyzer {
+public:
+  Expected<ProgramAnalysis> analyze(std::string_view bytes) override {
+    ++calls;
+    if (bytes.starts_with("bad")) return make_error(Errc::parse, "expected top-level entity");
+    ProgramAnalysis a;
+    a.profile_key = blake3_hex(bytes);
+    a.entries.push_back(jit::EntryInfo{"main", "i64", {}, true});
+    return a;
+  }
+  std::atomic<int> calls{0};
+};
+
+class FakeIndex final : public ProgramIndex {
+public:
+  Status add(const ps::ProgramInfo& info) override {
+    std::lock_guard lk(mu);
+    if (fail_adds) return make_error(Errc::io, "disk full");
+    rows.emplace(info.ik, info);
+    return ok();
+  }
+  Expected<std::optional<ps::ProgramInfo>> find(std::string_view ik) override {
+    std::lock_guard lk(mu);
+    if (auto it = rows.find(std::string(ik)); it != rows.end()) return it->second;
+    return std::optional<ps::ProgramInfo>();
+  }
+  Status touch(std::string_view ik) override {
+    std::lock_guard lk(mu);
+    ++touches;
+    if (!rows.count(std::string(ik))) return make_error(Errc::not_found, "no program");
+    return ok();
+  }
+  std::mutex mu;
+  std::map<std::string, ps::ProgramInfo> rows;
+  bool fail_adds = false;
+  int touches = 0;
+};
+
+// Profiles and feedback in memory, with the store's versioned-write and pin
+// semantics, and switches to inject failures and to hold a write open.
+class FakeFeedbackStore final : public FeedbackStore {
+public:
+  struct Key {
+    std::vector<ps::StoredProfile> versions; // current = back(), unless reset
+    bool pinned = false;
+  };
+
+  Expected<std::optional<ps::StoredProfile>> current(std::string_view pk) override {
+    std::lock_guard lk(mu);
+    ++reads;
+    auto it = keys.find(std::string(pk));
+    if (it == keys.end() || it->second.versions.empty()) return std::optional<ps::StoredProfile>();
+    ps::StoredProfile p = it->second.versions.back();
+    p.pinned = it->second.pinned && !hide_pin_from_reads;
+    return std::optional<ps::StoredProfile>(std::move(p));
+  }
+  Expected<std::optional<ps::FeedbackTotals>> feedback(std::string_view pk,
+                                                       std::int64_t version) override {
+    std::lock_guard lk(mu);
+    auto it = totals.find({std::string(pk), version});
+    if (it == totals.end()) return std::optional<ps::FeedbackTotals>();
+    return std::optional<ps::FeedbackTotals>(it->second);
+  }
+  Expected<std::int64_t> write(std::string_view pk, std::int64_t expected, const ProfileDoc& doc,
+                               const ps::WriteInfo& info) override {
+    if (hold_writes_of == pk) {
+      std::unique_lock lk(hold_mu);
+      write_held = true;
+      hold_cv.notify_all();
+      hold_cv.wait(lk, [&] { return !hold_writes_of.has_value(); });
+    }
+    std::lock_guard lk(mu);
+    ++writes;
+    if (conflicts_to_inject > 0) {
+      --conflicts_to_inject;
+      return make_error(Errc::conflict, "profile moved on");
+    }
+    Key& k = keys[std::string(pk)];
+    std::int64_t cur = k.versions.empty() ? 0 : k.versions.back().version;
+    if (cur != expected) return make_error(Errc::conflict, "expected version mismatch");
+    if (k.pinned && info.source == ps::WriteSource::feedback)
+      return make_error(Errc::pinned, "profile is pinned");
+    ps::StoredProfile p;
+    p.pk = std::string(pk);
+    p.version = cur + 1;
+    p.doc = doc;
+    p.digest = profile_digest(doc);
+    p.reason = info.reason;
+    p.owner = info.owner;
+    p.author = info.owner;
+    p.host = info.host;
+    p.stage = info.stage;
+    p.program = info.program;
+    k.versions.push_back(std::move(p));
+    return cur + 1;
+  }
+  Status append_feedback(std::span<const ps::FeedbackRow> rows) override {
+    std::lock_guard lk(mu);
+    if (append_failures_to_inject > 0) {
+      --append_failures_to_inject;
+      return make_error(Errc::timeout, "database is locked");
+    }
+    for (const auto& r : rows) {
+      appended.push_back(r);
+      ps::FeedbackTotals& t = totals[{r.pk, r.version}];
+      t.pk = r.pk;
+      t.version = r.version;
+      t.stages += r.stages;
+      t.exec_ns += r.exec_ns;
+      for (const auto& [name, counts] : r.function_counts) {
+        auto& sum = t.function_counts[name];
+        sum.resize(counts.size(), 0);
+        for (std::size_t i = 0; i < counts.size(); ++i)
+          sum[i] += counts[i];
+      }
+    }
+    return ok();
+  }
+
+  void release_held_write() {
+    std::lock_guard lk(hold_mu);
+    hold_writes_of.reset();
+    hold_cv.notify_all();
+  }
+  void wait_until_write_held() {
+    std::unique_lock lk(hold_mu);
+    hold_cv.wait(lk, [&] { return write_held; });
+  }
+
+  std::mutex mu;
+  std::map<std::string, Key> keys;
+  std::map<std::pair<std::string, std::int64_t>, ps::FeedbackTotals> totals;
+  std::vector<ps::FeedbackRow> appended;
+  int reads = 0, writes = 0;
+  int conflicts_to_inject = 0;
+  bool hide_pin_from_reads = false;
+  int append_failures_to_inject = 0;
+
+  std::mutex hold_mu;
+  std::condition_variable hold_cv;
+  std::optional<std::string> hold_writes_of;
+  bool write_held = false;
+};
+
+// A job runner answering with a function of the request.
+class FakeRunner final : public JobRunner {
+public:
+  using Fn = std::function<Expected<Message>(const Message&)>;
+  explicit FakeRunner(std::string name, Fn fn) : name_(std::move(name)), fn_(std::move(fn)) {}
+  Expected<Message> run(const Message& request, const JobLimits& limits) override {
+    {
+      std::lock_guard lk(mu_);
+      ++jobs_;
+      last_limits_ = limits;
+    }
+    return fn_(request);
+  }
+  PoolStats stats() const override {
+    std::lock_guard lk(mu_);
+    PoolStats s;
+    s.name = name_;
+    s.size = 1;
+    s.live = 1;
+    s.jobs = jobs_;
+    return s;
+  }
+  JobLimits last_limits() const {
+    std::lock_guard lk(mu_);
+    return last_limits_;
+  }
+
+private:
+  std::string name_;
+  Fn fn_;
+  mutable std::mutex mu_;
+  std::uint64_t jobs_ = 0;
+  JobLimits last_limits_;
+};
+
+} // namespace fdo::daemon::testing

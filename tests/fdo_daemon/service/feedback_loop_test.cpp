@@ -1,0 +1,244 @@
+#include "fakes.h"
+#include "fdo/daemon/feedback_loop.h"
+
+#include <catch2/catch.hpp>
+#include <future>
+
+using namespace fdo;
+using namespace fdo::daemon;
+using namespace fdo::daemon::testing;
+
+namespace {
+
+const std::string kPk(64, 'a');
+const std::string kOtherPk(64, 'b');
+constexpr std::uint64_t kHash = 0x1234;
+
+PolicyConfig policy() {
+  PolicyConfig p;
+  p.min_stages = 3;
+  p.min_counts = 100;
+  p.drift_threshold = 0.10;
+  return p;
+}
+
+// One instrumented stage of function "loop" with two counters.
+StageReport stage(const std::string& pk, std::int64_t version, std::uint64_t taken,
+                  std::uint64_t not_taken, std::int64_t number = 0) {
+  StageReport r;
+  r.pk = pk;
+  r.program = std::string(64, 'c');
+  r.owner = 1000;
+  r.stage = number;
+  r.profile_version = version;
+  r.target_profile_version = version;
+  r.cfg_hashes["loop"] = kHash;
+  r.function_fingerprints["loop"] = "fp-loop";
+  r.feedback.exec_ns = 500;
+  r.feedback.counts["loop"] = FunctionCounts{kHash, {taken, not_taken}};
+  return r;
+}
+
+} // namespace
+
+TEST_CASE("feedback loop: folds stages and writes the first profile when the policy says so",
+          "[service][feedback]") {
+  FakeFeedbackStore store;
+  FeedbackLoop loop(store, "host-a");
+  auto o1 = loop.fold(stage(kPk, 0, 90, 10, 0), policy());
+  CHECK_FALSE(o1.rewritten);
+  CHECK_THAT(o1.policy, Catch::Contains("waiting for stages (1 of 3)"));
+  CHECK_FALSE(loop.fold(stage(kPk, 0, 90, 10, 1), policy()).rewritten);
+  auto o3 = loop.fold(stage(kPk, 0, 90, 10, 2), policy());
+  REQUIRE(o3.rewritten);
+  CHECK(o3.rewritten->from == 0);
+  CHECK(o3.rewritten->to == 1);
+  CHECK(loop.rewrites() == 1);
+
+  REQUIRE(store.keys[kPk].versions.size() == 1);
+  const ps::StoredProfile& v1 = store.keys[kPk].versions[0];
+  CHECK(v1.doc.functions.at("loop").counts == std::vector<std::uint64_t>{270, 30});
+  CHECK(v1.doc.functions.at("loop").cfg_hash == kHash);
+  CHECK(v1.doc.functions.at("loop").fingerprint == "fp-loop");
+  CHECK(v1.host == "host-a");
+  CHECK(v1.stage == 2);
+  CHECK(v1.owner == 1000);
+  // Version 0 has no history row: nothing queued for the store.
+  CHECK(loop.pending_rows() == 0);
+}
+
+TEST_CASE("feedback loop: stages under a profile version are queued and flushed in one call",
+          "[service][feedback]") {
+  FakeFeedbackStore store;
+  FeedbackLoop loop(store, "h");
+  for (int i = 0; i < 3; ++i)
+    loop.fold(stage(kPk, 0, 90, 10, i), policy());
+  REQUIRE(store.keys[kPk].versions.size() == 1);
+  loop.fold(stage(kPk, 1, 90, 10, 3), policy());
+  loop.fold(stage(kPk, 1, 90, 10, 4), policy());
+  CHECK(loop.pending_rows() == 2);
+  REQUIRE(loop.flush());
+  CHECK(loop.pending_rows() == 0);
+  REQUIRE(store.appended.size() == 2);
+  CHECK(store.appended[0].version == 1);
+  CHECK(store.appended[0].function_counts.at("loop") == std::vector<std::uint64_t>{90, 10});
+  CHECK(store.totals[{kPk, 1}].stages == 2);
+}
+
+TEST_CASE("feedback loop: a write conflict keeps the data for the next decision",
+          "[service][feedback]") {
+  FakeFeedbackStore store;
+  store.conflicts_to_inject = 1;
+  FeedbackLoop loop(store, "h");
+  loop.fold(stage(kPk, 0, 90, 10), policy());
+  loop.fold(stage(kPk, 0, 90, 10), policy());
+  auto lost = loop.fold(stage(kPk, 0, 90, 10), policy());
+  CHECK_FALSE(lost.rewritten);
+  CHECK_THAT(lost.policy, Catch::Contains("rewrite skipped") && Catch::Contains("conflict"));
+  CHECK(store.keys[kPk].versions.empty());
+  // The fourth stage decides again over all four stages' counts.
+  auto won = loop.fold(stage(kPk, 0, 90, 10), policy());
+  REQUIRE(won.rewritten);
+  CHECK(store.keys[kPk].versions.back().doc.functions.at("loop").counts ==
+        std::vector<std::uint64_t>{360, 40});
+}
+
+TEST_CASE("feedback loop: a pinned profile is never rewritten", "[service][feedback]") {
+  FakeFeedbackStore store;
+  FeedbackLoop loop(store, "h");
+  for (int i = 0; i < 3; ++i)
+    loop.fold(stage(kPk, 0, 90, 10), policy());
+  REQUIRE(store.keys[kPk].versions.size() == 1);
+  store.keys[kPk].pinned = true;
+  // A completely different distribution: drift 1.0, but the profile is pinned.
+  for (int i = 0; i < 10; ++i) {
+    auto o = loop.fold(stage(kPk, 1, 1, 500), policy());
+    CHECK_FALSE(o.rewritten);
+    CHECK_THAT(o.policy, Catch::Contains("pinned"));
+  }
+  CHECK(store.keys[kPk].versions.size() == 1);
+  CHECK(store.writes == 1);
+}
+
+TEST_CASE("feedback loop: a pin that lands between decision and write is honoured",
+          "[service][feedback]") {
+  FakeFeedbackStore store;
+  FeedbackLoop loop(store, "h");
+  for (int i = 0; i < 3; ++i)
+    loop.fold(stage(kPk, 0, 90, 10), policy());
+  // Pinned in the store after current() was read: the policy decides to
+  // rewrite, the store's write refuses (as the SQLite store does for feedback).
+  store.keys[kPk].pinned = true;
+  store.hide_pin_from_reads = true;
+  FeedbackOutcome last;
+  for (int i = 0; i < 3; ++i)
+    last = loop.fold(stage(kPk, 1, 1, 500), policy());
+  CHECK_FALSE(last.rewritten);
+  CHECK_THAT(last.policy, Catch::Contains("rewrite skipped") && Catch::Contains("pinned"));
+  CHECK(store.keys[kPk].versions.size() == 1);
+}
+
+TEST_CASE("feedback loop: a failed flush keeps every row for the next one", "[service][feedback]") {
+  FakeFeedbackStore store;
+  FeedbackLoop loop(store, "h");
+  store.keys[kPk].versions.push_back(ps::StoredProfile{});
+  store.keys[kPk].versions.back().version = 1;
+  loop.fold(stage(kPk, 1, 1, 2), policy());
+  loop.fold(stage(kPk, 1, 3, 4), policy());
+  store.append_failures_to_inject = 1;
+  auto failed = loop.flush();
+  REQUIRE_FALSE(failed);
+  CHECK(failed.error().code() == Errc::timeout);
+  CHECK_THAT(failed.error().message(), Catch::Contains("flush feedback"));
+  CHECK(loop.pending_rows() == 2);
+  loop.fold(stage(kPk, 1, 5, 6), policy()); // newer row arrives meanwhile
+  REQUIRE(loop.flush());
+  CHECK(loop.pending_rows() == 0);
+  REQUIRE(store.appended.size() == 3);
+  // Order kept: the older rows first.
+  CHECK(store.appended[0].function_counts.at("loop")[0] == 1);
+  CHECK(store.appended[1].function_counts.at("loop")[0] == 3);
+  CHECK(store.appended[2].function_counts.at("loop")[0] == 5);
+}
+
+TEST_CASE("feedback loop: totals already in the store count after a restart",
+          "[service][feedback]") {
+  FakeFeedbackStore store;
+  store.keys[kPk].versions.push_back(ps::StoredProfile{});
+  store.keys[kPk].versions.back().version = 1;
+  store.keys[kPk].versions.back().doc.functions["loop"] = FunctionProfile{kHash, {900, 100}, {}, ""};
+  ps::FeedbackTotals& t = store.totals[{kPk, 1}];
+  t.stages = 2;
+  t.function_counts["loop"] = {2, 400};
+  FeedbackLoop fresh(store, "h");
+  // Stage 3 under v1 (with the two stored ones) reaches min_stages; the
+  // distribution moved far from the profile's, so v2 is written.
+  auto o = fresh.fold(stage(kPk, 1, 1, 200), policy());
+  REQUIRE(o.rewritten);
+  CHECK(o.rewritten->to == 2);
+  CHECK(store.keys[kPk].versions.back().doc.functions.at("loop").counts ==
+        std::vector<std::uint64_t>{3, 600});
+}
+
+TEST_CASE("feedback loop: a stage served by an older version waits for the tier-up",
+          "[service][feedback]") {
+  FakeFeedbackStore store;
+  FeedbackLoop loop(store, "h");
+  StageReport r = stage(kPk, 1, 5, 5);
+  r.target_profile_version = 2;
+  auto o = loop.fold(r, policy());
+  CHECK_FALSE(o.rewritten);
+  CHECK_THAT(o.policy, Catch::Contains("tier-up pending"));
+  CHECK(store.reads == 0);
+  CHECK(loop.pending_rows() == 1); // its counts still belong to version 1
+}
+
+TEST_CASE("feedback loop: a slow write of one key does not hold up another key",
+          "[service][feedback]") {
+  FakeFeedbackStore store;
+  FeedbackLoop loop(store, "h");
+  store.hold_writes_of = kPk;
+  loop.fold(stage(kPk, 0, 90, 10), policy());
+  loop.fold(stage(kPk, 0, 90, 10), policy());
+  auto slow =
+      std::async(std::launch::async, [&] { return loop.fold(stage(kPk, 0, 90, 10), policy()); });
+  store.wait_until_write_held();
+  // Key A's write is in progress (and its lock held); key B folds, decides,
+  // writes, and the rows flush, all meanwhile.
+  for (int i = 0; i < 3; ++i)
+    loop.fold(stage(kOtherPk, 0, 90, 10), policy());
+  CHECK(store.keys[kOtherPk].versions.size() == 1);
+  loop.fold(stage(kOtherPk, 1, 90, 10), policy());
+  CHECK(loop.flush());
+  CHECK(slow.wait_for(std::chrono::milliseconds(0)) == std::future_status::timeout);
+  store.release_held_write();
+  auto o = slow.get();
+  REQUIRE(o.rewritten);
+  CHECK(o.rewritten->to == 1);
+}
+
+TEST_CASE("feedback loop: forget drops a key's running totals", "[service][feedback]") {
+  FakeFeedbackStore store;
+  FeedbackLoop loop(store, "h");
+  loop.fold(stage(kPk, 0, 90, 10), policy());
+  loop.fold(stage(kPk, 0, 90, 10), policy());
+  loop.forget(kPk);
+  auto o = loop.fold(stage(kPk, 0, 90, 10), policy());
+  CHECK_FALSE(o.rewritten);
+  CHECK_THAT(o.policy, Catch::Contains("waiting for stages (1 of 3)"));
+}
+
+TEST_CASE("feedback loop: stage feedback is read from an exec reply", "[service][feedback]") {
+  nlohmann::json reply = {{"measurement",
+                           {{"wall_ns", 1234},
+                            {"events",
+                             {{{"name", "branch-misses"}, {"value", 7}},
+                              {{"name", "cycles"}, {"status", "unsupported"}}}}}},
+                          {"counts", {{"loop", {1, 2}}, {"unknown", {3}}}}};
+  StageFeedback fb = stage_feedback_from(reply, {{"loop", kHash}});
+  CHECK(fb.exec_ns == 1234);
+  CHECK(fb.counters == std::map<std::string, std::uint64_t>{{"branch-misses", 7}});
+  REQUIRE(fb.counts.size() == 1);
+  CHECK(fb.counts.at("loop").cfg_hash == kHash);
+  CHECK(fb.counts.at("loop").counts == std::vector<std::uint64_t>{1, 2});
+}

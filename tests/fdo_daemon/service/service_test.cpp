@@ -1,0 +1,251 @@
+// The Service composed over fake compile/exec runners and a real SQLite store
+// in a temp dir: the execute path, the feedback loop through it, tenancy and
+// configuration reloads, without worker processes.
+#include "fakes.h"
+#include "fdo/daemon/service.h"
+#include "fdo/jit/compiler.h"
+#include "support/temp_dir.h"
+
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+using namespace fdo;
+using namespace fdo::daemon;
+using namespace fdo::daemon::testing;
+using fdo::test_support::TempDir;
+using nlohmann::json;
+
+namespace {
+
+constexpr std::uint64_t kHash = 0xfeed;
+
+// A compile worker stand-in: analysis from the bytes, "objects" naming the
+// mode, instrumented builds with one counted function "main".
+Expected<Message> fake_compile(const Message& req) {
+  Message out;
+  std::string op = req.header.value("op", "");
+  if (op == "analyze") {
+    if (req.payload.starts_with("bad")) return make_error(Errc::parse, "not IR");
+    out.header = {{"profile_key", blake3_hex(req.payload)},
+                  {"entries", {{{"name", "main"}, {"returns", "i64"}, {"params", json::array()}}}}};
+    return out;
+  }
+  if (op == "compile") {
+    jit::CompileResult r;
+    FDO_TRY(r.mode, parse_compile_mode(req.header.value("mode", "")));
+    r.profile_key = blake3_hex(req.payload);
+    r.entries.push_back(jit::EntryInfo{"main", "i64", {}, true});
+    r.mutable_globals = false;
+    if (r.mode == CompileMode::instrumented) r.counters_layout.push_back({"main", kHash, 2});
+    out.header = jit::metadata_to_json(r);
+    out.payload = "object:" + std::string(to_string(r.mode));
+    return out;
+  }
+  return make_error(Errc::invalid_argument, "unknown op " + op);
+}
+
+// An exec worker stand-in: returns 42; instrumented objects report counts.
+Expected<Message> fake_exec(const Message& req) {
+  Message out;
+  out.header = {{"ret", 42}, {"measurement", {{"wall_ns", 1000}, {"events", json::array()}}}};
+  json counts = json::object();
+  if (req.payload.starts_with("object:instrumented")) counts["main"] = {900, 100};
+  out.header["counts"] = counts;
+  return out;
+}
+
+struct Harness {
+  TempDir dir{"fdo-service"};
+  FakeRunner* compile = nullptr;
+  FakeRunner* exec = nullptr;
+  std::unique_ptr<Service> service;
+  Dispatcher dispatcher;
+
+  explicit Harness(Config c = base_config()) {
+    c.state_dir = dir.str();
+    auto s = ServiceBuilder(c)
+                 .runners([this](WorkerRole role,
+                                 const Config&) -> Expected<std::unique_ptr<JobRunner>> {
+                   auto r = std::make_unique<FakeRunner>(std::string(to_string(role)),
+                                                         role == WorkerRole::compile
+                                                             ? FakeRunner::Fn(fake_compile)
+                                                             : FakeRunner::Fn(fake_exec));
+                   (role == WorkerRole::compile ? compile : exec) = r.get();
+                   return std::unique_ptr<JobRunner>(std::move(r));
+                 })
+                 .perf_probe([](const Config&) {
+                   return json{{"pmu", false}};
+                 })
+                 .host_name("test-host")
+                 .create();
+    REQUIRE(s);
+    service = std::move(*s);
+    service->register_methods(dispatcher);
+  }
+
+  static Config base_config() {
+    Config c;
+    c.tier_up = TierUp::sync;
+    c.policy.min_stages = 2;
+    c.policy.min_counts = 100;
+    return c;
+  }
+
+  Expected<json> call(const std::string& method, const json& params, uid_t uid = 1000) {
+    CallContext ctx;
+    ctx.uid = uid;
+    json req = {{"jsonrpc", "2.0"}, {"id", 1}, {"method", method}, {"params", params}};
+    auto line = dispatcher.handle_line(req.dump(), ctx);
+    REQUIRE(line);
+    json resp = json::parse(*line);
+    if (resp.contains("error")) {
+      UNSCOPED_INFO(method << " failed: " << resp["error"].dump());
+      return make_error(Errc::internal, resp["error"].dump());
+    }
+    return resp["result"];
+  }
+};
+
+} // namespace
+
+TEST_CASE("service: stages through fake workers fold into a profile rewrite and recompile",
+          "[service]") {
+  Harness h;
+  auto reg = h.call("program.register", {{"ir", "program one"}});
+  REQUIRE(reg);
+  std::string id = (*reg)["program"];
+  std::string pk = (*reg)["profile_key"];
+
+  auto s0 = h.call("execute", {{"program", id}, {"entry", "main"}});
+  REQUIRE(s0);
+  CHECK((*s0)["value"] == 42);
+  CHECK((*s0)["stage"]["mode"] == "instrumented");
+  CHECK((*s0)["stage"]["profile_rewritten"].is_null());
+  auto s1 = h.call("execute", {{"program", id}, {"entry", "main"}});
+  REQUIRE(s1);
+  REQUIRE((*s1)["stage"]["profile_rewritten"].is_object());
+  CHECK((*s1)["stage"]["profile_rewritten"]["to"] == 1);
+
+  auto s2 = h.call("execute", {{"program", id}, {"entry", "main"}});
+  REQUIRE(s2);
+  CHECK((*s2)["stage"]["mode"] == "optimized");
+  CHECK((*s2)["stage"]["profile_version"] == 1);
+  CHECK((*s2)["stage"]["recompiled"] == true);
+
+  auto prof = h.call("profile.get", {{"profile_key", pk}});
+  REQUIRE(prof);
+  CHECK((*prof)["profile"]["functions"]["main"]["counts"] == json{1800, 200});
+  auto metrics = h.call("metrics", json::object());
+  REQUIRE(metrics);
+  CHECK_THAT((*metrics)["text"].get<std::string>(),
+             Catch::Contains("fdo_stages_total 3") &&
+                 Catch::Contains("fdo_profile_rewrites_total 1"));
+}
+
+TEST_CASE("service: the same IR from two uids is two programs and two profiles", "[service]") {
+  Harness h;
+  auto a = h.call("program.register", {{"ir", "same IR"}}, 1000);
+  auto b = h.call("program.register", {{"ir", "same IR"}}, 1001);
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK((*a)["program"] != (*b)["program"]);
+  CHECK((*a)["profile_key"] != (*b)["profile_key"]);
+  // Each sees only its own program.
+  auto cross = h.call("execute", {{"program", (*a)["program"]}, {"entry", "main"}}, 1001);
+  REQUIRE_FALSE(cross);
+  CHECK_THAT(cross.error().message(), Catch::Contains("not_found"));
+}
+
+TEST_CASE("service: with shared profiles the same IR is one program for every uid", "[service]") {
+  Config c = Harness::base_config();
+  c.share_profiles_across_tenants = true;
+  Harness h(c);
+  auto a = h.call("program.register", {{"ir", "same IR"}}, 1000);
+  auto b = h.call("program.register", {{"ir", "same IR"}}, 1001);
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK((*a)["program"] == (*b)["program"]);
+  CHECK((*a)["profile_key"] == (*b)["profile_key"]);
+  CHECK(h.call("execute", {{"program", (*a)["program"]}, {"entry", "main"}}, 1001));
+}
+
+TEST_CASE("service: reconfigure applies runtime keys and keeps restart-only ones", "[service]") {
+  Harness h;
+  Config next = h.service->config();
+  next.exec_timeout = std::chrono::milliseconds(1234);
+  next.tier_up = TierUp::async;
+  next.share_profiles_across_tenants = true;
+  next.policy.min_stages = 7;
+  next.exec_workers = 9;         // restart-only
+  next.state_dir = "/elsewhere"; // restart-only
+  h.service->reconfigure(next);
+  Config now = h.service->config();
+  CHECK(now.exec_timeout == std::chrono::milliseconds(1234));
+  CHECK(now.tier_up == TierUp::async);
+  CHECK(now.share_profiles_across_tenants);
+  CHECK(now.policy.min_stages == 7);
+  CHECK(now.exec_workers == Harness::base_config().exec_workers);
+  CHECK(now.state_dir == h.dir.str());
+
+  // The new values are what the next request uses.
+  auto caps = h.call("capabilities", json::object());
+  REQUIRE(caps);
+  CHECK((*caps)["tier_up"] == "async");
+  CHECK((*caps)["share_profiles_across_tenants"] == true);
+  auto reg = h.call("program.register", {{"ir", "p"}});
+  REQUIRE(reg);
+  REQUIRE(h.call("execute", {{"program", (*reg)["program"]}, {"entry", "main"}}));
+  CHECK(h.exec->last_limits().wall == std::chrono::milliseconds(1234));
+}
+
+TEST_CASE("service: a reloaded profile_retention applies to the next write", "[service]") {
+  Harness h;
+  auto reg = h.call("program.register", {{"ir", "retained"}});
+  REQUIRE(reg);
+  std::string id = (*reg)["program"], pk = (*reg)["profile_key"];
+  auto rewrite = [&] {
+    for (int i = 0; i < 2; ++i)
+      REQUIRE(h.call("execute", {{"program", id}, {"entry", "main"}}));
+  };
+  rewrite(); // v1
+  REQUIRE(h.call("profile.reset", {{"profile_key", pk}}));
+  rewrite(); // v2
+  auto hist = h.call("profile.history", {{"profile_key", pk}});
+  REQUIRE(hist);
+  CHECK((*hist)["versions"].size() == 2);
+
+  Config next = h.service->config();
+  next.profile_retention = 1;
+  h.service->reconfigure(next);
+  REQUIRE(h.call("profile.reset", {{"profile_key", pk}}));
+  rewrite(); // v3, and only v3 is kept
+  hist = h.call("profile.history", {{"profile_key", pk}});
+  REQUIRE(hist);
+  REQUIRE((*hist)["versions"].size() == 1);
+  CHECK((*hist)["versions"][0]["version"] == 3);
+}
+
+TEST_CASE("service: config is shown to root and the daemon's user - not to tenants", "[service]") {
+  Harness h;
+  auto mine = h.call("config", json::object(), ::geteuid());
+  REQUIRE(mine);
+  bool found = false;
+  for (const json& k : (*mine)["keys"])
+    if (k["name"] == "exec_timeout_ms") {
+      found = true;
+      CHECK(k["reload"] == "runtime");
+    }
+  CHECK(found);
+  if (::geteuid() != 4242) {
+    auto denied = h.call("config", json::object(), 4242);
+    REQUIRE_FALSE(denied);
+    CHECK_THAT(denied.error().message(), Catch::Contains("permission_denied"));
+  }
+}
+
+TEST_CASE("service: an unparsable program is refused at registration", "[service]") {
+  Harness h;
+  auto reg = h.call("program.register", {{"ir", "bad program"}});
+  REQUIRE_FALSE(reg); // the analyzer refuses it
+  CHECK_THAT(reg.error().message(), Catch::Contains("not IR"));
+}
