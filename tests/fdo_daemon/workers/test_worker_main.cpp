@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -27,6 +28,14 @@ using namespace fdo;
 using namespace fdo::daemon;
 
 namespace {
+
+// A real hardware division fault (SIGFPE); UBSan would report and exit first.
+__attribute__((no_sanitize("undefined"))) void divide_by_zero() {
+  volatile int zero = 0;
+  volatile int one = 1;
+  volatile int r = one / zero;
+  (void)r;
+}
 
 [[noreturn]] void spin_forever() {
   volatile std::uint64_t n = 0;
@@ -99,16 +108,13 @@ Expected<Message> handle(int sock, const std::string& role, const Message& req,
   }
   if (op == "throw") throw std::runtime_error("boom from the test worker");
   if (op == "segv") {
-    int* volatile p = nullptr;
+    // An unmapped address that is not null, so the store really faults (UBSan
+    // would stop a null store before the kernel could).
+    int* volatile p = reinterpret_cast<int*>(std::uintptr_t{16});
     *p = 42;
   }
   if (op == "abort") std::abort();
-  if (op == "fpe") {
-    volatile int zero = 0;
-    volatile int one = 1;
-    volatile int r = one / zero;
-    (void)r;
-  }
+  if (op == "fpe") divide_by_zero();
   if (op == "trap") __builtin_trap(); // SIGILL (ud2) on x86-64
   if (op == "loop") spin_forever();
   if (op == "alloc") return allocate_until_failure(h);
