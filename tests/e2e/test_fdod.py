@@ -266,6 +266,11 @@ class Containment(unittest.TestCase):
                 "spin": ("timeout", "wall-time limit"),
                 "hog": ("resource_exhausted", "memory"),
             }
+            if os.environ.get("FDO_SANITIZE"):
+                # A sanitizer runtime reserves terabytes of shadow address space and its
+                # allocator aborts rather than failing: RLIMIT_AS cannot bound it there.
+                print("sanitizer build: the memory-limit case (hog) is not checked", file=sys.stderr)
+                del expect["hog"]
             for entry, (errc, text) in expect.items():
                 with self.assertRaises(RpcError, msg=entry) as cm:
                     c.call("execute", {"program": bad, "entry": entry})
