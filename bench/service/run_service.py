@@ -63,12 +63,15 @@ ENTRY = "add"
 
 # Only what the bench needs differs from fdod's defaults: a profile rewritten
 # after one stage with one count, and a synchronous tier-up, so the steady
-# state (optimized, memory_hit) is reached in three stages. exec_workers,
-# handler_threads, perf_events, caches: the daemon's defaults.
+# state (optimized, memory_hit) is reached in three stages. All clients run as
+# one uid, so the per-uid in-flight cap (16 by default) is raised above the
+# 32 clients of the last level. exec_workers, handler_threads, perf_events,
+# caches: the daemon's defaults.
 FDOD_SETTINGS = {
     "policy.min_stages": 1,
     "policy.min_counts": 1,
     "tier_up": "sync",
+    "max_inflight_per_uid": 64,
     "log_level": "info",  # the "N handler threads" line is logged at info
 }
 

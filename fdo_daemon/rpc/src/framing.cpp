@@ -14,6 +14,7 @@ FrameParser::FrameParser(std::size_t max_line_bytes)
     : max_(max_line_bytes), pending_max_(max_line_bytes) {}
 
 void FrameParser::complete_line(std::string_view tail, std::vector<Frame>& out) {
+  ++lines_ended_;
   std::size_t total = buf_.size() + tail.size();
   char last = !tail.empty() ? tail.back() : (!buf_.empty() ? buf_.back() : '\0');
   std::size_t content = (total > 0 && last == '\r') ? total - 1 : total;
@@ -41,6 +42,7 @@ void FrameParser::feed(std::string_view chunk, std::vector<Frame>& out) {
     if (discarding_) {
       if (nl == std::string_view::npos) return;
       discarding_ = false;
+      ++lines_ended_;
       chunk.remove_prefix(nl + 1);
       begin_line();
       continue;

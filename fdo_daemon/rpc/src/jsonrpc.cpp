@@ -172,10 +172,21 @@ const json& Request::response_id() const {
   return id ? *id : kNull;
 }
 
-void Dispatcher::add(std::string method, Handler handler) {
-  auto h = std::make_shared<const Handler>(std::move(handler));
+std::string_view to_string(MethodClass c) {
+  return c == MethodClass::control ? "control" : "work";
+}
+
+void Dispatcher::add(std::string method, Handler handler, MethodClass method_class) {
+  Entry e{std::make_shared<const Handler>(std::move(handler)), method_class};
   std::unique_lock lk(mu_);
-  handlers_[std::move(method)] = std::move(h);
+  handlers_[std::move(method)] = std::move(e);
+}
+
+std::optional<MethodClass> Dispatcher::method_class(std::string_view method) const {
+  std::shared_lock lk(mu_);
+  auto it = handlers_.find(std::string(method));
+  if (it == handlers_.end()) return std::nullopt;
+  return it->second.method_class;
 }
 
 bool Dispatcher::has(std::string_view method) const {
@@ -186,7 +197,7 @@ std::vector<std::string> Dispatcher::methods() const {
   std::vector<std::string> out;
   {
     std::shared_lock lk(mu_);
-    for (const auto& [name, h] : handlers_)
+    for (const auto& [name, e] : handlers_)
       out.push_back(name);
   }
   std::sort(out.begin(), out.end());
@@ -196,7 +207,7 @@ std::vector<std::string> Dispatcher::methods() const {
 std::shared_ptr<const Handler> Dispatcher::find(std::string_view method) const {
   std::shared_lock lk(mu_);
   auto it = handlers_.find(std::string(method));
-  return it == handlers_.end() ? nullptr : it->second;
+  return it == handlers_.end() ? nullptr : it->second.handler;
 }
 
 ParsedLine Dispatcher::parse(std::string_view line) const {

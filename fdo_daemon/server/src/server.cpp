@@ -1,45 +1,34 @@
 #include "fdo/daemon/server.h"
 
-#include "fdo/daemon/framing.h"
 #include "fdo/daemon/systemd.h"
-#include "fdo/util/fd.h"
 #include "fdo/util/log.h"
+#include "server_impl.h"
+#include "session.h"
 
-#include <array>
-#include <atomic>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/signal_set.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/thread_pool.hpp>
-#include <boost/asio/write.hpp>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
-#include <deque>
 #include <optional>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <thread>
 #include <unistd.h>
-#include <unordered_set>
-#include <vector>
 
 namespace fdo::daemon {
-
-namespace asio = boost::asio;
-using stream = asio::local::stream_protocol;
-using boost::system::error_code;
-using Clock = std::chrono::steady_clock;
 
 ServerLimits server_limits(const Config& config) {
   ServerLimits l;
   l.max_request_bytes = static_cast<std::size_t>(config.max_request_bytes);
   l.request_timeout = config.request_timeout;
   l.drain_timeout = config.drain_timeout;
+  l.max_connections_per_uid = config.max_connections_per_uid;
+  l.max_inflight_per_uid = config.max_inflight_per_uid;
+  l.read_timeout = config.read_timeout;
+  l.idle_timeout = config.idle_timeout;
+  l.write_timeout = config.write_timeout;
+  l.max_unsent_bytes = static_cast<std::size_t>(config.max_unsent_bytes);
   return l;
 }
 
@@ -48,16 +37,30 @@ ServerOptions server_options(const Config& config) {
   o.socket_path = config.socket;
   o.limits = server_limits(config);
   o.handler_threads = config.effective_handler_threads();
+  o.control_threads = config.control_threads;
   return o;
 }
-
-namespace {
-
-constexpr std::size_t kReadChunk = 64 * 1024;
 
 std::string ms_text(std::chrono::milliseconds ms) {
   return std::to_string(ms.count()) + " ms";
 }
+
+std::string id_text(const nlohmann::json& id) {
+  return id.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void send_now(int fd, std::string_view line) {
+  // MSG_DONTWAIT: a client that does not read gets nothing rather than a
+  // blocked io thread; a short write leaves it a truncated last line.
+  while (!line.empty()) {
+    ssize_t n = ::send(fd, line.data(), line.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    line.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+namespace {
 
 // A listening socket bound to a path by us, with the lock that makes the
 // stale-socket check and the bind one step for competing daemons.
@@ -153,343 +156,7 @@ const char* signal_name(int signo) {
   return "signal";
 }
 
-std::string id_text(const nlohmann::json& id) {
-  return id.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
 } // namespace
-
-class Session;
-
-struct Periodic {
-  Periodic(asio::io_context& io, std::string n, std::chrono::milliseconds i,
-           std::function<void()> t)
-      : name(std::move(n)), interval(i), task(std::move(t)), timer(io) {}
-  std::string name;
-  std::chrono::milliseconds interval;
-  std::function<void()> task;
-  asio::steady_timer timer;
-};
-
-struct Server::Impl {
-  Impl(ServerOptions o, Dispatcher& d)
-      : opts(std::move(o)), dispatcher(d), limits(opts.limits), acceptor(io), signals(io),
-        watchdog_timer(io), drain_timer(io), accept_retry_timer(io),
-        threads(opts.handler_threads != 0 ? opts.handler_threads
-                                          : std::max(4u, 2 * std::thread::hardware_concurrency())),
-        handlers(threads), background(1) {}
-
-  ~Impl() {
-    // Handlers may still be running after a drain timeout: wait for them
-    // (they hold references to the dispatcher and post back into io). Jobs
-    // not yet started are dropped: nothing new runs after shutdown.
-    handlers.stop();
-    background.stop();
-    handlers.join();
-    background.join();
-    release_socket_file();
-  }
-
-  // --- all below run on the io thread unless noted ---
-  void start_accept();
-  void on_accept(const error_code& ec, stream::socket socket);
-  void arm_signals();
-  void on_signal(const error_code& ec, int signo);
-  void arm_watchdog(std::chrono::microseconds interval);
-  void schedule(const std::shared_ptr<Periodic>& p);
-  void begin_stop(const std::string& why);
-  void force_finish(const std::string& why);
-  void maybe_finish();
-  void finish();
-  void release_socket_file();
-  void remove_session(Session* s);
-
-  ServerOptions opts;
-  Dispatcher& dispatcher;
-  ServerLimits limits; // io thread's copy; set_limits posts changes here
-
-  asio::io_context io{1};
-  stream::acceptor acceptor;
-  asio::signal_set signals;
-  asio::steady_timer watchdog_timer;
-  asio::steady_timer drain_timer;
-  asio::steady_timer accept_retry_timer;
-  std::vector<std::shared_ptr<Periodic>> periodic;
-  std::unordered_set<std::shared_ptr<Session>> sessions;
-
-  std::string path;
-  ListenSource source = ListenSource::bound;
-  Fd lock; // held while we own the bound socket path
-  dev_t sock_dev = 0;
-  ino_t sock_ino = 0;
-
-  bool ran = false;
-  bool stopping = false;
-  bool finished = false;
-  std::uint64_t next_session_id = 1;
-  std::uint64_t running_handlers = 0; // io thread's count (drain waits for 0)
-
-  struct AtomicStats {
-    std::atomic<std::uint64_t> accepted{0}, open{0}, requests{0}, timed_out{0}, oversized{0},
-        running{0};
-  } stats;
-
-  unsigned threads;
-  // Declared last: destroyed (after join in ~Impl) before the io_context.
-  asio::thread_pool handlers;
-  asio::thread_pool background;
-};
-
-// One connection: reads lines, handles them strictly one at a time in order
-// (parse and handler on the pool, a deadline timer here), writes responses.
-// Owned by Server::Impl::sessions; callbacks hold a shared_ptr so a session
-// outlives any handler still running for it.
-class Session : public std::enable_shared_from_this<Session> {
-public:
-  Session(Server::Impl& srv, stream::socket socket, CallContext peer, std::uint64_t id)
-      : srv_(srv), socket_(std::move(socket)), deadline_timer_(srv.io), peer_(peer), id_(id),
-        parser_(srv.limits.max_request_bytes), read_buf_(kReadChunk) {}
-
-  void start() { next(); }
-
-  // The server is stopping: an idle session closes now; a busy one closes
-  // after writing its current response (next() checks srv_.stopping).
-  void on_server_stop() {
-    if (state_ == State::reading) {
-      error_code ignored;
-      socket_.cancel(ignored);
-    }
-  }
-
-  void abort(const std::string& why) { close(why); }
-
-private:
-  enum class State { idle, reading, parsing, calling, writing, closed };
-
-  struct Pending {
-    Frame frame;
-    Clock::time_point received;
-  };
-
-  void next() {
-    if (state_ == State::closed) return;
-    state_ = State::idle;
-    if (srv_.stopping) {
-      close(pending_.empty() ? "daemon stopping"
-                             : "daemon stopping; " + std::to_string(pending_.size()) +
-                                   " queued request(s) not started");
-      return;
-    }
-    if (!pending_.empty()) {
-      Pending p = std::move(pending_.front());
-      pending_.pop_front();
-      if (p.frame.kind == FrameKind::oversized) {
-        srv_.stats.oversized.fetch_add(1, std::memory_order_relaxed);
-        log::warning("connection " + std::to_string(id_) + " (uid " + std::to_string(peer_.uid) +
-                     "): request line over max_request_bytes (" +
-                     std::to_string(parser_.max_line_bytes()) + "); discarded");
-        write(rpc::oversized_response(parser_.max_line_bytes(), p.frame.bytes));
-      } else {
-        start_parse(std::move(p.frame.line), p.received);
-      }
-      return;
-    }
-    if (eof_) {
-      close("peer closed the connection");
-      return;
-    }
-    do_read();
-  }
-
-  void do_read() {
-    state_ = State::reading;
-    parser_.set_max_line_bytes(srv_.limits.max_request_bytes);
-    socket_.async_read_some(
-        asio::buffer(read_buf_),
-        [self = shared_from_this()](const error_code& ec, std::size_t n) { self->on_read(ec, n); });
-  }
-
-  void on_read(const error_code& ec, std::size_t n) {
-    if (state_ == State::closed) return;
-    auto now = Clock::now();
-    if (n > 0) {
-      frames_.clear();
-      parser_.feed({read_buf_.data(), n}, frames_);
-      for (Frame& f : frames_)
-        pending_.push_back({std::move(f), now});
-    }
-    if (ec) {
-      if (ec == asio::error::eof) {
-        eof_ = true;
-        if (auto tail = parser_.finish()) pending_.push_back({std::move(*tail), now});
-      } else if (ec == asio::error::operation_aborted) {
-        close("daemon stopping");
-        return;
-      } else {
-        close("read: " + ec.message());
-        return;
-      }
-    }
-    next();
-  }
-
-  void start_parse(std::string line, Clock::time_point received) {
-    state_ = State::parsing;
-    srv_.stats.requests.fetch_add(1, std::memory_order_relaxed);
-    // Parsing a large request takes milliseconds; keep it off the io thread.
-    asio::post(srv_.handlers, [self = shared_from_this(), line = std::move(line), received]() {
-      ParsedLine parsed;
-      try {
-        parsed = self->srv_.dispatcher.parse(line);
-      } catch (const std::exception& e) {
-        // Only allocation failure gets here; an exception escaping a pool
-        // job would terminate the daemon.
-        parsed.request.reset();
-        parsed.response = rpc::error_response(
-            nullptr, rpc::internal_error, std::string("parsing the request failed: ") + e.what(),
-            to_string(Errc::internal));
-      }
-      asio::post(self->srv_.io, [self, parsed = std::move(parsed), received]() mutable {
-        self->on_parsed(std::move(parsed), received);
-      });
-    });
-  }
-
-  void on_parsed(ParsedLine parsed, Clock::time_point received) {
-    if (state_ == State::closed) return;
-    if (!parsed.request) {
-      if (parsed.response.empty())
-        next();
-      else
-        write(std::move(parsed.response));
-      return;
-    }
-    start_call(std::move(*parsed.request), received);
-  }
-
-  void start_call(Request req, Clock::time_point received) {
-    // Clamped so that received + timeout cannot overflow the clock.
-    std::chrono::milliseconds timeout = std::min<std::chrono::milliseconds>(
-        srv_.limits.request_timeout, std::chrono::hours(24 * 365));
-    Clock::time_point deadline = received + timeout;
-    current_id_ = req.response_id();
-    current_method_ = req.method;
-    current_notification_ = req.is_notification();
-    current_timeout_ = timeout;
-    if (Clock::now() >= deadline) {
-      // Queued behind slow requests for longer than the whole budget.
-      timed_out("before it started");
-      return;
-    }
-    state_ = State::calling;
-    std::uint64_t gen = ++call_gen_;
-    ++srv_.running_handlers;
-    srv_.stats.running.fetch_add(1, std::memory_order_relaxed);
-    deadline_timer_.expires_at(deadline);
-    deadline_timer_.async_wait(
-        [self = shared_from_this(), gen](const error_code& ec) { self->on_deadline(gen, ec); });
-    CallContext ctx = peer_;
-    ctx.deadline = deadline;
-    asio::post(srv_.handlers, [self = shared_from_this(), gen, req = std::move(req), ctx]() {
-      std::optional<std::string> response;
-      try {
-        response = self->srv_.dispatcher.invoke(req, ctx);
-      } catch (const std::exception& e) {
-        // invoke() catches handler exceptions; this is allocation failure
-        // while building the response.
-        if (!req.is_notification())
-          response = rpc::error_response(req.response_id(), rpc::internal_error,
-                                         std::string("building the response failed: ") + e.what(),
-                                         to_string(Errc::internal));
-      }
-      asio::post(self->srv_.io, [self, gen, response = std::move(response)]() mutable {
-        self->on_call_done(gen, std::move(response));
-      });
-    });
-  }
-
-  void on_call_done(std::uint64_t gen, std::optional<std::string> response) {
-    --srv_.running_handlers;
-    srv_.stats.running.fetch_sub(1, std::memory_order_relaxed);
-    if (gen != call_gen_ || state_ != State::calling) {
-      log::info("connection " + std::to_string(id_) +
-                ": a handler finished after its client was answered (timed out or closed)");
-      srv_.maybe_finish();
-      return;
-    }
-    error_code ignored;
-    deadline_timer_.cancel(ignored);
-    if (response)
-      write(std::move(*response));
-    else
-      next();
-  }
-
-  void on_deadline(std::uint64_t gen, const error_code& ec) {
-    if (ec == asio::error::operation_aborted || gen != call_gen_ || state_ != State::calling)
-      return;
-    // Any later completion of this call is stale.
-    ++call_gen_;
-    timed_out("while running");
-  }
-
-  void timed_out(const char* when) {
-    srv_.stats.timed_out.fetch_add(1, std::memory_order_relaxed);
-    log::warning("connection " + std::to_string(id_) + " (uid " + std::to_string(peer_.uid) +
-                 "): '" + current_method_ + "' id " + id_text(current_id_) +
-                 " exceeded request_timeout_ms (" + ms_text(current_timeout_) + ") " + when);
-    if (current_notification_)
-      next();
-    else
-      write(rpc::deadline_response(current_id_, current_method_, current_timeout_));
-  }
-
-  void write(std::string response) {
-    state_ = State::writing;
-    out_ = std::move(response);
-    out_.push_back('\n');
-    asio::async_write(socket_, asio::buffer(out_),
-                      [self = shared_from_this()](const error_code& ec, std::size_t) {
-                        if (self->state_ == State::closed) return;
-                        if (ec) {
-                          self->close("write: " + ec.message());
-                          return;
-                        }
-                        self->out_.clear();
-                        self->next();
-                      });
-  }
-
-  void close(const std::string& why) {
-    if (state_ == State::closed) return;
-    state_ = State::closed;
-    log::debug("connection " + std::to_string(id_) + " closed: " + why);
-    error_code ignored;
-    socket_.shutdown(stream::socket::shutdown_both, ignored);
-    socket_.close(ignored);
-    deadline_timer_.cancel(ignored);
-    pending_.clear();
-    srv_.remove_session(this);
-  }
-
-  Server::Impl& srv_;
-  stream::socket socket_;
-  asio::steady_timer deadline_timer_;
-  CallContext peer_;
-  std::uint64_t id_;
-  FrameParser parser_;
-  std::vector<char> read_buf_;
-  std::vector<Frame> frames_;
-  std::deque<Pending> pending_;
-  std::string out_;
-  State state_ = State::idle;
-  bool eof_ = false;
-  std::uint64_t call_gen_ = 0;
-  nlohmann::json current_id_;
-  std::string current_method_;
-  bool current_notification_ = false;
-  std::chrono::milliseconds current_timeout_{0};
-};
 
 void Server::Impl::remove_session(Session* s) {
   for (auto it = sessions.begin(); it != sessions.end(); ++it)
@@ -530,8 +197,14 @@ void Server::Impl::on_accept(const error_code& ec, stream::socket socket) {
   peer.uid = cred.uid;
   peer.gid = cred.gid;
   peer.pid = cred.pid;
+  auto slot = tenants.acquire(cred.uid, TenantResource::connection);
+  if (!slot) {
+    refuse_connection(socket, peer, slot.error());
+    start_accept();
+    return;
+  }
   std::uint64_t id = next_session_id++;
-  auto session = std::make_shared<Session>(*this, std::move(socket), peer, id);
+  auto session = std::make_shared<Session>(*this, std::move(socket), peer, id, std::move(*slot));
   sessions.insert(session);
   stats.accepted.fetch_add(1, std::memory_order_relaxed);
   stats.open.fetch_add(1, std::memory_order_relaxed);
@@ -539,6 +212,27 @@ void Server::Impl::on_accept(const error_code& ec, stream::socket socket) {
              " pid " + std::to_string(cred.pid));
   session->start();
   start_accept();
+}
+
+void Server::Impl::refuse_connection(stream::socket& socket, const CallContext& peer,
+                                     const Error& why) {
+  stats.connections_refused.fetch_add(1, std::memory_order_relaxed);
+  log::info("connection from uid " + std::to_string(peer.uid) + " pid " + std::to_string(peer.pid) +
+            " refused: " + why.message());
+  TenantResource r = TenantResource::connection;
+  int fd = socket.native_handle();
+  send_now(fd, rpc::error_response(
+                   nullptr, why,
+                   {{"limit", std::string(limit_key(r))}, {"max", tenants.quota().limit(r)}}) +
+                   "\n");
+  // Take what the client already sent: closing with unread bytes would make
+  // it see ECONNRESET after the error line rather than a clean end of stream.
+  char sink[4096];
+  for (int i = 0; i < 16 && ::recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0; ++i) {
+  }
+  error_code ignored;
+  socket.shutdown(stream::socket::shutdown_both, ignored);
+  socket.close(ignored);
 }
 
 void Server::Impl::arm_signals() {
@@ -665,6 +359,11 @@ Expected<std::unique_ptr<Server>> Server::create(ServerOptions options, Dispatch
     return make_error(Errc::invalid_argument, "max_request_bytes must be positive");
   if (options.limits.request_timeout.count() <= 0)
     return make_error(Errc::invalid_argument, "request_timeout must be positive");
+  if (options.limits.read_timeout.count() <= 0 || options.limits.idle_timeout.count() <= 0 ||
+      options.limits.write_timeout.count() <= 0)
+    return make_error(Errc::invalid_argument, "read, idle and write timeouts must be positive");
+  if (options.control_threads == 0)
+    return make_error(Errc::invalid_argument, "control_threads must be positive");
 
   std::optional<Fd> activated;
   if (options.listen != ListenMode::bind_path) {
@@ -729,7 +428,8 @@ Status Server::run() {
   }
   log::info(std::string("listening on ") + s.path +
             (s.source == ListenSource::activated ? " (socket-activated)" : "") + " with " +
-            std::to_string(s.threads) + " handler threads");
+            std::to_string(s.threads) + " handler threads and " +
+            std::to_string(s.opts.control_threads) + " control threads");
   for (;;) {
     try {
       s.io.run();
@@ -761,6 +461,7 @@ void Server::every(std::string name, std::chrono::milliseconds interval,
 
 void Server::set_limits(const ServerLimits& limits) {
   Impl* s = impl_.get();
+  s->tenants.set_quota({limits.max_connections_per_uid, limits.max_inflight_per_uid});
   asio::post(s->io, [s, limits] { s->limits = limits; });
 }
 
@@ -773,6 +474,12 @@ ServerStats Server::stats() const {
   out.requests_timed_out = a.timed_out.load(std::memory_order_relaxed);
   out.requests_oversized = a.oversized.load(std::memory_order_relaxed);
   out.handlers_running = a.running.load(std::memory_order_relaxed);
+  out.connections_refused = a.connections_refused.load(std::memory_order_relaxed);
+  out.requests_refused = a.requests_refused.load(std::memory_order_relaxed);
+  out.closed_read_timeout = a.read_timeouts.load(std::memory_order_relaxed);
+  out.closed_idle_timeout = a.idle_timeouts.load(std::memory_order_relaxed);
+  out.closed_write_timeout = a.write_timeouts.load(std::memory_order_relaxed);
+  out.reads_paused = a.reads_paused.load(std::memory_order_relaxed);
   return out;
 }
 
@@ -784,6 +491,9 @@ ListenSource Server::listen_source() const {
 }
 unsigned Server::handler_threads() const {
   return impl_->threads;
+}
+unsigned Server::control_threads() const {
+  return impl_->opts.control_threads;
 }
 
 } // namespace fdo::daemon

@@ -134,3 +134,45 @@ TEST_CASE("framing: a new limit applies from the next line", "[framing]") {
   p.feed("\n0123456789\n", out);
   REQUIRE(lines_of(out) == std::vector<std::string>{"0123456789", "<oversized:10>"});
 }
+
+TEST_CASE("framing: in_line and lines_ended track where a line begins and ends", "[framing]") {
+  FrameParser p(8);
+  std::vector<Frame> out;
+  REQUIRE_FALSE(p.in_line());
+  REQUIRE(p.lines_ended() == 0);
+
+  p.feed("ab", out);
+  REQUIRE(p.in_line());
+  REQUIRE(p.lines_ended() == 0);
+  p.feed("c\nd", out); // one line ends, the next begins in the same chunk
+  REQUIRE(p.in_line());
+  REQUIRE(p.lines_ended() == 1);
+  p.feed("\n", out);
+  REQUIRE_FALSE(p.in_line());
+  REQUIRE(p.lines_ended() == 2);
+
+  // Blanks are a line in progress too (a client dribbling spaces is still
+  // sending a line), and their terminator counts.
+  p.feed("  ", out);
+  REQUIRE(p.in_line());
+  p.feed("\n", out);
+  REQUIRE_FALSE(p.in_line());
+  REQUIRE(p.lines_ended() == 3);
+
+  // An oversized line stays in progress while it is discarded.
+  p.feed("0123456789", out);
+  REQUIRE(p.discarding());
+  REQUIRE(p.in_line());
+  REQUIRE(p.lines_ended() == 3);
+  p.feed("xyz\n", out);
+  REQUIRE_FALSE(p.in_line());
+  REQUIRE(p.lines_ended() == 4);
+  REQUIRE(lines_of(out) == std::vector<std::string>{"abc", "d", "<oversized:10>"});
+
+  // End of stream completes an unterminated tail.
+  p.feed("tail", out);
+  REQUIRE(p.in_line());
+  REQUIRE(p.finish().has_value());
+  REQUIRE_FALSE(p.in_line());
+  REQUIRE(p.lines_ended() == 5);
+}

@@ -295,3 +295,25 @@ TEST_CASE("jsonrpc: methods can be listed - replaced and added concurrently", "[
   d.add("echo", [](const json&, const CallContext&) -> Expected<json> { return json("replaced"); });
   REQUIRE(respond(d, R"({"jsonrpc":"2.0","id":1,"method":"echo"})")["result"] == "replaced");
 }
+
+TEST_CASE("jsonrpc: methods carry a class - work unless added as control", "[jsonrpc]") {
+  Dispatcher d;
+  add_methods(d);
+  d.add(
+      "health", [](const json&, const CallContext&) -> Expected<json> { return json("ok"); },
+      MethodClass::control);
+  REQUIRE(d.method_class("echo") == MethodClass::work);
+  REQUIRE(d.method_class("health") == MethodClass::control);
+  REQUIRE_FALSE(d.method_class("no.such").has_value());
+  REQUIRE(to_string(MethodClass::work) == "work");
+  REQUIRE(to_string(MethodClass::control) == "control");
+  // The class does not change how a request is answered.
+  REQUIRE(respond(d, R"({"jsonrpc":"2.0","id":1,"method":"health"})")["result"] == "ok");
+  // Replacing a method replaces its class too.
+  d.add("health", [](const json&, const CallContext&) -> Expected<json> { return json("slow"); });
+  REQUIRE(d.method_class("health") == MethodClass::work);
+  d.add(
+      "echo", [](const json& p, const CallContext&) -> Expected<json> { return p; },
+      MethodClass::control);
+  REQUIRE(d.method_class("echo") == MethodClass::control);
+}

@@ -35,11 +35,18 @@ json cache_outcome_json(const cache::StageOutput& so);
 Expected<json> execute(ServiceState& s, const json& params, const CallContext& ctx);
 
 // Binds a handler of the form `Expected<json> fn(ServiceState&, const json&,
-// const CallContext&)` to the dispatcher.
-template <class Fn> void bind(Dispatcher& d, const char* method, ServiceState& s, Fn fn) {
-  d.add(method, [&s, fn](const json& params, const CallContext& ctx) -> Expected<json> {
-    return fn(s, params, ctx);
-  });
+// const CallContext&)` to the dispatcher. MethodClass::control only for
+// methods that never wait on a worker, the store or a compile (the server
+// runs them on its small control pool).
+template <class Fn>
+void bind(Dispatcher& d, const char* method, ServiceState& s, Fn fn,
+          MethodClass method_class = MethodClass::work) {
+  d.add(
+      method,
+      [&s, fn](const json& params, const CallContext& ctx) -> Expected<json> {
+        return fn(s, params, ctx);
+      },
+      method_class);
 }
 
 } // namespace fdo::daemon::methods

@@ -1,5 +1,6 @@
 // health, capabilities, metrics, config. None of these touches the store, a
-// worker or the cache's locks beyond counters, so they answer while stages run.
+// worker or the cache's locks beyond counters, so they answer while stages run
+// and are registered as control methods (the server's own small pool).
 #include "fdo/jit/compiler.h"
 #include "methods.h"
 
@@ -12,34 +13,33 @@ namespace {
 
 Expected<json> health(ServiceState& s, const json&, const CallContext&) {
   double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started).count();
-  return json{
-      {"status", "ok"},
-      {"version", std::string(jit::kFdoVersion)},
-      {"pid", static_cast<std::int64_t>(::getpid())},
-      {"uptime_s", up},
-      {"workers", {{"compile", s.compile_pool->stats().live}, {"exec", s.exec_pool->stats().live}}}};
+  return json{{"status", "ok"},
+              {"version", std::string(jit::kFdoVersion)},
+              {"pid", static_cast<std::int64_t>(::getpid())},
+              {"uptime_s", up},
+              {"workers",
+               {{"compile", s.compile_pool->stats().live}, {"exec", s.exec_pool->stats().live}}}};
 }
 
 Expected<json> capabilities(ServiceState& s, const json&, const CallContext&) {
   auto c = s.config.get();
-  return json{{"fdo_version", std::string(jit::kFdoVersion)},
-              {"llvm_version", s.identity.llvm_version},
-              {"target",
-               {{"triple", s.identity.triple},
-                {"cpu", s.identity.cpu},
-                {"features", s.identity.features}}},
-              {"compiler_identity", s.identity.canonical()},
-              {"compile_modes", {"plain", "instrumented", "optimized"}},
-              {"tier_up", std::string(cache::to_string(c->tier_up))},
-              {"share_profiles_across_tenants", c->share_profiles_across_tenants},
-              {"perf", s.perf_caps}};
+  return json{
+      {"fdo_version", std::string(jit::kFdoVersion)},
+      {"llvm_version", s.identity.llvm_version},
+      {"target",
+       {{"triple", s.identity.triple}, {"cpu", s.identity.cpu}, {"features", s.identity.features}}},
+      {"compiler_identity", s.identity.canonical()},
+      {"compile_modes", {"plain", "instrumented", "optimized"}},
+      {"tier_up", std::string(cache::to_string(c->tier_up))},
+      {"share_profiles_across_tenants", c->share_profiles_across_tenants},
+      {"perf", s.perf_caps},
+      {"sandbox", s.isolation->to_json()}};
 }
 
 // Prometheus text exposition format.
 class MetricsText {
 public:
-  template <class V>
-  void add(const char* name, const char* type, const char* help, V value) {
+  template <class V> void add(const char* name, const char* type, const char* help, V value) {
     head(name, type, help);
     o_ << name << ' ' << value << '\n';
   }
@@ -100,10 +100,10 @@ Expected<json> config(ServiceState& s, const json&, const CallContext& ctx) {
 } // namespace
 
 void add_status_methods(Dispatcher& d, ServiceState& s) {
-  bind(d, "health", s, health);
-  bind(d, "capabilities", s, capabilities);
-  bind(d, "metrics", s, metrics);
-  bind(d, "config", s, config);
+  bind(d, "health", s, health, MethodClass::control);
+  bind(d, "capabilities", s, capabilities, MethodClass::control);
+  bind(d, "metrics", s, metrics, MethodClass::control);
+  bind(d, "config", s, config, MethodClass::control);
 }
 
 } // namespace fdo::daemon::methods

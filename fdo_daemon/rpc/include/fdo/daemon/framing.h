@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -46,6 +47,14 @@ public:
   std::size_t max_line_bytes() const { return max_; }
   std::size_t buffered_bytes() const { return buf_.size(); }
   bool discarding() const { return discarding_; }
+  // A line has begun and its terminator has not arrived yet (bytes buffered,
+  // blanks included, or an oversized line being discarded). The server's read
+  // deadline runs exactly while this holds.
+  bool in_line() const { return !buf_.empty() || discarding_; }
+  // Terminators consumed so far (blank, oversized and finished lines alike):
+  // a change across feed() means the line in progress, if any, began in that
+  // chunk.
+  std::uint64_t lines_ended() const { return lines_ended_; }
 
 private:
   void complete_line(std::string_view tail, std::vector<Frame>& out);
@@ -55,6 +64,7 @@ private:
   std::size_t pending_max_;
   std::string buf_;
   bool discarding_ = false;
+  std::uint64_t lines_ended_ = 0;
 };
 
 } // namespace fdo::daemon

@@ -34,6 +34,15 @@ struct CallContext {
 using Handler =
     std::function<Expected<nlohmann::json>(const nlohmann::json& params, const CallContext&)>;
 
+// Which of the server's thread pools runs a method. Work methods may block for
+// seconds (compiles, executions, the store); control methods answer from
+// counters and configuration without waiting on anything work holds, so the
+// server gives them their own small pool and never counts them against a
+// tenant's in-flight limit: health stays answerable while every work thread is
+// blocked and a tenant at its limit can still ask how the daemon is.
+enum class MethodClass { work, control };
+std::string_view to_string(MethodClass c); // "work", "control"
+
 namespace rpc {
 
 // Standard JSON-RPC 2.0 codes.
@@ -101,9 +110,11 @@ struct ParsedLine {
 // (add() takes a writer lock); dispatch is safe from many threads at once.
 class Dispatcher {
 public:
-  // Registers or replaces `method`.
-  void add(std::string method, Handler handler);
+  // Registers or replaces `method` (a replacement takes the new class too).
+  void add(std::string method, Handler handler, MethodClass method_class = MethodClass::work);
   bool has(std::string_view method) const;
+  // The class `method` was added with; nullopt when there is no such method.
+  std::optional<MethodClass> method_class(std::string_view method) const;
   std::vector<std::string> methods() const; // sorted
 
   // Step 1: validate one line as a JSON-RPC 2.0 request (-32700, -32600,
@@ -119,10 +130,14 @@ public:
   std::optional<std::string> handle_line(std::string_view line, const CallContext& ctx) const;
 
 private:
+  struct Entry {
+    std::shared_ptr<const Handler> handler;
+    MethodClass method_class = MethodClass::work;
+  };
   std::shared_ptr<const Handler> find(std::string_view method) const;
 
   mutable std::shared_mutex mu_;
-  std::unordered_map<std::string, std::shared_ptr<const Handler>> handlers_;
+  std::unordered_map<std::string, Entry> handlers_;
 };
 
 // Typed access to named params for handlers. Errors are Errc::invalid_argument

@@ -1,0 +1,380 @@
+#include "session.h"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+
+namespace fdo::daemon {
+
+namespace {
+
+constexpr std::size_t kReadChunk = 64 * 1024;
+
+// Lines up to this size are parsed on the control pool (microseconds), so a
+// health request is never queued behind blocked work handlers; larger ones
+// take milliseconds and are parsed on the work pool.
+constexpr std::size_t kControlParseMaxBytes = 64 * 1024;
+
+} // namespace
+
+Session::Session(Server::Impl& srv, stream::socket socket, CallContext peer, std::uint64_t id,
+                 TenantLimits::Lease connection)
+    : srv_(srv), socket_(std::move(socket)), deadline_timer_(srv.io), read_timer_(srv.io),
+      write_timer_(srv.io), peer_(peer), id_(id), connection_(std::move(connection)),
+      parser_(srv.limits.max_request_bytes), read_buf_(kReadChunk) {}
+
+std::string Session::who() const {
+  return "connection " + std::to_string(id_) + " (uid " + std::to_string(peer_.uid) + ")";
+}
+
+void Session::on_server_stop() {
+  // Cancelling the socket would also abort a reply being written; with one
+  // in flight, on_written closes the connection once the outbox is empty.
+  if (stage_ == Stage::reading && !writing_) {
+    error_code ignored;
+    socket_.cancel(ignored);
+  }
+}
+
+void Session::next() {
+  for (;;) {
+    if (stage_ == Stage::closed) return;
+    stage_ = Stage::idle;
+    if (srv_.stopping) {
+      close_when_sent(pending_.empty() ? "daemon stopping"
+                                       : "daemon stopping; " + std::to_string(pending_.size()) +
+                                             " queued request(s) not started");
+      pending_.clear();
+      return;
+    }
+    if (unsent_bytes_ > srv_.limits.max_unsent_bytes) {
+      // Backpressure: the client is not taking its replies, so stop taking
+      // its requests; the write deadline decides how long that may last.
+      stage_ = Stage::waiting_for_writes;
+      if (!paused_) {
+        paused_ = true;
+        srv_.stats.reads_paused.fetch_add(1, std::memory_order_relaxed);
+        log::debug(who() + ": " + std::to_string(unsent_bytes_) +
+                   " reply bytes unsent (max_unsent_bytes " +
+                   std::to_string(srv_.limits.max_unsent_bytes) + "); not reading until they are");
+      }
+      return;
+    }
+    paused_ = false;
+    if (!pending_.empty()) {
+      Pending p = std::move(pending_.front());
+      pending_.pop_front();
+      if (p.frame.kind == FrameKind::oversized) {
+        srv_.stats.oversized.fetch_add(1, std::memory_order_relaxed);
+        log::warning(who() + ": request line over max_request_bytes (" +
+                     std::to_string(parser_.max_line_bytes()) + "); discarded");
+        queue_reply(rpc::oversized_response(parser_.max_line_bytes(), p.frame.bytes));
+        continue;
+      }
+      start_parse(std::move(p.frame.line), p.received);
+      return;
+    }
+    if (eof_) {
+      close_when_sent("peer closed the connection");
+      return;
+    }
+    do_read();
+    return;
+  }
+}
+
+void Session::do_read() {
+  stage_ = Stage::reading;
+  parser_.set_max_line_bytes(srv_.limits.max_request_bytes);
+  read_started_ = Clock::now();
+  // A begun line has what is left of read_timeout; otherwise the connection
+  // is idle: nothing runs for it and it owes us nothing.
+  Clock::duration wait = srv_.limits.idle_timeout;
+  if (parser_.in_line())
+    wait = std::max<Clock::duration>(Clock::duration::zero(),
+                                     Clock::duration(srv_.limits.read_timeout) - line_waited_);
+  read_timer_.expires_after(wait);
+  read_timer_.async_wait([self = shared_from_this(), gen = ++read_gen_](const error_code& ec) {
+    self->on_read_timer(gen, ec);
+  });
+  socket_.async_read_some(
+      asio::buffer(read_buf_),
+      [self = shared_from_this()](const error_code& ec, std::size_t n) { self->on_read(ec, n); });
+}
+
+void Session::on_read(const error_code& ec, std::size_t n) {
+  if (stage_ == Stage::closed) return;
+  ++read_gen_; // a timer completion already queued is stale
+  error_code ignored;
+  read_timer_.cancel(ignored);
+  auto now = Clock::now();
+  if (parser_.in_line()) line_waited_ += now - read_started_;
+  if (n > 0) {
+    std::uint64_t ended = parser_.lines_ended();
+    frames_.clear();
+    parser_.feed({read_buf_.data(), n}, frames_);
+    // A line begun in this chunk has not been waited for yet.
+    if (!parser_.in_line() || parser_.lines_ended() != ended) line_waited_ = {};
+    for (Frame& f : frames_)
+      pending_.push_back({std::move(f), now});
+  }
+  if (ec) {
+    if (ec == asio::error::eof) {
+      eof_ = true;
+      if (auto tail = parser_.finish()) pending_.push_back({std::move(*tail), now});
+      line_waited_ = {};
+    } else if (ec == asio::error::operation_aborted) {
+      close_when_sent("daemon stopping");
+      return;
+    } else {
+      close("read: " + ec.message(), log::Level::debug);
+      return;
+    }
+  }
+  next();
+}
+
+void Session::on_read_timer(std::uint64_t gen, const error_code& ec) {
+  if (ec || gen != read_gen_ || stage_ != Stage::reading) return;
+  if (parser_.in_line()) {
+    srv_.stats.read_timeouts.fetch_add(1, std::memory_order_relaxed);
+    std::chrono::milliseconds limit = srv_.limits.read_timeout;
+    // Told in one best-effort line: a client that stalls mid-line is
+    // probably not reading either, and it is not worth a write deadline.
+    if (outbox_.empty())
+      send_now(socket_.native_handle(),
+               rpc::error_response(nullptr, rpc::error_code(Errc::timeout),
+                                   "request line not completed within read_timeout_ms (" +
+                                       ms_text(limit) + "); closing the connection",
+                                   to_string(Errc::timeout),
+                                   {{"limit", "read_timeout_ms"}, {"timeout_ms", limit.count()}}) +
+                   "\n");
+    close("read_timeout_ms (" + ms_text(limit) + ") passed with a request line incomplete (" +
+              std::to_string(parser_.buffered_bytes()) + " bytes buffered)",
+          log::Level::info);
+  } else {
+    srv_.stats.idle_timeouts.fetch_add(1, std::memory_order_relaxed);
+    close("idle for idle_timeout_ms (" + ms_text(srv_.limits.idle_timeout) + ")", log::Level::info);
+  }
+}
+
+void Session::start_parse(std::string line, Clock::time_point received) {
+  stage_ = Stage::parsing;
+  srv_.stats.requests.fetch_add(1, std::memory_order_relaxed);
+  // Parsing a large request takes milliseconds; keep it off the io thread.
+  asio::thread_pool& pool = line.size() <= kControlParseMaxBytes ? srv_.control : srv_.handlers;
+  asio::post(pool, [self = shared_from_this(), line = std::move(line), received]() {
+    ParsedLine parsed;
+    try {
+      parsed = self->srv_.dispatcher.parse(line);
+    } catch (const std::exception& e) {
+      // Only allocation failure gets here; an exception escaping a pool
+      // job would terminate the daemon.
+      parsed.request.reset();
+      parsed.response = rpc::error_response(nullptr, rpc::internal_error,
+                                            std::string("parsing the request failed: ") + e.what(),
+                                            to_string(Errc::internal));
+    }
+    asio::post(self->srv_.io, [self, parsed = std::move(parsed), received]() mutable {
+      self->on_parsed(std::move(parsed), received);
+    });
+  });
+}
+
+void Session::on_parsed(ParsedLine parsed, Clock::time_point received) {
+  if (stage_ == Stage::closed) return;
+  if (!parsed.request) {
+    if (!parsed.response.empty()) queue_reply(std::move(parsed.response));
+    next();
+    return;
+  }
+  start_call(std::move(*parsed.request), received);
+}
+
+void Session::start_call(Request req, Clock::time_point received) {
+  // Clamped so that received + timeout cannot overflow the clock.
+  std::chrono::milliseconds timeout = std::min<std::chrono::milliseconds>(
+      srv_.limits.request_timeout, std::chrono::hours(24 * 365));
+  Clock::time_point deadline = received + timeout;
+  current_id_ = req.response_id();
+  current_method_ = req.method;
+  current_notification_ = req.is_notification();
+  current_timeout_ = timeout;
+  if (Clock::now() >= deadline) {
+    // Queued behind slow requests for longer than the whole budget.
+    timed_out("before it started");
+    return;
+  }
+  // An unknown method is answered at once by invoke(): nothing to protect.
+  MethodClass cls = srv_.dispatcher.method_class(req.method).value_or(MethodClass::control);
+  TenantLimits::Lease slot;
+  if (cls == MethodClass::work) {
+    auto got = srv_.tenants.acquire(peer_.uid, TenantResource::inflight_request);
+    if (!got) {
+      refuse_call(req, got.error());
+      return;
+    }
+    slot = std::move(*got);
+  }
+  stage_ = Stage::calling;
+  std::uint64_t gen = ++call_gen_;
+  ++srv_.running_handlers;
+  srv_.stats.running.fetch_add(1, std::memory_order_relaxed);
+  deadline_timer_.expires_at(deadline);
+  deadline_timer_.async_wait(
+      [self = shared_from_this(), gen](const error_code& ec) { self->on_deadline(gen, ec); });
+  CallContext ctx = peer_;
+  ctx.deadline = deadline;
+  asio::thread_pool& pool = cls == MethodClass::control ? srv_.control : srv_.handlers;
+  asio::post(pool, [self = shared_from_this(), gen, req = std::move(req), ctx,
+                    slot = std::move(slot)]() mutable {
+    std::optional<std::string> response;
+    try {
+      response = self->srv_.dispatcher.invoke(req, ctx);
+    } catch (const std::exception& e) {
+      // invoke() catches handler exceptions; this is allocation failure
+      // while building the response.
+      if (!req.is_notification())
+        response = rpc::error_response(req.response_id(), rpc::internal_error,
+                                       std::string("building the response failed: ") + e.what(),
+                                       to_string(Errc::internal));
+    }
+    // The thread is free again: so is the tenant's slot, even when its client
+    // was sent a timeout long ago.
+    slot.reset();
+    asio::post(self->srv_.io, [self, gen, response = std::move(response)]() mutable {
+      self->on_call_done(gen, std::move(response));
+    });
+  });
+}
+
+void Session::refuse_call(const Request& req, const Error& why) {
+  srv_.stats.requests_refused.fetch_add(1, std::memory_order_relaxed);
+  // debug: a tenant hammering at its limit must not flood the log; the
+  // counter (requests_refused) shows it.
+  log::debug(who() + ": '" + req.method + "' refused: " + why.message());
+  if (!req.is_notification()) {
+    TenantResource r = TenantResource::inflight_request;
+    queue_reply(rpc::error_response(
+        req.response_id(), why,
+        {{"limit", std::string(limit_key(r))}, {"max", srv_.tenants.quota().limit(r)}}));
+  }
+  next();
+}
+
+void Session::on_call_done(std::uint64_t gen, std::optional<std::string> response) {
+  --srv_.running_handlers;
+  srv_.stats.running.fetch_sub(1, std::memory_order_relaxed);
+  if (gen != call_gen_ || stage_ != Stage::calling) {
+    log::info(who() + ": a handler finished after its client was answered (timed out or closed)");
+    srv_.maybe_finish();
+    return;
+  }
+  error_code ignored;
+  deadline_timer_.cancel(ignored);
+  if (response) queue_reply(std::move(*response));
+  next();
+}
+
+void Session::on_deadline(std::uint64_t gen, const error_code& ec) {
+  if (ec == asio::error::operation_aborted || gen != call_gen_ || stage_ != Stage::calling) return;
+  // Any later completion of this call is stale.
+  ++call_gen_;
+  timed_out("while running");
+}
+
+void Session::timed_out(const char* when) {
+  srv_.stats.timed_out.fetch_add(1, std::memory_order_relaxed);
+  log::warning(who() + ": '" + current_method_ + "' id " + id_text(current_id_) +
+               " exceeded request_timeout_ms (" + ms_text(current_timeout_) + ") " + when);
+  if (!current_notification_)
+    queue_reply(rpc::deadline_response(current_id_, current_method_, current_timeout_));
+  next();
+}
+
+void Session::queue_reply(std::string response) {
+  response.push_back('\n');
+  unsent_bytes_ += response.size();
+  outbox_.push_back(std::move(response));
+  if (!writing_) start_write();
+}
+
+void Session::start_write() {
+  writing_ = true;
+  write_timer_.expires_after(srv_.limits.write_timeout);
+  write_timer_.async_wait([self = shared_from_this(), gen = ++write_gen_](const error_code& ec) {
+    self->on_write_timer(gen, ec);
+  });
+  // The front string stays put while it is written: deque::push_back never
+  // moves existing elements.
+  asio::async_write(
+      socket_, asio::buffer(outbox_.front()),
+      [self = shared_from_this()](const error_code& ec, std::size_t) { self->on_written(ec); });
+}
+
+void Session::on_written(const error_code& ec) {
+  if (stage_ == Stage::closed) return;
+  writing_ = false;
+  ++write_gen_;
+  error_code ignored;
+  write_timer_.cancel(ignored);
+  if (ec) {
+    close("write: " + ec.message(), log::Level::debug);
+    return;
+  }
+  unsent_bytes_ -= outbox_.front().size();
+  outbox_.pop_front();
+  if (!outbox_.empty()) start_write();
+  if (stage_ == Stage::waiting_for_writes) {
+    if (close_reason_.empty())
+      next();
+    else if (outbox_.empty())
+      close(close_reason_, log::Level::debug);
+  } else if (stage_ == Stage::reading && srv_.stopping && outbox_.empty()) {
+    // on_server_stop left the read alone while this reply was going out.
+    close("daemon stopping", log::Level::debug);
+  }
+}
+
+void Session::on_write_timer(std::uint64_t gen, const error_code& ec) {
+  if (ec || gen != write_gen_ || !writing_) return;
+  srv_.stats.write_timeouts.fetch_add(1, std::memory_order_relaxed);
+  close("a " + std::to_string(outbox_.front().size()) +
+            "-byte reply was not taken within write_timeout_ms (" +
+            ms_text(srv_.limits.write_timeout) + "); " + std::to_string(outbox_.size()) +
+            " reply(ies), " + std::to_string(unsent_bytes_) + " bytes unsent",
+        log::Level::info);
+}
+
+void Session::close_when_sent(std::string why) {
+  if (outbox_.empty()) {
+    close(why, log::Level::debug);
+    return;
+  }
+  stage_ = Stage::waiting_for_writes;
+  close_reason_ = std::move(why);
+}
+
+void Session::close(const std::string& why, log::Level level) {
+  if (stage_ == Stage::closed) return;
+  stage_ = Stage::closed;
+  log::write(level, who() + " closed: " + why);
+  error_code ignored;
+  socket_.shutdown(stream::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  deadline_timer_.cancel(ignored);
+  read_timer_.cancel(ignored);
+  write_timer_.cancel(ignored);
+  pending_.clear();
+  // A reply being written keeps its buffer until the aborted write completes.
+  if (writing_)
+    outbox_.resize(1);
+  else
+    outbox_.clear();
+  unsent_bytes_ = 0;
+  // Given back here, on the io thread, rather than whenever the last
+  // callback drops the session.
+  connection_.reset();
+  srv_.remove_session(this);
+}
+
+} // namespace fdo::daemon

@@ -1,0 +1,107 @@
+// One connection of the socket server. Private to the library.
+#pragma once
+
+#include "fdo/daemon/framing.h"
+#include "fdo/util/log.h"
+#include "server_impl.h"
+
+#include <deque>
+#include <optional>
+
+namespace fdo::daemon {
+
+// Reads lines and handles them strictly one at a time, in order (parsing and
+// handlers on the pools, deadlines here); replies go out beside that through
+// an outbox, so a pipelining client's next request runs while earlier replies
+// drain, until more than max_unsent_bytes wait (then nothing more is read).
+// Owned by Server::Impl::sessions; callbacks hold a shared_ptr so a session
+// outlives any handler still running for it. Everything but the pool jobs
+// runs on the io thread.
+class Session : public std::enable_shared_from_this<Session> {
+public:
+  Session(Server::Impl& srv, stream::socket socket, CallContext peer, std::uint64_t id,
+          TenantLimits::Lease connection);
+
+  void start() { next(); }
+
+  // The server is stopping: a session waiting for a request closes once its
+  // replies are sent; a busy one closes after sending the reply of the
+  // request it is running (next() checks srv_.stopping).
+  void on_server_stop();
+
+  void abort(const std::string& why) { close(why, log::Level::debug); }
+
+private:
+  // What the request side is doing; the reply side (outbox_) runs beside it.
+  enum class Stage {
+    idle,
+    reading,
+    parsing,
+    calling,
+    waiting_for_writes, // unsent replies over the bound, or closing once they are sent
+    closed
+  };
+
+  struct Pending {
+    Frame frame;
+    Clock::time_point received;
+  };
+
+  void next();
+  void do_read();
+  void on_read(const error_code& ec, std::size_t n);
+  void on_read_timer(std::uint64_t gen, const error_code& ec);
+  void start_parse(std::string line, Clock::time_point received);
+  void on_parsed(ParsedLine parsed, Clock::time_point received);
+  void start_call(Request req, Clock::time_point received);
+  void refuse_call(const Request& req, const Error& why);
+  void on_call_done(std::uint64_t gen, std::optional<std::string> response);
+  void on_deadline(std::uint64_t gen, const error_code& ec);
+  void timed_out(const char* when);
+  void queue_reply(std::string response);
+  void start_write();
+  void on_written(const error_code& ec);
+  void on_write_timer(std::uint64_t gen, const error_code& ec);
+  // Closes now if nothing waits to be sent, else once the outbox is empty.
+  void close_when_sent(std::string why);
+  void close(const std::string& why, log::Level level);
+  std::string who() const; // "connection 7 (uid 1000)"
+
+  Server::Impl& srv_;
+  stream::socket socket_;
+  asio::steady_timer deadline_timer_; // the running request's request_timeout
+  asio::steady_timer read_timer_;     // read_timeout while a line is begun, else idle_timeout
+  asio::steady_timer write_timer_;    // write_timeout of the reply being written
+  CallContext peer_;
+  std::uint64_t id_;
+  TenantLimits::Lease connection_; // this connection's slot in its uid's quota
+
+  FrameParser parser_;
+  std::vector<char> read_buf_;
+  std::vector<Frame> frames_;
+  std::deque<Pending> pending_;
+  Stage stage_ = Stage::idle;
+  bool eof_ = false;
+  bool paused_ = false; // in waiting_for_writes because of max_unsent_bytes
+  std::string close_reason_;
+  // Read deadline bookkeeping: when the current read began, and how long the
+  // line in progress has been waited for in earlier reads.
+  Clock::time_point read_started_{};
+  Clock::duration line_waited_{};
+  std::uint64_t read_gen_ = 0;
+
+  // Replies in order, each with its "\n"; the front one is being written
+  // while writing_. unsent_bytes_ is their total.
+  std::deque<std::string> outbox_;
+  std::size_t unsent_bytes_ = 0;
+  bool writing_ = false;
+  std::uint64_t write_gen_ = 0;
+
+  std::uint64_t call_gen_ = 0;
+  nlohmann::json current_id_;
+  std::string current_method_;
+  bool current_notification_ = false;
+  std::chrono::milliseconds current_timeout_{0};
+};
+
+} // namespace fdo::daemon
