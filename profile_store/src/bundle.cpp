@@ -198,10 +198,13 @@ Expected<json> ProfileStore::export_all(ExportHistory history) const {
   return bundle;
 }
 
-Expected<std::vector<ImportedProfile>> ProfileStore::import_bundle(const json& bundle,
-                                                                   std::int64_t owner,
-                                                                   ImportConflict policy,
-                                                                   ActingOwner acting_owner) {
+Expected<std::vector<ImportedProfile>>
+ProfileStore::import_bundle(const json& bundle, std::int64_t owner, ImportConflict policy,
+                            ActingOwner acting_owner, ImportNewKeys new_keys) {
+  if (new_keys == ImportNewKeys::own_programs && !acting_owner)
+    return make_error(Errc::invalid_argument,
+                      "import: creating only the profile keys of an owner's programs needs the "
+                      "acting owner");
   FDO_TRY(std::vector<Incoming> incoming, parse_bundle(bundle));
   FDO_TRY(auto lock, impl_->lock_writer());
   sqlite::Connection& db = impl_->writer;
@@ -210,11 +213,16 @@ Expected<std::vector<ImportedProfile>> ProfileStore::import_bundle(const json& b
   if (acting_owner) {
     // Every key first, so another tenant's profile fails the import before
     // anything (a conflict naming a local digest, say) is reported about
-    // the bundle's other keys.
+    // the bundle's other keys. A key the caller may not create reads the
+    // same as another tenant's: neither says whether the key exists. Checked
+    // in this transaction, so no key appears or changes hands in between.
     for (const Incoming& in : incoming) {
       FDO_TRY(auto state, impl_->state(db, in.pk));
-      if (state && state->owner != *acting_owner)
-        return detail::no_profile(in.pk).context("import (nothing imported)");
+      bool allowed = state ? state->owner == *acting_owner : true;
+      if (!state && new_keys == ImportNewKeys::own_programs) {
+        FDO_TRY(allowed, detail::owns_program_with_pk(db, *acting_owner, in.pk));
+      }
+      if (!allowed) return detail::no_profile(in.pk).context("import (nothing imported)");
     }
   }
   std::int64_t now = detail::now_ms();

@@ -40,6 +40,9 @@ Expected<std::string> canonical_text(const nlohmann::json& j, std::string_view w
 // unknown key and for another tenant's profile.
 Error no_profile(std::string_view pk);
 std::string describe_profile(std::string_view pk, std::int64_t version);
+// On a borrowed reader or the writer (inside the caller's transaction).
+Expected<bool> owns_program_with_pk(sqlite::Connection& db, std::int64_t owner,
+                                    std::string_view pk);
 
 } // namespace detail
 

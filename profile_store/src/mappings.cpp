@@ -157,7 +157,7 @@ Expected<MappingRemoval> ProfileStore::remove_mappings(std::string_view ik) {
 namespace {
 
 constexpr const char* kProgramColumns =
-    "SELECT ik, name, size, owner, first_seen, last_used FROM programs ";
+    "SELECT ik, name, size, owner, first_seen, last_used, program_hash, pk FROM programs ";
 
 ProgramInfo read_program_row(const Statement& st) {
   ProgramInfo p;
@@ -167,7 +167,17 @@ ProgramInfo read_program_row(const Statement& st) {
   p.owner = st.column_int64(3);
   p.first_seen = st.column_int64(4);
   p.last_used = st.column_int64(5);
+  p.program_hash = st.column_text(6); // NULL reads as empty: not known
+  p.pk = st.column_text(7);
   return p;
+}
+
+// Empty means "not known", which the table spells NULL.
+void bind_optional_text(Statement& st, int index, std::string_view text) {
+  if (text.empty())
+    st.bind_null(index);
+  else
+    st.bind(index, text);
 }
 
 Expected<std::optional<ProgramInfo>> program_row(sqlite::Connection& db, std::string_view ik) {
@@ -186,24 +196,40 @@ Expected<ProgramInfo> ProfileStore::register_program(const ProgramInfo& program)
     return make_error(Errc::invalid_argument, "program " + program.ik +
                                                   ": size must be >= 0 (got " +
                                                   std::to_string(program.size) + ")");
+  if (!program.program_hash.empty())
+    FDO_TRY_STATUS(check_key("program hash", program.program_hash));
+  if (!program.pk.empty()) FDO_TRY_STATUS(check_key("profile key", program.pk));
   FDO_TRY(auto lock, impl_->lock_writer());
   sqlite::Connection& db = impl_->writer;
   FDO_TRY(auto tx, Transaction::begin(db, TxKind::immediate));
   {
     // MAX(): a wall clock that steps back never makes last_used go backwards.
-    FDO_TRY(auto st, db.cached("INSERT INTO programs (ik, name, size, owner, first_seen, "
-                               "last_used) VALUES (?1, ?2, ?3, ?4, ?5, ?5) "
-                               "ON CONFLICT (ik) DO UPDATE SET name = excluded.name, "
-                               "size = excluded.size, "
-                               "last_used = MAX(programs.last_used, excluded.last_used)"));
+    // COALESCE(programs.program_hash, ...): a recorded hash is never replaced;
+    // the check below refuses a different one.
+    FDO_TRY(auto st,
+            db.cached("INSERT INTO programs (ik, name, size, owner, first_seen, "
+                      "last_used, program_hash, pk) VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, ?7) "
+                      "ON CONFLICT (ik) DO UPDATE SET name = excluded.name, "
+                      "size = excluded.size, "
+                      "last_used = MAX(programs.last_used, excluded.last_used), "
+                      "program_hash = COALESCE(programs.program_hash, "
+                      "excluded.program_hash), "
+                      "pk = COALESCE(excluded.pk, programs.pk)"));
     st->bind(1, program.ik).bind(2, program.name).bind(3, program.size).bind(4, program.owner);
     st->bind(5, now_ms());
+    bind_optional_text(*st, 6, program.program_hash);
+    bind_optional_text(*st, 7, program.pk);
     FDO_TRY_STATUS(st->run());
   }
   FDO_TRY(auto stored, program_row(db, program.ik));
-  FDO_TRY_STATUS(tx.commit());
   if (!stored)
     return make_error(Errc::internal, "program " + program.ik + " vanished after registration");
+  // The transaction rolls back on return: nothing of this call is kept.
+  if (!program.program_hash.empty() && stored->program_hash != program.program_hash)
+    return make_error(Errc::conflict,
+                      "program " + program.ik + " is registered with other bytes (program hash " +
+                          stored->program_hash + ", not " + program.program_hash + ")");
+  FDO_TRY_STATUS(tx.commit());
   return std::move(*stored);
 }
 
@@ -245,6 +271,24 @@ Expected<std::vector<ProgramInfo>> ProfileStore::programs(std::optional<std::int
 Expected<bool> ProfileStore::remove_program(std::string_view ik) {
   FDO_TRY_STATUS(check_key("initial key", ik));
   return delete_one(*impl_, "DELETE FROM programs WHERE ik = ?1", ik);
+}
+
+namespace detail {
+
+Expected<bool> owns_program_with_pk(sqlite::Connection& db, std::int64_t owner,
+                                    std::string_view pk) {
+  FDO_TRY(auto st, db.cached("SELECT 1 FROM programs WHERE pk = ?1 AND owner = ?2 LIMIT 1"));
+  st->bind(1, pk).bind(2, owner);
+  return st->step();
+}
+
+} // namespace detail
+
+Expected<bool> ProfileStore::owns_program_with_profile_key(std::int64_t owner,
+                                                           std::string_view pk) const {
+  FDO_TRY_STATUS(check_key("profile key", pk));
+  FDO_TRY(auto lease, impl_->readers.acquire());
+  return detail::owns_program_with_pk(lease.db(), owner, pk);
 }
 
 } // namespace fdo::profile_store

@@ -114,6 +114,19 @@ CREATE TABLE feedback_function_counts (
 ALTER TABLE virtual_keys ADD COLUMN ik TEXT;
 CREATE INDEX virtual_keys_by_ik ON virtual_keys (ik);
 )sql"},
+    // v5
+    {"programs record their program hash and scoped profile key",
+     R"sql(
+-- program_hash lets the daemon refuse a program file that no longer holds
+-- the registered bytes. It needs the bytes, so rows from before v5 keep it
+-- NULL until the daemon verifies their file against their IK and records it.
+ALTER TABLE programs ADD COLUMN program_hash TEXT;
+-- The profile key a program's tenant owns through it. The profile key
+-- mapping already knows it for every program that was ever compiled.
+ALTER TABLE programs ADD COLUMN pk TEXT;
+UPDATE programs SET pk = (SELECT k.pk FROM profile_keys k WHERE k.ik = programs.ik);
+CREATE INDEX programs_by_pk ON programs (pk, owner);
+)sql"},
 };
 
 constexpr int kLatest = static_cast<int>(std::size(kMigrations));

@@ -152,6 +152,62 @@ TEST_CASE("program registry keeps first_seen and owner - bumps last_used",
   CHECK(store.programs()->size() == 1);
 }
 
+TEST_CASE("program rows record their program hash once and their profile key",
+          "[profile_store][programs]") {
+  TempDir dir;
+  auto store = open_store(dir.file("h.db"));
+  ProgramInfo p{key('1'), "prog.ll", 10, 1000, 0, 0};
+  auto unknown = store.register_program(p);
+  REQUIRE(unknown);
+  CHECK(unknown->program_hash.empty()); // a caller that does not know them
+  CHECK(unknown->pk.empty());
+  CHECK_FALSE(*store.owns_program_with_profile_key(1000, key('a')));
+
+  p.program_hash = key('h');
+  p.pk = key('a');
+  auto recorded = store.register_program(p);
+  REQUIRE(recorded);
+  CHECK(recorded->program_hash == key('h'));
+  CHECK(recorded->pk == key('a'));
+  CHECK((*store.program(key('1')))->program_hash == key('h'));
+  CHECK((*store.programs(1000))[0].pk == key('a'));
+  CHECK(*store.owns_program_with_profile_key(1000, key('a')));
+  CHECK_FALSE(*store.owns_program_with_profile_key(2000, key('a')));
+  CHECK_FALSE(*store.owns_program_with_profile_key(1000, key('b')));
+
+  // A registration that does not know them keeps what is recorded.
+  ProgramInfo bare{key('1'), "renamed.ll", 10, 1000, 0, 0};
+  auto kept = store.register_program(bare);
+  REQUIRE(kept);
+  CHECK(kept->name == "renamed.ll");
+  CHECK(kept->program_hash == key('h'));
+  CHECK(kept->pk == key('a'));
+
+  // Other bytes under the same id: refused, nothing changed.
+  ProgramInfo other = p;
+  other.name = "other.ll";
+  other.program_hash = key('x');
+  other.pk = key('b');
+  auto refused = store.register_program(other);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code() == Errc::conflict);
+  auto row = store.program(key('1'));
+  REQUIRE(row);
+  CHECK((*row)->name == "renamed.ll");
+  CHECK((*row)->program_hash == key('h'));
+  CHECK((*row)->pk == key('a'));
+
+  // A new profile key (say, after a canonicalisation change) replaces the old.
+  p.pk = key('c');
+  REQUIRE(store.register_program(p));
+  CHECK(*store.owns_program_with_profile_key(1000, key('c')));
+  CHECK_FALSE(*store.owns_program_with_profile_key(1000, key('a')));
+
+  p.program_hash = std::string(2000, 'h');
+  CHECK(store.register_program(p).error().code() == Errc::invalid_argument);
+  CHECK(store.owns_program_with_profile_key(1000, "").error().code() == Errc::invalid_argument);
+}
+
 TEST_CASE("feedback rows aggregate within and across batches", "[profile_store][feedback]") {
   TempDir dir;
   auto store = open_store(dir.file("f.db"));

@@ -141,6 +141,11 @@ TEST_CASE("migrations upgrade a database from every older schema version",
         } else {
           CHECK((*prog)->name.empty());
         }
+        // v5: the profile key comes from the profile key mapping; the program
+        // hash needs the bytes, so it stays unknown.
+        CHECK((*prog)->pk == kPk);
+        CHECK((*prog)->program_hash.empty());
+        CHECK(*store->owns_program_with_profile_key(1000, kPk));
         // New writes continue the old numbering, through every new table.
         WriteInfo wi;
         wi.source = WriteSource::operator_;
@@ -209,4 +214,55 @@ TEST_CASE("a database with a newer schema version is refused and not touched",
     CHECK(r.error().message().find("newer") != std::string::npos);
     CHECK(read_bytes(path) == before);
   }
+}
+
+TEST_CASE("v4 to v5: programs registered by the v4 code path keep working and learn their hash",
+          "[profile_store][migration]") {
+  REQUIRE(testing::latest_schema_version() >= 5);
+  TempDir dir;
+  const std::string path = dir.file("v4.db");
+  REQUIRE(testing::create_database_at_version(path, 4));
+  const std::string compiled(64, '2'), never_compiled(64, '3'), other_pk(64, 'c');
+  {
+    // What v4's register_program and put_profile_key wrote.
+    auto db = raw(path);
+    for (const std::string& ik : {compiled, never_compiled})
+      exec(db, "INSERT INTO programs (ik, name, size, owner, first_seen, last_used) VALUES ('" +
+                   ik +
+                   "', 'p.ll', 10, 1000, 1700000000000, 1700000000000) "
+                   "ON CONFLICT (ik) DO UPDATE SET name = excluded.name, size = excluded.size, "
+                   "last_used = MAX(programs.last_used, excluded.last_used)");
+    exec(db, "INSERT INTO profile_keys (ik, pk, updated_at) VALUES ('" + compiled + "', '" +
+                 other_pk + "', 1700000000000)");
+  }
+
+  auto store = ProfileStore::open(path);
+  REQUIRE(store);
+  CHECK(*store->schema_version() == 5);
+  auto a = store->program(compiled);
+  auto b = store->program(never_compiled);
+  REQUIRE(a);
+  REQUIRE(b);
+  REQUIRE(a->has_value());
+  REQUIRE(b->has_value());
+  CHECK((*a)->pk == other_pk);
+  CHECK((*a)->program_hash.empty());
+  CHECK((*b)->pk.empty());
+  CHECK((*b)->program_hash.empty());
+  CHECK(*store->owns_program_with_profile_key(1000, other_pk));
+  CHECK_FALSE(*store->owns_program_with_profile_key(2000, other_pk));
+
+  // The daemon verifies an old program's file and records what it learned;
+  // from then on the hash is fixed.
+  ProgramInfo verified = **a;
+  verified.program_hash = std::string(64, 'h');
+  auto recorded = store->register_program(verified);
+  REQUIRE(recorded);
+  CHECK(recorded->program_hash == verified.program_hash);
+  CHECK(recorded->first_seen == 1700000000000);
+  CHECK(recorded->owner == 1000);
+  verified.program_hash = std::string(64, 'x');
+  CHECK(store->register_program(verified).error().code() == Errc::conflict);
+  CHECK((*store->program(compiled))->program_hash == std::string(64, 'h'));
+  CHECK(store->integrity_check());
 }

@@ -4,6 +4,7 @@
 #include "fdo/profile_store/profile_store.h"
 #include "test_util.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 using namespace fdo;
@@ -234,6 +235,81 @@ TEST_CASE("import with an acting tenant fails whole when any key is another tena
   REQUIRE(op);
   CHECK((*dst.current(kAlicePk))->digest == profile_digest(sample_doc(10)));
   CHECK(**dst.owner(kAlicePk) == kAlice);
+}
+
+TEST_CASE("import per tenant creates only the profile keys of the tenant's own programs",
+          "[profile_store][tenant][bundle]") {
+  TempDir dir;
+  auto src = open_store(dir.file("src.db"));
+  REQUIRE(src.write(kAlicePk, 0, sample_doc(10), as(kAlice)));
+  REQUIRE(src.write(kBobPk, 0, sample_doc(20), as(kBob)));
+  REQUIRE(src.write(kUnknownPk, 0, sample_doc(30), as(kBob)));
+  auto bundle = src.export_all();
+  REQUIRE(bundle);
+  auto only = [&](std::vector<std::string> pks) {
+    json b = *bundle;
+    b["profiles"] = json::array();
+    for (const json& e : (*bundle)["profiles"])
+      if (std::find(pks.begin(), pks.end(), e["pk"]) != pks.end()) b["profiles"].push_back(e);
+    REQUIRE(b["profiles"].size() == pks.size());
+    return b;
+  };
+  const auto own = ImportNewKeys::own_programs;
+
+  auto dst = open_store(dir.file("dst.db"));
+  // Alice's program will use kAlicePk; Bob's uses kBobPk. No profile exists yet.
+  ProgramInfo alices{std::string(64, '1'), "a.ll", 1, kAlice, 0, 0};
+  alices.pk = kAlicePk;
+  ProgramInfo bobs{std::string(64, '2'), "b.ll", 1, kBob, 0, 0};
+  bobs.pk = kBobPk;
+  REQUIRE(dst.register_program(alices));
+  REQUIRE(dst.register_program(bobs));
+
+  // Bob cannot pre-create Alice's key, nor a key no program of his uses: the
+  // error is an unknown key's, and nothing is written.
+  for (ImportConflict policy :
+       {ImportConflict::skip, ImportConflict::overwrite, ImportConflict::fail}) {
+    auto squat = dst.import_bundle(only({kAlicePk}), kBob, policy, kBob, own);
+    REQUIRE_FALSE(squat);
+    CHECK(squat.error().code() == Errc::not_found);
+    CHECK(squat.error().message() == "import (nothing imported): no profile " + kAlicePk);
+    auto stray = dst.import_bundle(only({kBobPk, kUnknownPk}), kBob, policy, kBob, own);
+    REQUIRE_FALSE(stray);
+    CHECK(stray.error().code() == Errc::not_found);
+    CHECK(stray.error().message() == "import (nothing imported): no profile " + kUnknownPk);
+  }
+  CHECK(dst.list()->empty());
+  CHECK_FALSE(dst.owner(kAlicePk)->has_value());
+
+  // Each owner creates its own key.
+  auto alice = dst.import_bundle(only({kAlicePk}), kAlice, ImportConflict::fail, kAlice, own);
+  REQUIRE(alice);
+  REQUIRE(alice->size() == 1);
+  CHECK((*alice)[0].action == ImportAction::created);
+  CHECK(**dst.owner(kAlicePk) == kAlice);
+  auto bob = dst.import_bundle(only({kBobPk}), kBob, ImportConflict::fail, kBob, own);
+  REQUIRE(bob);
+  CHECK(**dst.owner(kBobPk) == kBob);
+
+  // Once Alice's key exists, Bob's refusal reads exactly as before it did.
+  auto after = dst.import_bundle(only({kAlicePk}), kBob, ImportConflict::overwrite, kBob, own);
+  REQUIRE_FALSE(after);
+  CHECK(after.error().code() == Errc::not_found);
+  CHECK(after.error().message() == "import (nothing imported): no profile " + kAlicePk);
+
+  // An existing key of Bob's that no program of his uses (written by feedback,
+  // say) is governed by ownership alone.
+  REQUIRE(dst.write(kUnknownPk, 0, sample_doc(1), as(kBob)));
+  auto existing = dst.import_bundle(only({kUnknownPk}), kBob, ImportConflict::overwrite, kBob, own);
+  REQUIRE(existing);
+  CHECK((*existing)[0].action == ImportAction::updated);
+
+  // Without a tenant nothing is checked, and own_programs needs one.
+  auto op = dst.import_bundle(*bundle, 0, ImportConflict::overwrite);
+  REQUIRE(op);
+  auto no_tenant = dst.import_bundle(*bundle, 0, ImportConflict::overwrite, std::nullopt, own);
+  REQUIRE_FALSE(no_tenant);
+  CHECK(no_tenant.error().code() == Errc::invalid_argument);
 }
 
 TEST_CASE("an import whose digest does not match never prints the right digest",

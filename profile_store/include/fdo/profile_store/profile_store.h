@@ -151,6 +151,15 @@ struct ProgramInfo {
   std::int64_t owner = 0;      // uid of the first registrant
   std::int64_t first_seen = 0; // unix ms; set on first registration only
   std::int64_t last_used = 0;  // unix ms; bumped by register_program and touch_program
+  // The identity-free hash of the scoped program bytes (cache::program_hash),
+  // so a daemon can tell the registered bytes from a file put in their place.
+  // Empty: not known (a row from before schema v5 that no daemon has verified
+  // yet). Once recorded it never changes.
+  std::string program_hash = {};
+  // The tenant-scoped profile key of the program: the one key a tenant may
+  // create by importing a profile (import_bundle, ImportNewKeys). Empty: not
+  // known. Updated by each registration that knows it.
+  std::string pk = {};
 };
 
 // One stage's (or several stages') feedback for one profile version.
@@ -213,6 +222,15 @@ inline constexpr EnumNames<ImportAction, 4> kImportActionNames{
       {ImportAction::unchanged, "unchanged"},
       {ImportAction::skipped, "skipped"}}}};
 std::string_view to_string(ImportAction action);
+
+// Which bundled profile keys that do not exist here an import may create.
+enum class ImportNewKeys {
+  any, // operators, tools, a daemon that shares profiles across tenants
+  // Only the profile key of a program registered to the acting owner
+  // (ProgramInfo::pk): profile keys are predictable, so without this a tenant
+  // could create another tenant's future key first and shut its owner out.
+  own_programs,
+};
 
 struct ImportedProfile {
   std::string pk;
@@ -305,14 +323,19 @@ public:
   Expected<MappingRemoval> remove_mappings(std::string_view ik);
 
   // --- program registry ---
-  // Inserts, or updates name/size/last_used of a known ik (first_seen and
-  // owner stay). Returns the stored row.
+  // Inserts, or updates name/size/last_used (and pk, when given) of a known ik
+  // (first_seen and owner stay). A program_hash is recorded once: a known ik
+  // whose recorded hash differs from a given one is Errc::conflict and nothing
+  // changes (an IK is a hash of the bytes, so that is never the same program).
+  // Returns the stored row.
   Expected<ProgramInfo> register_program(const ProgramInfo& program);
   Status touch_program(std::string_view ik); // not_found for an unknown ik
   Expected<std::optional<ProgramInfo>> program(std::string_view ik) const;
   Expected<std::vector<ProgramInfo>>
   programs(std::optional<std::int64_t> owner = std::nullopt) const;
   Expected<bool> remove_program(std::string_view ik);
+  // Whether `owner` has a registered program whose profile key is `pk`.
+  Expected<bool> owns_program_with_profile_key(std::int64_t owner, std::string_view pk) const;
 
   // --- feedback ---
   // One transaction for the whole batch. Rows for the same (pk, version) add
@@ -334,10 +357,15 @@ public:
   // the bundle is informational and not replayed. Pinned in the bundle pins
   // the local profile; a local pin is never cleared. With acting_owner set,
   // any bundled key that exists here with another owner fails the whole
-  // import with not_found, nothing applied.
+  // import with not_found, nothing applied. With new_keys own_programs (which
+  // needs acting_owner), so does any bundled key that does not exist here and
+  // is not the profile key of a program registered to acting_owner: both read
+  // "no profile <pk>", exactly like each other, checked in the import's
+  // transaction before anything is written.
   Expected<std::vector<ImportedProfile>> import_bundle(const nlohmann::json& bundle,
                                                        std::int64_t owner, ImportConflict policy,
-                                                       ActingOwner acting_owner = std::nullopt);
+                                                       ActingOwner acting_owner = std::nullopt,
+                                                       ImportNewKeys new_keys = ImportNewKeys::any);
 
   struct Impl; // public only so the implementation's helpers can name it
 
