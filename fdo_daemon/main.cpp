@@ -6,8 +6,11 @@
 #include "fdo/util/log.h"
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <climits>
+#include <cstring>
 #include <filesystem>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 namespace {
@@ -33,6 +36,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   fdo::log::set_ident("fdod");
+  // Not dumpable: no process of fdod's uid (a job where uids cannot be
+  // switched, for one) may ptrace it or read its memory, environment or fds.
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+    fdo::log::warning(std::string("prctl(PR_SET_DUMPABLE, 0) failed: ") + std::strerror(errno));
   fdo::daemon::ConfigOverrides overrides;
   if (!socket.empty()) overrides.emplace_back("socket", socket);
   if (!state_dir.empty()) overrides.emplace_back("state_dir", state_dir);

@@ -1,31 +1,61 @@
 // fdo-worker: one compile or exec worker process, started by fdod's worker
-// pools (`fdo-worker --role compile|exec --fd N`).
+// pools (`fdo-worker --role compile|exec --fd N`). Its first job binds it to a
+// tenant: it enters that tenant's sandbox (sandbox.h) before touching the
+// tenant's program, and serves only that tenant until the pool retires it.
+#include "fdo/daemon/sandbox.h"
 #include "fdo/daemon/worker_jobs.h"
 #include "fdo/daemon/worker_loop.h"
 #include "fdo/util/log.h"
 
+#include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <string>
 #include <unistd.h>
+
+namespace {
+
+// The pool gives each worker the daemon's log as fd 4 (its own stdout and
+// stderr may capture the programs it runs).
+constexpr int kLogFd = 4;
+
+fdo::daemon::BindHandler binder(const std::string& writable_dir) {
+  return [writable_dir](const nlohmann::json& j) -> fdo::Expected<nlohmann::json> {
+    FDO_TRY(fdo::daemon::SandboxSpec spec, fdo::daemon::sandbox_spec_from_json(j));
+    if (!writable_dir.empty()) {
+      spec.writable.push_back(writable_dir);
+      // Still privileged here: hand the directory to the uid the jobs will run as.
+      if (spec.uid && ::chown(writable_dir.c_str(), *spec.uid, *spec.uid) != 0)
+        return fdo::Error::from_errno("chown " + writable_dir, errno);
+    }
+    FDO_TRY(fdo::daemon::SandboxReport report, fdo::daemon::enter_sandbox(spec));
+    return fdo::daemon::to_json(report);
+  };
+}
+
+} // namespace
 
 int main(int argc, char** argv) {
   std::string role;
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], "--role") == 0) role = argv[i + 1];
+  if (::fcntl(kLogFd, F_GETFD) != -1) fdo::log::set_output_fd(kLogFd);
   fdo::log::set_ident("fdo-worker[" + role + ":" + std::to_string(::getpid()) + "]");
   auto fd = fdo::daemon::worker_fd_from_args(argc, argv);
   if (!fd) {
     fdo::log::error(fd.error().describe());
     return 64;
   }
+  fdo::daemon::WorkerLoopOptions options;
   if (role == "compile") {
     auto jobs = fdo::daemon::CompileJobs::create();
     if (!jobs) {
       fdo::log::error(jobs.error().describe());
       return 1;
     }
+    options.bind = binder((*jobs)->temp_dir());
     return fdo::daemon::run_worker_loop(
-        *fd, [&](const fdo::daemon::Message& req) { return (*jobs)->handle(req); });
+        *fd, [&](const fdo::daemon::Message& req) { return (*jobs)->handle(req); }, options);
   }
   if (role == "exec") {
     auto jobs = fdo::daemon::ExecJobs::create();
@@ -33,8 +63,9 @@ int main(int argc, char** argv) {
       fdo::log::error(jobs.error().describe());
       return 1;
     }
+    options.bind = binder("");
     return fdo::daemon::run_worker_loop(
-        *fd, [&](const fdo::daemon::Message& req) { return (*jobs)->handle(req); });
+        *fd, [&](const fdo::daemon::Message& req) { return (*jobs)->handle(req); }, options);
   }
   fdo::log::error("usage: fdo-worker --role compile|exec --fd N");
   return 64;

@@ -11,8 +11,10 @@ PACKAGES=(
   llvm-16-dev llvm-16-tools clang-16 libclang-rt-16-dev
   # components
   libpfm4-dev libsqlite3-dev libboost-dev nlohmann-json3-dev libcli11-dev libsystemd-dev
+  # the sandbox of client code (seccomp filters; docs/security.md)
+  libseccomp-dev
   # tests
-  catch2 python3 python3-jsonschema sqlite3 systemd util-linux
+  catch2 python3 python3-jsonschema sqlite3 systemd util-linux procps
 )
 
 log() { printf '[setup] %s\n' "$*"; }

@@ -14,6 +14,7 @@ namespace fdo::log {
 namespace {
 struct LoggerState {
   std::atomic<int> min_level{static_cast<int>(Level::info)};
+  std::atomic<int> fd{STDERR_FILENO};
   std::mutex mu;
   std::string ident = "fdo";
   bool journal = std::getenv("JOURNAL_STREAM") != nullptr;
@@ -40,6 +41,10 @@ const char* level_name(Level l) {
   return "?";
 }
 } // namespace
+
+void set_output_fd(int fd) {
+  state().fd = fd;
+}
 
 void set_level(Level min_level) {
   state().min_level = static_cast<int>(min_level);
@@ -93,7 +98,7 @@ void write(Level lvl, std::string_view message) {
   line.append(message);
   line.push_back('\n');
   // One write(2) per line so lines from several processes do not interleave.
-  ssize_t r = ::write(STDERR_FILENO, line.data(), line.size());
+  ssize_t r = ::write(s.fd.load(), line.data(), line.size());
   (void)r;
 }
 

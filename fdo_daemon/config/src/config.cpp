@@ -1,5 +1,6 @@
 #include "fdo/daemon/config.h"
 
+#include "fdo/util/enum_names.h"
 #include "fdo/util/fd.h"
 
 #include <algorithm>
@@ -120,6 +121,12 @@ bool valid_event_name(std::string_view s) {
            c == '-' || c == ':' || c == '.' || c == '=' || c == '/';
   });
 }
+
+constexpr EnumNames<SandboxFilesystem, 4> kSandboxFilesystemNames{
+    {{{SandboxFilesystem::automatic, "auto"},
+      {SandboxFilesystem::landlock, "landlock"},
+      {SandboxFilesystem::mount_namespace, "mount_namespace"},
+      {SandboxFilesystem::none, "none"}}}};
 
 constexpr std::uint64_t kDay = 86'400'000;
 constexpr std::uint64_t kHour = 3'600'000;
@@ -298,6 +305,42 @@ const std::vector<KeyDef>& key_defs() {
       };
       v.push_back(std::move(d));
     }
+    {
+      KeyDef d{"sandbox_filesystem", X,
+               "How client code is kept out of the state dir: auto (Landlock, else a mount "
+               "namespace), landlock, mount_namespace, or none (unsafe).",
+               nullptr, nullptr};
+      d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
+        auto f = kSandboxFilesystemNames.parse(s);
+        if (!f) return kSandboxFilesystemNames.alternatives();
+        c.sandbox_filesystem = *f;
+        return std::nullopt;
+      };
+      d.get = [](const Config& c) { return std::string(to_string(c.sandbox_filesystem)); };
+      v.push_back(std::move(d));
+    }
+    v.push_back(uint_key<std::uint32_t>(
+        "sandbox_uid_base", X,
+        "Where fdod may switch uids (root or CAP_SETUID), jobs run as sandbox_uid_base + 1 + "
+        "(tenant uid mod (sandbox_uid_count - 1)); shared-profile jobs as sandbox_uid_base.",
+        [](Config& c) -> std::uint32_t& { return c.sandbox_uid_base; }, 1, 4000000000u));
+    v.push_back(uint_key<std::uint32_t>(
+        "sandbox_uid_count", X, "Size of the sandbox uid range (see sandbox_uid_base).",
+        [](Config& c) -> std::uint32_t& { return c.sandbox_uid_count; }, 2, 100000000u));
+    v.push_back(uint_key<std::uint64_t>(
+        "job_output_bytes", X,
+        "What a job may print, per stream (stdout, stderr); the rest is dropped and the reply "
+        "says the output was truncated.",
+        [](Config& c) -> std::uint64_t& { return c.job_output_bytes; }, 0, 64u << 20));
+    v.push_back(uint_key<std::uint64_t>(
+        "worker_retire_growth_mb", R,
+        "A worker whose mapped memory grew by more than this since it took its first job is "
+        "replaced after the job (leaks never accumulate across stages).",
+        [](Config& c) -> std::uint64_t& { return c.worker_retire_growth_mb; }, 1, 1u << 20));
+    v.push_back(uint_key<unsigned>(
+        "max_queued_jobs_per_uid", R,
+        "Jobs one uid may have waiting for a worker, per pool; more are refused.",
+        [](Config& c) -> unsigned& { return c.max_queued_jobs_per_uid; }, 1, 1'000'000));
     v.push_back(uint_key<int>(
         "policy.min_stages", R,
         "Stages observed under the current profile version before a rewrite.",
@@ -325,6 +368,41 @@ const std::vector<KeyDef>& key_defs() {
         "L1 i-cache misses per 1000 instructions at or above which the profile switches to size "
         "optimisation (PMU hosts).",
         [](Config& c) -> double& { return c.policy.icache_mpki_size_threshold; }, 0.0, 1000.0));
+    v.push_back(uint_key<unsigned>(
+        "control_threads", X,
+        "Threads running control methods (health, capabilities, metrics, config) apart from the "
+        "handler threads, so they answer while every handler thread is busy.",
+        [](Config& c) -> unsigned& { return c.control_threads; }, 1, 64));
+    v.push_back(uint_key<unsigned>(
+        "max_connections_per_uid", R,
+        "Connections one uid may hold open; one more is sent a resource_exhausted error line and "
+        "closed (0 = no limit).",
+        [](Config& c) -> unsigned& { return c.max_connections_per_uid; }, 0, 1'000'000));
+    v.push_back(uint_key<unsigned>(
+        "max_inflight_per_uid", R,
+        "Work requests one uid may have queued or running across its connections (counted until "
+        "the handler returns); one more gets a resource_exhausted error. Control methods do not "
+        "count (0 = no limit).",
+        [](Config& c) -> unsigned& { return c.max_inflight_per_uid; }, 0, 1'000'000));
+    v.push_back(ms_key(
+        "read_timeout_ms", R,
+        "A request line that has begun must be complete after this much waiting for its bytes, "
+        "else the connection is closed.",
+        [](Config& c) -> milliseconds& { return c.read_timeout; }, 1, kDay));
+    v.push_back(ms_key(
+        "idle_timeout_ms", R,
+        "A connection with no request running and no line begun is closed after this long "
+        "without a byte from the client.",
+        [](Config& c) -> milliseconds& { return c.idle_timeout; }, 1, kDay));
+    v.push_back(ms_key(
+        "write_timeout_ms", R,
+        "A reply the client has not taken in full within this long closes the connection.",
+        [](Config& c) -> milliseconds& { return c.write_timeout; }, 1, kDay));
+    v.push_back(uint_key<std::uint64_t>(
+        "max_unsent_bytes", R,
+        "Reply bytes a connection may have waiting to be sent before its further requests are "
+        "no longer read (0 = one reply at a time).",
+        [](Config& c) -> std::uint64_t& { return c.max_unsent_bytes; }, 0, kGiB));
     return v;
   }();
   return defs;
@@ -432,6 +510,10 @@ Expected<Config> Config::load(const std::string& path, const ConfigOverrides& ov
   auto text = read_file(path, 1u << 20);
   if (!text) return std::move(text).error().context("config file " + path);
   return parse(*text, path, overrides);
+}
+
+std::string_view to_string(SandboxFilesystem f) {
+  return kSandboxFilesystemNames.name(f);
 }
 
 std::string_view to_string(ReloadBehavior r) {

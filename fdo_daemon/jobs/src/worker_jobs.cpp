@@ -1,9 +1,11 @@
 #include "fdo/daemon/worker_jobs.h"
 
+#include "fdo/daemon/worker_loop.h"
 #include "fdo/jit/compiler.h"
 #include "fdo/jit/loader.h"
 #include "fdo/perf/capabilities.h"
 #include "fdo/perf/counters.h"
+#include "fdo/perf/sampler.h"
 #include "fdo/util/log.h"
 
 #include <cstdlib>
@@ -11,6 +13,7 @@
 #include <filesystem>
 #include <list>
 #include <map>
+#include <time.h>
 #include <unistd.h>
 
 namespace fdo::daemon {
@@ -33,6 +36,35 @@ json entries_json(const std::vector<jit::EntryInfo>& entries) {
   for (const auto& e : entries)
     out.push_back({{"name", e.name}, {"returns", e.return_type}, {"params", e.param_types}});
   return out;
+}
+
+// Whether this process can sample itself: a software clock (works without a
+// PMU) sampled over a short busy loop.
+json probe_sampling() {
+  perf::SamplerConfig config;
+  config.events = {"cpu-clock"};
+  config.frequency_hz = 10000;
+  config.branch_stack = perf::BranchStack::off;
+  config.data_pages = 8;
+  auto sampler = perf::Sampler::open(config);
+  if (!sampler)
+    return {{"event", "cpu-clock"}, {"available", false}, {"reason", sampler.error().describe()}};
+  json event = sampler->events().empty() ? json::object() : perf::to_json(sampler->events()[0]);
+  sampler->start();
+  timespec t0{}, t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+  volatile std::uint64_t spin = 0;
+  do {
+    for (int i = 0; i < 100000; ++i)
+      spin = spin + 1;
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  } while ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) < 20'000'000);
+  sampler->stop();
+  perf::SampleSet set = sampler->drain();
+  return {{"event", "cpu-clock"},
+          {"available", !set.samples.empty()},
+          {"samples", set.samples.size()},
+          {"detail", event}};
 }
 
 Expected<std::string> header_string(const json& header, const char* key) {
@@ -166,8 +198,11 @@ Expected<Message> ExecJobs::handle(const Message& request) {
   const json& h = request.header;
   FDO_TRY(std::string op, header_string(h, "op"));
   if (op == "probe") {
+    // Probed inside this (sandboxed) worker: what jobs can measure, not the daemon.
+    std::vector<std::string> events = h.value("events", std::vector<std::string>{});
     Message out;
-    out.header = perf::to_json(perf::probe());
+    out.header = perf::to_json(perf::probe(events));
+    out.header["sampling_in_sandbox"] = probe_sampling();
     return out;
   }
   if (op != "exec")
@@ -253,6 +288,14 @@ Expected<Message> ExecJobs::handle(const Message& request) {
       sizes_json.push_back(sizes[i]);
     }
     out.header["buffer_sizes"] = std::move(sizes_json);
+  }
+  if (process_thread_count() > 1) {
+    // The program left a thread running in its code, perhaps reading its
+    // buffers: unmapping either would crash the worker before it answers.
+    // The loop retires this worker after the reply (worker_loop.h), which
+    // ends the thread; until then both stay as they are.
+    (void)held.fresh.release();
+    (void)new std::vector<std::vector<std::uint64_t>>(std::move(buffers));
   }
   return out;
 }

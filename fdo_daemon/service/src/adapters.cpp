@@ -1,6 +1,7 @@
 #include "adapters.h"
 
 #include "fdo/cache/keys.h"
+#include "fdo/daemon/isolation.h"
 
 namespace fdo::daemon {
 
@@ -93,12 +94,13 @@ std::vector<jit::EntryInfo> entries_from_json(const json& j) {
 
 } // namespace
 
-Expected<ProgramAnalysis> RemoteCompiler::analyze(std::string_view program_bytes) {
+Expected<ProgramAnalysis> RemoteCompiler::analyze(std::string_view program_bytes,
+                                                  const TenantScope& scope) {
   CompileJobLimits l = limits_();
   Message req;
   req.header = {{"op", "analyze"}, {"limits", {{"max_program_bytes", l.max_program_bytes}}}};
   req.payload = std::string(program_bytes);
-  FDO_TRY(Message resp, pool_.run(req, l.job));
+  FDO_TRY(Message resp, pool_.run(req, JobOptions{l.job, sandbox_tenant(scope.str())}, nullptr));
   ProgramAnalysis a;
   a.profile_key = resp.header.value("profile_key", "");
   if (a.profile_key.empty())
@@ -108,7 +110,7 @@ Expected<ProgramAnalysis> RemoteCompiler::analyze(std::string_view program_bytes
 }
 
 Expected<cache::Identification> RemoteCompiler::identify(const cache::Program& program) {
-  FDO_TRY(ProgramAnalysis a, analyze(program.bytes));
+  FDO_TRY(ProgramAnalysis a, analyze(program.bytes, TenantScope::from_string(program.scope)));
   return cache::Identification{TenantScope::from_string(program.scope).profile_key(a.profile_key)};
 }
 
@@ -122,7 +124,7 @@ Expected<cache::CompiledOutput> RemoteCompiler::compile(const cache::Program& pr
                 {"profile", profile.doc ? to_json(*profile.doc) : json(nullptr)},
                 {"limits", {{"max_program_bytes", l.max_program_bytes}}}};
   req.payload = program.bytes;
-  FDO_TRY(Message resp, pool_.run(req, l.job));
+  FDO_TRY(Message resp, pool_.run(req, JobOptions{l.job, sandbox_tenant(program.scope)}, nullptr));
   return cache::CompiledOutput{std::move(resp.payload), resp.header.dump()};
 }
 

@@ -68,12 +68,14 @@ public:
       : identity_(std::move(identity)), pool_(pool), limits_(std::move(limits)) {}
 
   std::string identity() const override { return identity_; }
-  // The profile key is scoped to the program's tenant (tenant.h).
+  // The profile key is scoped to the program's tenant (tenant.h). Every job
+  // runs in a compile worker bound to the program's tenant.
   Expected<cache::Identification> identify(const cache::Program& program) override;
   Expected<cache::CompiledOutput> compile(const cache::Program& program,
                                           const cache::ProfileRef& profile,
                                           CompileMode mode) override;
-  Expected<ProgramAnalysis> analyze(std::string_view program_bytes) override;
+  Expected<ProgramAnalysis> analyze(std::string_view program_bytes,
+                                    const TenantScope& scope) override;
 
 private:
   std::string identity_;

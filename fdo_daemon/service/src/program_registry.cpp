@@ -1,14 +1,12 @@
 #include "fdo/daemon/program_registry.h"
 
 #include "fdo/cache/keys.h"
+#include "fdo/daemon/state_dir.h"
 #include "fdo/util/fd.h"
-
-#include <filesystem>
-#include <system_error>
+#include "fdo/util/log.h"
 
 namespace fdo::daemon {
 
-namespace fs = std::filesystem;
 namespace ps = fdo::profile_store;
 
 namespace {
@@ -17,8 +15,19 @@ namespace {
 // Submitted programs may not start with it in any scope, so no file is ambiguous.
 constexpr std::string_view kScopeMagic = cache::kScopeTag;
 
+// Tenants' code: readable by fdod's user alone, whatever the umask.
+constexpr mode_t kProgramFileMode = 0600;
+
 Error unknown_program(const std::string& ik) {
   return make_error(Errc::not_found, "no program " + ik + " (register it first)");
+}
+
+Error not_the_registered_program(const std::string& path, const std::string& ik,
+                                 std::string_view why) {
+  return make_error(Errc::corrupt, "program file " + path + " does not hold program " + ik + " (" +
+                                       std::string(why) +
+                                       "); refusing to run it. Restore the file, or register "
+                                       "the program again");
 }
 
 } // namespace
@@ -82,17 +91,18 @@ Expected<ProgramRef> ProgramRegistry::add(std::string_view bytes, std::string na
       return known;
     }
   }
-  FDO_TRY(ProgramAnalysis analysis, analyzer_.analyze(bytes));
+  FDO_TRY(ProgramAnalysis analysis, analyzer_.analyze(bytes, scope));
   rec->name = name.empty() ? "program-" + rec->ik.substr(0, 12) : std::move(name);
   rec->pk = scope.profile_key(analysis.profile_key);
   rec->owner = uid;
   rec->entries = std::move(analysis.entries);
-  std::error_code ec;
-  fs::create_directories(dir_, ec);
-  if (ec) return make_error(Errc::io, "create " + dir_ + ": " + ec.message());
-  FDO_TRY_STATUS(write_file_atomic(path_of(rec->ik), encode_file(rec->program)));
-  FDO_TRY_STATUS(index_.add(
-      ps::ProgramInfo{rec->ik, rec->name, static_cast<std::int64_t>(bytes.size()), uid, 0, 0}));
+  FDO_TRY_STATUS(create_private_dirs(dir_));
+  FDO_TRY_STATUS(write_file_atomic(path_of(rec->ik), encode_file(rec->program), Durability::fsync,
+                                   kProgramFileMode));
+  ps::ProgramInfo row{rec->ik, rec->name, static_cast<std::int64_t>(bytes.size()), uid, 0, 0};
+  row.program_hash = cache::program_hash(rec->program.scope, rec->program.bytes);
+  row.pk = rec->pk;
+  FDO_TRY_STATUS(index_.add(row));
   std::lock_guard lk(mu_);
   // A concurrent registration of the same bytes may have won: both wrote the
   // same file and row; every caller gets the first record.
@@ -104,14 +114,35 @@ Expected<ProgramRef> ProgramRegistry::load(const std::string& ik, std::int64_t u
   FDO_TRY(std::optional<ps::ProgramInfo> info, index_.find(ik));
   // Another tenant's program is reported exactly as an unknown one.
   if (!info || !may_access(info->owner, uid, sharing)) return unknown_program(ik);
-  auto file = read_file(path_of(ik));
+  const std::string path = path_of(ik);
+  auto file = read_file(path);
   if (!file)
     return make_error(Errc::not_found, "program " + ik +
                                            " is registered but its IR is missing from the state "
                                            "dir: " +
                                            file.error().message());
-  FDO_TRY(cache::Program program, decode_file(std::move(*file)));
-  FDO_TRY(ProgramAnalysis analysis, analyzer_.analyze(program.bytes));
+  auto decoded = decode_file(std::move(*file));
+  if (!decoded) return not_the_registered_program(path, ik, decoded.error().message());
+  cache::Program program = std::move(*decoded);
+  // The file is only trusted as far as the row vouches for it: anyone who
+  // could write it must not get their bytes run under this program id.
+  std::string hash = cache::program_hash(program.scope, program.bytes);
+  if (!info->program_hash.empty()) {
+    if (hash != info->program_hash)
+      return not_the_registered_program(path, ik,
+                                        "its bytes are not the ones registered under that id");
+  } else if (initial_key_(program) != ik) {
+    // A row from before program hashes were recorded. Its id is itself a hash
+    // of the scoped bytes (and the compiler identity), so a file that still
+    // gives the id holds the registered bytes; anything else cannot be told
+    // from a replaced file.
+    return not_the_registered_program(
+        path, ik,
+        "registered before program hashes were recorded, and its bytes do not give that id "
+        "under this compiler");
+  }
+  FDO_TRY(ProgramAnalysis analysis,
+          analyzer_.analyze(program.bytes, TenantScope::from_string(program.scope)));
   auto rec = std::make_shared<ProgramRecord>();
   rec->ik = ik;
   rec->name = info->name;
@@ -120,6 +151,18 @@ Expected<ProgramRef> ProgramRegistry::load(const std::string& ik, std::int64_t u
   rec->pk = rec->scope().profile_key(analysis.profile_key);
   rec->owner = info->owner;
   rec->entries = std::move(analysis.entries);
+  if (info->program_hash.empty() || info->pk != rec->pk) {
+    ps::ProgramInfo row = *info;
+    row.size = static_cast<std::int64_t>(rec->program.bytes.size());
+    row.program_hash = hash;
+    row.pk = rec->pk;
+    // The bytes were verified above; failing to record that only means the
+    // next load verifies them again, and an import of a profile for this
+    // program's key waits until a registration records it.
+    if (auto st = index_.add(row); !st)
+      log::warning("program " + ik +
+                   ": cannot record its program hash and profile key: " + st.error().describe());
+  }
   std::lock_guard lk(mu_);
   return programs_.emplace(ik, std::move(rec)).first->second;
 }

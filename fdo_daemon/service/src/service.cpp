@@ -1,5 +1,6 @@
 #include "fdo/daemon/service.h"
 
+#include "fdo/daemon/state_dir.h"
 #include "fdo/daemon/worker_pool.h"
 #include "fdo/perf/capabilities.h"
 #include "fdo/util/log.h"
@@ -23,10 +24,6 @@ std::string this_host() {
 }
 
 } // namespace
-
-std::string_view to_string(WorkerRole role) {
-  return role == WorkerRole::compile ? "compile" : "exec";
-}
 
 JobLimits compile_job_limits(const Config& c) {
   JobLimits l;
@@ -71,6 +68,8 @@ void Service::reconfigure(const Config& next) {
   log::set_level(applied.log_level);
   if (auto st = state_->store->set_retention(static_cast<int>(applied.profile_retention)); !st)
     log::error("config: profile_retention: " + st.error().describe());
+  state_->compile_pool->set_max_waiting_per_tenant(applied.max_queued_jobs_per_uid);
+  state_->exec_pool->set_max_waiting_per_tenant(applied.max_queued_jobs_per_uid);
   state_->config.set(std::move(applied));
 }
 
@@ -102,6 +101,10 @@ ServiceBuilder& ServiceBuilder::perf_probe(PerfProbe probe) {
   perf_probe_ = std::move(probe);
   return *this;
 }
+ServiceBuilder& ServiceBuilder::sandbox_probe(SandboxProbe probe) {
+  sandbox_probe_ = std::move(probe);
+  return *this;
+}
 ServiceBuilder& ServiceBuilder::host_name(std::string host) {
   host_ = std::move(host);
   return *this;
@@ -114,38 +117,70 @@ Expected<std::unique_ptr<ps::ProfileStore>> ServiceBuilder::sqlite_store(const C
   return std::make_unique<ps::ProfileStore>(std::move(store));
 }
 
-Expected<std::unique_ptr<JobRunner>> ServiceBuilder::worker_pool(const std::string& worker_path,
-                                                                 WorkerRole role, const Config& c) {
+Expected<std::unique_ptr<JobRunner>>
+ServiceBuilder::worker_pool(const std::string& worker_path, WorkerRole role, const Config& c,
+                            std::shared_ptr<const Isolation> isolation,
+                            std::function<std::shared_ptr<const Config>()> live_config) {
   PoolOptions o;
   o.worker_path = worker_path;
   o.worker_args = {"--role", std::string(to_string(role))};
   o.name = std::string(to_string(role));
   o.size = static_cast<int>(role == WorkerRole::compile ? c.compile_workers : c.exec_workers);
   o.defaults = role == WorkerRole::compile ? compile_job_limits(c) : exec_job_limits(c);
+  o.max_waiting_per_tenant = c.max_queued_jobs_per_uid;
+  o.bind_spec = [role, isolation,
+                 live_config](const std::string& tenant) -> Expected<nlohmann::json> {
+    return isolation->bind_request(role, tenant, *live_config());
+  };
+  if (role == WorkerRole::exec) {
+    o.capture_output_bytes = c.job_output_bytes;
+    o.exit_outcome = ExitOutcome::result;
+  }
   FDO_TRY(std::unique_ptr<WorkerPool> pool, WorkerPool::create(o));
   return std::unique_ptr<JobRunner>(std::move(pool));
 }
 
+namespace {
+
+// What a sandboxed exec worker can measure: the capabilities fdod reports are
+// those of the jobs, not of the daemon.
+nlohmann::json probe_in_worker(const Config& c, JobRunner& exec) {
+  Message req;
+  req.header = {{"op", "probe"}, {"events", c.perf_events}};
+  auto r = exec.run(req, JobOptions{exec_job_limits(c), "", AfterJob::retire}, nullptr);
+  if (r) return std::move(r->header);
+  log::warning("perf probe in a sandboxed exec worker failed (" + r.error().describe() +
+               "); reporting what the daemon itself can count");
+  return perf::to_json(perf::probe());
+}
+
+} // namespace
+
 Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
   const Config& c = config_;
-  std::error_code ec;
-  fs::create_directories(c.state_dir, ec);
-  if (ec) return make_error(Errc::io, "create state dir " + c.state_dir + ": " + ec.message());
+  FDO_TRY_STATUS(
+      prepare_state_dir(c.state_dir, store_ ? StoreLocation::elsewhere : StoreLocation::state_dir));
+  SandboxSupport host = sandbox_probe_ ? sandbox_probe_() : probe_sandbox_support();
+  if (!host.seccomp)
+    return make_error(Errc::unsupported,
+                      "this kernel has no seccomp: fdod cannot run client code safely");
+  FDO_TRY(Isolation isolation, Isolation::choose(c, host));
 
   auto s = std::make_unique<ServiceState>(c);
+  s->isolation = std::make_shared<const Isolation>(std::move(isolation));
   s->host = host_.empty() ? this_host() : host_;
   s->identity = jit::host_identity();
   StoreCreator open_store = store_ ? store_ : StoreCreator(sqlite_store);
   FDO_TRY(s->store, open_store(c));
   std::string path = worker_path_;
   RunnerCreator runners = runners_;
-  if (!runners)
-    runners = [path](WorkerRole role, const Config& cfg) { return worker_pool(path, role, cfg); };
-  FDO_TRY(s->compile_pool, runners(WorkerRole::compile, c));
-  FDO_TRY(s->exec_pool, runners(WorkerRole::exec, c));
-  s->perf_caps = perf_probe_ ? perf_probe_(c) : perf::to_json(perf::probe());
-
+  if (!runners) runners = [path](auto... args) { return worker_pool(path, args...); };
   ServiceState* raw = s.get();
+  auto live_config = [raw] { return raw->config.get(); };
+  FDO_TRY(s->compile_pool, runners(WorkerRole::compile, c, s->isolation, live_config));
+  FDO_TRY(s->exec_pool, runners(WorkerRole::exec, c, s->isolation, live_config));
+  s->perf_caps = perf_probe_ ? perf_probe_(c, *s->exec_pool) : probe_in_worker(c, *s->exec_pool);
+
   s->keys = std::make_unique<StoreKeys>(*s->store);
   s->feedback_store = std::make_unique<StoreFeedback>(*s->store);
   s->program_index = std::make_unique<StorePrograms>(*s->store);
@@ -166,7 +201,7 @@ Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
   s->feedback = std::make_unique<FeedbackLoop>(*s->feedback_store, s->host);
   log::info("service ready: state dir " + c.state_dir + ", compiler " + s->identity.triple + " " +
             s->identity.cpu + ", " + std::to_string(c.compile_workers) + " compile + " +
-            std::to_string(c.exec_workers) + " exec workers");
+            std::to_string(c.exec_workers) + " exec workers; " + s->isolation->describe());
   return std::unique_ptr<Service>(new Service(std::move(s)));
 }
 

@@ -8,6 +8,7 @@
 #include "fdo/cache/orchestrator.h"
 #include "fdo/daemon/config.h"
 #include "fdo/daemon/feedback_loop.h"
+#include "fdo/daemon/isolation.h"
 #include "fdo/daemon/job_runner.h"
 #include "fdo/daemon/program_registry.h"
 #include "fdo/daemon/tenant.h"
@@ -56,6 +57,7 @@ struct ServiceState {
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   jit::CompilerIdentity identity;
   nlohmann::json perf_caps;
+  std::shared_ptr<const Isolation> isolation;
   ServiceCounters counters;
 
   std::unique_ptr<profile_store::ProfileStore> store;

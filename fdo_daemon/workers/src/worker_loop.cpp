@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <charconv>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -165,6 +166,9 @@ Status setup_worker_process() {
   // which RLIMIT_AS counts, so a job that starts a thread would otherwise
   // lose most of a small memory allowance to a reservation it never uses.
   ::mallopt(M_ARENA_MAX, 1);
+  // A program that prints past its capture limit gets EFBIG, not a signal
+  // that would end the worker.
+  ::signal(SIGXFSZ, SIG_IGN);
   rlimit no_core{0, 0};
   if (::setrlimit(RLIMIT_CORE, &no_core) != 0)
     return Error::from_errno("setrlimit(RLIMIT_CORE)", errno);
@@ -242,7 +246,28 @@ struct Request {
   std::uint64_t id = 0;
   JobLimits limits;
   Message job;
+  nlohmann::json bind; // null unless the pool asks this worker to bind
 };
+
+// What the loop adds to a reply besides the job's own result.
+struct ReplyExtras {
+  std::string retire;             // why the pool must replace this worker; empty = reusable
+  nlohmann::json bound = nullptr; // the sandbox report, on the job that bound the worker
+};
+
+// A worker is reusable for its tenant's next job only if the job left nothing
+// running and did not keep memory it cannot account for.
+std::string hygiene_problem(std::uint64_t vm_at_bind, std::uint64_t retire_growth) {
+  if (std::size_t n = process_thread_count(); n > 1)
+    return "the job left " + std::to_string(n - 1) + " thread(s) running";
+  if (retire_growth != 0 && vm_at_bind != 0) {
+    std::uint64_t vm = read_vm_bytes();
+    if (vm > vm_at_bind + retire_growth)
+      return "its mapped memory grew by " + format_bytes(vm - vm_at_bind) +
+             " since it was bound (over " + format_bytes(retire_growth) + ")";
+  }
+  return {};
+}
 
 Expected<Request> parse_request(Message&& frame, std::uint64_t& id_out) {
   const auto& h = frame.header;
@@ -263,34 +288,57 @@ Expected<Request> parse_request(Message&& frame, std::uint64_t& id_out) {
   r.limits = l;
   r.job.header = std::move(*job);
   r.job.payload = std::move(frame.payload);
+  if (auto bind = h.find("bind"); bind != h.end()) r.bind = std::move(*bind);
   return r;
 }
 
 constexpr std::size_t kMaxErrorMessageBytes = 16 * kKiB;
 
-Status send_error(int fd, std::uint64_t id, const Error& error) {
+void add_extras(nlohmann::json& header, const ReplyExtras& extras) {
+  if (!extras.retire.empty()) header["retire"] = extras.retire;
+  if (!extras.bound.is_null()) header["bound"] = extras.bound;
+}
+
+Status send_error(int fd, std::uint64_t id, const Error& error, const ReplyExtras& extras = {}) {
   auto err = error_to_json(error);
   if (error.message().size() > kMaxErrorMessageBytes)
     err["message"] = error.message().substr(0, kMaxErrorMessageBytes) + "... (truncated)";
   nlohmann::json header = {{"id", id}, {"ok", false}, {"error", std::move(err)}};
+  add_extras(header, extras);
   return send_frame(fd, header, {}, Deadline::never());
 }
 
-Status send_result(int fd, std::uint64_t id, Expected<Message> result, const JobLimits& limits) {
-  if (!result) return send_error(fd, id, result.error());
+Status send_result(int fd, std::uint64_t id, Expected<Message> result, const JobLimits& limits,
+                   const ReplyExtras& extras) {
+  if (!result) return send_error(fd, id, result.error(), extras);
   std::string result_header =
       result->header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::uint64_t size = result_header.size() + result->payload.size();
   if (size > limits.max_output_bytes)
-    return send_error(
-        fd, id,
-        make_error(Errc::resource_exhausted,
-                   "job output of " + std::to_string(size) + " bytes exceeds the limit of " +
-                       format_bytes(limits.max_output_bytes) + " (max_output_bytes)"));
-  std::string header = "{\"id\":" + std::to_string(id) + ",\"ok\":true,\"result\":";
+    return send_error(fd, id,
+                      make_error(Errc::resource_exhausted,
+                                 "job output of " + std::to_string(size) +
+                                     " bytes exceeds the limit of " +
+                                     format_bytes(limits.max_output_bytes) + " (max_output_bytes)"),
+                      extras);
+  nlohmann::json envelope = {{"id", id}, {"ok", true}};
+  add_extras(envelope, extras);
+  // The result is spliced in as text: it may be large, and is already serialised.
+  std::string header = envelope.dump();
+  header.pop_back();
+  header += ",\"result\":";
   header += result_header;
   header += '}';
   return send_frame_text(fd, header, result->payload, Deadline::never());
+}
+
+Expected<nlohmann::json> bind_worker(const BindHandler& bind, const nlohmann::json& request) {
+  if (!bind) return make_error(Errc::unsupported, "this worker program cannot enter a sandbox");
+  if (!request.is_object() || !request.contains("spec"))
+    return make_error(Errc::invalid_argument, "bind request without a sandbox spec");
+  auto report = bind(request["spec"]);
+  if (!report) return std::move(report).error().context("enter the sandbox");
+  return report;
 }
 
 int channel_broken(const Error& e) {
@@ -315,6 +363,8 @@ int run_worker_loop(int fd, ContextJobHandler handler, WorkerLoopOptions options
   rlimit orig_as{}, orig_cpu{};
   ::getrlimit(RLIMIT_AS, &orig_as);
   ::getrlimit(RLIMIT_CPU, &orig_cpu);
+  bool bound = false;
+  std::uint64_t vm_at_bind = 0, retire_growth = 0;
 
   nlohmann::json hello = {
       {"hello", {{"protocol", kWorkerProtocolVersion}, {"pid", static_cast<long>(::getpid())}}}};
@@ -332,6 +382,26 @@ int run_worker_loop(int fd, ContextJobHandler handler, WorkerLoopOptions options
       continue;
     }
     JobContext ctx{request->id, request->limits};
+    ReplyExtras extras;
+    if (!request->bind.is_null() && !bound) {
+      auto report = bind_worker(options.bind, request->bind);
+      if (!report) {
+        // Whatever part of the sandbox was applied, this process is no
+        // longer a clean unbound worker.
+        extras.retire = "binding failed";
+        if (auto st = send_error(fd, ctx.id, report.error(), extras); !st)
+          return channel_broken(st.error());
+        continue;
+      }
+      bound = true;
+      extras.bound = std::move(*report);
+      // The sandbox may have lowered the hard limits: per-job limits are
+      // applied under (and restored to) what it left.
+      ::getrlimit(RLIMIT_AS, &orig_as);
+      ::getrlimit(RLIMIT_CPU, &orig_cpu);
+      vm_at_bind = read_vm_bytes();
+      retire_growth = request->bind.value("retire_growth_bytes", std::uint64_t{0});
+    }
     Expected<Message> result = make_error(Errc::internal, "job did not run");
     {
       JobLimitScope scope(orig_as, orig_cpu);
@@ -346,7 +416,11 @@ int run_worker_loop(int fd, ContextJobHandler handler, WorkerLoopOptions options
         g_fatal.job_active = 0;
       }
     } // limits restored here, before the answer is built
-    if (auto st = send_result(fd, ctx.id, std::move(result), ctx.limits); !st)
+    // What the job printed is in the capture files before the reply leaves.
+    std::fflush(stdout);
+    std::fflush(stderr);
+    if (bound) extras.retire = hygiene_problem(vm_at_bind, retire_growth);
+    if (auto st = send_result(fd, ctx.id, std::move(result), ctx.limits, extras); !st)
       return channel_broken(st.error());
   }
 }
@@ -357,6 +431,14 @@ int run_worker_loop(int fd, JobHandler handler, WorkerLoopOptions options) {
         return h(request);
       }),
       options);
+}
+
+std::size_t process_thread_count() {
+  auto text = read_file("/proc/self/status", 64 * 1024);
+  if (!text) return 1;
+  auto pos = text->find("\nThreads:");
+  if (pos == std::string::npos) return 1;
+  return std::strtoull(text->c_str() + pos + 9, nullptr, 10);
 }
 
 Expected<int> worker_fd_from_args(int argc, const char* const* argv) {

@@ -1,7 +1,9 @@
 #include "fdo/daemon/worker_pool.h"
 
+#include "fair_queue.h"
 #include "fdo/util/enum_names.h"
 #include "fdo/util/log.h"
+#include "worker_process.h"
 
 #include <algorithm>
 #include <atomic>
@@ -12,6 +14,8 @@
 #include <deque>
 #include <fcntl.h>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <poll.h>
@@ -21,8 +25,6 @@
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
-
-extern char** environ;
 
 namespace fdo::daemon {
 
@@ -100,6 +102,8 @@ nlohmann::json to_json(const PoolStats& s) {
                         {"pid", static_cast<long>(w.pid)},
                         {"state", std::string(to_string(w.state))},
                         {"jobs", w.jobs},
+                        {"bound", w.bound},
+                        {"tenant", w.tenant},
                         {"consecutive_spawn_failures", w.consecutive_spawn_failures}};
     if (!w.last_spawn_error.empty()) j["last_spawn_error"] = w.last_spawn_error;
     workers.push_back(std::move(j));
@@ -127,208 +131,23 @@ nlohmann::json to_json(const PoolStats& s) {
           {"restarts", s.restarts},
           {"spawn_failures", s.spawn_failures},
           {"idle_deaths", s.idle_deaths},
+          {"retired", s.retired},
+          {"recycled", s.recycled},
+          {"program_exits", s.program_exits},
           {"workers", std::move(workers)}};
 }
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using detail::Child;
+using detail::Clock;
+using detail::describe_exit;
+using detail::ExitInfo;
+using detail::kExitGrace;
 using std::chrono::milliseconds;
 
-// The channel's number inside a worker ("--fd 3").
-constexpr int kWorkerChannelFd = 3;
 // Room for the response envelope and error messages around max_output_bytes.
 constexpr std::uint64_t kEnvelopeSlack = 64 * kKiB;
-// How long a worker whose channel broke gets to finish dying on its own
-// before it is killed (its real exit status is what we want to report).
-constexpr milliseconds kExitGrace{1000};
-
-struct ExitInfo {
-  int status = -1; // wait status; -1 when it could not be collected
-  rusage usage{};
-};
-
-std::string describe_exit(const ExitInfo& e) {
-  if (e.status == -1) return "ended (status unknown: reaped elsewhere; is SIGCHLD ignored?)";
-  if (WIFSIGNALED(e.status)) return "was killed by " + describe_signal(WTERMSIG(e.status));
-  if (WIFEXITED(e.status)) return "exited with status " + std::to_string(WEXITSTATUS(e.status));
-  return "ended with wait status " + std::to_string(e.status);
-}
-
-// One worker process: its pid, a pidfd (when the kernel has them) and our end
-// of the channel. Each worker leads its own process group so that whatever it
-// forked is killed with it. The destructor never leaves a zombie behind.
-class Child {
-public:
-  Child(pid_t pid, Fd pidfd, Fd sock)
-      : pid_(pid), pidfd_(std::move(pidfd)), sock_(std::move(sock)) {}
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-  ~Child() {
-    if (!reaped_) reap();
-  }
-
-  pid_t pid() const { return pid_; }
-  int sock() const { return sock_.get(); }
-  int pidfd() const { return pidfd_.get(); }
-  void close_channel() { sock_.reset(); }
-
-  void signal_group(int sig) const {
-    if (reaped_) return; // an unreaped leader keeps its pid and pgid from being reused
-    ::kill(-pid_, sig);
-    ::kill(pid_, sig); // in case the job moved the worker to another group
-  }
-
-  // True once the worker has exited (it is left unreaped, so its group and
-  // status stay valid); false if it is still running after `timeout`.
-  bool wait_exited(milliseconds timeout) const {
-    if (reaped_) return true;
-    auto deadline = Clock::now() + timeout;
-    for (;;) {
-      siginfo_t si{};
-      int r = ::waitid(P_PID, static_cast<id_t>(pid_), &si, WEXITED | WNOHANG | WNOWAIT);
-      if (r == 0 && si.si_pid == pid_) return true;
-      if (r != 0 && errno == ECHILD) return true;
-      if (r != 0 && errno == EINTR) continue;
-      auto now = Clock::now();
-      if (now >= deadline) return false;
-      auto left = std::chrono::ceil<milliseconds>(deadline - now).count();
-      if (pidfd_.valid()) {
-        pollfd p{pidfd_.get(), POLLIN, 0};
-        ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left, 100)));
-      } else {
-        std::this_thread::sleep_for(std::min(milliseconds(2), milliseconds(left)));
-      }
-    }
-  }
-
-  // Kills whatever is left of the worker's process group and collects the
-  // worker's exit status (its real one if it had already died).
-  ExitInfo reap() {
-    if (reaped_) return exit_;
-    signal_group(SIGKILL);
-    ExitInfo e;
-    int status = 0;
-    pid_t r;
-    do {
-      r = ::wait4(pid_, &status, 0, &e.usage);
-    } while (r < 0 && errno == EINTR);
-    if (r == pid_) e.status = status;
-    reaped_ = true;
-    exit_ = e;
-    return e;
-  }
-
-private:
-  pid_t pid_;
-  Fd pidfd_;
-  Fd sock_;
-  bool reaped_ = false;
-  ExitInfo exit_;
-};
-
-struct FileActions {
-  posix_spawn_file_actions_t fa;
-  FileActions() { ::posix_spawn_file_actions_init(&fa); }
-  ~FileActions() { ::posix_spawn_file_actions_destroy(&fa); }
-  FileActions(const FileActions&) = delete;
-  FileActions& operator=(const FileActions&) = delete;
-};
-
-struct SpawnAttr {
-  posix_spawnattr_t attr;
-  SpawnAttr() { ::posix_spawnattr_init(&attr); }
-  ~SpawnAttr() { ::posix_spawnattr_destroy(&attr); }
-  SpawnAttr(const SpawnAttr&) = delete;
-  SpawnAttr& operator=(const SpawnAttr&) = delete;
-};
-
-Expected<std::unique_ptr<Child>> spawn_worker(const PoolOptions& o) {
-  const std::string who = o.name + " worker " + o.worker_path;
-  FDO_TRY(SocketPair sp, make_socket_pair());
-
-  std::vector<std::string> args;
-  args.push_back(o.worker_path);
-  args.insert(args.end(), o.worker_args.begin(), o.worker_args.end());
-  args.push_back("--fd");
-  args.push_back(std::to_string(kWorkerChannelFd));
-  std::vector<char*> argv;
-  for (auto& a : args)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  const std::string parent_var = std::string(kWorkerParentPidEnv) + "=";
-  std::vector<std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e)
-    if (!std::string_view(*e).starts_with(parent_var)) env.emplace_back(*e);
-  env.push_back(parent_var + std::to_string(::getpid()));
-  std::vector<char*> envp;
-  for (auto& e : env)
-    envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  // The child gets exactly: stdin from /dev/null, our stdout/stderr (the
-  // journal), the channel as fd 3, nothing else. closefrom runs in the child
-  // after the dup2, so no descriptor of the daemon (listening socket,
-  // database, other workers' channels) leaks, CLOEXEC or not.
-  FileActions fa;
-  int rc = ::posix_spawn_file_actions_adddup2(&fa.fa, sp.second.get(), kWorkerChannelFd);
-  if (rc == 0) rc = ::posix_spawn_file_actions_addopen(&fa.fa, 0, "/dev/null", O_RDONLY, 0);
-  for (int fd : {1, 2}) {
-    bool usable = ::fcntl(fd, F_GETFD) != -1 && fd != sp.first.get() && fd != sp.second.get();
-    if (rc == 0 && !usable)
-      rc = ::posix_spawn_file_actions_addopen(&fa.fa, fd, "/dev/null", O_WRONLY, 0);
-  }
-  if (rc == 0) rc = ::posix_spawn_file_actions_addclosefrom_np(&fa.fa, kWorkerChannelFd + 1);
-  if (rc != 0) return Error::from_errno("prepare to start " + who, rc);
-
-  SpawnAttr at;
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  rc = ::posix_spawnattr_setflags(&at.attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                                POSIX_SPAWN_SETSIGDEF);
-  if (rc == 0) rc = ::posix_spawnattr_setpgroup(&at.attr, 0);
-  if (rc == 0) rc = ::posix_spawnattr_setsigmask(&at.attr, &none);
-  if (rc == 0) rc = ::posix_spawnattr_setsigdefault(&at.attr, &all);
-  if (rc != 0) return Error::from_errno("prepare to start " + who, rc);
-
-  pid_t pid = -1;
-  rc = ::posix_spawn(&pid, o.worker_path.c_str(), &fa.fa, &at.attr, argv.data(), envp.data());
-  if (rc != 0) return Error::from_errno("start " + who, rc);
-  sp.second.reset();
-
-  int raw_pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  auto child =
-      std::make_unique<Child>(pid, Fd(raw_pidfd >= 0 ? raw_pidfd : -1), std::move(sp.first));
-  const std::string named = who + " (pid " + std::to_string(pid) + ")";
-
-  auto hello = recv_message(child->sock(), FrameLimits{64 * kKiB, 0, 64 * kKiB},
-                            Deadline::after(o.startup_timeout), child->pidfd());
-  if (!hello) {
-    if (hello.error().code() == Errc::timeout) {
-      child->reap();
-      return make_error(Errc::unavailable, named + " did not complete its handshake within " +
-                                               std::to_string(o.startup_timeout.count()) +
-                                               " ms (killed)");
-    }
-    child->wait_exited(kExitGrace);
-    ExitInfo e = child->reap();
-    return make_error(Errc::unavailable, named + " " + describe_exit(e) +
-                                             " before completing its handshake (" +
-                                             hello.error().message() + ")");
-  }
-  const auto& h = hello->header;
-  bool good = h.is_object() && h.contains("hello") && h["hello"].is_object() &&
-              h["hello"].value("protocol", -1) == kWorkerProtocolVersion;
-  if (!good) {
-    child->reap();
-    return make_error(Errc::unavailable,
-                      named + " sent an unexpected handshake: " +
-                          h.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  }
-  return child;
-}
 
 struct FatalReport {
   int signal = 0;
@@ -350,8 +169,12 @@ public:
   ~Impl() { shutdown(); }
 
   Status start();
-  Expected<Message> run(const Message& request, const JobLimits& limits);
+  Expected<Message> run(const Message& request, const JobOptions& options, JobOutput* output);
   PoolStats stats() const;
+  void set_max_waiting_per_tenant(std::size_t n) {
+    std::lock_guard lk(mu_);
+    max_waiting_per_tenant_ = n;
+  }
 
   const PoolOptions opts;
 
@@ -359,7 +182,15 @@ private:
   struct Slot {
     WorkerState state = WorkerState::dead;
     std::unique_ptr<Child> child;
+    // A process taken out of service (recycled for another tenant): the
+    // supervisor reaps it before starting the slot's next process.
+    std::unique_ptr<Child> retiring;
     std::uint64_t jobs = 0;
+    // The tenant the process is bound to; none until its first job binds it
+    // (the daemon's own jobs have the empty tenant, which is bound too).
+    std::optional<std::string> tenant;
+    // The waiter this slot's next process is started for (a recycle).
+    std::optional<std::uint64_t> reserved_for;
     int consecutive_spawn_failures = 0;
     Clock::time_point next_spawn{};
     std::string last_spawn_error;
@@ -367,13 +198,22 @@ private:
   };
 
   void supervise();
-  Expected<int> acquire();
-  void release(int idx, bool succeeded);
+  Expected<int> acquire(const std::string& tenant);
+  void dispatch_locked();
+  int usable_slot_locked(const std::string& tenant) const;
+  int recyclable_slot_locked(const std::string& tenant) const;
+  void release(int idx, bool succeeded, const std::string& retire);
+  void retire_busy_worker(int idx, const std::string& why);
   void retire_idle_worker(int idx, const std::string& why);
   Expected<Message> finish_job(int idx, std::uint64_t id, Deadline deadline,
-                               const JobLimits& limits);
-  Error fail_worker(int idx, Failure kind, const Error& cause, const JobLimits& limits,
-                    const std::optional<FatalReport>& report);
+                               const JobLimits& limits, const std::function<void()>& collect_output,
+                               const std::string& retire_after);
+  detail::SpawnOptions spawn_options() const {
+    return {opts.name, opts.worker_path, opts.worker_args, opts.startup_timeout,
+            opts.capture_output_bytes};
+  }
+  Expected<Message> fail_worker(int idx, Failure kind, const Error& cause, const JobLimits& limits,
+                                const std::optional<FatalReport>& report);
   Error classify(Failure kind, const Error& cause, const JobLimits& limits,
                  const std::optional<FatalReport>& report, const ExitInfo& ended, pid_t pid,
                  bool killed_by_us, std::uint64_t FailureCounts::*& counter) const;
@@ -386,12 +226,14 @@ private:
   std::condition_variable cv_free_;  // a slot changed state; waiters re-check
   std::condition_variable cv_super_; // the supervisor has work or must stop
   std::vector<Slot> slots_;
-  std::deque<std::uint64_t> waiters_; // FIFO of tickets
-  std::uint64_t next_ticket_ = 0;
+  detail::FairQueue queue_;               // callers waiting for a worker
+  std::map<std::uint64_t, int> assigned_; // ticket -> slot handed to it
+  std::size_t max_waiting_per_tenant_ = 0;
   bool stopping_ = false;        // no new jobs, no new processes
   bool supervisor_exit_ = false; // set only after every worker is reaped
   bool shut_down_ = false;
   std::uint64_t jobs_ = 0, succeeded_ = 0, restarts_ = 0, spawn_failures_ = 0, idle_deaths_ = 0;
+  std::uint64_t retired_ = 0, recycled_ = 0, program_exits_ = 0;
   FailureCounts failures_;
   std::atomic<std::uint64_t> next_job_id_{1};
   std::thread supervisor_;
@@ -400,6 +242,7 @@ private:
 Status WorkerPool::Impl::start() {
   {
     std::lock_guard lk(mu_);
+    max_waiting_per_tenant_ = opts.max_waiting_per_tenant;
     slots_.resize(static_cast<std::size_t>(opts.size));
     for (auto& s : slots_)
       s.next_spawn = Clock::now();
@@ -450,10 +293,14 @@ void WorkerPool::Impl::supervise() {
     }
     int idx = static_cast<int>(due - slots_.data());
     due->state = WorkerState::starting;
+    std::unique_ptr<Child> retiring = std::move(due->retiring);
     lk.unlock();
-    auto child = spawn_worker(opts);
+    if (retiring) retiring->reap();
+    retiring.reset();
+    auto child = detail::spawn_worker(spawn_options());
     lk.lock();
     Slot& s = slots_[static_cast<std::size_t>(idx)];
+    s.tenant.reset();
     if (child) {
       pid_t pid = (*child)->pid();
       if (s.ever_started) {
@@ -477,6 +324,7 @@ void WorkerPool::Impl::supervise() {
         backoff *= 2;
       backoff = std::min(backoff, opts.respawn_backoff_max);
       s.next_spawn = Clock::now() + backoff;
+      s.reserved_for.reset(); // its waiter is served by whichever slot frees first
       int live = count_locked(WorkerState::idle) + count_locked(WorkerState::busy);
       std::string msg = "starting " + opts.name + " worker (slot " + std::to_string(idx) +
                         ") failed " + std::to_string(s.consecutive_spawn_failures) +
@@ -510,24 +358,121 @@ std::string WorkerPool::Impl::last_spawn_error_locked() const {
   return "unknown error";
 }
 
-Expected<int> WorkerPool::Impl::acquire() {
+// A slot `tenant` can use now: idle, not reserved for another waiter, and
+// bound to this tenant (preferred) or to none. -1 if there is none.
+int WorkerPool::Impl::usable_slot_locked(const std::string& tenant) const {
+  int unbound = -1;
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    if (s.state != WorkerState::idle || s.reserved_for) continue;
+    if (!opts.bind_spec || s.tenant == tenant) return static_cast<int>(i);
+    if (!s.tenant && unbound < 0) unbound = static_cast<int>(i);
+  }
+  return unbound;
+}
+
+// An idle worker bound to another tenant, to be replaced by a fresh one for
+// `tenant`: the one of the tenant holding the most idle workers.
+int WorkerPool::Impl::recyclable_slot_locked(const std::string& tenant) const {
+  if (!opts.bind_spec) return -1;
+  std::map<std::string, int> idle_per_tenant;
+  for (const Slot& s : slots_)
+    if (s.state == WorkerState::idle && !s.reserved_for && s.tenant) ++idle_per_tenant[*s.tenant];
+  int best = -1, best_idle = 0;
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    if (s.state != WorkerState::idle || s.reserved_for || !s.tenant || *s.tenant == tenant)
+      continue;
+    if (idle_per_tenant[*s.tenant] > best_idle) {
+      best = static_cast<int>(i);
+      best_idle = idle_per_tenant[*s.tenant];
+    }
+  }
+  return best;
+}
+
+// Hands free workers to waiters, tenants taking turns (fair_queue.h). A
+// waiter whose tenant has no usable worker gets an idle worker of another
+// tenant replaced for it, and waits for that one alone.
+void WorkerPool::Impl::dispatch_locked() {
+  bool changed = false;
+  // Workers started for a particular waiter go to it first.
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (s.state != WorkerState::idle || !s.reserved_for) continue;
+    std::uint64_t ticket = *s.reserved_for;
+    s.reserved_for.reset();
+    s.state = WorkerState::busy;
+    assigned_[ticket] = static_cast<int>(i);
+    changed = true;
+  }
+  for (std::size_t guard = 0; guard <= slots_.size() + queue_.size(); ++guard) {
+    auto next = queue_.next();
+    if (!next) break;
+    if (assigned_.count(next->id)) {
+      queue_.remove(next->id, next->tenant);
+      continue;
+    }
+    bool reserved = std::any_of(slots_.begin(), slots_.end(), [&](const Slot& s) {
+      return s.reserved_for && *s.reserved_for == next->id;
+    });
+    if (reserved) break; // its worker is starting; the next turns wait for it
+    int idx = usable_slot_locked(next->tenant);
+    if (idx >= 0) {
+      slots_[static_cast<std::size_t>(idx)].state = WorkerState::busy;
+      assigned_[next->id] = idx;
+      queue_.remove(next->id, next->tenant);
+      changed = true;
+      continue;
+    }
+    int victim = recyclable_slot_locked(next->tenant);
+    if (victim >= 0) {
+      Slot& v = slots_[static_cast<std::size_t>(victim)];
+      v.retiring = std::move(v.child);
+      v.state = WorkerState::dead;
+      v.next_spawn = Clock::now();
+      v.reserved_for = next->id;
+      v.jobs = 0;
+      ++recycled_;
+      cv_super_.notify_all();
+    }
+    break;
+  }
+  if (changed) cv_free_.notify_all();
+}
+
+Expected<int> WorkerPool::Impl::acquire(const std::string& tenant) {
   std::unique_lock lk(mu_);
   if (stopping_) {
     ++failures_.unavailable;
     return make_error(Errc::unavailable, "the " + opts.name + " pool is shutting down");
   }
-  if (waiters_.size() >= opts.max_waiting) {
+  if (queue_.size() >= opts.max_waiting) {
     ++failures_.queue_full;
     return make_error(Errc::resource_exhausted,
                       "the " + opts.name +
-                          " pool's queue is full: " + std::to_string(waiters_.size()) +
+                          " pool's queue is full: " + std::to_string(queue_.size()) +
                           " callers already waiting for " + std::to_string(opts.size) + " workers");
   }
-  std::uint64_t ticket = next_ticket_++;
-  waiters_.push_back(ticket);
+  if (queue_.waiting(tenant) >= max_waiting_per_tenant_) {
+    ++failures_.queue_full;
+    return make_error(Errc::resource_exhausted,
+                      "too many jobs waiting for a " + opts.name + " worker for this tenant (" +
+                          std::to_string(queue_.waiting(tenant)) + ", limit " +
+                          std::to_string(max_waiting_per_tenant_) +
+                          ": max_queued_jobs_per_uid); retry when earlier ones finish");
+  }
+  const std::uint64_t ticket = queue_.push(tenant);
   auto leave = [&] {
-    waiters_.erase(std::find(waiters_.begin(), waiters_.end(), ticket));
-    cv_free_.notify_all(); // the head of the queue may have changed
+    queue_.remove(ticket, tenant);
+    for (Slot& s : slots_)
+      if (s.reserved_for && *s.reserved_for == ticket) s.reserved_for.reset();
+    if (auto it = assigned_.find(ticket); it != assigned_.end()) {
+      // Handed a worker just as it gave up: give the worker back.
+      slots_[static_cast<std::size_t>(it->second)].state = WorkerState::idle;
+      assigned_.erase(it);
+    }
+    cv_free_.notify_all(); // the turn may have passed to someone else
   };
   auto deadline = Clock::now() + opts.queue_timeout;
   for (;;) {
@@ -536,14 +481,14 @@ Expected<int> WorkerPool::Impl::acquire() {
       ++failures_.unavailable;
       return make_error(Errc::unavailable, "the " + opts.name + " pool is shutting down");
     }
-    if (waiters_.front() == ticket) {
-      for (std::size_t i = 0; i < slots_.size(); ++i) {
-        if (slots_[i].state != WorkerState::idle) continue;
-        slots_[i].state = WorkerState::busy;
-        waiters_.pop_front();
-        if (!waiters_.empty()) cv_free_.notify_all(); // another slot may be idle for the next
-        return static_cast<int>(i);
-      }
+    dispatch_locked();
+    if (auto it = assigned_.find(ticket); it != assigned_.end()) {
+      int idx = it->second;
+      assigned_.erase(it);
+      Slot& s = slots_[static_cast<std::size_t>(idx)];
+      // Bound now, so no other tenant is ever handed this process.
+      if (opts.bind_spec && !s.tenant) s.tenant = tenant;
+      return idx;
     }
     if (no_worker_can_come_locked()) {
       leave();
@@ -554,9 +499,9 @@ Expected<int> WorkerPool::Impl::acquire() {
                             last_spawn_error_locked() + "); retrying in the background");
     }
     if (cv_free_.wait_until(lk, deadline) == std::cv_status::timeout && Clock::now() >= deadline) {
-      // One last look: a slot may have become free exactly now.
-      if (waiters_.front() == ticket && count_locked(WorkerState::idle) > 0) continue;
-      std::size_t waiting = waiters_.size();
+      dispatch_locked(); // one last look: a worker may have become free exactly now
+      if (assigned_.count(ticket)) continue;
+      std::size_t waiting = queue_.size();
       leave();
       ++failures_.queue_timeout;
       return make_error(Errc::timeout, "no " + opts.name + " worker became free within " +
@@ -567,15 +512,44 @@ Expected<int> WorkerPool::Impl::acquire() {
   }
 }
 
-void WorkerPool::Impl::release(int idx, bool succeeded) {
+void WorkerPool::Impl::release(int idx, bool succeeded, const std::string& retire) {
+  {
+    std::lock_guard lk(mu_);
+    Slot& s = slots_[static_cast<std::size_t>(idx)];
+    ++s.jobs;
+    if (succeeded)
+      ++succeeded_;
+    else
+      ++failures_.handler_error;
+    if (retire.empty()) {
+      s.state = WorkerState::idle;
+      cv_free_.notify_all();
+      return;
+    }
+  }
+  retire_busy_worker(idx, retire);
+}
+
+// A worker that answered its job but must not take another (it left a thread
+// or memory behind, or could not bind): killed with all it started, replaced.
+void WorkerPool::Impl::retire_busy_worker(int idx, const std::string& why) {
+  std::unique_ptr<Child> child;
+  {
+    std::lock_guard lk(mu_);
+    child = std::move(slots_[static_cast<std::size_t>(idx)].child);
+  }
+  const pid_t pid = child->pid();
+  child->reap();
+  log::info(opts.name + " worker pid " + std::to_string(pid) + " retired after its job (" + why +
+            "); starting a replacement");
   std::lock_guard lk(mu_);
   Slot& s = slots_[static_cast<std::size_t>(idx)];
-  s.state = WorkerState::idle;
-  ++s.jobs;
-  if (succeeded)
-    ++succeeded_;
-  else
-    ++failures_.handler_error;
+  s.state = WorkerState::dead;
+  s.jobs = 0;
+  s.tenant.reset();
+  s.next_spawn = Clock::now();
+  ++retired_;
+  cv_super_.notify_all();
   cv_free_.notify_all();
 }
 
@@ -590,13 +564,16 @@ void WorkerPool::Impl::retire_idle_worker(int idx, const std::string& why) {
   s.child.reset();
   s.state = WorkerState::dead;
   s.jobs = 0;
+  s.tenant.reset();
   s.next_spawn = Clock::now();
   ++idle_deaths_;
   cv_super_.notify_all();
   cv_free_.notify_all();
 }
 
-Expected<Message> WorkerPool::Impl::run(const Message& request, const JobLimits& limits) {
+Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions& options,
+                                        JobOutput* output) {
+  const JobLimits& limits = options.limits;
   FDO_TRY_STATUS(validate(limits));
   nlohmann::json header = {{"id", 0}, {"limits", to_json(limits)}, {"job", request.header}};
   // A worker may have died between jobs (OOM killer, an operator's kill):
@@ -604,14 +581,25 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobLimits&
   // bounded, so a pool whose workers keep dying still answers.
   int dead_found = 0, send_retries = 0;
   for (;;) {
-    FDO_TRY(int idx, acquire());
+    FDO_TRY(int idx, acquire(options.tenant));
     // The slot is ours alone while it is busy.
-    Child& child = *slots_[static_cast<std::size_t>(idx)].child;
+    Slot& slot = slots_[static_cast<std::size_t>(idx)];
+    Child& child = *slot.child;
     if (dead_found <= 2 * opts.size && child.wait_exited(milliseconds(0))) {
       ++dead_found;
       retire_idle_worker(idx, "found dead before a job");
       continue;
     }
+    header.erase("bind");
+    if (opts.bind_spec && slot.jobs == 0) {
+      auto bind = opts.bind_spec(options.tenant);
+      if (!bind) {
+        release(idx, false, "");
+        return std::move(bind).error().context("sandbox for " + opts.name + " jobs");
+      }
+      header["bind"] = std::move(*bind);
+    }
+    child.reset_output();
     const std::uint64_t id = next_job_id_++;
     header["id"] = id;
     const Deadline deadline = Deadline::after(limits.wall);
@@ -626,16 +614,25 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobLimits&
       std::lock_guard lk(mu_);
       ++jobs_;
     }
+    // What the job printed is read before the slot can change hands.
+    auto collect = [&] {
+      if (output != nullptr && child.captures_output())
+        *output = child.read_output(opts.capture_output_bytes);
+    };
     if (!st) {
+      collect();
       Failure kind = st.error().code() == Errc::timeout ? Failure::wall_timeout : Failure::broken;
       return fail_worker(idx, kind, st.error(), limits, std::nullopt);
     }
-    return finish_job(idx, id, deadline, limits);
+    return finish_job(idx, id, deadline, limits, collect,
+                      options.after == AfterJob::retire ? "a one-off job of the daemon's" : "");
   }
 }
 
 Expected<Message> WorkerPool::Impl::finish_job(int idx, std::uint64_t id, Deadline deadline,
-                                               const JobLimits& limits) {
+                                               const JobLimits& limits,
+                                               const std::function<void()>& collect_output,
+                                               const std::string& retire_after) {
   Child& child = *slots_[static_cast<std::size_t>(idx)].child;
 
   auto saturating_add = [](std::uint64_t a, std::uint64_t b) {
@@ -647,6 +644,7 @@ Expected<Message> WorkerPool::Impl::finish_job(int idx, std::uint64_t id, Deadli
   fl.max_payload_bytes = limits.max_output_bytes;
   fl.max_total_bytes = saturating_add(limits.max_output_bytes, kEnvelopeSlack);
   auto response = recv_message(child.sock(), fl, deadline, child.pidfd());
+  collect_output();
   if (!response) {
     Failure kind = Failure::broken;
     if (response.error().code() == Errc::timeout) kind = Failure::wall_timeout;
@@ -678,28 +676,54 @@ Expected<Message> WorkerPool::Impl::finish_job(int idx, std::uint64_t id, Deadli
   }
   auto okv = h.find("ok");
   if (okv == h.end() || !okv->is_boolean()) return protocol_error("response has no boolean 'ok'");
+  std::string retire = retire_after;
+  if (auto r = h.find("retire"); r != h.end() && r->is_string()) retire = r->get<std::string>();
+  if (auto b = h.find("bound"); b != h.end())
+    log::debug(opts.name + " worker pid " + std::to_string(child.pid()) + " bound: " + b->dump());
   if (okv->get<bool>()) {
     auto result = h.find("result");
     if (result == h.end()) return protocol_error("successful response has no 'result'");
     Message out{std::move(*result), std::move(response->payload)};
-    release(idx, /*succeeded=*/true);
+    release(idx, /*succeeded=*/true, retire);
     return out;
   }
   auto err = h.find("error");
   if (err == h.end()) return protocol_error("failed response has no 'error'");
   Error e = error_from_json(*err);
-  release(idx, /*succeeded=*/false);
+  release(idx, /*succeeded=*/false, retire);
   return e;
 }
 
-Error WorkerPool::Impl::fail_worker(int idx, Failure kind, const Error& cause,
-                                    const JobLimits& limits,
-                                    const std::optional<FatalReport>& report) {
+Expected<Message> WorkerPool::Impl::fail_worker(int idx, Failure kind, const Error& cause,
+                                                const JobLimits& limits,
+                                                const std::optional<FatalReport>& report) {
   Child& child = *slots_[static_cast<std::size_t>(idx)].child;
   const pid_t pid = child.pid();
   bool killed_by_us = true;
   if (kind == Failure::broken) killed_by_us = !child.wait_exited(kExitGrace);
   ExitInfo ended = child.reap();
+
+  // A program that calls exit(n) ends the worker: for an exec pool that is
+  // how the job ended, not a failure.
+  if (opts.exit_outcome == ExitOutcome::result && kind == Failure::broken && !killed_by_us &&
+      !report && ended.status != -1 && WIFEXITED(ended.status)) {
+    const int code = WEXITSTATUS(ended.status);
+    log::info(opts.name + " worker pid " + std::to_string(pid) +
+              ": the program exited with status " + std::to_string(code) +
+              "; starting a replacement");
+    std::lock_guard lk(mu_);
+    Slot& s = slots_[static_cast<std::size_t>(idx)];
+    s.child.reset();
+    s.state = WorkerState::dead;
+    s.jobs = 0;
+    s.tenant.reset();
+    s.next_spawn = Clock::now();
+    ++program_exits_;
+    ++failures_.exited;
+    cv_super_.notify_all();
+    cv_free_.notify_all();
+    return Message{{{"exited", {{"status", code}}}}, {}};
+  }
 
   std::uint64_t FailureCounts::*counter = &FailureCounts::crashed;
   Error err = classify(kind, cause, limits, report, ended, pid, killed_by_us, counter);
@@ -710,6 +734,7 @@ Error WorkerPool::Impl::fail_worker(int idx, Failure kind, const Error& cause,
     s.child.reset();
     s.state = WorkerState::dead;
     s.jobs = 0;
+    s.tenant.reset();
     s.next_spawn = Clock::now();
     ++(failures_.*counter);
     // Notified under the lock: once it is released the destructor may run.
@@ -803,13 +828,16 @@ PoolStats WorkerPool::Impl::stats() const {
   s.name = opts.name;
   s.size = opts.size;
   s.live = count_locked(WorkerState::idle) + count_locked(WorkerState::busy);
-  s.waiting = waiters_.size();
+  s.waiting = queue_.size();
   s.jobs = jobs_;
   s.succeeded = succeeded_;
   s.failures = failures_;
   s.restarts = restarts_;
   s.spawn_failures = spawn_failures_;
   s.idle_deaths = idle_deaths_;
+  s.retired = retired_;
+  s.recycled = recycled_;
+  s.program_exits = program_exits_;
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     const Slot& slot = slots_[i];
     WorkerInfo w;
@@ -817,6 +845,8 @@ PoolStats WorkerPool::Impl::stats() const {
     w.pid = slot.child ? slot.child->pid() : 0;
     w.state = slot.state;
     w.jobs = slot.jobs;
+    w.bound = slot.tenant.has_value();
+    w.tenant = slot.tenant.value_or("");
     w.consecutive_spawn_failures = slot.consecutive_spawn_failures;
     w.last_spawn_error = slot.last_spawn_error;
     s.workers.push_back(std::move(w));
@@ -841,7 +871,7 @@ void WorkerPool::Impl::shutdown() {
     // progress by startup_timeout; waiters leave on stopping_.
     cv_free_.wait(lk, [&] {
       return count_locked(WorkerState::busy) == 0 && count_locked(WorkerState::starting) == 0 &&
-             waiters_.empty();
+             queue_.size() == 0;
     });
     for (auto& s : slots_) {
       if (s.child) children.push_back(std::move(s.child));
@@ -902,12 +932,21 @@ Expected<std::unique_ptr<WorkerPool>> WorkerPool::create(PoolOptions options) {
   return std::unique_ptr<WorkerPool>(new WorkerPool(std::move(impl)));
 }
 
+Expected<Message> WorkerPool::run(const Message& request, const JobOptions& options,
+                                  JobOutput* output) {
+  return impl_->run(request, options, output);
+}
+
 Expected<Message> WorkerPool::run(const Message& request, const JobLimits& limits) {
-  return impl_->run(request, limits);
+  return impl_->run(request, JobOptions{limits, {}}, nullptr);
 }
 
 Expected<Message> WorkerPool::run(const Message& request) {
-  return impl_->run(request, impl_->opts.defaults);
+  return impl_->run(request, JobOptions{impl_->opts.defaults, {}}, nullptr);
+}
+
+void WorkerPool::set_max_waiting_per_tenant(std::size_t n) {
+  impl_->set_max_waiting_per_tenant(n);
 }
 
 PoolStats WorkerPool::stats() const {

@@ -243,3 +243,43 @@ TEST_CASE("config: docs/fdod-config.md documents every key with its default", "[
                  Catch::Contains(k.reload == ReloadBehavior::runtime ? "| yes |" : "| restart |"));
   }
 }
+
+TEST_CASE("config: connection and tenant keys - defaults - reload classes", "[config]") {
+  Config c = Config::defaults();
+  REQUIRE(c.control_threads == 2);
+  REQUIRE(c.max_connections_per_uid == 64);
+  REQUIRE(c.max_inflight_per_uid == 16);
+  REQUIRE(c.read_timeout == milliseconds(30000));
+  REQUIRE(c.idle_timeout == milliseconds(600000));
+  REQUIRE(c.write_timeout == milliseconds(30000));
+  REQUIRE(c.max_unsent_bytes == 4194304);
+
+  auto parsed = Config::parse("control_threads = 3\nmax_connections_per_uid = 5\n"
+                              "max_inflight_per_uid = 0\nread_timeout_ms = 250\n"
+                              "idle_timeout_ms = 1000\nwrite_timeout_ms = 750\n"
+                              "max_unsent_bytes = 0\n",
+                              "test");
+  REQUIRE(parsed.has_value());
+  REQUIRE(parsed->control_threads == 3);
+  REQUIRE(parsed->max_connections_per_uid == 5);
+  REQUIRE(parsed->max_inflight_per_uid == 0);
+  REQUIRE(parsed->read_timeout == milliseconds(250));
+  REQUIRE(parsed->idle_timeout == milliseconds(1000));
+  REQUIRE(parsed->write_timeout == milliseconds(750));
+  REQUIRE(parsed->max_unsent_bytes == 0);
+
+  REQUIRE_FALSE(Config::parse("control_threads = 0\n", "test").has_value());
+  REQUIRE_FALSE(Config::parse("read_timeout_ms = 0\n", "test").has_value());
+  REQUIRE_FALSE(Config::parse("write_timeout_ms = soon\n", "test").has_value());
+
+  // The limits and deadlines change on SIGHUP; the control pool's size does not.
+  Config next = *parsed;
+  Config merged = with_runtime_keys(Config::defaults(), next);
+  REQUIRE(merged.control_threads == 2);
+  REQUIRE(merged.max_connections_per_uid == 5);
+  REQUIRE(merged.max_inflight_per_uid == 0);
+  REQUIRE(merged.read_timeout == milliseconds(250));
+  REQUIRE(merged.idle_timeout == milliseconds(1000));
+  REQUIRE(merged.write_timeout == milliseconds(750));
+  REQUIRE(merged.max_unsent_bytes == 0);
+}

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "fdo/daemon/feedback_loop.h"
+#include "fdo/daemon/isolation.h"
 #include "fdo/daemon/job_runner.h"
 #include "fdo/daemon/program_registry.h"
 #include "fdo/util/hash.h"
@@ -24,8 +25,12 @@ namespace ps = fdo::profile_store;
 // starting with "bad" fail like unparsable IR.
 class FakeAnalyzer final : public ProgramAnalyzer {
 public:
-  Expected<ProgramAnalysis> analyze(std::string_view bytes) override {
+  Expected<ProgramAnalysis> analyze(std::string_view bytes, const TenantScope& scope) override {
     ++calls;
+    {
+      std::lock_guard lk(mu);
+      scopes.push_back(scope.str());
+    }
     if (bytes.starts_with("bad")) return make_error(Errc::parse, "expected top-level entity");
     ProgramAnalysis a;
     a.profile_key = blake3_hex(bytes);
@@ -33,14 +38,28 @@ public:
     return a;
   }
   std::atomic<int> calls{0};
+  std::mutex mu;
+  std::vector<std::string> scopes; // the tenant scope of each analysis
 };
 
+// The store's program table: add() inserts or updates like register_program
+// (a recorded program hash never changes; a different one is a conflict).
 class FakeIndex final : public ProgramIndex {
 public:
   Status add(const ps::ProgramInfo& info) override {
     std::lock_guard lk(mu);
+    ++adds;
     if (fail_adds) return make_error(Errc::io, "disk full");
-    rows.emplace(info.ik, info);
+    auto [it, inserted] = rows.emplace(info.ik, info);
+    if (inserted) return ok();
+    ps::ProgramInfo& row = it->second;
+    if (!info.program_hash.empty() && !row.program_hash.empty() &&
+        row.program_hash != info.program_hash)
+      return make_error(Errc::conflict, "program registered with other bytes");
+    row.name = info.name;
+    row.size = info.size;
+    if (row.program_hash.empty()) row.program_hash = info.program_hash;
+    if (!info.pk.empty()) row.pk = info.pk;
     return ok();
   }
   Expected<std::optional<ps::ProgramInfo>> find(std::string_view ik) override {
@@ -57,6 +76,7 @@ public:
   std::mutex mu;
   std::map<std::string, ps::ProgramInfo> rows;
   bool fail_adds = false;
+  int adds = 0;
   int touches = 0;
 };
 
@@ -166,18 +186,38 @@ public:
   bool write_held = false;
 };
 
+// A host that offers every sandbox layer (the service's choices are then the
+// same wherever the tests run; the sandbox itself is tested in
+// tests/fdo_daemon/sandbox).
+inline SandboxSupport test_host() {
+  SandboxSupport s;
+  s.landlock_abi = 3;
+  s.can_switch_uid = true;
+  s.mount_namespace = true;
+  s.seccomp = true;
+  return s;
+}
+
 // A job runner answering with a function of the request.
 class FakeRunner final : public JobRunner {
 public:
   using Fn = std::function<Expected<Message>(const Message&)>;
   explicit FakeRunner(std::string name, Fn fn) : name_(std::move(name)), fn_(std::move(fn)) {}
-  Expected<Message> run(const Message& request, const JobLimits& limits) override {
+  Expected<Message> run(const Message& request, const JobOptions& options,
+                        JobOutput* output) override {
     {
       std::lock_guard lk(mu_);
       ++jobs_;
-      last_limits_ = limits;
+      last_limits_ = options.limits;
+      tenants_.push_back(options.tenant);
     }
+    if (output != nullptr) *output = JobOutput{};
     return fn_(request);
+  }
+  void set_max_waiting_per_tenant(std::size_t) override {}
+  std::vector<std::string> tenants() const {
+    std::lock_guard lk(mu_);
+    return tenants_;
   }
   PoolStats stats() const override {
     std::lock_guard lk(mu_);
@@ -199,6 +239,7 @@ private:
   mutable std::mutex mu_;
   std::uint64_t jobs_ = 0;
   JobLimits last_limits_;
+  std::vector<std::string> tenants_;
 };
 
 } // namespace fdo::daemon::testing

@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <sys/stat.h>
 #include <thread>
 
 using namespace fdo;
@@ -102,6 +103,8 @@ TEST_CASE("registry: tenants are isolated - another tenant's program is not foun
   REQUIRE(theirs);
   CHECK((*mine)->ik != (*theirs)->ik);
   CHECK((*mine)->pk != (*theirs)->pk);
+  // Each tenant's IR was parsed for that tenant (in a worker bound to it).
+  CHECK(f.analyzer.scopes == std::vector<std::string>{"uid:1000", "uid:1001"});
 
   auto denied = f.registry->find((*mine)->ik, 1001, ProfileSharing::per_tenant);
   REQUIRE_FALSE(denied);
@@ -179,4 +182,139 @@ TEST_CASE("registry: concurrent registrations of one program give one record",
     CHECK(g.get() == got[0].get());
   }
   CHECK(f.registry->loaded() == 1);
+}
+
+namespace {
+
+std::string prog_path(const Fixture& f, const ProgramRef& rec) {
+  return f.dir.file("programs/" + rec->ik + ".prog");
+}
+
+mode_t mode_of(const std::string& path) {
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  return st.st_mode & 07777;
+}
+
+// Sets the process umask for one test and restores it.
+class Umask {
+public:
+  explicit Umask(mode_t mask) : old_(::umask(mask)) {}
+  ~Umask() { ::umask(old_); }
+  Umask(const Umask&) = delete;
+  Umask& operator=(const Umask&) = delete;
+
+private:
+  mode_t old_;
+};
+
+} // namespace
+
+TEST_CASE("registry: the row records the program hash and the scoped profile key",
+          "[service][registry]") {
+  Fixture f;
+  auto a = f.registry->add("program H", "h", 7, f.scope(7), kMax);
+  REQUIRE(a);
+  const ps::ProgramInfo& row = f.index.rows.at((*a)->ik);
+  CHECK(row.program_hash == cache::program_hash("uid:7", "program H"));
+  CHECK(row.program_hash != cache::program_hash("", "program H"));
+  CHECK(row.pk == (*a)->pk);
+}
+
+TEST_CASE("registry: a .prog file replaced by another tenant is refused after a restart",
+          "[service][registry]") {
+  Fixture f;
+  auto victim = f.registry->add("victim IR", "v", 1000, f.scope(1000), kMax);
+  auto attacker = f.registry->add("attacker IR", "x", 1001, f.scope(1001), kMax);
+  REQUIRE(victim);
+  REQUIRE(attacker);
+  const std::string path = prog_path(f, *victim);
+  const std::string ik = (*victim)->ik;
+
+  SECTION("the other tenant's file as it is") {
+    std::filesystem::copy_file(prog_path(f, *attacker), path,
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  SECTION("other bytes under the victim's own scope") {
+    REQUIRE(write_file_atomic(path, ProgramRegistry::encode_file({"", "uid:1000", "attacker IR"})));
+  }
+  SECTION("the victim's bytes without their scope") {
+    REQUIRE(write_file_atomic(path, ProgramRegistry::encode_file({"", "", "victim IR"})));
+  }
+  SECTION("a broken scope header") {
+    REQUIRE(write_file_atomic(path, std::string("FDO-SCOPE\0uid:1000", 18)));
+  }
+
+  auto restarted = f.make();
+  int analysed = f.analyzer.calls;
+  auto back = restarted->find(ik, 1000, ProfileSharing::per_tenant);
+  REQUIRE_FALSE(back);
+  CHECK(back.error().code() == Errc::corrupt);
+  CHECK_THAT(back.error().message(), Catch::Contains(path) &&
+                                         Catch::Contains("refusing to run it") &&
+                                         Catch::Contains("register the program again"));
+  CHECK(f.analyzer.calls == analysed); // never handed to a worker
+  CHECK(restarted->loaded() == 0);
+  // Another tenant still learns nothing: not_found, as for an unknown id.
+  auto other = restarted->find(ik, 1001, ProfileSharing::per_tenant);
+  REQUIRE_FALSE(other);
+  CHECK(other.error().code() == Errc::not_found);
+
+  // The owner registering the program again writes the file anew.
+  REQUIRE(restarted->add("victim IR", "v", 1000, f.scope(1000), kMax));
+  auto again = f.make()->find(ik, 1000, ProfileSharing::per_tenant);
+  REQUIRE(again);
+  CHECK((*again)->program.bytes == "victim IR");
+}
+
+TEST_CASE("registry: a row from before program hashes is verified against its id",
+          "[service][registry]") {
+  Fixture f;
+  auto a = f.registry->add("old program", "old", 7, f.scope(7), kMax);
+  REQUIRE(a);
+  const std::string ik = (*a)->ik, pk = (*a)->pk;
+  auto forget_hash = [&] {
+    ps::ProgramInfo& row = f.index.rows.at(ik);
+    row.program_hash.clear();
+    row.pk.clear();
+  };
+
+  SECTION("an intact file is accepted and its hash and profile key recorded") {
+    forget_hash();
+    auto back = f.make()->find(ik, 7, ProfileSharing::per_tenant);
+    REQUIRE(back);
+    CHECK((*back)->pk == pk);
+    const ps::ProgramInfo& row = f.index.rows.at(ik);
+    CHECK(row.program_hash == cache::program_hash("uid:7", "old program"));
+    CHECK(row.pk == pk);
+    CHECK(row.owner == 7);
+    CHECK(row.name == "old");
+  }
+  SECTION("a replaced file is refused and nothing is recorded") {
+    forget_hash();
+    REQUIRE(write_file_atomic(prog_path(f, *a),
+                              ProgramRegistry::encode_file({"", "uid:7", "new program"})));
+    auto back = f.make()->find(ik, 7, ProfileSharing::per_tenant);
+    REQUIRE_FALSE(back);
+    CHECK(back.error().code() == Errc::corrupt);
+    CHECK_THAT(back.error().message(),
+               Catch::Contains(prog_path(f, *a)) &&
+                   Catch::Contains("registered before program hashes were recorded"));
+    CHECK(f.index.rows.at(ik).program_hash.empty());
+  }
+  SECTION("a verified row is not written again on the next load") {
+    int adds = f.index.adds;
+    REQUIRE(f.make()->find(ik, 7, ProfileSharing::per_tenant));
+    CHECK(f.index.adds == adds);
+  }
+}
+
+TEST_CASE("registry: programs/ is 0700 and .prog files 0600 under umask 022",
+          "[service][registry]") {
+  Umask mask(022);
+  Fixture f;
+  auto a = f.registry->add("private IR", "p", 7, f.scope(7), kMax);
+  REQUIRE(a);
+  CHECK(mode_of(f.dir.file("programs")) == 0700);
+  CHECK(mode_of(prog_path(f, *a)) == 0600);
 }

@@ -64,8 +64,8 @@ struct Harness {
   explicit Harness(Config c = base_config()) {
     c.state_dir = dir.str();
     auto s = ServiceBuilder(c)
-                 .runners([this](WorkerRole role,
-                                 const Config&) -> Expected<std::unique_ptr<JobRunner>> {
+                 .runners([this](WorkerRole role, const Config&,
+                                 auto&&...) -> Expected<std::unique_ptr<JobRunner>> {
                    auto r = std::make_unique<FakeRunner>(std::string(to_string(role)),
                                                          role == WorkerRole::compile
                                                              ? FakeRunner::Fn(fake_compile)
@@ -73,9 +73,10 @@ struct Harness {
                    (role == WorkerRole::compile ? compile : exec) = r.get();
                    return std::unique_ptr<JobRunner>(std::move(r));
                  })
-                 .perf_probe([](const Config&) {
+                 .perf_probe([](const Config&, JobRunner&) {
                    return json{{"pmu", false}};
                  })
+                 .sandbox_probe([] { return testing::test_host(); })
                  .host_name("test-host")
                  .create();
     REQUIRE(s);

@@ -3,7 +3,12 @@
 // failure path of WorkerPool can be exercised against a real process.
 //
 // Job header: {"op": "<name>", ...}. Ops: echo, fail, throw, segv, abort, fpe,
-// trap, loop, alloc, exit, big_output, sleep_ms, fds, limits, lie, garbage, fork.
+// trap, loop, alloc, exit, big_output, sleep_ms, fds, limits, lie, garbage, fork,
+// whoami, print, leave_thread, leak.
+//
+// Binding (a pool with a bind_spec) only records the tenant it was given (the
+// real sandbox is tested in tests/fdo_daemon/sandbox); a spec for tenant
+// "refuse" fails, as a sandbox the host cannot provide would.
 #include "fdo/daemon/worker_loop.h"
 #include "fdo/util/log.h"
 
@@ -11,6 +16,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -90,6 +96,12 @@ Expected<Message> list_fds() {
   return Message{{{"fds", open}}, {}};
 }
 
+// The tenant this process was bound to ("" before binding).
+std::string& bound_tenant() {
+  static std::string tenant;
+  return tenant;
+}
+
 Expected<Message> handle(int sock, const std::string& role, const Message& req,
                          const JobContext& ctx) {
   const auto& h = req.header;
@@ -126,6 +138,29 @@ Expected<Message> handle(int sock, const std::string& role, const Message& req,
     return Message{{{"op", "sleep_ms"}, {"pid", static_cast<long>(::getpid())}}, {}};
   }
   if (op == "fds") return list_fds();
+  if (op == "whoami")
+    return Message{{{"pid", static_cast<long>(::getpid())}, {"tenant", bound_tenant()}}, {}};
+  if (op == "print") {
+    std::string out = h.value("out", std::string()), err = h.value("err", std::string());
+    std::size_t repeat = h.value("repeat", std::size_t{1});
+    for (std::size_t i = 0; i < repeat; ++i) {
+      std::fputs(out.c_str(), stdout);
+      std::fputs(err.c_str(), stderr);
+    }
+    if (h.value("then", std::string()) == "exit") std::exit(h.value("status", 0));
+    return Message{{{"printed", true}}, {}};
+  }
+  if (op == "leave_thread") {
+    std::thread([] { sleep_forever(); }).detach();
+    return Message{{{"left", 1}}, {}};
+  }
+  if (op == "leak") {
+    const std::size_t bytes = h.value("bytes", std::size_t{0});
+    char* p = static_cast<char*>(std::malloc(bytes));
+    for (std::size_t i = 0; i < bytes; i += 4096)
+      p[i] = 1;
+    return Message{{{"leaked", bytes}}, {}};
+  }
   if (op == "limits") {
     rlimit as{}, cpu{}, core{};
     ::getrlimit(RLIMIT_AS, &as);
@@ -179,7 +214,14 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string_view(argv[i]) == "--role") role = argv[i + 1];
   const int sock = *fd;
-  return run_worker_loop(sock, [&](const Message& req, const JobContext& ctx) {
-    return handle(sock, role, req, ctx);
-  });
+  WorkerLoopOptions options;
+  options.bind = [](const nlohmann::json& spec) -> Expected<nlohmann::json> {
+    std::string tenant = spec.value("tenant", std::string());
+    if (tenant == "refuse") return make_error(Errc::unsupported, "no sandbox for 'refuse'");
+    bound_tenant() = tenant;
+    return nlohmann::json{{"tenant", tenant}};
+  };
+  return run_worker_loop(
+      sock, [&](const Message& req, const JobContext& ctx) { return handle(sock, role, req, ctx); },
+      options);
 }

@@ -345,7 +345,11 @@ TEST_CASE("worker_pool: the wait queue is bounded and waiting is bounded", "[wor
   o.max_waiting = 1;
   o.queue_timeout = 1000ms;
   auto pool = make_pool(o);
-  std::thread busy([&] { CHECK(pool->run(job({{"op", "sleep_ms"}, {"ms", 2500}}))); });
+  // Catch's assertions are not thread-safe: threads keep results, the test checks them.
+  std::atomic<bool> busy_ok{false};
+  std::thread busy([&] {
+    busy_ok = pool->run(job({{"op", "sleep_ms"}, {"ms", 2500}})).has_value();
+  });
   REQUIRE(wait_until([&] { return pool->stats().workers[0].state == WorkerState::busy; }));
 
   // One caller may wait; it times out after queue_timeout.
@@ -364,6 +368,7 @@ TEST_CASE("worker_pool: the wait queue is bounded and waiting is bounded", "[wor
   CHECK_THAT(waited->error().message(),
              Catch::Contains("no exec worker became free within 1000 ms"));
   busy.join();
+  CHECK(busy_ok);
   auto s = pool->stats();
   CHECK(s.failures.queue_full == 1);
   CHECK(s.failures.queue_timeout == 1);
@@ -388,7 +393,8 @@ TEST_CASE("worker_pool: workers inherit no stray descriptors and get per-job lim
   auto pool = make_pool(test_options());
   auto r = pool->run(job({{"op", "fds"}}));
   REQUIRE(r);
-  CHECK(r->header["fds"] == nlohmann::json::array({0, 1, 2, 3}));
+  // stdin, stdout, stderr, the channel, and the daemon's log for the worker's own lines.
+  CHECK(r->header["fds"] == nlohmann::json::array({0, 1, 2, 3, 4}));
 
   rlimit mine{};
   ::getrlimit(RLIMIT_AS, &mine);

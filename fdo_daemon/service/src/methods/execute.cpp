@@ -2,6 +2,7 @@
 // call, resolve the compiled output through the cache, run it in an exec
 // worker, fold the measurements into the profile, reply.
 #include "fdo/daemon/abi.h"
+#include "fdo/daemon/isolation.h"
 #include "fdo/jit/compiler.h"
 #include "methods.h"
 
@@ -80,6 +81,11 @@ Message exec_request(const cache::StageOutput& so, const json& metadata, const s
   return req;
 }
 
+// Buffers larger than this go back as base64 even when arrays were asked
+// for: an array costs ~20 bytes of JSON per element in the reply (and far more
+// while it is built), base64 costs 1.34 bytes per byte.
+constexpr std::size_t kMaxArrayBufferBytes = 256 * 1024;
+
 Expected<json> returned_buffers(const Message& resp, const PreparedCall& call,
                                 BufferEncoding encoding) {
   json out = json::array();
@@ -90,9 +96,48 @@ Expected<json> returned_buffers(const Message& resp, const PreparedCall& call,
       return make_error(Errc::internal, "exec worker returned short buffers");
     Buffer b{call.buffers[i].elem, resp.payload.substr(off, sizes[i])};
     off += sizes[i];
-    out.push_back(buffer_to_json(b, encoding));
+    out.push_back(buffer_to_json(b, b.bytes.size() > kMaxArrayBufferBytes ? BufferEncoding::base64
+                                                                          : encoding));
   }
   return out;
+}
+
+// Program output as JSON text: valid UTF-8 kept, anything else replaced by U+FFFD.
+std::string as_text(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  std::size_t i = 0;
+  while (i < bytes.size()) {
+    auto c = static_cast<unsigned char>(bytes[i]);
+    std::size_t len = c < 0x80           ? 1
+                      : (c >> 5) == 0x6  ? 2
+                      : (c >> 4) == 0xe  ? 3
+                      : (c >> 3) == 0x1e ? 4
+                                         : 0;
+    bool valid = len != 0 && i + len <= bytes.size();
+    for (std::size_t k = 1; valid && k < len; ++k)
+      valid = (static_cast<unsigned char>(bytes[i + k]) & 0xc0) == 0x80;
+    if (valid && len > 1) {
+      // Overlong forms and surrogates are not UTF-8 either.
+      std::uint32_t cp = c & (0x7f >> len);
+      for (std::size_t k = 1; k < len; ++k)
+        cp = (cp << 6) | (static_cast<unsigned char>(bytes[i + k]) & 0x3f);
+      const std::uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
+      valid = cp >= min[len] && cp <= 0x10ffff && (cp < 0xd800 || cp > 0xdfff);
+    }
+    if (valid) {
+      out.append(bytes.substr(i, len));
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
+json output_json(const JobOutput& o) {
+  return {{"stdout", as_text(o.out)}, {"stderr", as_text(o.err)}, {"truncated", o.truncated}};
 }
 
 } // namespace
@@ -122,13 +167,44 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
     return make_error(Errc::corrupt, "cached entry " + so.storage_key + " has corrupt metadata");
   FDO_TRY(jit::CompileResult meta, jit::metadata_from_json(meta_json));
 
+  JobOutput output;
+  const auto started = std::chrono::steady_clock::now();
   auto resp = s.exec_pool->run(exec_request(so, meta_json, entry_name, call, return_buffers, c),
-                               exec_job_limits(c));
+                               JobOptions{exec_job_limits(c), sandbox_tenant(prog->program.scope)},
+                               &output);
+  const auto elapsed_ns =
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now() - started)
+                                     .count());
   if (!resp) {
     ++s.counters.stage_failures;
     return std::move(resp).error().context("execute " + entry_name);
   }
   so.entry = {}; // the object ran: let the cache evict it while the feedback is folded
+  json stage = {{"number", stage_number},
+                {"program", so.ik},
+                {"profile_key", so.pk},
+                {"cache_key", so.ck},
+                {"storage_key", so.storage_key},
+                {"profile_version", so.profile_version},
+                {"mode", std::string(to_string(so.mode))},
+                {"cache", cache_outcome_json(so)},
+                {"recompiled", so.compiled},
+                {"compile_ms", so.compile_ms}};
+
+  // The program ended its process with exit(n): a normal end of the stage,
+  // without a return value or counters (the process that held them is gone).
+  if (auto exited = resp->header.find("exited"); exited != resp->header.end()) {
+    const int status = exited->value("status", 0);
+    stage["exec_ns"] = elapsed_ns;
+    stage["counters"] = {{"wall_ns", elapsed_ns}, {"thread_cpu_ns", 0}, {"events", json::array()}};
+    stage["profile_rewritten"] = nullptr;
+    stage["policy"] = "the program exited with status " + std::to_string(status) +
+                      ": no feedback from this stage";
+    return json{
+        {"entry", entry_name},   {"returns", entry.return_type},  {"value", nullptr},
+        {"exit_status", status}, {"output", output_json(output)}, {"stage", std::move(stage)}};
+  }
 
   StageReport report;
   report.pk = so.pk;
@@ -153,23 +229,14 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   const json measurement = resp->header.value("measurement", json::object());
   json rewritten = nullptr;
   if (fo.rewritten)
-    rewritten = {{"from", fo.rewritten->from},
-                 {"to", fo.rewritten->to},
-                 {"reason", fo.rewritten->reason}};
-  result["stage"] = {{"number", stage_number},
-                     {"program", so.ik},
-                     {"profile_key", so.pk},
-                     {"cache_key", so.ck},
-                     {"storage_key", so.storage_key},
-                     {"profile_version", so.profile_version},
-                     {"mode", std::string(to_string(so.mode))},
-                     {"cache", cache_outcome_json(so)},
-                     {"recompiled", so.compiled},
-                     {"compile_ms", so.compile_ms},
-                     {"exec_ns", measurement.value("wall_ns", std::uint64_t{0})},
-                     {"counters", measurement},
-                     {"profile_rewritten", std::move(rewritten)},
-                     {"policy", fo.policy}};
+    rewritten = {
+        {"from", fo.rewritten->from}, {"to", fo.rewritten->to}, {"reason", fo.rewritten->reason}};
+  result["output"] = output_json(output);
+  stage["exec_ns"] = measurement.value("wall_ns", std::uint64_t{0});
+  stage["counters"] = measurement;
+  stage["profile_rewritten"] = std::move(rewritten);
+  stage["policy"] = fo.policy;
+  result["stage"] = std::move(stage);
   return result;
 }
 

@@ -143,10 +143,15 @@ Expected<json> profile_import(ServiceState& s, const json& p, const CallContext&
   FDO_TRY(json bundle, require_param<json>(p, "bundle"));
   if (!bundle.is_object() || !bundle.contains("profiles") || !bundle["profiles"].is_array())
     return make_error(Errc::invalid_argument, "bundle must be an object made by profile.export");
-  // Ownership of every key is checked by the store inside the import's transaction.
-  FDO_TRY(std::vector<ps::ImportedProfile> imported,
-          s.store->import_bundle(bundle, ctx.uid, ps::ImportConflict::overwrite,
-                                 acting_owner(s, ctx)));
+  // The store checks every key inside the import's transaction: an existing
+  // key must be the caller's, and, per tenant, a new key must be the profile
+  // key of a program the caller registered. Profile keys are predictable, so
+  // otherwise a tenant could create another tenant's future key first.
+  std::optional<std::int64_t> acting = acting_owner(s, ctx);
+  FDO_TRY(
+      std::vector<ps::ImportedProfile> imported,
+      s.store->import_bundle(bundle, ctx.uid, ps::ImportConflict::overwrite, acting,
+                             acting ? ps::ImportNewKeys::own_programs : ps::ImportNewKeys::any));
   json out = json::array();
   for (const auto& i : imported)
     out.push_back({{"profile_key", i.pk}, {"version", i.version}});

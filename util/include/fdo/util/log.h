@@ -11,6 +11,9 @@ namespace fdo::log {
 enum class Level { debug = 7, info = 6, notice = 5, warning = 4, error = 3 };
 
 void set_level(Level min_level);
+// Where lines go (default stderr). A worker whose stdout and stderr capture
+// the program it runs logs to a descriptor of its own instead.
+void set_output_fd(int fd);
 Level level();
 // Name shown in front of messages ("fdod", "fdo-worker[1234]").
 void set_ident(std::string_view ident);

@@ -20,6 +20,15 @@ namespace fdo::daemon {
 
 using cache::TierUp;
 
+// How client code is kept out of the state dir (docs/security.md).
+enum class SandboxFilesystem {
+  automatic,       // Landlock where the kernel has it, else a mount namespace, else refuse
+  landlock,        // Landlock only (refuse to start without it)
+  mount_namespace, // a private mount namespace with the state dir covered
+  none,            // no filesystem restriction: unsafe, for kernels that offer neither
+};
+std::string_view to_string(SandboxFilesystem f);
+
 // Whether a changed key takes effect on SIGHUP or only after a restart.
 enum class ReloadBehavior { runtime, restart };
 std::string_view to_string(ReloadBehavior r); // "runtime", "restart"
@@ -59,7 +68,23 @@ struct Config {
   std::vector<std::string> perf_events = {"instructions",          "cycles",
                                           "branch-instructions",   "branch-misses",
                                           "L1-icache-load-misses", "iTLB-load-misses"};
+  // Isolation of client code (docs/security.md).
+  SandboxFilesystem sandbox_filesystem = SandboxFilesystem::automatic;
+  std::uint32_t sandbox_uid_base = 1879048192; // jobs run as base + 1 + (tenant uid mod count - 1)
+  std::uint32_t sandbox_uid_count = 65536;
+  std::uint64_t job_output_bytes = 64u << 10; // per stream (stdout, stderr) per job
+  std::uint64_t worker_retire_growth_mb = 64;
+  unsigned max_queued_jobs_per_uid = 32;
   PolicyConfig policy; // policy.* keys
+  // Connections and tenants (docs/fdod-protocol.md): the server's own pool
+  // for control methods, per-uid limits and per-connection deadlines.
+  unsigned control_threads = 2;
+  unsigned max_connections_per_uid = 64;
+  unsigned max_inflight_per_uid = 16;
+  std::chrono::milliseconds read_timeout{30000};
+  std::chrono::milliseconds idle_timeout{600000};
+  std::chrono::milliseconds write_timeout{30000};
+  std::uint64_t max_unsent_bytes = 4u << 20;
 
   static Config defaults() { return Config{}; }
 

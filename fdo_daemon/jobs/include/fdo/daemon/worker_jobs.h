@@ -34,6 +34,8 @@ public:
   static Expected<std::unique_ptr<CompileJobs>> create();
   ~CompileJobs();
   Expected<Message> handle(const Message& request);
+  // The private directory the sandbox must leave writable.
+  const std::string& temp_dir() const { return temp_dir_; }
 
 private:
   CompileJobs() = default;

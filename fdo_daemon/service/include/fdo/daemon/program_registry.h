@@ -1,7 +1,11 @@
 // The program registry: programs registered by tenants, by program id (their
-// initial key). Each program's bytes are kept in <programs_dir>/<IK>.prog and
-// its row in the store, so ids stay valid across restarts; the in-memory map
-// is a cache of both. No file or store I/O happens under the registry's lock.
+// initial key). Each program's bytes are kept in <programs_dir>/<IK>.prog
+// (mode 0600, in a 0700 directory) and its row in the store, so ids stay
+// valid across restarts; the in-memory map is a cache of both. The row
+// records the program hash of the scoped bytes and the scoped profile key, and
+// a file loaded after a restart must match the hash (or, for a row from
+// before hashes were recorded, give its id), or it is refused as corrupt and
+// never run. No file or store I/O happens under the registry's lock.
 #pragma once
 
 #include "fdo/cache/interfaces.h"
@@ -32,13 +36,18 @@ struct ProgramAnalysis {
 class ProgramAnalyzer {
 public:
   virtual ~ProgramAnalyzer() = default;
-  virtual Expected<ProgramAnalysis> analyze(std::string_view program_bytes) = 0;
+  // Parsing client IR is as dangerous as running it: the analysis runs in a
+  // worker bound to the program's tenant (`scope`).
+  virtual Expected<ProgramAnalysis> analyze(std::string_view program_bytes,
+                                            const TenantScope& scope) = 0;
 };
 
 // The registry's persistent rows (the store's program table).
 class ProgramIndex {
 public:
   virtual ~ProgramIndex() = default;
+  // Inserts or updates (ProfileStore::register_program): a recorded program
+  // hash never changes.
   virtual Status add(const profile_store::ProgramInfo& info) = 0;
   virtual Expected<std::optional<profile_store::ProgramInfo>> find(std::string_view ik) = 0;
   virtual Status touch(std::string_view ik) = 0;
@@ -73,7 +82,9 @@ public:
                            const TenantScope& scope, std::uint64_t max_bytes);
 
   // A registered program that `uid` may use: loaded from the state dir after a
-  // restart. Another tenant's program is not_found, as is an unknown id.
+  // restart. Another tenant's program is not_found, as is an unknown id. A
+  // .prog file that does not hold the registered bytes is corrupt (naming the
+  // file); registering the program again writes it anew.
   Expected<ProgramRef> find(const std::string& ik, std::int64_t uid, ProfileSharing sharing);
 
   std::size_t loaded() const;

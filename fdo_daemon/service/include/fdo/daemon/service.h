@@ -10,6 +10,7 @@
 #pragma once
 
 #include "fdo/daemon/config.h"
+#include "fdo/daemon/isolation.h"
 #include "fdo/daemon/job_runner.h"
 #include "fdo/daemon/jsonrpc.h"
 #include "fdo/profile_store/profile_store.h"
@@ -23,9 +24,6 @@
 namespace fdo::daemon {
 
 struct ServiceState;
-
-enum class WorkerRole { compile, exec };
-std::string_view to_string(WorkerRole role);
 
 class Service {
 public:
@@ -57,9 +55,12 @@ class ServiceBuilder {
 public:
   using StoreCreator =
       std::function<Expected<std::unique_ptr<profile_store::ProfileStore>>(const Config&)>;
-  using RunnerCreator =
-      std::function<Expected<std::unique_ptr<JobRunner>>(WorkerRole, const Config&)>;
-  using PerfProbe = std::function<nlohmann::json(const Config&)>;
+  using RunnerCreator = std::function<Expected<std::unique_ptr<JobRunner>>(
+      WorkerRole, const Config&, std::shared_ptr<const Isolation>,
+      std::function<std::shared_ptr<const Config>()> live_config)>;
+  // Given the exec runner, so the default probes inside a sandboxed worker.
+  using PerfProbe = std::function<nlohmann::json(const Config&, JobRunner& exec)>;
+  using SandboxProbe = std::function<SandboxSupport()>;
 
   explicit ServiceBuilder(Config config);
 
@@ -68,6 +69,8 @@ public:
   ServiceBuilder& store(StoreCreator creator);
   ServiceBuilder& runners(RunnerCreator creator);
   ServiceBuilder& perf_probe(PerfProbe probe);
+  // What the host offers for sandboxing (default: probe_sandbox_support()).
+  ServiceBuilder& sandbox_probe(SandboxProbe probe);
   ServiceBuilder& host_name(std::string host);
 
   // Creates the state dir, then the parts (store, runners, probe) and the service.
@@ -75,8 +78,12 @@ public:
 
   // The defaults, usable from a custom creator.
   static Expected<std::unique_ptr<profile_store::ProfileStore>> sqlite_store(const Config& c);
-  static Expected<std::unique_ptr<JobRunner>> worker_pool(const std::string& worker_path,
-                                                          WorkerRole role, const Config& c);
+  // A supervised pool of fdo-worker processes whose workers bind to one tenant
+  // each and enter its sandbox (isolation.h).
+  static Expected<std::unique_ptr<JobRunner>>
+  worker_pool(const std::string& worker_path, WorkerRole role, const Config& c,
+              std::shared_ptr<const Isolation> isolation,
+              std::function<std::shared_ptr<const Config>()> live_config);
 
 private:
   Config config_;
@@ -85,6 +92,7 @@ private:
   StoreCreator store_;
   RunnerCreator runners_;
   PerfProbe perf_probe_;
+  SandboxProbe sandbox_probe_;
 };
 
 } // namespace fdo::daemon

@@ -8,12 +8,38 @@
 
 namespace fdo::daemon {
 
+// What a job's program printed (when the runner captures output).
+struct JobOutput {
+  std::string out;        // stdout
+  std::string err;        // stderr
+  bool truncated = false; // a stream was longer than the capture limit
+};
+
+// What becomes of the worker after the job (besides what the job itself
+// leaves behind, which may retire it anyway).
+enum class AfterJob {
+  keep,   // serve the tenant's next job
+  retire, // replace it: a one-off job (the daemon's probe) should not hold a worker
+};
+
+struct JobOptions {
+  JobLimits limits;
+  // Jobs of different tenants never run in the same worker process. Empty:
+  // the daemon's own jobs (a probe).
+  std::string tenant;
+  AfterJob after = AfterJob::keep;
+};
+
 class JobRunner {
 public:
   virtual ~JobRunner() = default;
-  // Runs one job to completion under `limits`; thread-safe.
-  virtual Expected<Message> run(const Message& request, const JobLimits& limits) = 0;
+  // Runs one job to completion; thread-safe. `output`, when given, receives
+  // what the job printed, whatever the outcome.
+  virtual Expected<Message> run(const Message& request, const JobOptions& options,
+                                JobOutput* output) = 0;
   virtual PoolStats stats() const = 0;
+  // Callers of one tenant that may wait at once (configuration reloads).
+  virtual void set_max_waiting_per_tenant(std::size_t n) = 0;
 };
 
 } // namespace fdo::daemon

@@ -27,12 +27,17 @@ struct JobContext {
 };
 
 using JobHandler = std::function<Expected<Message>(const Message& request)>;
+// Enters the sandbox described by a pool's bind request (once per process,
+// before its first job); returns a report the pool logs.
+using BindHandler = std::function<Expected<nlohmann::json>(const nlohmann::json& spec)>;
 using ContextJobHandler =
     std::function<Expected<Message>(const Message& request, const JobContext& context)>;
 
 struct WorkerLoopOptions {
   // Requests come from the daemon (trusted), but still never allocate blindly.
   FrameLimits request_limits{64 * kMiB, 4 * kGiB, UINT64_MAX};
+  // Without one, a bind request is refused (the pool then retires the worker).
+  BindHandler bind;
 };
 
 // Runs until the daemon closes the channel; returns the process exit status:
@@ -44,15 +49,28 @@ struct WorkerLoopOptions {
 // fatal signals (on an alternate stack) that tell the pool how much memory the
 // job had mapped before the worker dies of the signal; a handshake message.
 //
+// Binding: the first job a pool sends to a new worker may carry
+// {"bind": {"spec": <sandbox spec>, "retire_growth_bytes": N}}. The loop hands
+// the spec to options.bind (which enters the sandbox for that tenant) before
+// running the job; a worker binds once. A failed bind is answered with the
+// error and "retire".
+//
 // Per job: RLIMIT_AS soft limit = current address space + limits.address_space_bytes
-// (hard limit kept), RLIMIT_CPU soft limit = CPU used so far + effective_cpu_seconds;
-// both restored after the handler returns. The handler's result is sent back;
-// an Error is sent as {code, message}. std::bad_alloc escaping the handler
-// becomes Errc::resource_exhausted "exceeded the memory limit of N MiB
-// (allocation failed)"; other exceptions become Errc::internal. A result larger
-// than limits.max_output_bytes is replaced by an Errc::resource_exhausted error.
+// (clamped to the hard limit), RLIMIT_CPU soft limit = CPU used so far +
+// effective_cpu_seconds; both restored after the handler returns. Then stdout
+// and stderr are flushed (a pool capturing them reads them after the reply),
+// and the worker checks it is still clean: a thread the job left running, or
+// mapped memory grown by more than retire_growth_bytes since binding, adds
+// "retire": "<why>" to the reply, and the pool replaces the worker. The handler's result is sent
+// back; an Error is sent as {code, message}. std::bad_alloc escaping the handler becomes
+// Errc::resource_exhausted "exceeded the memory limit of N MiB (allocation failed)"; other
+// exceptions become Errc::internal. A result larger than limits.max_output_bytes is replaced by an
+// Errc::resource_exhausted error.
 int run_worker_loop(int fd, JobHandler handler, WorkerLoopOptions options = {});
 int run_worker_loop(int fd, ContextJobHandler handler, WorkerLoopOptions options = {});
+
+// Threads this process runs now (from /proc/self/status; 1 if unreadable).
+std::size_t process_thread_count();
 
 // Finds "--fd N" in argv and checks that N is an open socket.
 Expected<int> worker_fd_from_args(int argc, const char* const* argv);

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -22,6 +23,8 @@
 #include <vector>
 
 namespace fdo::daemon {
+
+enum class ExitOutcome { failure, result };
 
 struct PoolOptions {
   std::string worker_path;              // executable (absolute path recommended)
@@ -41,6 +44,22 @@ struct PoolOptions {
   // Delay before retrying a failed respawn, doubling per consecutive failure.
   std::chrono::milliseconds respawn_backoff_initial{50};
   std::chrono::milliseconds respawn_backoff_max{5000};
+
+  // Tenancy. With a bind_spec, a worker serves one tenant: the first job a
+  // fresh worker gets carries {"bind": bind_spec(tenant)} and the worker
+  // enters that tenant's sandbox (worker_loop.h); it is never given another
+  // tenant's job (an idle worker of one tenant is replaced to serve another).
+  // Without one, workers serve every tenant (the tests' workers).
+  std::function<Expected<nlohmann::json>(const std::string& tenant)> bind_spec;
+  // Non-zero: workers' stdout and stderr are captured per job, at most this
+  // many bytes each (run()'s JobOutput); zero: they share the daemon's.
+  std::uint64_t capture_output_bytes = 0;
+  // A worker that exits on its own mid-job (a program calling exit(n)):
+  // an error (ExitOutcome::failure), or the job's outcome,
+  // {"exited": {"status": n}} (ExitOutcome::result).
+  ExitOutcome exit_outcome = ExitOutcome::failure;
+  // Callers of one tenant that may wait at once (set_max_waiting_per_tenant).
+  std::size_t max_waiting_per_tenant = 1024;
 };
 
 // "SIGSEGV (segmentation fault)", "SIGABRT (aborted)", ...
@@ -75,8 +94,12 @@ public:
   //                           -> Errc::resource_exhausted / timeout / unavailable / unavailable
   // Any worker that failed is replaced (asynchronously, with backoff when
   // starting it keeps failing).
-  Expected<Message> run(const Message& request, const JobLimits& limits) override;
+  Expected<Message> run(const Message& request, const JobOptions& options,
+                        JobOutput* output) override;
+  Expected<Message> run(const Message& request, const JobLimits& limits);
   Expected<Message> run(const Message& request);
+  // Waiting callers allowed per tenant from now on (configuration reloads).
+  void set_max_waiting_per_tenant(std::size_t n) override;
 
   PoolStats stats() const override;
   const PoolOptions& options() const;

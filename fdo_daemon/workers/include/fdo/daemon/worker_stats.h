@@ -20,6 +20,8 @@ struct WorkerInfo {
   pid_t pid = 0; // 0 while no process is running in this slot
   WorkerState state = WorkerState::dead;
   std::uint64_t jobs = 0; // jobs served by the current process
+  bool bound = false;     // the process took its first job and is bound to `tenant`
+  std::string tenant;     // the tenant it is bound to ("" = the daemon's own jobs)
   int consecutive_spawn_failures = 0;
   std::string last_spawn_error;
 };
@@ -30,10 +32,11 @@ struct FailureCounts {
   std::uint64_t cpu_limit = 0;        // RLIMIT_CPU (SIGXCPU)
   std::uint64_t crashed = 0;          // died of a signal
   std::uint64_t memory = 0;           // died near its memory limit
-  std::uint64_t exited = 0;           // exited on its own mid-job
+  std::uint64_t exited = 0;           // exited on its own mid-job (a failure unless the pool
+                                      // reports a program's exit as its outcome)
   std::uint64_t output_too_large = 0; // response over max_output_bytes (pool-side check)
   std::uint64_t protocol = 0;         // malformed or out-of-sync response: worker killed
-  std::uint64_t queue_full = 0;       // refused: too many callers waiting
+  std::uint64_t queue_full = 0;       // refused: too many callers waiting (in all or per tenant)
   std::uint64_t queue_timeout = 0;    // no worker became free in time
   std::uint64_t unavailable = 0;      // no live worker (respawning keeps failing) or shutdown
   std::uint64_t total() const;
@@ -50,6 +53,9 @@ struct PoolStats {
   std::uint64_t restarts = 0;       // replacement processes started
   std::uint64_t spawn_failures = 0; // failed attempts to start a process
   std::uint64_t idle_deaths = 0;    // workers found dead between jobs (replaced, job retried)
+  std::uint64_t retired = 0;        // replaced after a job that left threads or memory behind
+  std::uint64_t recycled = 0;       // idle workers of one tenant replaced to serve another
+  std::uint64_t program_exits = 0;  // jobs whose program ended the worker with exit(n)
   std::vector<WorkerInfo> workers;
 };
 nlohmann::json to_json(const PoolStats& stats);

@@ -1,0 +1,256 @@
+// WorkerPool's tenancy against real worker processes (fdo_test_worker): one
+// tenant per process, fair turns between tenants, per-tenant queue limits,
+// captured output, exit(n) as an outcome, and workers retired when a job
+// leaves something behind.
+#include "fair_queue.h"
+#include "fdo/daemon/worker_pool.h"
+
+#include <catch2/catch.hpp>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+using namespace fdo;
+using namespace fdo::daemon;
+using namespace std::chrono_literals;
+
+namespace {
+
+PoolOptions tenant_options(int size = 1) {
+  PoolOptions o;
+  o.worker_path = FDO_TEST_WORKER;
+  o.worker_args = {"--role", "exec"};
+  o.size = size;
+  o.name = "exec";
+  o.defaults.wall = 20s;
+  o.respawn_backoff_initial = 20ms;
+  o.respawn_backoff_max = 100ms;
+  o.shutdown_grace = 1s;
+  o.bind_spec = [](const std::string& tenant) -> Expected<nlohmann::json> {
+    return nlohmann::json{{"spec", {{"tenant", tenant}}}, {"retire_growth_bytes", 32u << 20}};
+  };
+  return o;
+}
+
+std::unique_ptr<WorkerPool> make_pool(const PoolOptions& o) {
+  auto pool = WorkerPool::create(o);
+  if (!pool) FAIL(pool.error().describe());
+  return std::move(*pool);
+}
+
+JobOptions as(const std::string& tenant) {
+  JobOptions o;
+  o.limits.wall = 20s;
+  o.tenant = tenant;
+  return o;
+}
+
+struct Who {
+  long pid = 0;
+  std::string tenant;
+};
+
+Who whoami(WorkerPool& pool, const std::string& tenant) {
+  auto r = pool.run(Message{{{"op", "whoami"}}, {}}, as(tenant), nullptr);
+  if (!r) FAIL(r.error().describe());
+  return {r->header["pid"].get<long>(), r->header["tenant"].get<std::string>()};
+}
+
+} // namespace
+
+TEST_CASE("fair queue: tenants take turns - each tenant's waiters in order", "[fair_queue]") {
+  detail::FairQueue q;
+  auto a1 = q.push("a");
+  auto a2 = q.push("a");
+  auto a3 = q.push("a");
+  auto b1 = q.push("b");
+  auto c1 = q.push("c");
+  std::vector<std::uint64_t> served;
+  while (auto next = q.next()) {
+    served.push_back(next->id);
+    q.remove(next->id, next->tenant);
+  }
+  CHECK(served == std::vector<std::uint64_t>{a1, b1, c1, a2, a3});
+  CHECK(q.size() == 0);
+  CHECK(q.tenants() == 0);
+
+  // A waiter that gives up from the middle does not move anyone's turn.
+  auto x1 = q.push("x");
+  auto x2 = q.push("x");
+  auto y1 = q.push("y");
+  q.remove(x2, "x");
+  CHECK(q.waiting("x") == 1);
+  CHECK(q.next()->id == x1);
+  q.remove(x1, "x");
+  CHECK(q.next()->id == y1);
+}
+
+TEST_CASE("worker_pool tenancy: a worker serves one tenant - another tenant gets a fresh one",
+          "[worker_pool][tenancy]") {
+  auto pool = make_pool(tenant_options(1));
+  Who a = whoami(*pool, "uid:1");
+  CHECK(a.tenant == "uid:1");
+  CHECK(whoami(*pool, "uid:1").pid == a.pid); // reused for the same tenant
+  Who b = whoami(*pool, "uid:2");
+  CHECK(b.tenant == "uid:2");
+  CHECK(b.pid != a.pid); // never the same process
+  Who a2 = whoami(*pool, "uid:1");
+  CHECK(a2.pid != a.pid);
+  CHECK(a2.pid != b.pid);
+  auto s = pool->stats();
+  CHECK(s.recycled == 2);
+  REQUIRE(s.workers.size() == 1);
+  CHECK(s.workers[0].tenant == "uid:1");
+}
+
+TEST_CASE("worker_pool tenancy: the daemon's own jobs bind a worker too",
+          "[worker_pool][tenancy]") {
+  auto pool = make_pool(tenant_options(1));
+  Who own = whoami(*pool, ""); // a probe: the empty tenant
+  CHECK(pool->stats().workers[0].bound);
+  Who tenant = whoami(*pool, "uid:9");
+  CHECK(tenant.pid != own.pid);
+  CHECK(tenant.tenant == "uid:9");
+
+  // A one-off job retires its worker at once: the next tenant finds a fresh one.
+  JobOptions probe = as("");
+  probe.after = AfterJob::retire;
+  auto r = pool->run(Message{{{"op", "whoami"}}, {}}, probe, nullptr);
+  REQUIRE(r);
+  CHECK(r->header["pid"].get<long>() != tenant.pid);
+  CHECK(whoami(*pool, "uid:10").pid != r->header["pid"].get<long>());
+  CHECK(pool->stats().recycled == 2); // uid:9's worker for the probe; none for uid:10
+}
+
+TEST_CASE("worker_pool tenancy: a failed bind retires the worker and says why",
+          "[worker_pool][tenancy]") {
+  auto pool = make_pool(tenant_options(1));
+  auto r = pool->run(Message{{{"op", "whoami"}}, {}}, as("refuse"), nullptr);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code() == Errc::unsupported);
+  CHECK_THAT(r.error().message(), Catch::Contains("enter the sandbox"));
+  // The next tenant is served by a clean process.
+  CHECK(whoami(*pool, "uid:3").tenant == "uid:3");
+  CHECK(pool->stats().retired == 1);
+}
+
+TEST_CASE("worker_pool tenancy: tenants take turns for a busy pool", "[worker_pool][tenancy]") {
+  auto pool = make_pool(tenant_options(1));
+  std::mutex mu;
+  std::vector<std::string> finished,
+      errors; // checked on the test's thread (Catch is not thread-safe)
+  auto run_sleep = [&](const std::string& tenant) {
+    auto r = pool->run(Message{{{"op", "sleep_ms"}, {"ms", 150}}, {}}, as(tenant), nullptr);
+    std::lock_guard lk(mu);
+    if (!r) errors.push_back(r.error().describe());
+    finished.push_back(tenant);
+  };
+  std::vector<std::thread> threads;
+  // Tenant a queues six jobs, then b queues one.
+  for (int i = 0; i < 6; ++i) {
+    threads.emplace_back(run_sleep, "a");
+    std::this_thread::sleep_for(20ms);
+  }
+  threads.emplace_back(run_sleep, "b");
+  for (auto& t : threads)
+    t.join();
+  CHECK(errors.empty());
+  REQUIRE(finished.size() == 7);
+  auto b_at = std::find(finished.begin(), finished.end(), "b") - finished.begin();
+  // b waited for a's running job and at most one more turn of a, not all six.
+  CHECK(b_at <= 2);
+}
+
+TEST_CASE("worker_pool tenancy: one tenant's queue is bounded", "[worker_pool][tenancy]") {
+  PoolOptions o = tenant_options(1);
+  o.max_waiting_per_tenant = 2;
+  auto pool = make_pool(o);
+  std::vector<std::future<Expected<Message>>> running;
+  for (int i = 0; i < 3; ++i) {
+    running.push_back(std::async(std::launch::async, [&] {
+      return pool->run(Message{{{"op", "sleep_ms"}, {"ms", 400}}, {}}, as("greedy"), nullptr);
+    }));
+    std::this_thread::sleep_for(50ms);
+  }
+  // One running, two waiting: the fourth is refused with a clear error...
+  auto refused = pool->run(Message{{{"op", "whoami"}}, {}}, as("greedy"), nullptr);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code() == Errc::resource_exhausted);
+  CHECK_THAT(refused.error().message(), Catch::Contains("max_queued_jobs_per_uid"));
+  // ...while another tenant still gets in line.
+  auto other = std::async(std::launch::async, [&] {
+    auto r = pool->run(Message{{{"op", "whoami"}}, {}}, as("patient"), nullptr);
+    return r ? r->header["tenant"].get<std::string>() : r.error().describe();
+  });
+  for (auto& f : running)
+    CHECK(f.get());
+  CHECK(other.get() == "patient");
+  pool->set_max_waiting_per_tenant(100);
+}
+
+TEST_CASE("worker_pool tenancy: what a job prints comes back - bounded", "[worker_pool][tenancy]") {
+  PoolOptions o = tenant_options(1);
+  o.capture_output_bytes = 100;
+  auto pool = make_pool(o);
+  JobOutput out;
+  auto r = pool->run(Message{{{"op", "print"}, {"out", "hello\n"}, {"err", "warn\n"}}, {}}, as("t"),
+                     &out);
+  REQUIRE(r);
+  CHECK(out.out == "hello\n");
+  CHECK(out.err == "warn\n");
+  CHECK_FALSE(out.truncated);
+  // The next job starts from empty captures.
+  JobOutput flood;
+  r = pool->run(Message{{{"op", "print"}, {"out", "0123456789"}, {"repeat", 1000}}, {}}, as("t"),
+                &flood);
+  REQUIRE(r);
+  CHECK(flood.out.size() == 100);
+  CHECK(flood.out.substr(0, 10) == "0123456789");
+  CHECK(flood.err.empty());
+  CHECK(flood.truncated);
+}
+
+TEST_CASE("worker_pool tenancy: exit(n) is the job's outcome - with its output",
+          "[worker_pool][tenancy]") {
+  PoolOptions o = tenant_options(1);
+  o.capture_output_bytes = 4096;
+  o.exit_outcome = ExitOutcome::result;
+  auto pool = make_pool(o);
+  long before = whoami(*pool, "t").pid;
+  JobOutput out;
+  auto r =
+      pool->run(Message{{{"op", "print"}, {"out", "bye\n"}, {"then", "exit"}, {"status", 7}}, {}},
+                as("t"), &out);
+  REQUIRE(r);
+  CHECK(r->header["exited"]["status"] == 7);
+  CHECK(out.out == "bye\n");
+  CHECK(whoami(*pool, "t").pid != before); // replaced
+  CHECK(pool->stats().program_exits == 1);
+
+  // exit(0) too, and an exec pool that does not report exits still fails it.
+  r = pool->run(Message{{{"op", "print"}, {"then", "exit"}, {"status", 0}}, {}}, as("t"), nullptr);
+  REQUIRE(r);
+  CHECK(r->header["exited"]["status"] == 0);
+  auto strict = make_pool(tenant_options(1));
+  auto e = strict->run(Message{{{"op", "exit"}}, {}}, as("t"), nullptr);
+  REQUIRE_FALSE(e);
+  CHECK(e.error().code() == Errc::crashed);
+}
+
+TEST_CASE("worker_pool tenancy: a job that leaves a thread or memory behind retires its worker",
+          "[worker_pool][tenancy]") {
+  auto pool = make_pool(tenant_options(1));
+  long first = whoami(*pool, "t").pid;
+  auto r = pool->run(Message{{{"op", "leave_thread"}}, {}}, as("t"), nullptr);
+  REQUIRE(r); // the job itself succeeded
+  long second = whoami(*pool, "t").pid;
+  CHECK(second != first);
+  r = pool->run(Message{{{"op", "leak"}, {"bytes", 8u << 20}}, {}}, as("t"), nullptr);
+  REQUIRE(r);
+  CHECK(whoami(*pool, "t").pid == second); // 8 MiB is under the 32 MiB allowance
+  r = pool->run(Message{{{"op", "leak"}, {"bytes", 48u << 20}}, {}}, as("t"), nullptr);
+  REQUIRE(r);
+  CHECK(whoami(*pool, "t").pid != second);
+  CHECK(pool->stats().retired == 2);
+}
