@@ -289,7 +289,8 @@ Expected<Message> ExecJobs::handle(const Message& request) {
     }
     out.header["buffer_sizes"] = std::move(sizes_json);
   }
-  if (process_thread_count() > 1) {
+  // (Only a freshly linked program is unloaded here; a cached one stays.)
+  if (held.fresh && process_thread_count() > 1) {
     // The program left a thread running in its code, perhaps reading its
     // buffers: unmapping either would crash the worker before it answers.
     // The loop retires this worker after the reply (worker_loop.h), which
