@@ -84,7 +84,8 @@ ProfileDoc profile_for(const Module& m, Loader& loader) {
   ProfileDoc doc;
   auto counts = program->read_counters();
   for (const InstrumentedFunction& f : r.counters_layout)
-    doc.functions[f.pgo_name] = FunctionProfile{f.cfg_hash, counts[f.pgo_name], {}, {}};
+    doc.functions[f.pgo_name] =
+        FunctionProfile{.cfg_hash = f.cfg_hash, .counts = counts[f.pgo_name]};
   return doc;
 }
 

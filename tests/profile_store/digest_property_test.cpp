@@ -115,7 +115,7 @@ std::vector<std::pair<const char*, Mutation>> compile_mutations() {
        [](ProfileDoc& d, auto& rng) {
          std::string name = random_name(rng) + "_new";
          if (d.functions.count(name)) return false;
-         d.functions[name] = FunctionProfile{rng(), {1}, {}, ""};
+         d.functions[name] = FunctionProfile{.cfg_hash = rng(), .counts = {1}};
          return true;
        }},
       {"remove function",

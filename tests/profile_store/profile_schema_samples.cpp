@@ -23,7 +23,14 @@ int main() {
     f.unpredictable = {0, std::numeric_limits<std::uint32_t>::max()};
     f.fingerprint = "abc";
     d.functions["max"] = f;
-    d.functions["zero"] = FunctionProfile{0, {}, {}, ""};
+    d.functions["zero"] = FunctionProfile{.cfg_hash = 0};
+    FunctionProfile v;
+    v.cfg_hash = 5;
+    v.counts = {3};
+    v.source_name = "/src/lib.c:helper";
+    v.indirect_calls = {{{std::numeric_limits<std::uint64_t>::max(), 2}, {0, 1}}, {}};
+    v.memop_sizes = {{{8, std::numeric_limits<std::uint64_t>::max()}, {513, 0}}};
+    d.functions["fdo:fdo.local.0"] = v;
     d.provenance = Provenance{"operator", "2026-11-22T00:00:00Z", "h", 9, std::string(64, 'a')};
     docs.push_back(d);
   }

@@ -1,3 +1,4 @@
+#include "fdo/util/hash.h"
 #include "fdo/util/profile.h"
 
 #include <catch2/catch.hpp>
@@ -9,8 +10,17 @@ namespace {
 ProfileDoc sample() {
   ProfileDoc d;
   d.knobs.opt_level = 3;
-  d.functions["main"] = FunctionProfile{0xdeadbeefcafef00dULL, {900, 100}, {1}, "fp"};
-  d.functions["helper"] = FunctionProfile{42, {7}, {}, ""};
+  d.functions["main"] = FunctionProfile{.cfg_hash = 0xdeadbeefcafef00dULL,
+                                        .counts = {900, 100},
+                                        .unpredictable = {1},
+                                        .fingerprint = "fp"};
+  d.functions["helper"] = FunctionProfile{.cfg_hash = 42, .counts = {7}};
+  d.functions["fdo:fdo.local.0"] =
+      FunctionProfile{.cfg_hash = 7,
+                      .counts = {10, 2},
+                      .source_name = "dispatch.c:run_op",
+                      .indirect_calls = {{{0x0123456789abcdefULL, 9}, {5, 1}}, {}},
+                      .memop_sizes = {{{8, 40}, {65, 2}}}};
   d.provenance.reason = "feedback";
   d.provenance.created_at = "2026-11-22T00:00:00Z";
   d.hardware = {{"branch_miss_rate", 0.25}};
@@ -36,10 +46,12 @@ TEST_CASE("profile digest ignores bookkeeping and key order", "[util][profile]")
   e.provenance.created_at = "2030-01-01T00:00:00Z";
   e.hardware = json::object();
   e.functions["main"].fingerprint = "other";
+  e.functions["main"].source_name = "main.c:main";
   CHECK(profile_digest(e) == base);
   // The same document written with keys in another order parses to the same digest.
   std::string reordered = R"({"provenance":{"reason":"x"},"functions":{"helper":{"counts":[7],
-    "cfg_hash":"2a"},"main":{"unpredictable":[1],"counts":[900,100],"cfg_hash":"deadbeefcafef00d"}},
+    "cfg_hash":"2a"},"fdo:fdo.local.0":{"memop_sizes":[[[8,40],[65,2]]],"counts":[10,2],
+    "indirect_calls":[[["0123456789abcdef",9],["5",1]],[]],"cfg_hash":"7"},"main":{"unpredictable":[1],"counts":[900,100],"cfg_hash":"deadbeefcafef00d"}},
     "knobs":{"vectorize":true,"unroll":true,"opt_level":3},"format":1})";
   auto r = parse_profile(reordered);
   REQUIRE(r);
@@ -65,6 +77,37 @@ TEST_CASE("profile digest changes with every compile-affecting field", "[util][p
   CHECK(changed([](ProfileDoc& c) { c.functions["main"].unpredictable.clear(); }));
   CHECK(changed([](ProfileDoc& c) { c.functions.erase("helper"); }));
   CHECK(changed([](ProfileDoc& c) { c.functions["new"] = {}; }));
+  CHECK(
+      changed([](ProfileDoc& c) { c.functions["fdo:fdo.local.0"].indirect_calls[0][1].second++; }));
+  CHECK(changed([](ProfileDoc& c) { c.functions["fdo:fdo.local.0"].memop_sizes.clear(); }));
+}
+
+TEST_CASE("documents without source names or value profiles read and digest as before",
+          "[util][profile]") {
+  // Written before the fields existed: no source_name, no value sites. They
+  // parse (display falls back to the PGO name) and keep the digest they had,
+  // so existing cache entries stay valid.
+  auto old = parse_profile(
+      R"({"format":1,"functions":{"fdo:fdo.local.0":{"cfg_hash":"2a","counts":[7],"unpredictable":[]}}})");
+  REQUIRE(old);
+  const FunctionProfile& f = old->functions.at("fdo:fdo.local.0");
+  CHECK(f.source_name.empty());
+  CHECK(f.indirect_calls.empty());
+  CHECK(f.memop_sizes.empty());
+  CHECK(display_name("fdo:fdo.local.0", f) == "fdo:fdo.local.0");
+  CHECK_FALSE(to_json(*old)["functions"]["fdo:fdo.local.0"].contains("source_name"));
+  CHECK(
+      profile_digest(*old) ==
+      blake3_hex("fdo.profile.v1\n" + canonical_json({{"format", 1},
+                                                      {"knobs", to_json(*old)["knobs"]},
+                                                      {"functions",
+                                                       {{"fdo:fdo.local.0",
+                                                         {{"cfg_hash", "000000000000002a"},
+                                                          {"counts", {7}},
+                                                          {"unpredictable", json::array()}}}}}})));
+  ProfileDoc named = *old;
+  named.functions.at("fdo:fdo.local.0").source_name = "lib.c:helper";
+  CHECK(display_name("fdo:fdo.local.0", named.functions.at("fdo:fdo.local.0")) == "lib.c:helper");
 }
 
 TEST_CASE("profile_from_json rejects bad fields with their path", "[util][profile]") {
@@ -81,6 +124,12 @@ TEST_CASE("profile_from_json rejects bad fields with their path", "[util][profil
         std::string::npos);
   CHECK(bad(R"({"knobs":{"mode":"fast"}})").find("fast") != std::string::npos);
   CHECK(parse_profile("{not json").error().code() == Errc::parse);
+  CHECK(bad(R"({"functions":{"f":{"cfg_hash":"1","indirect_calls":[[["xyz",1]]]}}})")
+            .find("functions.f.indirect_calls") != std::string::npos);
+  CHECK(bad(R"({"functions":{"f":{"cfg_hash":"1","memop_sizes":[[[8]]]}}})")
+            .find("functions.f.memop_sizes") != std::string::npos);
+  CHECK(bad(R"({"functions":{"f":{"cfg_hash":"1","memop_sizes":[[[8,-1]]]}}})").find("counts") !=
+        std::string::npos);
 }
 
 TEST_CASE("choose_mode follows the profile", "[util][profile]") {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 
 namespace fdo {
 
@@ -45,10 +46,31 @@ json knobs_json(const Knobs& k) {
   return j;
 }
 
+// Indirect-call targets are MD5 hashes: hex text like the CFG hash. Sizes
+// are plain integers.
+enum class ValueText { hex, number };
+
+json value_sites_json(const std::vector<ValueSite>& sites, ValueText text) {
+  json out = json::array();
+  for (const ValueSite& site : sites) {
+    json s = json::array();
+    for (const auto& [value, count] : site)
+      s.push_back({text == ValueText::hex ? json(hash_to_hex(value)) : json(value), count});
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 json function_compile_json(const FunctionProfile& f) {
-  return {{"cfg_hash", hash_to_hex(f.cfg_hash)},
-          {"counts", f.counts},
-          {"unpredictable", f.unpredictable}};
+  json j = {{"cfg_hash", hash_to_hex(f.cfg_hash)},
+            {"counts", f.counts},
+            {"unpredictable", f.unpredictable}};
+  // Only when present, so that documents without value profiles keep the
+  // digest they always had.
+  if (!f.indirect_calls.empty())
+    j["indirect_calls"] = value_sites_json(f.indirect_calls, ValueText::hex);
+  if (!f.memop_sizes.empty()) j["memop_sizes"] = value_sites_json(f.memop_sizes, ValueText::number);
+  return j;
 }
 
 Error field_error(const std::string& path, const std::string& what) {
@@ -84,6 +106,48 @@ Status get_string(const json& obj, const char* key, const std::string& path, std
   out = it->get<std::string>();
   return ok();
 }
+
+std::optional<std::uint64_t> parse_hex64(const std::string& text) {
+  if (text.empty() || text.size() > 16) return std::nullopt;
+  char* end = nullptr;
+  std::uint64_t v = std::strtoull(text.c_str(), &end, 16);
+  if (end == nullptr || *end != '\0') return std::nullopt;
+  return v;
+}
+
+std::optional<std::uint64_t> as_u64(const json& v) {
+  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
+  if (v.is_number_integer() && v.get<long long>() >= 0) return v.get<std::uint64_t>();
+  return std::nullopt;
+}
+
+Status get_value_sites(const json& obj, const char* key, const std::string& path, ValueText text,
+                       std::vector<ValueSite>& out) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return ok();
+  const std::string where = path + "." + key;
+  if (!it->is_array()) return field_error(where, "must be an array of value sites");
+  for (const json& site : *it) {
+    if (!site.is_array()) return field_error(where, "each site must be an array of [value, count]");
+    ValueSite vs;
+    for (const json& pair : site) {
+      if (!pair.is_array() || pair.size() != 2)
+        return field_error(where, "each entry must be [value, count]");
+      std::optional<std::uint64_t> value =
+          text == ValueText::hex
+              ? (pair[0].is_string() ? parse_hex64(pair[0].get<std::string>()) : std::nullopt)
+              : as_u64(pair[0]);
+      if (!value)
+        return field_error(where, text == ValueText::hex ? "values must be 1 to 16 hex digits"
+                                                         : "values must be non-negative integers");
+      std::optional<std::uint64_t> count = as_u64(pair[1]);
+      if (!count) return field_error(where, "counts must be non-negative integers");
+      vs.emplace_back(*value, *count);
+    }
+    out.push_back(std::move(vs));
+  }
+  return ok();
+}
 } // namespace
 
 json to_json(const ProfileDoc& doc) {
@@ -91,6 +155,7 @@ json to_json(const ProfileDoc& doc) {
   for (const auto& [name, f] : doc.functions) {
     json fj = function_compile_json(f);
     if (!f.fingerprint.empty()) fj["fingerprint"] = f.fingerprint;
+    if (!f.source_name.empty()) fj["source_name"] = f.source_name;
     fns[name] = std::move(fj);
   }
   return {{"format", doc.format},
@@ -160,6 +225,9 @@ Expected<ProfileDoc> profile_from_json(const json& j) {
         }
       }
       FDO_TRY_STATUS(get_string(fj, "fingerprint", path, f.fingerprint));
+      FDO_TRY_STATUS(get_string(fj, "source_name", path, f.source_name));
+      FDO_TRY_STATUS(get_value_sites(fj, "indirect_calls", path, ValueText::hex, f.indirect_calls));
+      FDO_TRY_STATUS(get_value_sites(fj, "memop_sizes", path, ValueText::number, f.memop_sizes));
       doc.functions.emplace(name, std::move(f));
     }
   }
@@ -213,6 +281,10 @@ CompileMode choose_mode(const ProfileDoc* doc) {
     for (std::uint64_t c : f.counts)
       if (c != 0) return CompileMode::optimized;
   return CompileMode::instrumented;
+}
+
+std::string display_name(const std::string& pgo_name, const FunctionProfile& f) {
+  return f.source_name.empty() ? pgo_name : f.source_name;
 }
 
 } // namespace fdo

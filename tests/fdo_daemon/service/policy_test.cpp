@@ -88,7 +88,7 @@ TEST_CASE("drift below threshold keeps the profile and above it rewrites", "[dae
   cfg.min_counts = 10;
   cfg.drift_threshold = 0.10;
   ProfileDoc current;
-  current.functions["loop"] = FunctionProfile{0x1234, {900, 100}, {}, ""};
+  current.functions["loop"] = FunctionProfile{.cfg_hash = 0x1234, .counts = {900, 100}};
   FeedbackAccumulator same;
   same.add(stage(1800, 205)); // ~ the same distribution
   auto d = decide(cfg, input_for(same, &current, 1));
@@ -143,7 +143,7 @@ TEST_CASE("hardware findings under an optimized build", "[daemon][policy]") {
   PolicyConfig cfg;
   cfg.min_stages = 1;
   ProfileDoc current;
-  current.functions["f"] = FunctionProfile{7, {500, 500}, {}, ""};
+  current.functions["f"] = FunctionProfile{.cfg_hash = 7, .counts = {500, 500}};
   std::map<std::string, std::vector<BranchStat>> stats{
       {"f", {BranchStat{0, 500, 500}, BranchStat{1, 990, 10}}}};
 

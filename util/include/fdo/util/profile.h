@@ -4,8 +4,8 @@
 // schemas/profile.schema.json.
 //
 // Compile-affecting fields: format, knobs, functions[*].{cfg_hash, counts,
-// unpredictable}. Everything else (provenance, hardware observations,
-// per-function fingerprints) is bookkeeping and never changes the digest, so
+// unpredictable, indirect_calls, memop_sizes}. Everything else (provenance, hardware observations,
+// per-function fingerprints and source names) is bookkeeping and never changes the digest, so
 // rewriting bookkeeping never causes a recompile.
 #pragma once
 
@@ -37,11 +37,27 @@ struct Knobs {
   bool operator==(const Knobs&) const = default;
 };
 
+// What one value-profiling site saw: {value, count} pairs, most frequent first.
+using ValueSite = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
+
+// Every member has a default member initializer, so aggregate initialisation
+// may name a prefix of them (and -Wmissing-field-initializers stays quiet).
 struct FunctionProfile {
-  std::uint64_t cfg_hash = 0;               // PGO CFG hash of the instrumented function
-  std::vector<std::uint64_t> counts;        // PGO counters, in the instrumentation's order
-  std::vector<std::uint32_t> unpredictable; // conditional-branch indexes to mark !unpredictable
-  std::string fingerprint;                  // per-function canonical hash (bookkeeping)
+  std::uint64_t cfg_hash = 0;                 // PGO CFG hash of the instrumented function
+  std::vector<std::uint64_t> counts{};        // PGO counters, in the instrumentation's order
+  std::vector<std::uint32_t> unpredictable{}; // conditional-branch indexes to mark !unpredictable
+  std::string fingerprint{};                  // per-function canonical hash (bookkeeping)
+  // The function's PGO name in the program as submitted (before local symbols
+  // were renamed by position): `helper` for an exported function, `file.c:helper`
+  // for a static one, as clang names it. Bookkeeping for people and exports;
+  // empty in documents written before it existed (display falls back to the key).
+  std::string source_name{};
+  // Value profiles, one entry per site in the instrumentation's order
+  // (compile-affecting; empty when value profiling saw nothing): indirect
+  // call targets named by the MD5 of their PGO name (as LLVM's indirect-call
+  // promotion looks them up), and memcpy/memset/memmove sizes in bytes.
+  std::vector<ValueSite> indirect_calls{};
+  std::vector<ValueSite> memop_sizes{};
 
   bool operator==(const FunctionProfile&) const = default;
 };
@@ -82,5 +98,9 @@ std::string_view no_profile_digest();
 // The mode a program compiles in given its current profile (nullptr = none):
 // an operator override wins; no counts yet -> instrumented; counts -> optimized.
 CompileMode choose_mode(const ProfileDoc* doc);
+
+// The name to show people for functions[pgo_name]: its source name when the
+// document records one, else the key itself.
+std::string display_name(const std::string& pgo_name, const FunctionProfile& f);
 
 } // namespace fdo
