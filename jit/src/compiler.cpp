@@ -17,6 +17,7 @@
 #include <llvm/Passes/OptimizationLevel.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/FileSystem.h>
+#include <llvm/Support/PGOOptions.h>
 #include <llvm/Support/raw_ostream.h>
 
 namespace fdo::jit {
@@ -95,7 +96,7 @@ std::size_t executable_bytes(const std::string& object) {
 struct Prepared {
   std::unique_ptr<llvm::Module> module;
   std::unique_ptr<llvm::TargetMachine> tm;
-  std::map<std::string, std::string> local_names;
+  CanonicalNames names;
 };
 
 Expected<Prepared> prepare(std::string_view bytes, const Limits& limits, llvm::LLVMContext& ctx,
@@ -107,9 +108,9 @@ Expected<Prepared> prepare(std::string_view bytes, const Limits& limits, llvm::L
   start = Clock::now();
   auto tm = create_host_target_machine(level);
   if (!tm) return to_fdo_error(tm.takeError(), Errc::internal, "target machine");
-  FDO_TRY(auto local_names, canonicalize(*module, **tm));
+  FDO_TRY(CanonicalNames names, canonicalize(*module, **tm));
   times.canonicalize = micros_since(start);
-  return Prepared{std::move(module), std::move(*tm), std::move(local_names)};
+  return Prepared{std::move(module), std::move(*tm), std::move(names)};
 }
 
 } // namespace
@@ -139,7 +140,8 @@ Expected<Analysis> analyze(std::string_view program_bytes, const Limits& limits)
   PhaseTimes times;
   FDO_TRY(Prepared p, prepare(program_bytes, limits, ctx, llvm::CodeGenOpt::Default, times));
   Fingerprints fp = fingerprint_module(*p.module);
-  return Analysis{std::move(fp.module), std::move(fp.functions), find_entries(*p.module)};
+  return Analysis{std::move(fp.module), std::move(fp.functions), find_entries(*p.module),
+                  std::move(p.names.source_names)};
 }
 
 // Writable global variables the program itself defines (before any
@@ -166,7 +168,8 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
   FDO_TRY(Prepared p,
           prepare(program_bytes, request.limits, ctx, codegen_level(knobs), result.times));
   llvm::Module& m = *p.module;
-  result.local_names = std::move(p.local_names);
+  result.local_names = std::move(p.names.local_names);
+  result.source_names = std::move(p.names.source_names);
   {
     Clock::time_point start = Clock::now();
     Fingerprints fp = fingerprint_module(m);
@@ -177,7 +180,47 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
     result.times.canonicalize += micros_since(start);
   }
 
-  llvm::PassBuilder pb(p.tm.get(), tuning_options(knobs));
+  Clock::time_point start = Clock::now();
+  if (request.profile) {
+    std::vector<std::string> warnings;
+    mark_unpredictable(m, *request.profile, warnings);
+    for (std::string& w : warnings)
+      diagnostics.add_warning(std::move(w));
+  }
+  // PGO runs inside the O-level pipeline, as clang's -fprofile-generate /
+  // -fprofile-use: a pre-inliner and early cleanup, then
+  // PGOInstrumentationGen (and its lowering) or PGOInstrumentationUse +
+  // indirect-call promotion. The optimized compile reads the profile from a
+  // file (all LLVM 16 takes), removed when `profile_file` goes.
+  std::optional<llvm::PGOOptions> pgo;
+  std::optional<ProfileFile> profile_file;
+  if (request.mode == CompileMode::instrumented) {
+    pgo = llvm::PGOOptions("", "", "", llvm::PGOOptions::IRInstr);
+  } else if (request.mode == CompileMode::optimized) {
+    auto file = ProfileFile::write(*request.profile, request.temp_dir);
+    if (!file) return to_fdo_error(file.takeError(), Errc::compile, "profile use");
+    if (*file) profile_file.emplace(std::move(**file));
+    if (profile_file)
+      pgo = llvm::PGOOptions(profile_file->path(), "", "", llvm::PGOOptions::IRUse);
+    else
+      diagnostics.add_warning("the profile holds no counts; compiled without profile data");
+  }
+  result.times.instrument_or_annotate = micros_since(start);
+
+  start = Clock::now();
+  // The counter layout is read off the intrinsics between
+  // PGOInstrumentationGen and the lowering that replaces them.
+  llvm::PassInstrumentationCallbacks pic;
+  bool layout_read = false;
+  pic.registerAfterPassCallback(
+      [&](llvm::StringRef pass, llvm::Any ir, const llvm::PreservedAnalyses&) {
+        if (pass != "PGOInstrumentationGen" || layout_read) return;
+        if (const auto* mod = llvm::any_cast<const llvm::Module*>(&ir)) {
+          result.counters_layout = read_layout(**mod);
+          layout_read = true;
+        }
+      });
+  llvm::PassBuilder pb(p.tm.get(), tuning_options(knobs), pgo, &pic);
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
   llvm::CGSCCAnalysisManager cgam;
@@ -188,34 +231,20 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
   pb.registerLoopAnalyses(lam);
   pb.crossRegisterProxies(lam, fam, cgam, mam);
 
-  Clock::time_point start = Clock::now();
-  if (request.profile) {
-    std::vector<std::string> warnings;
-    mark_unpredictable(m, *request.profile, warnings);
-    for (std::string& w : warnings)
-      diagnostics.add_warning(std::move(w));
-  }
-  if (request.mode == CompileMode::instrumented) {
-    auto layout = instrument(m, mam);
-    if (!layout) return to_fdo_error(layout.takeError(), Errc::compile, "instrumentation");
-    result.counters_layout = std::move(*layout);
-  } else if (request.mode == CompileMode::optimized) {
-    auto applied = apply_profile(m, mam, *request.profile, request.temp_dir);
-    if (!applied) return to_fdo_error(applied.takeError(), Errc::compile, "profile use");
-    if (!*applied)
-      diagnostics.add_warning("the profile holds no counts; compiled without profile data");
-  }
-  result.times.instrument_or_annotate = micros_since(start);
-
-  start = Clock::now();
   const llvm::OptimizationLevel level = optimization_level(knobs);
   llvm::ModulePassManager mpm = level == llvm::OptimizationLevel::O0
                                     ? pb.buildO0DefaultPipeline(level)
                                     : pb.buildPerModuleDefaultPipeline(level);
   mpm.run(m, mam);
-  if (request.mode == CompileMode::instrumented)
+  if (request.mode == CompileMode::instrumented) {
+    if (!layout_read)
+      return make_error(Errc::internal,
+                        "instrumentation: the pipeline ran no PGOInstrumentationGen");
+    if (llvm::Error e = check_runtime_calls(m))
+      return to_fdo_error(std::move(e), Errc::compile, "instrumentation");
     if (llvm::Error e = expose_counters(m, result.counters_layout))
       return to_fdo_error(std::move(e), Errc::internal, "instrumentation");
+  }
   lower_ctors_dtors(m);
   add_thunks(m, result.entries);
   {

@@ -5,7 +5,6 @@
 #include <llvm/IR/DiagnosticInfo.h>
 #include <llvm/IR/DiagnosticPrinter.h>
 #include <llvm/MC/TargetRegistry.h>
-#include <llvm/Support/CommandLine.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/TargetParser/Host.h>
@@ -15,19 +14,6 @@
 namespace fdo::jit::detail {
 
 namespace {
-
-// LLVM's cl::opts live in one registry per process (libLLVM is shared), so
-// they are set once here and never per compile.
-void set_global_options() {
-  auto& options = llvm::cl::getRegisteredOptions();
-  // Value profiling (indirect-call targets, memop sizes) lowers to calls into
-  // compiler-rt (__llvm_profile_instrument_target, ...), which the exec
-  // worker does not have. Edge counters are all the feedback we use. The
-  // same option makes PGOInstrumentationUse skip value-site annotation, so
-  // generation and use agree.
-  if (auto it = options.find("disable-vp"); it != options.end())
-    static_cast<llvm::cl::opt<bool>*>(it->second)->setValue(true);
-}
 
 HostTarget compute_host_target() {
   HostTarget host;
@@ -66,7 +52,9 @@ void ensure_llvm_initialized() {
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
     llvm::InitializeNativeTargetAsmParser();
-    set_global_options();
+    // No cl::opt is set: libLLVM's options are process-wide, and everything
+    // is configured through pass option structs. Value profiling is on
+    // (LLVM's default): the loader provides its runtime hooks.
   });
 }
 

@@ -21,6 +21,9 @@ namespace fdo::jit::detail {
 inline constexpr std::string_view kReservedPrefix = "__fdo_";
 inline constexpr std::string_view kThunkPrefix = "__fdo_thunk_";
 inline constexpr std::string_view kCountersPrefix = "__fdo_prf_cnts_";
+// The function's __profd_ record (NameRef, FunctionPointer, Values, ...):
+// the loader reads value profiles through it.
+inline constexpr std::string_view kDataPrefix = "__fdo_prf_data_";
 inline constexpr std::string_view kInitName = "__fdo_init";
 inline constexpr std::string_view kFiniName = "__fdo_fini";
 inline constexpr std::string_view kDsoHandleName = "__dso_handle";

@@ -3,6 +3,7 @@
 #include "fdo/jit/compiler.h"
 #include "fdo/util/log.h"
 #include "llvm_support.h"
+#include "value_profile.h"
 
 #include <algorithm>
 #include <cstring>
@@ -209,6 +210,17 @@ Loader::load(std::string_view object, std::span<const EntryInfo> entries,
     return to_fdo_error(generator.takeError(), Errc::internal, "process symbols");
   }
   jd.addGenerator(std::move(*generator));
+  {
+    // What compiler-rt's profile runtime would provide to instrumented code.
+    orc::SymbolMap hooks;
+    for (const RuntimeHook& h : value_profile_hooks())
+      hooks[es.intern(h.name)] = llvm::JITEvaluatedSymbol(
+          h.address, llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable);
+    if (llvm::Error e = jd.define(orc::absoluteSymbols(std::move(hooks)))) {
+      remove_dylib();
+      return to_fdo_error(std::move(e), Errc::internal, "profiling hooks");
+    }
+  }
 
   impl_->errors.clear();
   if (llvm::Error e = impl_->layer->add(jd, std::move(buffer))) {
@@ -257,6 +269,9 @@ Loader::load(std::string_view object, std::span<const EntryInfo> entries,
     }
     counters.push_back(reinterpret_cast<std::uint64_t*>(static_cast<std::uintptr_t>(addr)));
   }
+  std::vector<std::uint64_t> records;
+  for (std::size_t i = 0; i < layout.size(); ++i)
+    records.push_back(address_of(std::string(kDataPrefix) + std::to_string(i)));
 
   std::unique_ptr<LoadedProgram> program(new LoadedProgram());
   program->dylib_ = &jd;
@@ -264,6 +279,7 @@ Loader::load(std::string_view object, std::span<const EntryInfo> entries,
   program->thunks_ = std::move(thunks);
   program->layout_.assign(layout.begin(), layout.end());
   program->counters_ = std::move(counters);
+  program->values_ = std::make_unique<ValueProfiles>(layout, std::move(records));
   program->ranges_ = impl_->ranges->take(&jd);
   std::sort(program->ranges_.begin(), program->ranges_.end(),
             [](const FunctionRange& a, const FunctionRange& b) { return a.start < b.start; });
@@ -291,6 +307,8 @@ Status LoadedProgram::unload() {
   // object's handle) first, then the llvm.global_dtors functions.
   if (dso_handle_) __cxa_finalize(dso_handle_);
   if (fini_) fini_();
+  // The value tables hang off the program's data, which goes next.
+  values_.reset();
   Loader::Impl* loader = loader_;
   loader_ = nullptr;
   thunks_.clear();
@@ -342,6 +360,15 @@ std::map<std::string, std::vector<std::uint64_t>> LoadedProgram::read_counters()
 void LoadedProgram::reset_counters() {
   for (std::size_t i = 0; i < counters_.size(); ++i)
     std::memset(counters_[i], 0, sizeof(std::uint64_t) * layout_[i].num_counters);
+  if (values_) values_->clear();
+}
+
+std::map<std::string, FunctionValueProfile> LoadedProgram::read_value_profiles() const {
+  std::map<std::string, FunctionValueProfile> out;
+  if (!values_) return out;
+  for (auto& [name, fv] : values_->read())
+    out[name] = FunctionValueProfile{std::move(fv.indirect_calls), std::move(fv.memop_sizes)};
+  return out;
 }
 
 } // namespace fdo::jit

@@ -67,7 +67,9 @@ json metadata_to_json(const CompileResult& r) {
   for (const InstrumentedFunction& f : r.counters_layout)
     layout.push_back({{"pgo_name", f.pgo_name},
                       {"cfg_hash", hash_hex(f.cfg_hash)},
-                      {"num_counters", f.num_counters}});
+                      {"num_counters", f.num_counters},
+                      {"indirect_call_sites", f.indirect_call_sites},
+                      {"memop_sites", f.memop_sites}});
   json j = {{"format", kMetadataFormat},
             {"profile_key", r.profile_key},
             {"mode", std::string(to_string(r.mode))},
@@ -75,6 +77,7 @@ json metadata_to_json(const CompileResult& r) {
             {"counters_layout", std::move(layout)},
             {"function_fingerprints", r.function_fingerprints},
             {"local_names", r.local_names},
+            {"source_names", r.source_names},
             {"times_us",
              {{"parse", r.times.parse},
               {"canonicalize", r.times.canonicalize},
@@ -145,11 +148,21 @@ Expected<CompileResult> metadata_from_json(const json& j) {
     FDO_TRY(std::uint64_t n, get_u64(f, "num_counters", path));
     if (n == 0 || n > UINT32_MAX) return corrupt(path + "num_counters", "out of range");
     fn.num_counters = static_cast<std::uint32_t>(n);
+    // Absent in metadata written before value profiling: no sites.
+    for (auto [key, field] : {std::pair{"indirect_call_sites", &fn.indirect_call_sites},
+                              std::pair{"memop_sites", &fn.memop_sites}}) {
+      if (!member(f, key)) continue;
+      FDO_TRY(std::uint64_t sites, get_u64(f, key, path));
+      if (sites > UINT16_MAX) return corrupt(path + key, "out of range");
+      *field = static_cast<std::uint32_t>(sites);
+    }
     r.counters_layout.push_back(std::move(fn));
   }
 
   FDO_TRY(r.function_fingerprints, get_string_map(j, "function_fingerprints"));
   FDO_TRY(r.local_names, get_string_map(j, "local_names"));
+  // Absent in metadata written before the field existed: no source names.
+  FDO_TRY(r.source_names, get_string_map(j, "source_names"));
   if (const json* t = member(j, "times_us")) {
     if (!t->is_object()) return corrupt("times_us", "must be an object");
     FDO_TRY(r.times.parse, get_u64(*t, "parse", "times_us."));

@@ -8,6 +8,7 @@
 #include <llvm/IR/DebugInfo.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/IRReader/IRReader.h>
+#include <llvm/ProfileData/InstrProf.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/SourceMgr.h>
 #include <llvm/Support/raw_ostream.h>
@@ -135,8 +136,7 @@ parse_and_verify(std::string_view bytes, const Limits& limits, llvm::LLVMContext
   return m;
 }
 
-fdo::Expected<std::map<std::string, std::string>> canonicalize(llvm::Module& m,
-                                                               const llvm::TargetMachine& tm) {
+fdo::Expected<CanonicalNames> canonicalize(llvm::Module& m, const llvm::TargetMachine& tm) {
   for (const llvm::GlobalValue& gv : m.global_values())
     if (!gv.isDeclaration() && !gv.hasLocalLinkage() &&
         gv.getName().startswith(llvm::StringRef(kReservedPrefix.data(), kReservedPrefix.size())))
@@ -149,6 +149,12 @@ fdo::Expected<std::map<std::string, std::string>> canonicalize(llvm::Module& m,
       return fdo::make_error(fdo::Errc::unsupported,
                              "thread-local variable '" + gv.getName().str() +
                                  "' is not supported (the loader has no TLS runtime)");
+
+  // PGO names as clang gives them to this source (static functions carry the
+  // submitted source file name), before the names are made positional.
+  std::vector<std::pair<const llvm::Function*, std::string>> submitted_pgo_names;
+  for (const llvm::Function& f : m)
+    if (!f.isDeclaration()) submitted_pgo_names.emplace_back(&f, llvm::getPGOFuncName(f));
 
   llvm::StripDebugInfo(m);
   strip_named_metadata(m);
@@ -183,13 +189,16 @@ fdo::Expected<std::map<std::string, std::string>> canonicalize(llvm::Module& m,
     collect(i);
   for (auto& [gv, original] : locals)
     gv->setName("");
-  std::map<std::string, std::string> renamed;
+  CanonicalNames names;
   std::size_t index = 0;
   for (auto& [gv, original] : locals) {
     gv->setName(std::string(kLocalPrefix) + std::to_string(index++));
-    if (!original.empty()) renamed.emplace(gv->getName().str(), original);
+    if (!original.empty()) names.local_names.emplace(gv->getName().str(), original);
   }
-  return renamed;
+  // Unused declarations were erased above, definitions never are.
+  for (auto& [f, submitted] : submitted_pgo_names)
+    names.source_names.emplace(llvm::getPGOFuncName(*f), std::move(submitted));
+  return names;
 }
 
 std::optional<AbiType> abi_type_of(const llvm::Type* type, bool is_return) {

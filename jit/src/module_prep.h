@@ -22,14 +22,20 @@ namespace fdo::jit::detail {
 fdo::Expected<std::unique_ptr<llvm::Module>>
 parse_and_verify(std::string_view bytes, const Limits& limits, llvm::LLVMContext& ctx);
 
+struct CanonicalNames {
+  // Canonical -> original names of the renamed local symbols.
+  std::map<std::string, std::string> local_names;
+  // Every defined function: canonical PGO name -> the PGO name it had in the
+  // submitted module (its source file name and original symbol name).
+  std::map<std::string, std::string> source_names;
+};
+
 // Rewrites a verified module into its canonical form (docs/jit.md,
 // "Canonical IR"): debug info and non-semantic named metadata stripped,
 // fixed source name, the host triple and data layout, host-only codegen
-// attributes removed, local symbols renamed by position. Returns canonical ->
-// original names of the renamed symbols. Fails (invalid_argument) when the
-// program defines a reserved `__fdo_` symbol.
-fdo::Expected<std::map<std::string, std::string>> canonicalize(llvm::Module& m,
-                                                               const llvm::TargetMachine& tm);
+// attributes removed, local symbols renamed by position. Fails
+// (invalid_argument) when the program defines a reserved `__fdo_` symbol.
+fdo::Expected<CanonicalNames> canonicalize(llvm::Module& m, const llvm::TargetMachine& tm);
 
 // Exported functions callable through a thunk, in module order.
 std::vector<EntryInfo> find_entries(const llvm::Module& m);

@@ -2,9 +2,9 @@
 
 #include "llvm_support.h"
 
+#include <array>
 #include <llvm/ADT/DenseMap.h>
 #include <llvm/ADT/SmallPtrSet.h>
-#include <llvm/Analysis/ProfileSummaryInfo.h>
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/IntrinsicInst.h>
@@ -17,10 +17,8 @@
 #include <llvm/Support/Process.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/TargetParser/Triple.h>
-#include <llvm/Transforms/Instrumentation.h>
-#include <llvm/Transforms/Instrumentation/InstrProfiling.h>
-#include <llvm/Transforms/Instrumentation/PGOInstrumentation.h>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace fdo::jit::detail {
@@ -45,99 +43,68 @@ llvm::GlobalVariable* find_counter_global(const llvm::Constant* c, const llvm::G
   return nullptr;
 }
 
-// Removes the file on scope exit.
-class TempFile {
-public:
-  static llvm::Expected<TempFile> create(const std::string& dir) {
-    int fd = -1;
-    llvm::SmallString<256> path;
-    std::error_code ec;
-    if (dir.empty()) {
-      ec = llvm::sys::fs::createTemporaryFile("fdo-profile", "profdata", fd, path);
-    } else {
-      llvm::SmallString<256> model(dir);
-      llvm::sys::path::append(model, "fdo-profile-%%%%%%%%%%%%.profdata");
-      ec = llvm::sys::fs::createUniqueFile(model, fd, path);
+// Value sites of one kind as indexed-profile value data, targets renamed
+// through `rename` (MD5 -> MD5) where listed.
+void add_value_sites(llvm::NamedInstrProfRecord& record, std::uint32_t kind,
+                     const std::vector<fdo::ValueSite>& sites,
+                     const std::map<std::uint64_t, std::uint64_t>& rename) {
+  if (sites.empty()) return;
+  record.reserveSites(kind, static_cast<std::uint32_t>(sites.size()));
+  for (std::size_t i = 0; i < sites.size(); ++i) {
+    std::vector<InstrProfValueData> data;
+    for (const auto& [value, count] : sites[i]) {
+      auto it = rename.find(value);
+      data.push_back({it == rename.end() ? value : it->second, count});
     }
-    if (ec)
-      return llvm::createStringError(ec, "cannot create the indexed profile file in '" +
-                                             (dir.empty() ? std::string("temp dir") : dir) +
-                                             "': " + ec.message());
-    return TempFile(fd, path.str().str());
+    record.addValueData(kind, static_cast<std::uint32_t>(i), data.data(),
+                        static_cast<std::uint32_t>(data.size()), nullptr);
   }
-  TempFile(TempFile&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) {
-    o.fd_ = -1;
-    o.path_.clear();
-  }
-  TempFile& operator=(TempFile&&) = delete;
-  ~TempFile() {
-    if (fd_ >= 0) llvm::sys::Process::SafelyCloseFileDescriptor(fd_);
-    if (!path_.empty()) llvm::sys::fs::remove(path_);
-  }
-  const std::string& path() const { return path_; }
-
-  llvm::Error write_and_close(llvm::StringRef bytes) {
-    llvm::raw_fd_ostream os(fd_, /*shouldClose=*/true);
-    fd_ = -1;
-    os << bytes;
-    os.close();
-    if (os.has_error()) {
-      std::error_code ec = os.error();
-      os.clear_error();
-      return llvm::createStringError(ec, "cannot write " + path_ + ": " + ec.message());
-    }
-    return llvm::Error::success();
-  }
-
-private:
-  TempFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  int fd_;
-  std::string path_;
-};
+}
 
 } // namespace
 
-llvm::Expected<std::vector<InstrumentedFunction>> instrument(llvm::Module& m,
-                                                             llvm::ModuleAnalysisManager& mam) {
-  {
-    llvm::ModulePassManager mpm;
-    mpm.addPass(llvm::PGOInstrumentationGen());
-    mpm.run(m, mam);
-  }
-
+std::vector<InstrumentedFunction> read_layout(const llvm::Module& m) {
   std::vector<InstrumentedFunction> layout;
-  std::set<std::string> seen;
-  for (llvm::Function& f : m)
-    for (llvm::BasicBlock& bb : f)
-      for (llvm::Instruction& inst : bb)
-        if (auto* inc = llvm::dyn_cast<llvm::InstrProfIncrementInst>(&inst)) {
+  std::map<std::string, std::size_t> index;
+  // Value sites per function and kind: the highest site index + 1.
+  std::map<std::string, std::array<std::uint32_t, llvm::IPVK_Last + 1>> sites;
+  for (const llvm::Function& f : m)
+    for (const llvm::BasicBlock& bb : f)
+      for (const llvm::Instruction& inst : bb) {
+        if (const auto* inc = llvm::dyn_cast<llvm::InstrProfIncrementInst>(&inst)) {
           std::string name = llvm::getPGOFuncNameVarInitializer(inc->getName()).str();
-          if (!seen.insert(name).second) continue;
+          if (!index.emplace(name, layout.size()).second) continue;
           layout.push_back({name, inc->getHash()->getZExtValue(),
                             static_cast<std::uint32_t>(inc->getNumCounters()->getZExtValue())});
+        } else if (const auto* vp = llvm::dyn_cast<llvm::InstrProfValueProfileInst>(&inst)) {
+          std::string name = llvm::getPGOFuncNameVarInitializer(vp->getName()).str();
+          const std::uint64_t kind = vp->getValueKind()->getZExtValue();
+          if (kind > llvm::IPVK_Last) continue;
+          auto& n = sites.try_emplace(name).first->second[kind];
+          n = std::max<std::uint32_t>(
+              n, static_cast<std::uint32_t>(vp->getIndex()->getZExtValue()) + 1);
         }
+      }
+  for (InstrumentedFunction& f : layout)
+    if (auto it = sites.find(f.pgo_name); it != sites.end()) {
+      f.indirect_call_sites = it->second[llvm::IPVK_IndirectCallTarget];
+      f.memop_sites = it->second[llvm::IPVK_MemOPSize];
+    }
+  return layout;
+}
 
-  {
-    // On ELF Linux the lowering emits neither a runtime registration call
-    // nor a reference to __llvm_profile_runtime (the compiler-rt runtime is
-    // expected to be pulled in by the linker driver, which we do not use),
-    // and with value profiling disabled no runtime calls remain: the object
-    // links without compiler-rt.
-    llvm::InstrProfOptions options;
-    // Counters updated in a loop are kept in registers and written back at
-    // the loop exits (as clang does at -O1 and above): exact whenever the
-    // entry returns, which is when the exec worker reads them.
-    options.DoCounterPromotion = true;
-    options.Atomic = false; // one thread per exec worker
-    llvm::ModulePassManager mpm;
-    mpm.addPass(llvm::InstrProfiling(options, /*IsCS=*/false));
-    mpm.run(m, mam);
-  }
-  for (llvm::Function& f : m)
-    if (f.isDeclaration() && f.getName().startswith("__llvm_profile_") && !f.use_empty())
+llvm::Error check_runtime_calls(const llvm::Module& m) {
+  // On ELF Linux the lowering emits neither a runtime registration call nor a
+  // reference to __llvm_profile_runtime (the compiler-rt runtime is expected
+  // to be pulled in by the linker driver, which we do not use). What remains
+  // are the value-profiling hooks, which the loader defines (value_profile.h).
+  for (const llvm::Function& f : m)
+    if (f.isDeclaration() && f.getName().startswith("__llvm_profile_") && !f.use_empty() &&
+        f.getName() != INSTR_PROF_VALUE_PROF_FUNC_STR &&
+        f.getName() != INSTR_PROF_VALUE_PROF_MEMOP_FUNC_STR)
       return make_llvm_error("instrumentation left a call to the profiling runtime (" +
                              f.getName() + ")");
-  return layout;
+  return llvm::Error::success();
 }
 
 llvm::Error expose_counters(llvm::Module& m, const std::vector<InstrumentedFunction>& layout) {
@@ -166,6 +133,10 @@ llvm::Error expose_counters(llvm::Module& m, const std::vector<InstrumentedFunct
     // The records live in no-deduplicate comdats keyed by the counter name;
     // the object is linked alone, so the groups serve no purpose.
     gv->setComdat(nullptr);
+    gv->setName(std::string(kDataPrefix) + std::to_string(it->second));
+    gv->setLinkage(llvm::GlobalValue::ExternalLinkage);
+    gv->setVisibility(llvm::GlobalValue::DefaultVisibility);
+    gv->setDSOLocal(true);
   }
   for (std::size_t i = 0; i < layout.size(); ++i) {
     llvm::GlobalVariable* c = counters[i];
@@ -183,14 +154,27 @@ llvm::Error expose_counters(llvm::Module& m, const std::vector<InstrumentedFunct
 }
 
 llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
-write_indexed_profile(const fdo::ProfileDoc& profile) {
+write_indexed_profile(const fdo::ProfileDoc& profile, RecordNames names) {
   llvm::InstrProfWriter writer;
   if (llvm::Error e = writer.mergeProfileKind(llvm::InstrProfKind::IRInstrumentation)) return e;
+  // Indirect-call targets are MD5s of canonical PGO names; under source
+  // names they must name the targets' source names.
+  std::map<std::uint64_t, std::uint64_t> rename;
+  if (names == RecordNames::source)
+    for (const auto& [key, fp] : profile.functions)
+      if (!fp.source_name.empty() && fp.source_name != key)
+        rename[llvm::IndexedInstrProf::ComputeHash(key)] =
+            llvm::IndexedInstrProf::ComputeHash(fp.source_name);
   std::string warning;
   std::size_t records = 0;
-  for (const auto& [name, fp] : profile.functions) {
+  for (const auto& [key, fp] : profile.functions) {
     if (fp.counts.empty()) continue;
-    writer.addRecord(llvm::NamedInstrProfRecord(name, fp.cfg_hash, fp.counts), 1,
+    const std::string& name =
+        names == RecordNames::source && !fp.source_name.empty() ? fp.source_name : key;
+    llvm::NamedInstrProfRecord record(name, fp.cfg_hash, fp.counts);
+    add_value_sites(record, llvm::IPVK_IndirectCallTarget, fp.indirect_calls, rename);
+    add_value_sites(record, llvm::IPVK_MemOPSize, fp.memop_sizes, {});
+    writer.addRecord(std::move(record), 1,
                      [&](llvm::Error e) { warning = name + ": " + llvm::toString(std::move(e)); });
     if (!warning.empty()) return make_llvm_error("profile record " + warning);
     ++records;
@@ -201,22 +185,39 @@ write_indexed_profile(const fdo::ProfileDoc& profile) {
   return indexed;
 }
 
-llvm::Expected<bool> apply_profile(llvm::Module& m, llvm::ModuleAnalysisManager& mam,
-                                   const fdo::ProfileDoc& profile, const std::string& temp_dir) {
-  auto indexed = write_indexed_profile(profile);
+llvm::Expected<std::optional<ProfileFile>> ProfileFile::write(const fdo::ProfileDoc& profile,
+                                                              const std::string& temp_dir) {
+  auto indexed = write_indexed_profile(profile, RecordNames::canonical);
   if (!indexed) return indexed.takeError();
-  if (!*indexed) return false;
-  llvm::Expected<TempFile> file = TempFile::create(temp_dir);
-  if (!file) return file.takeError();
-  if (llvm::Error e = file->write_and_close((*indexed)->getBuffer())) return e;
+  if (!*indexed) return std::nullopt;
+  int fd = -1;
+  llvm::SmallString<256> path;
+  std::error_code ec;
+  if (temp_dir.empty()) {
+    ec = llvm::sys::fs::createTemporaryFile("fdo-profile", "profdata", fd, path);
+  } else {
+    llvm::SmallString<256> model(temp_dir);
+    llvm::sys::path::append(model, "fdo-profile-%%%%%%%%%%%%.profdata");
+    ec = llvm::sys::fs::createUniqueFile(model, fd, path);
+  }
+  if (ec)
+    return llvm::createStringError(ec, "cannot create the indexed profile file in '" +
+                                           (temp_dir.empty() ? std::string("temp dir") : temp_dir) +
+                                           "': " + ec.message());
+  ProfileFile file(path.str().str()); // removes the file from here on
+  llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+  os << (*indexed)->getBuffer();
+  os.close();
+  if (os.has_error()) {
+    ec = os.error();
+    os.clear_error();
+    return llvm::createStringError(ec, "cannot write " + file.path() + ": " + ec.message());
+  }
+  return std::optional<ProfileFile>(std::move(file));
+}
 
-  llvm::ModulePassManager mpm;
-  mpm.addPass(llvm::PGOInstrumentationUse(file->path()));
-  // As clang's pipeline does: compute the summary now so later function and
-  // CGSCC passes can query it.
-  mpm.addPass(llvm::RequireAnalysisPass<llvm::ProfileSummaryAnalysis, llvm::Module>());
-  mpm.run(m, mam);
-  return true;
+ProfileFile::~ProfileFile() {
+  if (!path_.empty()) llvm::sys::fs::remove(path_);
 }
 
 std::vector<llvm::BranchInst*> conditional_branches(llvm::Function& f) {

@@ -1,46 +1,65 @@
-// LLVM's IR-level PGO, wired for a JIT without compiler-rt: instrumentation
-// (PGOInstrumentationGen + InstrProfiling lowering, counters exposed to the
-// loader by name), profile use (indexed profile from a ProfileDoc through
-// InstrProfWriter, applied with PGOInstrumentationUse), and the profile's
-// per-branch !unpredictable marks.
+// LLVM's IR-level PGO, wired for a JIT without compiler-rt. Instrumentation
+// and use run inside the PassBuilder pipeline (PGOOptions, as clang's
+// -fprofile-generate / -fprofile-use do: pre-inliner and early cleanup first);
+// this file supplies what the pipeline needs around them: the counter layout
+// read off the instrumentation intrinsics, counters and records exposed to
+// the loader by name, the indexed profile written from a ProfileDoc (counts
+// and value profiles), and the profile's per-branch !unpredictable marks.
 #pragma once
 
+#include "fdo/jit/profdata.h"
 #include "fdo/jit/types.h"
 #include "fdo/util/profile.h"
 
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/Module.h>
-#include <llvm/IR/PassManager.h>
 #include <llvm/Support/Error.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace fdo::jit::detail {
 
-// Inserts PGO counters into every defined function and lowers them to
-// counter arrays. Returns each instrumented function's PGO name, CFG hash and
-// counter count, in module order.
-llvm::Expected<std::vector<InstrumentedFunction>> instrument(llvm::Module& m,
-                                                             llvm::ModuleAnalysisManager& mam);
+// Each instrumented function's PGO name, CFG hash, counter count and value
+// sites per kind, in module order, read off the llvm.instrprof.* intrinsics
+// (call between PGOInstrumentationGen and the InstrProfiling lowering).
+std::vector<InstrumentedFunction> read_layout(const llvm::Module& m);
 
-// After optimisation: gives the counter array of layout[i] the exported name
-// kCountersPrefix + i (they are private after lowering), so the loader can
-// find them. Fails if a counter array has disappeared.
+// After lowering: fails when the module calls into the profiling runtime for
+// anything but the value-profiling hooks the exec worker provides.
+llvm::Error check_runtime_calls(const llvm::Module& m);
+
+// After optimisation: gives the counter array and the __profd_ record of
+// layout[i] the exported names kCountersPrefix + i and kDataPrefix + i (they
+// are private after lowering), so the loader can find them. Fails if a
+// counter array has disappeared.
 llvm::Error expose_counters(llvm::Module& m, const std::vector<InstrumentedFunction>& layout);
 
-// The profile's counts as an IR-level indexed profile (.profdata), or
-// nullptr when it holds no counts.
+// The profile's counts and value profiles as an IR-level indexed profile
+// (.profdata), or nullptr when it holds no counts. Records are named per
+// `names` (indirect-call targets too).
 llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
-write_indexed_profile(const fdo::ProfileDoc& profile);
+write_indexed_profile(const fdo::ProfileDoc& profile, RecordNames names);
 
-// Applies the counts in `profile` as clang's -fprofile-use does. The indexed
-// profile is written to a unique file in `temp_dir` (system temp dir when
-// empty) and removed again. Returns false when the profile holds no counts
-// (nothing was applied).
-llvm::Expected<bool> apply_profile(llvm::Module& m, llvm::ModuleAnalysisManager& mam,
-                                   const fdo::ProfileDoc& profile, const std::string& temp_dir);
+// An indexed profile on disk for PGOInstrumentationUse (LLVM 16 reads only
+// files): a unique file, removed when this is destroyed.
+class ProfileFile {
+public:
+  // Writes `profile` to a unique file in `temp_dir` (system temp dir when
+  // empty). nullopt when the profile holds no counts.
+  static llvm::Expected<std::optional<ProfileFile>> write(const fdo::ProfileDoc& profile,
+                                                          const std::string& temp_dir);
+  ProfileFile(ProfileFile&& o) noexcept : path_(std::move(o.path_)) { o.path_.clear(); }
+  ProfileFile& operator=(ProfileFile&&) = delete;
+  ~ProfileFile();
+  const std::string& path() const { return path_; }
+
+private:
+  explicit ProfileFile(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
 
 // Puts !unpredictable on the conditional branches the profile lists, by
 // index among the function's conditional `br` instructions in block order

@@ -159,7 +159,8 @@ TEST_CASE("object bytes are deterministic", "[jit][compile][determinism]") {
   const std::string program = fixture("loop_branch.ll");
   ProfileDoc profile;
   profile.knobs.opt_level = 3;
-  profile.functions["run"] = FunctionProfile{0x7735b6a125e8ab7ULL, {0, 900, 100, 1}, {0}, {}};
+  profile.functions["run"] = FunctionProfile{
+      .cfg_hash = 0x7735b6a125e8ab7ULL, .counts = {0, 900, 100, 1}, .unpredictable = {0}};
   for (CompileMode mode : {CompileMode::plain, CompileMode::instrumented, CompileMode::optimized}) {
     INFO(to_string(mode));
     CompileResult first = compile_or_throw(program, request(mode, &profile));
@@ -182,6 +183,10 @@ TEST_CASE("programs with the same canonical IR compile to the same object",
   // The submitted names of local symbols are kept for people.
   CHECK(base.local_names.at("fdo.local.1") == "helper");
   CHECK(renamed.local_names.at("fdo.local.1") == "triple_it");
+  // PGO name -> the PGO name clang gives the function in the submitted source.
+  CHECK(base.source_names == std::map<std::string, std::string>{
+                                 {"compute", "compute"}, {"fdo:fdo.local.1", "base.c:helper"}});
+  CHECK(renamed.source_names.at("fdo:fdo.local.1").ends_with(":triple_it"));
 }
 
 TEST_CASE("knobs take effect", "[jit][compile][knobs]") {
@@ -260,6 +265,7 @@ TEST_CASE("compile metadata round-trips through JSON", "[jit][metadata]") {
   CHECK(back->counters_layout == r.counters_layout);
   CHECK(back->function_fingerprints == r.function_fingerprints);
   CHECK(back->local_names == r.local_names);
+  CHECK(back->source_names == r.source_names);
   CHECK(back->times == r.times);
   CHECK(back->code_size == r.code_size);
   CHECK(back->mutable_globals == r.mutable_globals);
@@ -353,7 +359,7 @@ TEST_CASE("thread-local variables are refused as unsupported", "[jit][errors]") 
 
 TEST_CASE("a missing temp dir for the indexed profile is an I/O error", "[jit][errors]") {
   ProfileDoc profile;
-  profile.functions["run"] = FunctionProfile{1, {1, 2, 3, 4}, {}, {}};
+  profile.functions["run"] = FunctionProfile{.cfg_hash = 1, .counts = {1, 2, 3, 4}};
   CompileRequest req = request(CompileMode::optimized, &profile);
   req.temp_dir = "/nonexistent/fdo-jit-test";
   auto r = compile(fixture("loop_branch.ll"), req);

@@ -22,9 +22,14 @@ struct Instrumented {
   std::unique_ptr<LoadedProgram> program;
 };
 
-Instrumented load_instrumented(const std::string& fixture_name) {
+// The knobs of `knobs_from` (when given) pick the O-level: instrumentation
+// runs after that level's pre-inliner and early cleanup, so a profile applies
+// to compiles at the level it was gathered at.
+Instrumented load_instrumented(const std::string& fixture_name,
+                               const ProfileDoc* knobs_from = nullptr) {
   Instrumented i;
-  i.compiled = compile_or_throw(fixture(fixture_name), request(CompileMode::instrumented));
+  i.compiled =
+      compile_or_throw(fixture(fixture_name), request(CompileMode::instrumented, knobs_from));
   auto loader = Loader::create();
   REQUIRE(loader.has_value());
   i.loader = std::move(loader).value();
@@ -40,7 +45,10 @@ ProfileDoc profile_from(const Instrumented& i) {
   ProfileDoc doc;
   auto counts = i.program->read_counters();
   for (const InstrumentedFunction& f : i.compiled.counters_layout)
-    doc.functions[f.pgo_name] = FunctionProfile{f.cfg_hash, counts.at(f.pgo_name), {}, {}};
+    doc.functions[f.pgo_name] =
+        FunctionProfile{.cfg_hash = f.cfg_hash,
+                        .counts = counts.at(f.pgo_name),
+                        .source_name = i.compiled.source_names.at(f.pgo_name)};
   return doc;
 }
 
@@ -110,6 +118,12 @@ TEST_CASE("instrumented counts of a 900/100 branch reach the optimized IR", "[ji
   ProfileDoc profile = profile_from(i);
 
   SECTION("without optimisation the annotated branch carries exactly 900/100") {
+    // Gathered and applied at O0 (no pre-inliner, no early cleanup).
+    ProfileDoc o0;
+    o0.knobs.opt_level = 0;
+    Instrumented i0 = load_instrumented("loop_branch.ll", &o0);
+    REQUIRE(i0.program->call("run", std::vector<std::uint64_t>{1000}).has_value());
+    profile = profile_from(i0);
     profile.knobs.opt_level = 0;
     CompileResult o = compile_or_throw(fixture("loop_branch.ll"),
                                        request(CompileMode::optimized, &profile, true));
@@ -154,7 +168,9 @@ TEST_CASE("counters accumulate across calls and reset to zero", "[jit][pgo]") {
 }
 
 TEST_CASE("local functions are instrumented under canonical PGO names", "[jit][pgo]") {
-  Instrumented i = load_instrumented("fp_base.ll");
+  ProfileDoc o0; // keep the helper out of line, to see its count
+  o0.knobs.opt_level = 0;
+  Instrumented i = load_instrumented("fp_base.ll", &o0);
   std::vector<std::string> names;
   for (const InstrumentedFunction& f : i.compiled.counters_layout)
     names.push_back(f.pgo_name);
@@ -170,6 +186,23 @@ TEST_CASE("local functions are instrumented under canonical PGO names", "[jit][p
       compile_or_throw(fixture("fp_renamed.ll"), request(CompileMode::optimized, &profile, true));
   CHECK(o.diagnostics.empty());
   CHECK(contains(o.ir, R"(!{!"function_entry_count", i64 8})"));
+}
+
+TEST_CASE("instrumentation runs after clang's pre-inliner and early cleanup", "[jit][pgo]") {
+  // At O2 the small static helper is inlined into its caller before
+  // PGOInstrumentationGen (as clang -O2 -fprofile-generate does): its counts
+  // are gathered per call site, inside compute's record.
+  Instrumented i = load_instrumented("fp_base.ll");
+  std::vector<std::string> names;
+  for (const InstrumentedFunction& f : i.compiled.counters_layout)
+    names.push_back(f.pgo_name);
+  CHECK(names == std::vector<std::string>{"compute"});
+  REQUIRE(i.program->call("compute", std::vector<std::uint64_t>{8}).value_or(0) == 60);
+  ProfileDoc profile = profile_from(i);
+  CompileResult o =
+      compile_or_throw(fixture("fp_base.ll"), request(CompileMode::optimized, &profile, true));
+  CHECK_FALSE(has_hash_mismatch(o));
+  CHECK(contains(o.ir, R"(!{!"function_entry_count", i64 1})"));
 }
 
 TEST_CASE("a stale profile is reported - not fatal", "[jit][pgo]") {
@@ -211,6 +244,46 @@ TEST_CASE("instrumented objects need no profiling runtime", "[jit][pgo]") {
     CHECK(r.name.rfind("__llvm_profile", 0) != 0);
 }
 
+TEST_CASE("the export uses source names, fdo's own compile canonical names",
+          "[jit][pgo][profdata]") {
+  ProfileDoc o0; // keep the static helper out of line
+  o0.knobs.opt_level = 0;
+  Instrumented i = load_instrumented("fp_base.ll", &o0);
+  REQUIRE(i.program->call("compute", std::vector<std::uint64_t>{8}).value_or(0) == 60);
+  ProfileDoc profile = profile_from(i);
+  CHECK(profile.functions.at("fdo:fdo.local.1").source_name == "base.c:helper");
+  CHECK(profile.functions.at("compute").source_name == "compute");
+  const std::uint64_t helper_hash = profile.functions.at("fdo:fdo.local.1").cfg_hash;
+
+  auto read = [](const std::string& bytes) {
+    auto reader = llvm::IndexedInstrProfReader::create(
+        llvm::MemoryBuffer::getMemBuffer(bytes, "profile.profdata", false));
+    REQUIRE(static_cast<bool>(reader));
+    return std::move(*reader);
+  };
+  auto has = [](llvm::IndexedInstrProfReader& r, const std::string& name, std::uint64_t hash) {
+    auto rec = r.getInstrProfRecord(name, hash);
+    if (rec) return true;
+    llvm::consumeError(rec.takeError());
+    return false;
+  };
+  auto by_source = indexed_profile(profile);
+  REQUIRE(by_source.has_value());
+  auto source_reader = read(*by_source);
+  CHECK(has(*source_reader, "base.c:helper", helper_hash));
+  CHECK_FALSE(has(*source_reader, "fdo:fdo.local.1", helper_hash));
+  auto canonical = indexed_profile(profile, RecordNames::canonical);
+  REQUIRE(canonical.has_value());
+  CHECK(has(*read(*canonical), "fdo:fdo.local.1", helper_hash));
+
+  // A document without source names (written before they existed) exports
+  // under the PGO names.
+  profile.functions.at("fdo:fdo.local.1").source_name.clear();
+  auto old = indexed_profile(profile);
+  REQUIRE(old.has_value());
+  CHECK(has(*read(*old), "fdo:fdo.local.1", helper_hash));
+}
+
 TEST_CASE("a profile exports as an IR-level indexed profile", "[jit][pgo][profdata]") {
   Instrumented i = load_instrumented("loop_branch.ll");
   REQUIRE(i.program->call("run", std::vector<std::uint64_t>{1000}).has_value());
@@ -232,4 +305,126 @@ TEST_CASE("a profile exports as an IR-level indexed profile", "[jit][pgo][profda
   auto empty = indexed_profile(ProfileDoc{});
   REQUIRE_FALSE(empty.has_value());
   CHECK(empty.error().code() == Errc::invalid_argument);
+}
+
+TEST_CASE("value profiles round trip: indirect-call promotion and memop sizes",
+          "[jit][pgo][value]") {
+  Instrumented i = load_instrumented("value_sites.ll");
+  const InstrumentedFunction* dispatch = nullptr;
+  const InstrumentedFunction* copy = nullptr;
+  for (const InstrumentedFunction& f : i.compiled.counters_layout) {
+    if (f.pgo_name == "dispatch") dispatch = &f;
+    if (f.pgo_name == "copy") copy = &f;
+  }
+  REQUIRE(dispatch != nullptr);
+  REQUIRE(copy != nullptr);
+  CHECK(dispatch->indirect_call_sites == 1);
+  CHECK(copy->memop_sites == 1);
+  REQUIRE(i.program->call("dispatch", std::vector<std::uint64_t>{1600}).has_value());
+  REQUIRE(i.program->call("copy", std::vector<std::uint64_t>{1600}).has_value());
+
+  auto values = i.program->read_value_profiles();
+  // The targets are named by the MD5 of their (canonical) PGO names.
+  const std::uint64_t add_one = llvm::IndexedInstrProf::ComputeHash("fdo:fdo.local.0");
+  const std::uint64_t times_three = llvm::IndexedInstrProf::ComputeHash("fdo:fdo.local.1");
+  CHECK(values.at("dispatch").indirect_calls ==
+        std::vector<ValueSite>{{{add_one, 1500}, {times_three, 100}}});
+  // 100 bytes is recorded as its range's representative, 65 (64 < n < 128).
+  CHECK(values.at("copy").memop_sizes == std::vector<ValueSite>{{{8, 1500}, {65, 100}}});
+
+  ProfileDoc profile = profile_from(i);
+  const ProfileDoc counts_only = profile;
+  for (auto& [name, v] : values) {
+    profile.functions.at(name).indirect_calls = v.indirect_calls;
+    profile.functions.at(name).memop_sizes = v.memop_sizes;
+  }
+  CompileResult o =
+      compile_or_throw(fixture("value_sites.ll"), request(CompileMode::optimized, &profile, true));
+  CHECK(o.diagnostics.empty());
+  // Indirect-call promotion: the hot target is tested first and called
+  // directly; the indirect call stays as the fallback.
+  const std::string body = function_body(o.ir, "dispatch");
+  const std::size_t hot_test = body.find("icmp eq ptr %fp, @fdo.local.0");
+  REQUIRE(hot_test != std::string::npos);
+  CHECK(hot_test < body.find("icmp eq ptr %fp, @fdo.local.1"));
+  CHECK(contains(body, "call i64 @fdo.local.0("));
+  CHECK(contains(body, "call i64 %fp("));
+  // Memop size specialisation (PGOMemOPSizeOpt): the 8-byte case is split
+  // off, and becomes a plain 8-byte store.
+  const std::string copy_body = function_body(o.ir, "copy");
+  CHECK(contains(copy_body, "MemOP.Case.8"));
+
+  // The export names the records, and the targets in their value data, by
+  // source name (static functions carry the source file name, as clang's do).
+  auto exported = indexed_profile(profile);
+  REQUIRE(exported.has_value());
+  auto reader = llvm::IndexedInstrProfReader::create(
+      llvm::MemoryBuffer::getMemBuffer(*exported, "profile.profdata", false));
+  REQUIRE(static_cast<bool>(reader));
+  auto record = (*reader)->getInstrProfRecord("dispatch", dispatch->cfg_hash);
+  REQUIRE(static_cast<bool>(record));
+  REQUIRE(record->getNumValueSites(llvm::IPVK_IndirectCallTarget) == 1);
+  REQUIRE(record->getNumValueDataForSite(llvm::IPVK_IndirectCallTarget, 0) == 2);
+  auto targets = record->getValueForSite(llvm::IPVK_IndirectCallTarget, 0);
+  CHECK(targets[0].Value == llvm::IndexedInstrProf::ComputeHash("value_sites.c:add_one"));
+  CHECK(targets[0].Count == 1500);
+  CHECK(targets[1].Value == llvm::IndexedInstrProf::ComputeHash("value_sites.c:times_three"));
+  auto local = (*reader)->getInstrProfRecord("value_sites.c:add_one",
+                                             profile.functions.at("fdo:fdo.local.0").cfg_hash);
+  CHECK(static_cast<bool>(local));
+  if (!local) llvm::consumeError(local.takeError());
+
+  // Cleared with the counters.
+  i.program->reset_counters();
+  for (const auto& [name, v] : i.program->read_value_profiles()) {
+    for (const ValueSite& site : v.indirect_calls)
+      CHECK(site.empty());
+    for (const ValueSite& site : v.memop_sizes)
+      CHECK(site.empty());
+  }
+
+  // Without value data the same optimized compile keeps the call indirect.
+  CompileResult plain = compile_or_throw(fixture("value_sites.ll"),
+                                         request(CompileMode::optimized, &counts_only, true));
+  CHECK_FALSE(contains(function_body(plain.ir, "dispatch"), "call i64 @fdo.local.0("));
+}
+
+TEST_CASE("a clang-made .profdata of the same source seeds the profile", "[jit][pgo][import]") {
+  // clang_pgo.profdata: clang-16 -O2 -fprofile-generate clang_pgo.c, one run,
+  // llvm-profdata-16 merge. clang_pgo.ll: the same source as fdod receives it
+  // (clang-16 -O2 -Xclang -disable-llvm-optzns -S -emit-llvm).
+  const std::string profdata = fixture("clang_pgo.profdata");
+  auto seeded = seed_profile(profdata, fixture("clang_pgo.ll"));
+  if (!seeded) FAIL(seeded.error().describe());
+  CHECK(seeded->records == 4); // main, run, twice, negate
+  CHECK(seeded->dropped.empty());
+  CHECK(seeded->matched == 4);
+  const FunctionProfile& run = seeded->profile.functions.at("run");
+  CHECK(run.source_name == "run");
+  CHECK(run.counts == std::vector<std::uint64_t>{1000, 1, 100});
+  const std::uint64_t twice = llvm::IndexedInstrProf::ComputeHash("fdo:fdo.local.0");
+  REQUIRE(run.indirect_calls.size() == 1);
+  REQUIRE_FALSE(run.indirect_calls[0].empty());
+  CHECK(run.indirect_calls[0][0] == std::pair<std::uint64_t, std::uint64_t>{twice, 938});
+  CHECK(seeded->profile.functions.at("fdo:fdo.local.0").source_name == "clang_pgo.c:twice");
+
+  // The first compile of the program can be the optimized one.
+  CompileResult o = compile_or_throw(fixture("clang_pgo.ll"),
+                                     request(CompileMode::optimized, &seeded->profile, true));
+  CHECK_FALSE(has_hash_mismatch(o));
+  CHECK(contains(o.ir, R"(!{!"ProfileFormat", !"InstrProf"})"));
+  // The hot target is promoted: compared against, then called (or inlined).
+  CHECK(contains(function_body(o.ir, "run"), ", @fdo.local.0"));
+
+  // A profile of other code seeds nothing, and says so.
+  auto other = seed_profile(profdata, fixture("loop_branch.ll"));
+  REQUIRE(other.has_value());
+  CHECK(other->matched == 0);
+  CHECK(other->dropped.size() == 4);
+  CHECK(other->profile.functions.empty());
+
+  // Not a profile at all.
+  auto junk = seed_profile("not a profile", fixture("clang_pgo.ll"));
+  REQUIRE_FALSE(junk.has_value());
+  CHECK(junk.error().code() == Errc::invalid_argument);
 }

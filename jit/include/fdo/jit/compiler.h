@@ -23,7 +23,9 @@ namespace fdo::jit {
 
 // Bumped whenever the canonicalisation, the pass pipeline or the object
 // layout changes, so outputs cached under an older identity miss.
-inline constexpr int kPipelineVersion = 2; // 2: PGO counters promoted out of loops
+// 2: PGO counters promoted out of loops. 3: PGO inside the O-level pipeline
+// (pre-inliner and early cleanup first, as clang), value profiling on.
+inline constexpr int kPipelineVersion = 3;
 inline constexpr std::string_view kFdoVersion = "0.1.0";
 
 struct CompilerIdentity {
@@ -48,6 +50,10 @@ struct Analysis {
   // ProfileDoc::functions): a name-independent structural hash.
   std::map<std::string, std::string> function_fingerprints;
   std::vector<EntryInfo> entries;
+  // Per defined function: PGO name -> the PGO name it has in the submitted
+  // program (`helper`, or `file.c:helper` for a static function: clang's name
+  // for it). What people and .profdata exports see.
+  std::map<std::string, std::string> source_names;
 };
 
 // Parse, verify, canonicalise and fingerprint without compiling.
@@ -77,6 +83,7 @@ struct CompileResult {
   // Canonical name -> name as submitted, for local (internal/private)
   // symbols, which canonicalisation renames by position.
   std::map<std::string, std::string> local_names;
+  std::map<std::string, std::string> source_names; // as in Analysis
   PhaseTimes times;
   std::size_t code_size = 0; // bytes of executable sections in the object
   // The program defines writable global variables, so one execution can leave

@@ -9,6 +9,7 @@
 
 #include "fdo/jit/types.h"
 #include "fdo/util/expected.h"
+#include "fdo/util/profile.h"
 
 #include <cstdint>
 #include <map>
@@ -22,6 +23,17 @@ namespace fdo::jit {
 
 struct CompileResult;
 class LoadedProgram;
+namespace detail {
+class ValueProfiles;
+}
+
+// One function's value profiles, site by site in instrumentation order, as
+// FunctionProfile::indirect_calls / memop_sizes expect them.
+struct FunctionValueProfile {
+  std::vector<fdo::ValueSite> indirect_calls; // MD5 of the target's PGO name, count
+  std::vector<fdo::ValueSite> memop_sizes;    // size in bytes (range representative), count
+  bool operator==(const FunctionValueProfile&) const = default;
+};
 
 class Loader {
 public:
@@ -66,8 +78,14 @@ public:
   // PGO counters by PGO function name, each in the order an indexed profile
   // expects: store as FunctionProfile{cfg_hash from the layout, counts}.
   std::map<std::string, std::vector<std::uint64_t>> read_counters() const;
+  // Also forgets the value profiles.
   void reset_counters();
   const std::vector<InstrumentedFunction>& counters_layout() const { return layout_; }
+
+  // Value profiles of the functions that have value sites (indirect calls,
+  // memcpy/memset/memmove), by PGO name. Indirect-call targets outside the
+  // program are left out.
+  std::map<std::string, FunctionValueProfile> read_value_profiles() const;
 
   // Every function of the object, sorted by start address.
   const std::vector<FunctionRange>& function_ranges() const { return ranges_; }
@@ -86,6 +104,7 @@ private:
   std::vector<ThunkFn> thunks_; // parallel to entries_
   std::vector<InstrumentedFunction> layout_;
   std::vector<std::uint64_t*> counters_; // parallel to layout_
+  std::unique_ptr<detail::ValueProfiles> values_;
   std::vector<FunctionRange> ranges_;
   void (*fini_)() = nullptr;   // __fdo_fini, when the program has destructors
   void* dso_handle_ = nullptr; // its __dso_handle, when C++ code uses __cxa_atexit

@@ -62,6 +62,10 @@ struct InstrumentedFunction {
   std::string pgo_name;
   std::uint64_t cfg_hash = 0;
   std::uint32_t num_counters = 0;
+  // Value-profiling sites, in instrumentation order per kind (their values
+  // are read back with LoadedProgram::read_value_profiles).
+  std::uint32_t indirect_call_sites = 0;
+  std::uint32_t memop_sites = 0;
   bool operator==(const InstrumentedFunction&) const = default;
 };
 

@@ -1,0 +1,154 @@
+#include "value_profile.h"
+
+#include <algorithm>
+#include <array>
+#include <llvm/ProfileData/InstrProf.h>
+#include <new>
+#include <utility>
+
+namespace fdo::jit::detail {
+
+namespace {
+
+using Record = llvm::RawInstrProf::ProfileData<std::uint64_t>;
+
+// Distinct values kept per site. Promotion looks at the few hottest (LLVM's
+// -icp-max-prom is 3); values beyond the table are dropped, like compiler-rt
+// drops them once its per-site node budget is spent.
+constexpr std::size_t kValuesPerSite = 16;
+
+struct SiteTable {
+  std::uint32_t used = 0;
+  std::array<std::pair<std::uint64_t, std::uint64_t>, kValuesPerSite> entries{};
+};
+
+SiteTable** slots_of(const Record* record) {
+  return reinterpret_cast<SiteTable**>(static_cast<std::uintptr_t>(record->Values));
+}
+
+void record_value(std::uint64_t value, void* data, std::uint32_t index) {
+  auto* record = static_cast<Record*>(data);
+  if (record == nullptr || record->Values == 0) return;
+  std::uint32_t sites = 0;
+  for (std::uint16_t n : record->NumValueSites)
+    sites += n;
+  if (index >= sites) return;
+  SiteTable*& site = slots_of(record)[index];
+  if (site == nullptr) site = new (std::nothrow) SiteTable();
+  if (site == nullptr) return;
+  for (std::uint32_t i = 0; i < site->used; ++i)
+    if (site->entries[i].first == value) {
+      ++site->entries[i].second;
+      return;
+    }
+  if (site->used < kValuesPerSite) site->entries[site->used++] = {value, 1};
+}
+
+// Memop sizes are recorded by range, as compiler-rt does and as
+// PGOMemOPSizeOpt expects: 0..8 and powers of two exactly, anything else as
+// the previous power of two + 1, everything from 513 up as 513
+// (InstrProfData.inc, InstrProfGetRangeRepValue).
+std::uint64_t memop_range_value(std::uint64_t size) {
+  if (size <= 8) return size;
+  if (size >= 513) return 513;
+  if ((size & (size - 1)) == 0) return size;
+  return (std::uint64_t{1} << (63 - __builtin_clzll(size))) + 1;
+}
+
+void instrument_target(std::uint64_t target, void* data, std::uint32_t index) {
+  record_value(target, data, index);
+}
+
+void instrument_memop(std::uint64_t size, void* data, std::uint32_t index) {
+  record_value(memop_range_value(size), data, index);
+}
+
+fdo::ValueSite sorted(const SiteTable* site) {
+  fdo::ValueSite out;
+  if (site == nullptr) return out;
+  out.assign(site->entries.begin(), site->entries.begin() + site->used);
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
+}
+
+} // namespace
+
+std::vector<RuntimeHook> value_profile_hooks() {
+  return {{INSTR_PROF_VALUE_PROF_FUNC_STR,
+           static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&instrument_target))},
+          {INSTR_PROF_VALUE_PROF_MEMOP_FUNC_STR,
+           static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&instrument_memop))}};
+}
+
+ValueProfiles::ValueProfiles(std::span<const InstrumentedFunction> layout,
+                             std::vector<std::uint64_t> records) {
+  for (std::size_t i = 0; i < layout.size() && i < records.size(); ++i) {
+    if (records[i] == 0) continue;
+    const auto* record = reinterpret_cast<const Record*>(static_cast<std::uintptr_t>(records[i]));
+    if (record->FunctionPointer != 0) md5_of_address_[record->FunctionPointer] = record->NameRef;
+    if (layout[i].indirect_call_sites + layout[i].memop_sites == 0) continue;
+    names_.push_back(layout[i].pgo_name);
+    records_.push_back(records[i]);
+  }
+}
+
+ValueProfiles::ValueProfiles(ValueProfiles&& o) noexcept
+    : names_(std::move(o.names_)), records_(std::move(o.records_)),
+      md5_of_address_(std::move(o.md5_of_address_)) {
+  o.records_.clear();
+  o.names_.clear();
+}
+
+ValueProfiles& ValueProfiles::operator=(ValueProfiles&& o) noexcept {
+  if (this != &o) {
+    clear();
+    names_ = std::move(o.names_);
+    records_ = std::move(o.records_);
+    md5_of_address_ = std::move(o.md5_of_address_);
+    o.names_.clear();
+    o.records_.clear();
+  }
+  return *this;
+}
+
+std::map<std::string, FunctionValues> ValueProfiles::read() const {
+  std::map<std::string, FunctionValues> out;
+  for (std::size_t i = 0; i < records_.size(); ++i) {
+    const auto* record = reinterpret_cast<const Record*>(static_cast<std::uintptr_t>(records_[i]));
+    FunctionValues& fv = out[names_[i]];
+    SiteTable* const* slots = record->Values ? slots_of(record) : nullptr;
+    std::uint32_t flat = 0;
+    for (std::uint32_t kind = llvm::IPVK_First; kind <= llvm::IPVK_Last; ++kind)
+      for (std::uint16_t s = 0; s < record->NumValueSites[kind]; ++s, ++flat) {
+        fdo::ValueSite site = sorted(slots ? slots[flat] : nullptr);
+        if (kind == llvm::IPVK_IndirectCallTarget) {
+          fdo::ValueSite named;
+          for (const auto& [address, count] : site)
+            if (auto it = md5_of_address_.find(address); it != md5_of_address_.end())
+              named.emplace_back(it->second, count);
+          fv.indirect_calls.push_back(std::move(named));
+        } else if (kind == llvm::IPVK_MemOPSize) {
+          fv.memop_sizes.push_back(std::move(site));
+        }
+      }
+  }
+  return out;
+}
+
+void ValueProfiles::clear() {
+  for (std::uint64_t address : records_) {
+    auto* record = reinterpret_cast<Record*>(static_cast<std::uintptr_t>(address));
+    if (record->Values == 0) continue;
+    std::uint32_t sites = 0;
+    for (std::uint16_t n : record->NumValueSites)
+      sites += n;
+    SiteTable** slots = slots_of(record);
+    for (std::uint32_t i = 0; i < sites; ++i) {
+      delete slots[i];
+      slots[i] = nullptr;
+    }
+  }
+}
+
+} // namespace fdo::jit::detail
