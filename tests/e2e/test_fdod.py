@@ -71,7 +71,11 @@ class FeedbackLoop(unittest.TestCase):
         got = self.c.call("profile.get", {"profile_key": s0["profile_key"]})
         fn = got["profile"]["functions"]
         self.assertIn("branchy", fn)
-        self.assertGreater(sum(fn["branchy"]["counts"]), 0)
+        # PGO runs after clang's pre-inliner: branchy's loop is inlined into
+        # run before it is instrumented, so its counts are in run's record
+        # (per call site), and branchy itself was never called.
+        self.assertGreater(sum(fn["run"]["counts"]), 0)
+        self.assertEqual(sum(fn["branchy"]["counts"]), 0)
 
         explain = self.c.call("cache.explain", {"program": prog})
         reasons = [r["reason"] for r in explain["records"]]

@@ -277,6 +277,22 @@ Expected<Message> ExecJobs::handle(const Message& request) {
     for (auto& [name, values] : program->read_counters())
       counts[name] = values;
   out.header["counts"] = std::move(counts);
+  if (instrumented) {
+    // Value profiles in the profile document's JSON form (hex MD5 targets).
+    json values = json::object();
+    for (auto& [name, v] : program->read_value_profiles()) {
+      ProfileDoc doc;
+      FunctionProfile& f = doc.functions[name];
+      f.indirect_calls = std::move(v.indirect_calls);
+      f.memop_sizes = std::move(v.memop_sizes);
+      json fj = to_json(doc)["functions"][name];
+      json sites = json::object();
+      for (const char* key : {"indirect_calls", "memop_sizes"})
+        if (fj.contains(key)) sites[key] = std::move(fj[key]);
+      if (!sites.empty()) values[name] = std::move(sites);
+    }
+    if (!values.empty()) out.header["values"] = std::move(values);
+  }
   json ranges = json::array();
   for (const auto& r : program->function_ranges())
     ranges.push_back({{"name", r.name}, {"start", r.start}, {"size", r.size}});

@@ -32,10 +32,27 @@ StageFeedback stage_feedback_from(const json& exec_reply,
   for (const auto& [name, values] : counts.items()) {
     auto h = cfg_hashes.find(name);
     if (h == cfg_hashes.end() || !values.is_array()) continue;
-    FunctionCounts fc{h->second, {}};
+    FunctionCounts fc{h->second, {}, {}, {}};
     for (const json& v : values)
       fc.counts.push_back(as_count(v).value_or(0));
     fb.counts[name] = std::move(fc);
+  }
+  // Value profiles, in the profile document's form: parsed through it so the
+  // rules (hex targets, non-negative counts) are the same.
+  const json values = exec_reply.value("values", json::object());
+  for (const auto& [name, sites] : values.items()) {
+    auto fc = fb.counts.find(name);
+    if (fc == fb.counts.end() || !sites.is_object()) continue;
+    json function = sites;
+    function["cfg_hash"] = "0";
+    json doc = json::object();
+    doc["functions"] = json::object();
+    doc["functions"][name] = std::move(function);
+    auto parsed = profile_from_json(doc);
+    if (!parsed) continue; // malformed: the counts alone still count
+    FunctionProfile& f = parsed->functions.begin()->second;
+    fc->second.indirect_calls = std::move(f.indirect_calls);
+    fc->second.memop_sizes = std::move(f.memop_sizes);
   }
   return fb;
 }
@@ -134,9 +151,12 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   PolicyDecision d = decide(policy, in);
   out.policy = d.reason;
   if (d.action != PolicyAction::rewrite) return out;
-  for (auto& [name, f] : d.profile.functions)
+  for (auto& [name, f] : d.profile.functions) {
     if (auto fp = stage.function_fingerprints.find(name); fp != stage.function_fingerprints.end())
       f.fingerprint = fp->second;
+    if (auto sn = stage.source_names.find(name); sn != stage.source_names.end())
+      f.source_name = sn->second;
+  }
   ps::WriteInfo info;
   info.source = ps::WriteSource::feedback;
   info.reason = d.reason;

@@ -3,9 +3,31 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 
 namespace fdo::daemon {
+
+namespace {
+// Adds `from` into `into` site by site, value by value; keeps each site's
+// values most frequent first. A different number of sites means a different
+// shape: the newest wins.
+void merge_value_sites(std::vector<ValueSite>& into, const std::vector<ValueSite>& from) {
+  if (from.empty()) return;
+  if (into.size() != from.size()) {
+    into = from;
+    return;
+  }
+  for (std::size_t s = 0; s < from.size(); ++s) {
+    std::map<std::uint64_t, std::uint64_t> merged(into[s].begin(), into[s].end());
+    for (const auto& [value, count] : from[s])
+      merged[value] += count;
+    into[s].assign(merged.begin(), merged.end());
+    std::stable_sort(into[s].begin(), into[s].end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
+  }
+}
+} // namespace
 
 void FeedbackAccumulator::add(const StageFeedback& stage) {
   ++stages_;
@@ -21,6 +43,8 @@ void FeedbackAccumulator::add(const StageFeedback& stage) {
     }
     for (std::size_t i = 0; i < fc.counts.size(); ++i)
       mine.counts[i] += fc.counts[i];
+    merge_value_sites(mine.indirect_calls, fc.indirect_calls);
+    merge_value_sites(mine.memop_sizes, fc.memop_sizes);
   }
   for (const auto& [event, value] : stage.counters)
     counters_[event] += value;
@@ -113,11 +137,14 @@ ProfileDoc profile_from_counts(const ProfileDoc* current,
     FunctionProfile f;
     f.cfg_hash = fc.cfg_hash;
     f.counts = fc.counts;
+    f.indirect_calls = fc.indirect_calls;
+    f.memop_sizes = fc.memop_sizes;
     if (current != nullptr) {
       auto it = current->functions.find(name);
       if (it != current->functions.end() && it->second.cfg_hash == fc.cfg_hash) {
         f.unpredictable = it->second.unpredictable;
         f.fingerprint = it->second.fingerprint;
+        f.source_name = it->second.source_name;
       }
     }
     doc.functions.emplace(name, std::move(f));

@@ -166,7 +166,8 @@ TEST_CASE("feedback loop: totals already in the store count after a restart",
   FakeFeedbackStore store;
   store.keys[kPk].versions.push_back(ps::StoredProfile{});
   store.keys[kPk].versions.back().version = 1;
-  store.keys[kPk].versions.back().doc.functions["loop"] = FunctionProfile{kHash, {900, 100}, {}, ""};
+  store.keys[kPk].versions.back().doc.functions["loop"] =
+      FunctionProfile{.cfg_hash = kHash, .counts = {900, 100}};
   ps::FeedbackTotals& t = store.totals[{kPk, 1}];
   t.stages = 2;
   t.function_counts["loop"] = {2, 400};
@@ -241,4 +242,46 @@ TEST_CASE("feedback loop: stage feedback is read from an exec reply", "[service]
   REQUIRE(fb.counts.size() == 1);
   CHECK(fb.counts.at("loop").cfg_hash == kHash);
   CHECK(fb.counts.at("loop").counts == std::vector<std::uint64_t>{1, 2});
+}
+
+TEST_CASE("feedback loop: value profiles and source names reach the written profile",
+          "[service][feedback][value]") {
+  // The exec reply's value profiles (the profile document's JSON form) ...
+  // (Parsed from text: an initializer list of [string, number] pairs would
+  // make nlohmann build objects.)
+  nlohmann::json reply = nlohmann::json::parse(R"({
+      "measurement": {"wall_ns": 10},
+      "counts": {"loop": [90, 10]},
+      "values": {
+        "loop": {"indirect_calls": [[["00000000000000aa", 9], ["00000000000000bb", 1]]],
+                 "memop_sizes": [[[8, 5]]]},
+        "unknown": {"memop_sizes": [[[1, 1]]]}}})");
+  StageFeedback fb = stage_feedback_from(reply, {{"loop", kHash}});
+  REQUIRE(fb.counts.size() == 1);
+  CHECK(fb.counts.at("loop").indirect_calls == std::vector<ValueSite>{{{0xaa, 9}, {0xbb, 1}}});
+  CHECK(fb.counts.at("loop").memop_sizes == std::vector<ValueSite>{{{8, 5}}});
+  // A malformed value profile is ignored; the counts still count.
+  nlohmann::json bad = reply;
+  bad["values"]["loop"]["indirect_calls"] = nlohmann::json::parse(R"([[["not hex", 1]]])");
+  StageFeedback fb_bad = stage_feedback_from(bad, {{"loop", kHash}});
+  CHECK(fb_bad.counts.at("loop").counts == std::vector<std::uint64_t>{90, 10});
+  CHECK(fb_bad.counts.at("loop").indirect_calls.empty());
+
+  // ... are summed site by site across stages and written with the counts,
+  // next to each function's source name.
+  FakeFeedbackStore store;
+  FeedbackLoop loop(store, "host-a");
+  for (int i = 0; i < 3; ++i) {
+    StageReport r = stage(kPk, 0, 90, 10, i);
+    r.feedback.counts["loop"].indirect_calls = fb.counts.at("loop").indirect_calls;
+    r.feedback.counts["loop"].memop_sizes = {{{8, 5}, {static_cast<std::uint64_t>(16 + i), 1}}};
+    r.source_names["loop"] = "/src/loop.c:loop";
+    loop.fold(r, policy());
+  }
+  REQUIRE(store.keys[kPk].versions.size() == 1);
+  const FunctionProfile& f = store.keys[kPk].versions[0].doc.functions.at("loop");
+  CHECK(f.counts == std::vector<std::uint64_t>{270, 30});
+  CHECK(f.indirect_calls == std::vector<ValueSite>{{{0xaa, 27}, {0xbb, 3}}});
+  CHECK(f.memop_sizes == std::vector<ValueSite>{{{8, 15}, {16, 1}, {17, 1}, {18, 1}}});
+  CHECK(f.source_name == "/src/loop.c:loop");
 }

@@ -216,6 +216,7 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   for (const auto& f : meta.counters_layout)
     report.cfg_hashes[f.pgo_name] = f.cfg_hash;
   report.function_fingerprints = meta.function_fingerprints;
+  report.source_names = meta.source_names;
   report.feedback = stage_feedback_from(resp->header, report.cfg_hashes);
   FeedbackOutcome fo = s.feedback->fold(report, c.policy);
 

@@ -55,6 +55,9 @@ struct StageReport {
   // instrumented function, and canonical function fingerprints.
   std::map<std::string, std::uint64_t> cfg_hashes;
   std::map<std::string, std::string> function_fingerprints;
+  // PGO name -> the function's PGO name in the submitted program (recorded in
+  // the profile for display and exports).
+  std::map<std::string, std::string> source_names;
 };
 
 struct Rewrite {

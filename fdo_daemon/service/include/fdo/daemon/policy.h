@@ -20,6 +20,9 @@ namespace fdo::daemon {
 struct FunctionCounts {
   std::uint64_t cfg_hash = 0;
   std::vector<std::uint64_t> counts;
+  // Value profiles, site by site (FunctionProfile::indirect_calls / memop_sizes).
+  std::vector<ValueSite> indirect_calls{};
+  std::vector<ValueSite> memop_sizes{};
 };
 
 // Per-branch taken/not-taken figures the compiler reported for a function
