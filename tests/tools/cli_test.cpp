@@ -42,7 +42,8 @@ const std::string kIk = std::string(64, 'c');
 fdo::ProfileDoc profile(std::vector<std::uint64_t> counts) {
   fdo::ProfileDoc d;
   d.functions["interp_run"] = {0x1234, std::move(counts), {}, ""};
-  d.functions["helper"] = {0x99, {5, 5}, {}, ""};
+  // A static function: keyed by its canonical PGO name, shown by its source name.
+  d.functions["fdo:fdo.local.0"] = {0x99, {5, 5}, {}, "", "/src/interp.c:helper"};
   return d;
 }
 
@@ -136,6 +137,9 @@ TEST_CASE("cli: read commands work from the store with the daemon down") {
     CHECK_THAT(v1.out, Catch::Contains("interp_run"));
     CHECK_THAT(v1.out, Catch::Contains("feedback: enough counts"));
     CHECK_THAT(v1.out, Catch::Contains("0000000000001234"));
+    CHECK_THAT(v1.out, Catch::Contains("/src/interp.c:helper (fdo:fdo.local.0)"));
+    CHECK(r.doc()["profile"]["functions"]["fdo:fdo.local.0"]["source_name"] ==
+          "/src/interp.c:helper");
     Result missing = with({"profile", "show", kPk1, "--version", "9"});
     CHECK(missing.code == 4);
     CHECK_THAT(missing.err, Catch::Contains("has no version 9"));

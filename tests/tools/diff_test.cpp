@@ -171,3 +171,21 @@ TEST_CASE("diff JSON carries every figure") {
   CHECK(j["knobs"].empty());
   CHECK(j["compile_affecting_equal"] == false);
 }
+
+TEST_CASE("the diff names functions by source name, the PGO name beside it") {
+  FunctionProfile before{1, {50, 50}};
+  before.source_name = "/src/run.c:step";
+  FunctionProfile after{1, {90, 10}};
+  after.source_name = "/src/run.c:step";
+  ProfileDoc a = doc({{"fdo:fdo.local.2", before}, {"main", {3, {1}}}});
+  ProfileDoc b = doc({{"fdo:fdo.local.2", after}, {"main", {3, {1}}}});
+  ProfileDiff d = diff_profiles(a, b);
+  CHECK(find(d, "fdo:fdo.local.2").source_name == "/src/run.c:step");
+  std::string text = render_diff(d, "t", Unchanged::list);
+  CHECK_THAT(text, Catch::Contains("/src/run.c:step (fdo:fdo.local.2)  [changed]"));
+  // No source name recorded (older documents): the PGO name alone.
+  CHECK_THAT(text, Catch::Contains("unchanged: main"));
+  nlohmann::json j = to_json(d);
+  for (const auto& f : j["functions"])
+    CHECK(f["source_name"] == (f["name"] == "main" ? "main" : "/src/run.c:step"));
+}

@@ -231,8 +231,15 @@ class Fdoctl(unittest.TestCase):
         fns = shown["profile"]["functions"]
         self.assertTrue(any(sum(f["counts"]) > 0 for f in fns.values()), fns.keys())
         type(self).hot_function = max(fns, key=lambda n: sum(fns[n]["counts"]))
+        # Every function keeps its name in the submitted program next to its
+        # canonical PGO name (static functions: "<source file>:<name>", as clang).
+        for name, f in fns.items():
+            self.assertIn("source_name", f, name)
+            self.assertNotIn("fdo.local.", f["source_name"])
+        type(self).hot_source = fns[self.hot_function]["source_name"]
         human = self.fdoctl("profile", "show", pk).stdout
         self.assertIn(self.hot_function, human)
+        self.assertIn(self.hot_source, human)
         self.assertIn("knobs:", human)
 
         hist = self.json_of("profile", "history", pk, method="profile.history")
@@ -289,7 +296,9 @@ class Fdoctl(unittest.TestCase):
         show = subprocess.run([LLVM_PROFDATA, "show", "--all-functions", prof],
                               capture_output=True, text=True, timeout=60)
         self.assertEqual(show.returncode, 0, show.stderr)
-        self.assertIn(self.hot_function, show.stdout)
+        # The export names functions by their source names.
+        self.assertIn(self.hot_source, show.stdout)
+        self.assertNotIn("fdo.local.", show.stdout)
 
         bundle_path = os.path.join(self.tmp, "bundle.json")
         self.fdoctl("profile", "export", pk, "-o", bundle_path)
@@ -325,6 +334,26 @@ class Fdoctl(unittest.TestCase):
 
         metrics = self.json_of("metrics", method="metrics")
         self.assertIn("fdo_stages_total", metrics["text"])
+
+    def test_09b_import_clang_profdata_seeds_stage_0(self):
+        # An offline clang PGO build's profile of the same source (see
+        # tests/jit/fixtures/clang_pgo.c): the program's first stage compiles optimized.
+        fixtures = ROOT / "tests" / "jit" / "fixtures"
+        seeded = self.json_of("profile", "import", fixtures / "clang_pgo.profdata",
+                              "--program", fixtures / "clang_pgo.ll")
+        self.assertEqual(seeded["records"], 4, seeded)
+        self.assertEqual(seeded["matched"], 4, seeded)
+        self.assertEqual(seeded["dropped"], [], seeded)
+        shown = self.json_of("profile", "show", seeded["profile_key"], method="profile.get")
+        self.assertEqual(shown["profile"]["functions"]["run"]["counts"], [1000, 1, 100])
+        doc = self.json_of("run", fixtures / "clang_pgo.ll", "--entry", "run", "--arg", 1000,
+                           "--stages", 1)
+        self.assertEqual(doc["stages"][0]["stage"]["mode"], "optimized", doc["stages"][0])
+        # A profile of another program matches nothing and is refused.
+        r = self.fdoctl("profile", "import", fixtures / "clang_pgo.profdata", "--program",
+                        EXAMPLES / "sort.ll", expect=None)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("no function of", r.stderr)
 
     def test_10_store_read_with_daemon_down(self):
         _, pk = self.keys["interp"]

@@ -158,11 +158,21 @@ int run_cli(const std::vector<std::string>& args, Io& io) {
     };
   });
 
-  std::string import_file;
+  std::string import_file, import_program;
   auto* imp = profile_cmd->add_subcommand(
-      "import", "Import a bundle made by `profile export` (each profile becomes a new version)");
-  imp->add_option("FILE", import_file, "the bundle (- for stdin)")->required();
-  imp->callback([&] { action = [&](Context& c) { return cmd_profile_import(c, import_file); }; });
+      "import", "Import a bundle made by `profile export` (each profile becomes a new version), "
+                "or with --program an LLVM indexed profile (.profdata) of the program's source");
+  imp->add_option("FILE", import_file, "the bundle (- for stdin), or the .profdata")->required();
+  imp->add_option("--program", import_program,
+                  "FILE is a .profdata from an offline PGO build of this program's source: seed "
+                  "its profile");
+  imp->callback([&] {
+    action = [&](Context& c) {
+      if (!import_program.empty())
+        return cmd_profile_import_profdata(c, import_file, import_program);
+      return cmd_profile_import(c, import_file);
+    };
+  });
 
   // cache stats
   auto* cache_cmd = app.add_subcommand("cache", "The compiled-output cache");

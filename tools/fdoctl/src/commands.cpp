@@ -228,6 +228,15 @@ Status cmd_profiles(Context& ctx) {
   return ok();
 }
 
+namespace {
+// Source name, with the PGO name (the profile's key) beside it when they
+// differ; documents without source names show the key alone.
+std::string shown_name(const std::string& pgo_name, const FunctionProfile& f) {
+  std::string shown = display_name(pgo_name, f);
+  return shown == pgo_name ? shown : shown + " (" + pgo_name + ")";
+}
+} // namespace
+
 Status cmd_profile_show(Context& ctx, const std::string& key_text,
                         std::optional<std::int64_t> version, RawCounts counts) {
   FDO_TRY(auto backend, ctx.backend(Need::read));
@@ -287,8 +296,8 @@ Status cmd_profile_show(Context& ctx, const std::string& key_text,
     for (std::uint32_t u : f.unpredictable)
       unpred += (unpred.empty() ? "" : ",") + std::to_string(u);
     t.add_row(
-        {name, hex64(f.cfg_hash), std::to_string(f.counts.size()), format_count(total),
-         format_count(mx),
+        {shown_name(name, f), hex64(f.cfg_hash), std::to_string(f.counts.size()),
+         format_count(total), format_count(mx),
          format_percent(all == 0 ? 0.0 : static_cast<double>(total) / static_cast<double>(all)),
          unpred.empty() ? "-" : unpred});
   }
@@ -296,7 +305,8 @@ Status cmd_profile_show(Context& ctx, const std::string& key_text,
   if (counts == RawCounts::print) {
     out << "\ncounts:\n";
     for (const auto& [total, name] : order)
-      out << "  " << name << ": " << json(typed.functions.at(name).counts).dump() << "\n";
+      out << "  " << shown_name(name, typed.functions.at(name)) << ": "
+          << json(typed.functions.at(name).counts).dump() << "\n";
   }
   return ok();
 }

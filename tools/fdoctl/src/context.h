@@ -84,6 +84,9 @@ enum class ExportScope { listed_keys, all_profiles };
 Status cmd_profile_export(Context& ctx, const std::vector<std::string>& keys, ExportScope scope,
                           const std::string& format, const std::string& output);
 Status cmd_profile_import(Context& ctx, const std::string& file);
+// FILE is an LLVM indexed profile of PROGRAM's source (import_profdata.cpp).
+Status cmd_profile_import_profdata(Context& ctx, const std::string& profdata_file,
+                                   const std::string& program_file);
 Status cmd_cache_stats(Context& ctx);
 Status cmd_explain(Context& ctx, const std::string& program);
 Status cmd_status(Context& ctx);

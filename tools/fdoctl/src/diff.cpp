@@ -76,6 +76,13 @@ std::string knob_text(const json& v) {
   return v.is_null() ? "unset" : v.dump();
 }
 
+// Source name, with the PGO name beside it when they differ (static
+// functions: the canonical key says nothing to a person).
+std::string shown_name(const FunctionDiff& f) {
+  if (f.source_name.empty() || f.source_name == f.name) return f.name;
+  return f.source_name + " (" + f.name + ")";
+}
+
 } // namespace
 
 ProfileDiff diff_profiles(const ProfileDoc& before, const ProfileDoc& after,
@@ -101,6 +108,9 @@ ProfileDiff diff_profiles(const ProfileDoc& before, const ProfileDoc& after,
     auto b = after.functions.find(name);
     const FunctionProfile* fa = a == before.functions.end() ? nullptr : &a->second;
     const FunctionProfile* fb = b == after.functions.end() ? nullptr : &b->second;
+    fd.source_name = fb != nullptr && !fb->source_name.empty() ? fb->source_name
+                     : fa != nullptr                           ? fa->source_name
+                                                               : std::string();
     if (fa != nullptr) {
       fd.cfg_hash_before = fa->cfg_hash;
       fd.counters_before = fa->counts.size();
@@ -204,6 +214,7 @@ json to_json(const ProfileDiff& d) {
                           {"weight_before", c.weight_before},
                           {"weight_after", c.weight_after}});
     functions.push_back({{"name", f.name},
+                         {"source_name", f.source_name.empty() ? f.name : f.source_name},
                          {"change", std::string(to_string(f.change))},
                          {"cfg_hash_before", f.cfg_hash_before},
                          {"cfg_hash_after", f.cfg_hash_after},
@@ -252,7 +263,9 @@ std::string render_diff(const ProfileDiff& d, const std::string& title, Unchange
          " unchanged\n";
   for (const auto& f : d.functions) {
     if (f.change == FunctionChange::unchanged) continue;
-    out += "\n" + f.name + "  [" + std::string(to_string(f.change)) + "]";
+    out += '\n';
+    out += shown_name(f);
+    out += "  [" + std::string(to_string(f.change)) + "]";
     if (f.change == FunctionChange::added) {
       out += "  " + std::to_string(f.counters_after) + " counters, " + format_count(f.total_after) +
              " counts (" + format_percent(f.share_after) + " of all)\n";
@@ -304,7 +317,7 @@ std::string render_diff(const ProfileDiff& d, const std::string& title, Unchange
   if (unchanged == Unchanged::list && d.unchanged > 0) {
     out += "\nunchanged:";
     for (const auto& f : d.functions)
-      if (f.change == FunctionChange::unchanged) out += " " + f.name;
+      if (f.change == FunctionChange::unchanged) out += " " + shown_name(f);
     out += "\n";
   }
   return out;

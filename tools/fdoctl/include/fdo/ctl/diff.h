@@ -43,7 +43,8 @@ enum class FunctionChange { added, removed, changed, unchanged };
 std::string_view to_string(FunctionChange c);
 
 struct FunctionDiff {
-  std::string name;
+  std::string name;        // PGO name (the profile's key)
+  std::string source_name; // name in the submitted program; empty when unrecorded
   FunctionChange change = FunctionChange::unchanged;
   std::uint64_t cfg_hash_before = 0, cfg_hash_after = 0;
   std::size_t counters_before = 0, counters_after = 0;
