@@ -7,9 +7,9 @@ round, one after the other in a rotating order:
   clang -O2     o2/<k>: clang-16 -O2 -march=native, native process (driver.c)
   clang PGO     pgo/<k>: the same with -fprofile-use (profile of one kernel_run)
   clang PGO np  pgo-np/<k>: clang PGO with -mllvm -disable-preinline -mllvm
-                -disable-vp, i.e. without the two things fdo's PGO lacks (a
-                pre-inliner before instrumentation, value profiling) -- the
-                diagnostic column for the gap between fdo and clang PGO
+                -disable-vp, i.e. without the two things fdo's PGO lacked
+                before pipeline version 3 (a pre-inliner before
+                instrumentation, value profiling) -- what they are worth
   clang instr   pgo-gen/<k>: clang's -fprofile-generate build (instrumentation cost)
   fdo -O2       fdo_effect_jit: the kernel's IR through fdo's JIT in-process
                 with no profile (plain mode) -- fdo's code generation alone
