@@ -128,6 +128,11 @@ constexpr EnumNames<SandboxFilesystem, 4> kSandboxFilesystemNames{
       {SandboxFilesystem::mount_namespace, "mount_namespace"},
       {SandboxFilesystem::none, "none"}}}};
 
+constexpr EnumNames<SandboxCgroup, 3> kSandboxCgroupNames{
+    {{{SandboxCgroup::automatic, "auto"},
+      {SandboxCgroup::off, "off"},
+      {SandboxCgroup::required, "required"}}}};
+
 constexpr std::uint64_t kDay = 86'400'000;
 constexpr std::uint64_t kHour = 3'600'000;
 constexpr std::uint64_t kGiB = 1ull << 30;
@@ -327,6 +332,24 @@ const std::vector<KeyDef>& key_defs() {
     v.push_back(uint_key<std::uint32_t>(
         "sandbox_uid_count", X, "Size of the sandbox uid range (see sandbox_uid_base).",
         [](Config& c) -> std::uint32_t& { return c.sandbox_uid_count; }, 2, 100000000u));
+    {
+      KeyDef d{"sandbox_cgroup", X,
+               "cgroup v2 group per worker (memory.max, pids.max, killed as one): auto (when "
+               "fdod's cgroup is delegated to it, e.g. Delegate=yes), off, or required.",
+               nullptr, nullptr};
+      d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
+        auto m = kSandboxCgroupNames.parse(s);
+        if (!m) return kSandboxCgroupNames.alternatives();
+        c.sandbox_cgroup = *m;
+        return std::nullopt;
+      };
+      d.get = [](const Config& c) { return std::string(to_string(c.sandbox_cgroup)); };
+      v.push_back(std::move(d));
+    }
+    v.push_back(uint_key<std::uint64_t>(
+        "job_max_tasks", X,
+        "pids.max of a worker's cgroup: threads a job may have at once (with sandbox_cgroup).",
+        [](Config& c) -> std::uint64_t& { return c.job_max_tasks; }, 1, 1u << 22));
     v.push_back(uint_key<std::uint64_t>(
         "job_output_bytes", X,
         "What a job may print, per stream (stdout, stderr); the rest is dropped and the reply "
@@ -514,6 +537,10 @@ Expected<Config> Config::load(const std::string& path, const ConfigOverrides& ov
 
 std::string_view to_string(SandboxFilesystem f) {
   return kSandboxFilesystemNames.name(f);
+}
+
+std::string_view to_string(SandboxCgroup c) {
+  return kSandboxCgroupNames.name(c);
 }
 
 std::string_view to_string(ReloadBehavior r) {

@@ -22,38 +22,52 @@ std::optional<std::uint64_t> as_count(const json& v) {
 
 StageFeedback stage_feedback_from(const json& exec_reply,
                                   const std::map<std::string, std::uint64_t>& cfg_hashes) {
+  // Read in place: the reply is walked once per stage, and json::value()
+  // would copy every event (explanations included) and every count array.
   StageFeedback fb;
-  const json& m = exec_reply.contains("measurement") ? exec_reply["measurement"] : json::object();
-  fb.exec_ns = m.value("wall_ns", std::uint64_t{0});
-  for (const json& e : m.value("events", json::array()))
-    if (e.is_object() && e.contains("value"))
-      if (auto v = as_count(e["value"])) fb.counters[e.value("name", "")] = *v;
-  const json counts = exec_reply.value("counts", json::object());
-  for (const auto& [name, values] : counts.items()) {
-    auto h = cfg_hashes.find(name);
-    if (h == cfg_hashes.end() || !values.is_array()) continue;
-    FunctionCounts fc{h->second, {}, {}, {}};
-    for (const json& v : values)
-      fc.counts.push_back(as_count(v).value_or(0));
-    fb.counts[name] = std::move(fc);
+  auto member = [](const json& j, const char* key) -> const json* {
+    if (!j.is_object()) return nullptr;
+    auto it = j.find(key);
+    return it == j.end() ? nullptr : &*it;
+  };
+  if (const json* m = member(exec_reply, "measurement")) {
+    if (const json* wall = member(*m, "wall_ns")) fb.exec_ns = as_count(*wall).value_or(0);
+    if (const json* events = member(*m, "events"); events && events->is_array())
+      for (const json& e : *events) {
+        const json* value = member(e, "value");
+        const json* name = member(e, "name");
+        if (value == nullptr) continue;
+        if (auto v = as_count(*value))
+          fb.counters[name && name->is_string() ? name->get_ref<const std::string&>() : ""] = *v;
+      }
   }
+  if (const json* counts = member(exec_reply, "counts"); counts && counts->is_object())
+    for (auto it = counts->begin(); it != counts->end(); ++it) {
+      auto h = cfg_hashes.find(it.key());
+      if (h == cfg_hashes.end() || !it->is_array()) continue;
+      FunctionCounts fc{h->second, {}, {}, {}};
+      fc.counts.reserve(it->size());
+      for (const json& v : *it)
+        fc.counts.push_back(as_count(v).value_or(0));
+      fb.counts[it.key()] = std::move(fc);
+    }
   // Value profiles, in the profile document's form: parsed through it so the
   // rules (hex targets, non-negative counts) are the same.
-  const json values = exec_reply.value("values", json::object());
-  for (const auto& [name, sites] : values.items()) {
-    auto fc = fb.counts.find(name);
-    if (fc == fb.counts.end() || !sites.is_object()) continue;
-    json function = sites;
-    function["cfg_hash"] = "0";
-    json doc = json::object();
-    doc["functions"] = json::object();
-    doc["functions"][name] = std::move(function);
-    auto parsed = profile_from_json(doc);
-    if (!parsed) continue; // malformed: the counts alone still count
-    FunctionProfile& f = parsed->functions.begin()->second;
-    fc->second.indirect_calls = std::move(f.indirect_calls);
-    fc->second.memop_sizes = std::move(f.memop_sizes);
-  }
+  if (const json* values = member(exec_reply, "values"); values && values->is_object())
+    for (auto it = values->begin(); it != values->end(); ++it) {
+      auto fc = fb.counts.find(it.key());
+      if (fc == fb.counts.end() || !it->is_object()) continue;
+      json function = *it;
+      function["cfg_hash"] = "0";
+      json doc = json::object();
+      doc["functions"] = json::object();
+      doc["functions"][it.key()] = std::move(function);
+      auto parsed = profile_from_json(doc);
+      if (!parsed) continue; // malformed: the counts alone still count
+      FunctionProfile& f = parsed->functions.begin()->second;
+      fc->second.indirect_calls = std::move(f.indirect_calls);
+      fc->second.memop_sizes = std::move(f.memop_sizes);
+    }
   return fb;
 }
 

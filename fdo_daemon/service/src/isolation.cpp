@@ -4,6 +4,7 @@
 #include "fdo/util/log.h"
 
 #include <filesystem>
+#include <unistd.h>
 
 namespace fdo::daemon {
 
@@ -132,6 +133,34 @@ nlohmann::json Isolation::bind_request(WorkerRole role, const std::string& tenan
           {"retire_growth_bytes", c.worker_retire_growth_mb * kMiB}};
 }
 
+Status Isolation::open_cgroups(const Config& c) {
+  if (c.sandbox_cgroup == SandboxCgroup::off) {
+    cgroup_unavailable_ = "sandbox_cgroup = off";
+    return ok();
+  }
+  auto without = [&](const Error& e) -> Status {
+    if (c.sandbox_cgroup == SandboxCgroup::required)
+      return make_error(Errc::unsupported, "sandbox_cgroup = required, but " + e.message());
+    cgroup_unavailable_ = e.message();
+    log::info("workers get no cgroup of their own (" + e.message() +
+              "); hard rlimits bound each job");
+    return ok();
+  };
+  auto where = own_cgroup();
+  if (!where) return without(where.error());
+  if (c.sandbox_cgroup == SandboxCgroup::automatic && !where->namespace_root &&
+      !cgroup_delegated(where->directory))
+    return without(make_error(Errc::unavailable, "fdod's cgroup " + where->directory +
+                                                     " is not delegated to it (Delegate=yes)"));
+  auto tree = CgroupTree::open(*where, system_cgroup_fs(), ::getpid());
+  if (!tree) return without(tree.error());
+  cgroups_ = std::move(*tree);
+  log::info("workers are placed in cgroups under " + cgroups_->directory() + " (memory.max " +
+            (cgroups_->memory_controller() ? "on" : "off: no memory controller") + ", pids.max " +
+            (cgroups_->pids_controller() ? "on" : "off: no pids controller") + ")");
+  return ok();
+}
+
 std::string Isolation::describe() const {
   std::string fsys = filesystem_ == FilesystemIsolation::landlock
                          ? "Landlock (ABI " + std::to_string(landlock_abi_) + ")"
@@ -141,7 +170,9 @@ std::string Isolation::describe() const {
   std::string uids = switch_uids_ ? "jobs run as uids " + std::to_string(uid_base_) + ".." +
                                         std::to_string(uid_base_ + uid_count_ - 1)
                                   : std::string("jobs run as fdod's uid (it cannot switch uids)");
-  return "sandbox: one worker per tenant, seccomp, " + fsys + ", " + uids;
+  std::string groups =
+      cgroups_ ? ", a cgroup per worker" : ", no cgroups (" + cgroup_unavailable_ + ")";
+  return "sandbox: one worker per tenant, seccomp, " + fsys + ", " + uids + groups;
 }
 
 nlohmann::json Isolation::to_json() const {
@@ -151,7 +182,9 @@ nlohmann::json Isolation::to_json() const {
           {"uid_base", uid_base_},
           {"uid_count", uid_count_},
           {"seccomp", true},
-          {"one_tenant_per_worker", true}};
+          {"one_tenant_per_worker", true},
+          {"cgroup", cgroups_ ? cgroups_->describe() : nlohmann::json(nullptr)},
+          {"cgroup_unavailable", cgroup_unavailable_}};
 }
 
 } // namespace fdo::daemon

@@ -132,6 +132,8 @@ ServiceBuilder::worker_pool(const std::string& worker_path, WorkerRole role, con
                  live_config](const std::string& tenant) -> Expected<nlohmann::json> {
     return isolation->bind_request(role, tenant, *live_config());
   };
+  o.cgroups = isolation->cgroups();
+  o.cgroup_pids_max = c.job_max_tasks;
   if (role == WorkerRole::exec) {
     o.capture_output_bytes = c.job_output_bytes;
     o.exit_outcome = ExitOutcome::result;
@@ -165,6 +167,8 @@ Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
     return make_error(Errc::unsupported,
                       "this kernel has no seccomp: fdod cannot run client code safely");
   FDO_TRY(Isolation isolation, Isolation::choose(c, host));
+  // Real pools only: a test's fake runners start no processes to place.
+  if (!runners_) FDO_TRY_STATUS(isolation.open_cgroups(c));
 
   auto s = std::make_unique<ServiceState>(c);
   s->isolation = std::make_shared<const Isolation>(std::move(isolation));

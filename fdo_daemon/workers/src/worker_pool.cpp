@@ -209,8 +209,12 @@ private:
                                const JobLimits& limits, const std::function<void()>& collect_output,
                                const std::string& retire_after);
   detail::SpawnOptions spawn_options() const {
-    return {opts.name, opts.worker_path, opts.worker_args, opts.startup_timeout,
-            opts.capture_output_bytes};
+    return {opts.name,
+            opts.worker_path,
+            opts.worker_args,
+            opts.startup_timeout,
+            opts.capture_output_bytes,
+            opts.cgroups};
   }
   Expected<Message> fail_worker(int idx, Failure kind, const Error& cause, const JobLimits& limits,
                                 const std::optional<FatalReport>& report);
@@ -599,6 +603,17 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions
       }
       header["bind"] = std::move(*bind);
     }
+    if (slot.jobs == 0 && child.cgroup() != nullptr) {
+      // The job's limits, on the group: the job cannot raise these.
+      CgroupLimits cl;
+      if (limits.address_space_bytes != 0)
+        cl.memory_max_bytes = child.cgroup()->memory_current() + limits.address_space_bytes;
+      cl.pids_max = opts.cgroup_pids_max;
+      if (auto st = child.cgroup()->limit(cl); !st) {
+        retire_idle_worker(idx, "its cgroup limits could not be set: " + st.error().message());
+        return std::move(st).error().context("cgroup of a fresh " + opts.name + " worker");
+      }
+    }
     child.reset_output();
     const std::uint64_t id = next_job_id_++;
     header["id"] = id;
@@ -788,6 +803,13 @@ Error WorkerPool::Impl::classify(Failure kind, const Error& cause, const JobLimi
                                            std::to_string(effective_cpu_seconds(limits)) +
                                            " s (SIGXCPU; pid " + std::to_string(pid) +
                                            ", replaced)");
+    }
+    if (sig == SIGKILL && ended.oom_kills > 0) {
+      counter = &FailureCounts::memory;
+      return make_error(Errc::resource_exhausted,
+                        "program exceeded the memory limit of " +
+                            format_bytes(limits.address_space_bytes) + where +
+                            ": the kernel killed it at its cgroup's memory.max");
     }
     const bool memory_signal = sig == SIGSEGV || sig == SIGBUS || sig == SIGABRT || sig == SIGILL ||
                                sig == SIGTRAP || sig == SIGKILL;

@@ -64,6 +64,10 @@ ExitInfo Child::reap() {
     r = ::wait4(pid_, &status, 0, &e.usage);
   } while (r < 0 && errno == EINTR);
   if (r == pid_) e.status = status;
+  if (cgroup_) {
+    e.oom_kills = cgroup_->oom_kills();
+    (void)cgroup_->kill(); // anything of the worker's still in its group
+  }
   reaped_ = true;
   exit_ = e;
   return e;
@@ -205,6 +209,16 @@ Expected<std::unique_ptr<Child>> spawn_worker(const SpawnOptions& o) {
   auto child = std::make_unique<Child>(pid, Fd(raw_pidfd >= 0 ? raw_pidfd : -1),
                                        std::move(sp.first), std::move(out), std::move(err));
   const std::string named = who + " (pid " + std::to_string(pid) + ")";
+  if (o.cgroups) {
+    // Placed before its handshake, long before its first job binds it.
+    auto group = o.cgroups->create("w" + std::to_string(pid));
+    Status placed = group ? (*group)->add(pid) : Status(group.error());
+    if (!placed) {
+      child->reap();
+      return placed.error().context("place " + named + " in its cgroup");
+    }
+    child->set_cgroup(std::move(*group));
+  }
 
   auto hello = recv_message(child->sock(), FrameLimits{64 * kKiB, 0, 64 * kKiB},
                             Deadline::after(o.startup_timeout), child->pidfd());

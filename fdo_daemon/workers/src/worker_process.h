@@ -4,6 +4,7 @@
 // the pool (worker_pool.cpp).
 #pragma once
 
+#include "fdo/daemon/cgroup.h"
 #include "fdo/daemon/ipc.h"
 #include "fdo/daemon/job_runner.h"
 #include "fdo/util/expected.h"
@@ -33,6 +34,7 @@ constexpr milliseconds kExitGrace{1000};
 struct ExitInfo {
   int status = -1; // wait status; -1 when it could not be collected
   rusage usage{};
+  std::uint64_t oom_kills = 0; // killed by the kernel at its cgroup's memory.max
 };
 std::string describe_exit(const ExitInfo& e);
 
@@ -54,6 +56,10 @@ public:
   int pidfd() const { return pidfd_.get(); }
   void close_channel() { sock_.reset(); }
   bool captures_output() const { return out_.valid(); }
+  // The worker's own cgroup (null when the pool has none); removed, with
+  // whatever is still in it, after the worker is reaped.
+  Cgroup* cgroup() const { return cgroup_.get(); }
+  void set_cgroup(std::unique_ptr<Cgroup> group) { cgroup_ = std::move(group); }
 
   void signal_group(int sig) const;
   // True once the worker has exited (it is left unreaped, so its group and
@@ -75,6 +81,7 @@ private:
   Fd out_, err_; // capture files (memfds), shared with the worker's fds 1 and 2
   bool reaped_ = false;
   ExitInfo exit_;
+  std::unique_ptr<Cgroup> cgroup_;
 };
 
 struct SpawnOptions {
@@ -85,6 +92,8 @@ struct SpawnOptions {
   // Non-zero: fds 1 and 2 of the worker are capture files the pool reads
   // after each job; otherwise the worker shares the daemon's stdout/stderr.
   std::uint64_t capture_output_bytes = 0;
+  // Each worker is placed in a cgroup of its own under this tree when set.
+  std::shared_ptr<CgroupTree> cgroups;
 };
 
 // Starts a worker and waits for its handshake (killing it on failure).

@@ -59,12 +59,12 @@ Expected<BufferEncoding> buffer_encoding_param(const json& params) {
   return make_error(Errc::invalid_argument, "buffer_encoding must be \"array\" or \"base64\"");
 }
 
-Message exec_request(const cache::StageOutput& so, const json& metadata, const std::string& entry,
+Message exec_request(const cache::StageOutput& so, json metadata, const std::string& entry,
                      const PreparedCall& call, bool return_buffers, const Config& c) {
   Message req;
   req.header = {{"op", "exec"},
                 {"key", so.storage_key},
-                {"metadata", metadata},
+                {"metadata", std::move(metadata)},
                 {"entry", entry},
                 {"slots", call.slots},
                 {"buffer_of_param", call.buffer_of_param},
@@ -169,9 +169,9 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
 
   JobOutput output;
   const auto started = std::chrono::steady_clock::now();
-  auto resp = s.exec_pool->run(exec_request(so, meta_json, entry_name, call, return_buffers, c),
-                               JobOptions{exec_job_limits(c), sandbox_tenant(prog->program.scope)},
-                               &output);
+  auto resp = s.exec_pool->run(
+      exec_request(so, std::move(meta_json), entry_name, call, return_buffers, c),
+      JobOptions{exec_job_limits(c), sandbox_tenant(prog->program.scope)}, &output);
   const auto elapsed_ns =
       static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                      std::chrono::steady_clock::now() - started)
@@ -215,8 +215,8 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   report.target_profile_version = so.target_profile_version;
   for (const auto& f : meta.counters_layout)
     report.cfg_hashes[f.pgo_name] = f.cfg_hash;
-  report.function_fingerprints = meta.function_fingerprints;
-  report.source_names = meta.source_names;
+  report.function_fingerprints = std::move(meta.function_fingerprints);
+  report.source_names = std::move(meta.source_names);
   report.feedback = stage_feedback_from(resp->header, report.cfg_hashes);
   FeedbackOutcome fo = s.feedback->fold(report, c.policy);
 
@@ -227,14 +227,16 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
     FDO_TRY(json buffers, returned_buffers(*resp, call, encoding));
     result["buffers"] = std::move(buffers);
   }
-  const json measurement = resp->header.value("measurement", json::object());
+  json measurement = json::object();
+  if (auto m = resp->header.find("measurement"); m != resp->header.end())
+    measurement = std::move(*m); // the reply is ours: no copy
   json rewritten = nullptr;
   if (fo.rewritten)
     rewritten = {
         {"from", fo.rewritten->from}, {"to", fo.rewritten->to}, {"reason", fo.rewritten->reason}};
   result["output"] = output_json(output);
   stage["exec_ns"] = measurement.value("wall_ns", std::uint64_t{0});
-  stage["counters"] = measurement;
+  stage["counters"] = std::move(measurement);
   stage["profile_rewritten"] = std::move(rewritten);
   stage["policy"] = fo.policy;
   result["stage"] = std::move(stage);

@@ -29,6 +29,14 @@ enum class SandboxFilesystem {
 };
 std::string_view to_string(SandboxFilesystem f);
 
+// Whether workers get cgroup v2 groups of their own (docs/security.md).
+enum class SandboxCgroup {
+  automatic, // when fdod's cgroup is delegated to it (Delegate=yes) or a container's root
+  off,       // never: hard rlimits only
+  required,  // refuse to start without one
+};
+std::string_view to_string(SandboxCgroup c);
+
 // Whether a changed key takes effect on SIGHUP or only after a restart.
 enum class ReloadBehavior { runtime, restart };
 std::string_view to_string(ReloadBehavior r); // "runtime", "restart"
@@ -72,6 +80,8 @@ struct Config {
   SandboxFilesystem sandbox_filesystem = SandboxFilesystem::automatic;
   std::uint32_t sandbox_uid_base = 1879048192; // jobs run as base + 1 + (tenant uid mod count - 1)
   std::uint32_t sandbox_uid_count = 65536;
+  SandboxCgroup sandbox_cgroup = SandboxCgroup::automatic;
+  std::uint64_t job_max_tasks = 64;           // pids.max of a worker's cgroup
   std::uint64_t job_output_bytes = 64u << 10; // per stream (stdout, stderr) per job
   std::uint64_t worker_retire_growth_mb = 64;
   unsigned max_queued_jobs_per_uid = 32;

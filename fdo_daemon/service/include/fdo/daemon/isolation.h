@@ -3,11 +3,13 @@
 // sandbox spec each worker enters for its tenant (sandbox.h).
 #pragma once
 
+#include "fdo/daemon/cgroup.h"
 #include "fdo/daemon/config.h"
 #include "fdo/daemon/sandbox.h"
 #include "fdo/util/expected.h"
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -44,6 +46,14 @@ public:
   // Paths a sandboxed worker may read (Landlock).
   static const std::vector<std::string>& readable_paths();
 
+  // Takes over fdod's cgroup for its workers as sandbox_cgroup says (cgroup.h):
+  // auto uses it when it is delegated to fdod (or is a container's root) and
+  // otherwise records why not; required makes that an error. Call once, at
+  // start, before the pools exist.
+  Status open_cgroups(const Config& config);
+  // The tree workers are placed in; null without one.
+  std::shared_ptr<CgroupTree> cgroups() const { return cgroups_; }
+
 private:
   FilesystemIsolation filesystem_ = FilesystemIsolation::landlock;
   bool switch_uids_ = false;
@@ -51,6 +61,8 @@ private:
   std::uint32_t uid_count_ = 0;
   int landlock_abi_ = 0;
   std::string state_dir_;
+  std::shared_ptr<CgroupTree> cgroups_;
+  std::string cgroup_unavailable_; // why there is no tree (auto mode)
 };
 
 } // namespace fdo::daemon

@@ -6,6 +6,7 @@
 // and the daemon carries on. See docs/workers.md for the failure table.
 #pragma once
 
+#include "fdo/daemon/cgroup.h"
 #include "fdo/daemon/ipc.h"
 #include "fdo/daemon/job_runner.h"
 #include "fdo/daemon/worker_stats.h"
@@ -60,6 +61,13 @@ struct PoolOptions {
   ExitOutcome exit_outcome = ExitOutcome::failure;
   // Callers of one tenant that may wait at once (set_max_waiting_per_tenant).
   std::size_t max_waiting_per_tenant = 1024;
+  // cgroup v2 (cgroup.h): each worker gets a group of its own under this
+  // tree; at its first job the group gets memory.max (what the worker holds
+  // + the job's address_space_bytes) and pids.max = cgroup_pids_max (0: none).
+  // A job the kernel kills at memory.max is reported as exceeding its memory
+  // limit. Null: no cgroups (rlimits only).
+  std::shared_ptr<CgroupTree> cgroups;
+  std::uint64_t cgroup_pids_max = 0;
 };
 
 // "SIGSEGV (segmentation fault)", "SIGABRT (aborted)", ...
