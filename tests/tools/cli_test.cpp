@@ -7,6 +7,7 @@
 #include "fdo/util/base64.h"
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -544,4 +545,39 @@ TEST_CASE("cli: programs - program delete - profile delete and names in profiles
   CHECK(d.requests().back()["params"]["profile_key"] == kPk1);
   CHECK(run({"program", "dlete", "x"}).code == 2);
   CHECK_THAT(run({"program", "dlete", "x"}).err, Catch::Contains("did you mean 'delete'?"));
+}
+
+TEST_CASE("cli: backup and restore round-trip the store with its history") {
+  test::TempDir dir;
+  std::string from = dir.file("from"), to = dir.file("to"), copy = dir.file("copy.db");
+  std::filesystem::create_directories(from);
+  std::filesystem::create_directories(to);
+  make_store(from);
+  std::string nobody = dir.file("none.sock");
+  CHECK(fdoctl({"--socket", nobody, "backup", copy}).code == 2); // needs --state-dir
+  Result b = fdoctl({"--state-dir", from, "backup", copy});
+  INFO(b.err);
+  REQUIRE(b.code == 0);
+  CHECK_THAT(b.out, Catch::Contains("backed up " + from + "/profiles.db to " + copy));
+  CHECK(fdoctl({"--state-dir", from, "backup", copy}).code == 1); // exists: not overwritten
+
+  Result r = fdoctl({"--socket", nobody, "--state-dir", to, "--json", "restore", copy});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.doc()["file"] == copy);
+  Result hist =
+      fdoctl({"--offline", "--state-dir", to, "--json", "profile", "history", kPk1.substr(0, 8)});
+  REQUIRE(hist.code == 0);
+  json versions = hist.doc()["versions"];
+  REQUIRE(versions.size() == 2);
+  CHECK(versions[0]["reason"] == "feedback: enough counts");
+  CHECK(versions[1]["reason"] == "feedback: drift 0.3");
+  CHECK(versions[1]["program"] == kIk);
+
+  // Never under a running daemon.
+  int stage = 0;
+  test::FakeDaemon d(dir.file("s.sock"), [&](const json& q) { return fake_fdod(q, stage); });
+  Result refused = fdoctl({"--socket", dir.file("s.sock"), "--state-dir", to, "restore", copy});
+  CHECK(refused.code == 2);
+  CHECK_THAT(refused.err, Catch::Contains("stop it first"));
 }

@@ -7,7 +7,7 @@ _fdoctl() {
   cur=${COMP_WORDS[COMP_CWORD]}
   prev=${COMP_WORDS[COMP_CWORD-1]}
   local globals="--socket --state-dir --offline --json --timeout --help --version"
-  local commands="run programs program profiles profile cache explain status doctor metrics config"
+  local commands="run programs program profiles profile backup restore cache explain status doctor metrics config"
   case $prev in
     --socket|--state-dir)
       mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
@@ -43,6 +43,8 @@ _fdoctl() {
       esac ;;
     program) [[ -z $sub ]] && words="delete" || words="$globals" ;;
     cache) [[ -z $sub ]] && words="stats" || words="$globals" ;;
+    backup|restore) [[ $cur != -* ]] && { mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return; }
+             words="$globals" ;;
     explain) [[ $cur != -* ]] && { mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return; }
              words="--limit $globals" ;;
     *) words="$globals" ;;

@@ -238,6 +238,19 @@ int run_cli(const std::vector<std::string>& args, Io& io) {
   imp->add_option("FILE", import_file, "the bundle (- for stdin)")->required();
   imp->callback([&] { action = [&](Context& c) { return cmd_profile_import(c, import_file); }; });
 
+  // backup, restore
+  std::string backup_file;
+  auto* backup = app.add_subcommand(
+      "backup", "Copy the profile store under --state-dir to FILE (SQLite online backup; safe "
+                "while fdod runs; full history kept)");
+  backup->add_option("FILE", backup_file, "the copy to write (must not exist)")->required();
+  backup->callback([&] { action = [&](Context& c) { return cmd_backup(c, backup_file); }; });
+  auto* restore = app.add_subcommand(
+      "restore", "Put a copy made by `backup` back as the profile store under --state-dir (fdod "
+                 "stopped)");
+  restore->add_option("FILE", backup_file, "the copy to restore")->required();
+  restore->callback([&] { action = [&](Context& c) { return cmd_restore(c, backup_file); }; });
+
   // cache stats
   auto* cache_cmd = app.add_subcommand("cache", "The compiled-output cache");
   cache_cmd->require_subcommand(1);

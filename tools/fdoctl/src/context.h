@@ -91,6 +91,8 @@ Status cmd_profile_import(Context& ctx, const std::string& file);
 Status cmd_programs(Context& ctx);
 Status cmd_program_delete(Context& ctx, const std::string& program);
 Status cmd_profile_delete(Context& ctx, const std::string& key);
+Status cmd_backup(Context& ctx, const std::string& file);
+Status cmd_restore(Context& ctx, const std::string& file);
 Status cmd_cache_stats(Context& ctx);
 Status cmd_explain(Context& ctx, const std::string& program, std::uint64_t limit);
 Status cmd_status(Context& ctx);
