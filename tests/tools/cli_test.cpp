@@ -117,7 +117,8 @@ TEST_CASE("cli: a mistyped command gets a did-you-mean") {
   Result far = fdoctl({"xyzzy"});
   CHECK_THAT(far.err, !Catch::Contains("did you mean"));
   CHECK_THAT(far.err,
-             Catch::Contains("(commands: run, profiles, programs, program, profile, cache"));
+             Catch::Contains("(commands: run, profiles, programs, program, profile, backup, "
+                             "restore, cache"));
 }
 
 TEST_CASE("cli: --timeout takes 0 for no limit and rejects bad values plainly") {
