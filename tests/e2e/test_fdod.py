@@ -240,7 +240,9 @@ class Containment(unittest.TestCase):
     """Crashing, looping and memory-hungry programs: clear errors, daemon unaffected."""
 
     def test_bad_programs_get_errors_and_others_carry_on(self):
-        d = Daemon({"exec_timeout_ms": 1500, "exec_memory_mb": 256}).start()
+        # The wall limit leaves a loaded 2-core CI host time for hog to reach its
+        # memory limit (256 MiB of memset) before spin is cut off.
+        d = Daemon({"exec_timeout_ms": 4000, "exec_memory_mb": 256}).start()
         try:
             c = d.client()
             pid = c.call("health")["pid"]
@@ -271,14 +273,17 @@ class Containment(unittest.TestCase):
                 # allocator aborts rather than failing: RLIMIT_AS cannot bound it there.
                 print("sanitizer build: the memory-limit case (hog) is not checked", file=sys.stderr)
                 del expect["hog"]
-            for entry, (errc, text) in expect.items():
-                with self.assertRaises(RpcError, msg=entry) as cm:
-                    c.call("execute", {"program": bad, "entry": entry})
-                self.assertEqual(cm.exception.errc, errc, f"{entry}: {cm.exception.message}")
-                self.assertIn(text, cm.exception.message, entry)
-                self.assertEqual(c.call("health")["pid"], pid)
-            stop.set()
-            t.join()
+            try:
+                for entry, (errc, text) in expect.items():
+                    with self.assertRaises(RpcError, msg=entry) as cm:
+                        c.call("execute", {"program": bad, "entry": entry})
+                    self.assertEqual(cm.exception.errc, errc, f"{entry}: {cm.exception.message}")
+                    self.assertIn(text, cm.exception.message, entry)
+                    self.assertEqual(c.call("health")["pid"], pid)
+            finally:
+                # Also when a check fails: a looping client would keep the test alive.
+                stop.set()
+                t.join()
             self.assertEqual(good_errors, [])
             self.assertGreater(len(good_results), 0)
             self.assertEqual(len(set(good_results)), 1)
@@ -310,6 +315,7 @@ class ConfigReload(unittest.TestCase):
         "policy.max_recompiles_per_hour": 3, "policy.branch_miss_unpredictable_rate": 0.3,
         "policy.icache_mpki_size_threshold": 25, "sandbox_filesystem": "mount_namespace",
         "sandbox_uid_base": 1879048193, "sandbox_uid_count": 65537, "job_output_bytes": 32768,
+        "sandbox_cgroup": "off", "job_max_tasks": 128,
         "worker_retire_growth_mb": 32, "max_queued_jobs_per_uid": 16, "control_threads": 3,
         "max_connections_per_uid": 32, "max_inflight_per_uid": 8, "read_timeout_ms": 20000,
         "idle_timeout_ms": 300000, "write_timeout_ms": 20000, "max_unsent_bytes": 2097152,
