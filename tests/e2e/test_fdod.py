@@ -315,7 +315,6 @@ class ConfigReload(unittest.TestCase):
         "policy.max_recompiles_per_hour": 3, "policy.branch_miss_unpredictable_rate": 0.3,
         "policy.icache_mpki_size_threshold": 25, "sandbox_filesystem": "mount_namespace",
         "sandbox_uid_base": 1879048193, "sandbox_uid_count": 65537, "job_output_bytes": 32768,
-        "sandbox_cgroup": "off", "job_max_tasks": 128,
         "worker_retire_growth_mb": 32, "max_queued_jobs_per_uid": 16, "control_threads": 3,
         "max_connections_per_uid": 32, "max_inflight_per_uid": 8, "read_timeout_ms": 20000,
         "idle_timeout_ms": 300000, "write_timeout_ms": 20000, "max_unsent_bytes": 2097152,
