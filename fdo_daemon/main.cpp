@@ -1,77 +1,130 @@
 // fdod: the feedback-directed optimization daemon.
-//   fdod --socket PATH --state-dir DIR [--config FILE] [--log-level LEVEL]
+//   fdod [--socket PATH] [--state-dir DIR] [--config FILE | --no-config] [--log-level LEVEL]
+//   fdod --print-config [...]   fdod --version
+// Exit status (docs/fdod.md): 0 clean stop, 1 setup failed, 2 bad command
+// line or configuration.
 #include "fdo/daemon/config.h"
 #include "fdo/daemon/server.h"
 #include "fdo/daemon/service.h"
+#include "fdo/jit/compiler.h"
 #include "fdo/util/log.h"
+#include "fdo/version.h"
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#ifndef FDO_DEFAULT_CONFIG
+#define FDO_DEFAULT_CONFIG "/etc/fdod/fdod.conf"
+#endif
+#ifndef FDO_WORKER_RELPATH
+#define FDO_WORKER_RELPATH "../libexec/fdo/fdo-worker"
+#endif
+
+// The version in the compiler identity is the project's version.
+static_assert(fdo::jit::kFdoVersion == fdo::kVersion);
+
 namespace {
+constexpr int kExitSetup = 1;
+constexpr int kExitUsage = 2;
+
+// $FDO_WORKER; else fdo-worker beside fdod (the build tree); else where the
+// install rules put it relative to fdod (FDO_WORKER_RELPATH).
 std::string worker_path(const std::string& argv0) {
   if (const char* env = std::getenv("FDO_WORKER")) return env;
   char self[PATH_MAX] = {};
   ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   std::filesystem::path dir = n > 0 ? std::filesystem::path(std::string(self, n)).parent_path()
                                     : std::filesystem::path(argv0).parent_path();
-  return (dir / "fdo-worker").string();
+  std::filesystem::path beside = dir / "fdo-worker";
+  std::filesystem::path installed = (dir / FDO_WORKER_RELPATH).lexically_normal();
+  std::error_code ec;
+  if (!std::filesystem::exists(beside, ec) && std::filesystem::exists(installed, ec))
+    return installed.string();
+  return beside.string();
+}
+
+std::string version_text() {
+  return "fdod (fdo) " + std::string(fdo::kVersion) + "\nbuilt with LLVM " +
+         std::string(fdo::kLlvmBuildVersion);
 }
 } // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"fdod: feedback-directed optimization daemon"};
+  CLI::App app{"fdod: feedback-directed optimization daemon (fdod(8))"};
   std::string socket, state_dir, config_path, log_level;
+  bool no_config = false, print = false;
+  app.set_version_flag("--version", version_text(), "Print the version and exit");
   app.add_option("--socket", socket,
                  "Unix socket path (default from the config: /run/fdod/fdod.sock)");
   app.add_option("--state-dir", state_dir, "State directory: profiles.db, cache, programs");
-  app.add_option("--config", config_path, "Config file (key = value; see docs/fdod.md)")
-      ->check(CLI::ExistingFile);
+  auto* config_opt = app.add_option(
+      "--config", config_path,
+      "Config file (key = value; fdod.conf(5)); must exist. Default: " FDO_DEFAULT_CONFIG
+      " if it exists, else the built-in defaults");
+  app.add_flag("--no-config", no_config, "Read no config file: built-in defaults and flags only")
+      ->excludes(config_opt);
   app.add_option("--log-level", log_level, "debug, info, notice, warning or error");
-  CLI11_PARSE(app, argc, argv);
+  app.add_flag("--print-config", print,
+               "Print the effective configuration (each key's value and where it came from: "
+               "default, file:line or command line) and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e); // prints help, the version or the error
+    return code == 0 ? 0 : kExitUsage;
+  }
 
   fdo::log::set_ident("fdod");
-  // Not dumpable: no process of fdod's uid (a job where uids cannot be
-  // switched, for one) may ptrace it or read its memory, environment or fds.
-  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
-    fdo::log::warning(std::string("prctl(PR_SET_DUMPABLE, 0) failed: ") + std::strerror(errno));
   fdo::daemon::ConfigOverrides overrides;
   if (!socket.empty()) overrides.emplace_back("socket", socket);
   if (!state_dir.empty()) overrides.emplace_back("state_dir", state_dir);
   if (!log_level.empty()) overrides.emplace_back("log_level", log_level);
-  auto config = config_path.empty() ? [&] {
-    fdo::daemon::Config c = fdo::daemon::Config::defaults();
-    auto st = c.apply_overrides(overrides);
-    return st ? fdo::Expected<fdo::daemon::Config>(c) : fdo::Expected<fdo::daemon::Config>(std::move(st).error());
-  }() : fdo::daemon::Config::load(config_path, overrides);
-  if (!config) {
-    fdo::log::error(config.error().describe());
-    return 2;
+  fdo::daemon::ConfigSource source{config_path, FDO_DEFAULT_CONFIG, no_config};
+  auto loaded = fdo::daemon::load_config(source, overrides);
+  if (!loaded) {
+    fdo::log::error(loaded.error().describe());
+    return kExitUsage;
   }
-  fdo::log::set_level(config->log_level);
+  if (print) {
+    std::fputs(fdo::daemon::print_config(*loaded).c_str(), stdout);
+    return std::fflush(stdout) == 0 ? 0 : kExitSetup;
+  }
+  const fdo::daemon::Config& config = loaded->config;
+  fdo::log::set_level(config.log_level);
+  // Not dumpable: no process of fdod's uid (a job where uids cannot be
+  // switched, for one) may ptrace it or read its memory, environment or fds.
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+    fdo::log::warning(std::string("prctl(PR_SET_DUMPABLE, 0) failed: ") + std::strerror(errno));
+  fdo::log::info("fdod " + std::string(fdo::kVersion) + "; configuration: " +
+                 (loaded->file.empty() ? std::string("built-in defaults") : loaded->file));
 
-  auto service = fdo::daemon::ServiceBuilder(*config).worker_path(worker_path(argv[0])).create();
+  auto service = fdo::daemon::ServiceBuilder(config).worker_path(worker_path(argv[0])).create();
   if (!service) {
     fdo::log::error("cannot start: " + service.error().describe());
-    return 1;
+    return kExitSetup;
   }
   fdo::daemon::Dispatcher dispatcher;
   (*service)->register_methods(dispatcher);
 
-  fdo::daemon::ServerOptions options = fdo::daemon::server_options(*config);
+  fdo::daemon::ServerOptions options = fdo::daemon::server_options(config);
   fdo::daemon::Server* server_ptr = nullptr;
-  fdo::daemon::Config running = *config;
+  fdo::daemon::Config running = config;
   options.on_reload = [&] {
-    if (config_path.empty()) {
-      fdo::log::info("SIGHUP: no --config file to reload");
+    // The file a start now would read: a default file created since is read.
+    std::string path = fdo::daemon::config_file_for(source);
+    if (path.empty()) {
+      fdo::log::info(no_config ? "SIGHUP: started with --no-config; nothing to reload"
+                               : "SIGHUP: no configuration file at " FDO_DEFAULT_CONFIG
+                                 "; nothing to reload");
       return;
     }
-    auto reloaded = fdo::daemon::reload_config(running, config_path, overrides);
+    auto reloaded = fdo::daemon::reload_config(running, path, overrides);
     if (!reloaded) {
       fdo::log::error("reload failed, keeping the running configuration: " +
                       reloaded.error().describe());
@@ -84,10 +137,10 @@ int main(int argc, char** argv) {
   auto server = fdo::daemon::Server::create(options, dispatcher);
   if (!server) {
     fdo::log::error("cannot listen: " + server.error().describe());
-    return 1;
+    return kExitSetup;
   }
   server_ptr = server->get();
-  (*server)->every("feedback-flush", config->feedback_flush, [&] {
+  (*server)->every("feedback-flush", config.feedback_flush, [&] {
     if (auto st = (*service)->flush_feedback(); !st) fdo::log::error(st.error().describe());
   });
   fdo::log::info("listening on " + (*server)->socket_path());
@@ -95,7 +148,7 @@ int main(int argc, char** argv) {
   if (auto fl = (*service)->flush_feedback(); !fl) fdo::log::error(fl.error().describe());
   if (!st) {
     fdo::log::error(st.error().describe());
-    return 1;
+    return kExitSetup;
   }
   fdo::log::info("stopped");
   return 0;

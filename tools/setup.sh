@@ -13,8 +13,14 @@ PACKAGES=(
   libpfm4-dev libsqlite3-dev libboost-dev nlohmann-json3-dev libcli11-dev libsystemd-dev
   # the sandbox of client code (seccomp filters; docs/security.md)
   libseccomp-dev
+  # fdod's metrics registry and its Prometheus HTTP endpoint (metrics_listen)
+  prometheus-cpp-dev
+  # man pages generated from docs/ at build time (tools/packaging)
+  pandoc
   # tests
   catch2 python3 python3-jsonschema sqlite3 systemd util-linux procps
+  # packaging tests: man -l and groff on the man pages, dpkg-shlibdeps for cpack -G DEB
+  man-db groff-base dpkg-dev
 )
 
 log() { printf '[setup] %s\n' "$*"; }

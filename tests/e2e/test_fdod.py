@@ -323,6 +323,7 @@ class ConfigReload(unittest.TestCase):
         "worker_retire_growth_mb": 32, "max_queued_jobs_per_uid": 16, "control_threads": 3,
         "max_connections_per_uid": 32, "max_inflight_per_uid": 8, "read_timeout_ms": 20000,
         "idle_timeout_ms": 300000, "write_timeout_ms": 20000, "max_unsent_bytes": 2097152,
+        "metrics_listen": "127.0.0.1:9464",
     }
 
     def test_sighup_applies_runtime_keys_and_keeps_restart_keys(self):

@@ -7,6 +7,7 @@
 #include "fdo/util/base64.h"
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -98,6 +99,41 @@ TEST_CASE("cli: usage errors exit 2") {
   Result help = fdoctl({"--help"});
   CHECK(help.code == 0);
   CHECK_THAT(help.out, Catch::Contains("Exit status"));
+}
+
+TEST_CASE("cli: a mistyped command gets a did-you-mean") {
+  Result shwo = fdoctl({"profile", "shwo", "ab"});
+  CHECK(shwo.code == 2);
+  CHECK_THAT(shwo.err, Catch::Contains("unknown fdoctl profile command 'shwo' (did you mean "
+                                       "'show'?)"));
+  Result profils = fdoctl({"--json", "profils"});
+  CHECK(profils.code == 2);
+  CHECK_THAT(profils.err, Catch::Contains("unknown command 'profils' (did you mean 'profiles'?)"));
+  Result stauts = fdoctl({"stauts"});
+  CHECK_THAT(stauts.err, Catch::Contains("did you mean 'status'?"));
+  Result cache = fdoctl({"cache", "stat"});
+  CHECK_THAT(cache.err, Catch::Contains("unknown fdoctl cache command 'stat' (did you mean "
+                                        "'stats'?)"));
+  // Nothing close: no suggestion, the list of commands.
+  Result far = fdoctl({"xyzzy"});
+  CHECK_THAT(far.err, !Catch::Contains("did you mean"));
+  CHECK_THAT(far.err,
+             Catch::Contains("(commands: run, profiles, programs, program, profile, backup, "
+                             "restore, cache"));
+}
+
+TEST_CASE("cli: --timeout takes 0 for no limit and rejects bad values plainly") {
+  std::string missing = "/nonexistent/fdoctl-test.sock";
+  // 0 is accepted (no limit): the command gets as far as connecting.
+  CHECK(fdoctl({"--socket", missing, "--timeout", "0", "status"}).code == 3);
+  CHECK(fdoctl({"--socket", missing, "--timeout", "2.5", "status"}).code == 3);
+  for (std::string bad : {"-1", "soon", "1e300", "nan"}) {
+    Result r = fdoctl({"--socket", missing, "--timeout", bad, "status"});
+    INFO(bad << ": " << r.err);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("--timeout takes seconds from 0 (no limit) to 31536000"));
+    CHECK(r.err.size() < 400); // no 300-digit limits in the message
+  }
 }
 
 TEST_CASE("cli: read commands work from the store with the daemon down") {
@@ -266,9 +302,16 @@ json fake_fdod(const json& req, int& stage) {
         "workers": {"compile": 1, "exec": 1}}})");
   if (m == "cache.stats")
     return doc(R"({"result": {"prepares": 4, "memory": {"hits": 2}, "compiles": 2}})");
+  if (m == "program.list")
+    return doc(R"({"result": {"programs": [{"program": "$IK", "name": "interp", "size": 40,
+        "profile_key": "$PK", "first_seen": "t0", "last_used": "t1"}]}})");
+  if (m == "program.delete") return doc(R"({"result": {"program": "$IK", "removed": true}})");
+  if (m == "profile.delete")
+    return doc(R"({"result": {"profile_key": "$PK", "removed": {"versions": 2,
+        "profile_keys": 1, "virtual_keys": 3, "feedback_rows": 2}}})");
   if (m == "profile.list")
     return doc(R"({"result": {"profiles": [{"profile_key": "$PK", "version": 1, "digest": "d",
-        "pinned": false, "functions": 1, "updated_at": "t"}]}})");
+        "pinned": false, "functions": 1, "updated_at": "t", "programs": ["interp"]}]}})");
   if (m == "profile.history")
     return doc(R"({"result": {"profile_key": "$PK", "pinned": false, "current_version": 1,
         "versions": [{"version": 1, "digest": "d", "reason": "r", "created_at": "t",
@@ -288,6 +331,12 @@ json fake_fdod(const json& req, int& stage) {
         if (v.ends_with("-eeee") || v.ends_with("-dddd"))
           rec[k] = v.substr(0, 65) + std::string(32, v.back());
       }
+    // As fdod does: the most recent `limit` records (0 = all) and how many it keeps.
+    std::uint64_t limit = req["params"].value("limit", std::uint64_t(0));
+    json& records = r["result"]["records"];
+    r["result"]["records_kept"] = records.size();
+    while (limit != 0 && records.size() > limit)
+      records.erase(records.begin());
     return r;
   }
   if (m == "capabilities")
@@ -331,6 +380,24 @@ TEST_CASE("cli: run prints a row per stage and the summary") {
     CHECK(reqs[0]["params"]["name"] == "prog");
     CHECK(reqs[1]["params"]["program"] == kIk);
     CHECK(reqs[1]["params"]["args"] == json::array());
+  }
+  SECTION("--wait-optimized runs past --stages until a stage runs optimized code") {
+    Result r = fdoctl({"--socket", dir.file("s.sock"), "run", dir.file("prog.ll"), "--entry", "run",
+                       "--stages", "1", "--wait-optimized"});
+    INFO(r.out << r.err);
+    REQUIRE(r.code == 0);
+    CHECK(d.requests().size() == 4); // register + stages 0, 1, 2 (the fake optimizes from 2)
+    CHECK_THAT(r.out, Catch::Contains("optimized code reached at stage 2 (2 stage(s) past "
+                                      "--stages 1)"));
+    CHECK(r.err.empty());
+  }
+  SECTION("--wait-optimized gives up at --wait-timeout and says so") {
+    Result r = fdoctl({"--socket", dir.file("s.sock"), "run", dir.file("prog.ll"), "--entry", "run",
+                       "--stages", "1", "--wait-optimized", "--wait-timeout", "0"});
+    REQUIRE(r.code == 0);
+    CHECK(d.requests().size() == 2);
+    CHECK_THAT(r.out, Catch::Contains("no stage ran optimized code within 0 s"));
+    CHECK_THAT(r.err, Catch::Contains("--wait-optimized gave up"));
   }
   SECTION("--json: one document with every stage") {
     Result r = fdoctl({"--socket", dir.file("s.sock"), "--json", "run", dir.file("prog.ll"), "-e",
@@ -409,8 +476,16 @@ TEST_CASE("cli: status - cache stats - explain - doctor and metrics against a da
              Catch::Contains("CK  " + kIk + "-" + std::string(32, 'd') + "  profile v1 optimized"));
   CHECK_THAT(explain.out, Catch::Contains("profile_rewritten"));
   CHECK_THAT(explain.out, Catch::Contains("v0->v1"));
+  CHECK_THAT(explain.out, !Catch::Contains("--limit 0 shows them all"));
   Result explain_json = run({"explain", kIk, "--json"});
   CHECK(explain_json.doc()["records"].size() == 2);
+  Result last = run({"explain", kIk, "--limit", "1"});
+  REQUIRE(last.code == 0);
+  CHECK_THAT(last.out,
+             Catch::Contains("(the last 1 of 2 recorded stages; --limit 0 shows them all)"));
+  CHECK_THAT(last.out, !Catch::Contains("new_program"));
+  CHECK(run({"explain", kIk, "--json", "-l", "1"}).doc()["records"].size() == 1);
+  CHECK(run({"explain", kIk, "--json", "--limit", "0"}).doc()["records"].size() == 2);
   CHECK(run({"explain", "0000"}).code == 4);
 
   Result doctor = run({"doctor", "--json"});
@@ -439,4 +514,75 @@ TEST_CASE("cli: doctor without a daemon probes this process and still exits 0") 
   CHECK(human.code == 0);
   CHECK_THAT(human.out, Catch::Contains("fdod is not reachable"));
   CHECK_THAT(human.out, Catch::Contains("software clocks"));
+}
+
+TEST_CASE("cli: programs - program delete - profile delete and names in profiles") {
+  test::TempDir dir;
+  int stage = 0;
+  test::FakeDaemon d(dir.file("s.sock"), [&](const json& r) { return fake_fdod(r, stage); });
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {"--socket", dir.file("s.sock")};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return fdoctl(a);
+  };
+  Result programs = run({"programs"});
+  REQUIRE(programs.code == 0);
+  CHECK_THAT(programs.out, Catch::Contains(kIk.substr(0, 16)) && Catch::Contains("interp") &&
+                               Catch::Contains("1 program(s)"));
+  CHECK(run({"programs", "--json"}).doc()["programs"][0]["name"] == "interp");
+
+  Result profiles = run({"profiles"});
+  REQUIRE(profiles.code == 0);
+  CHECK_THAT(profiles.out, Catch::Contains("programs") && Catch::Contains("interp"));
+
+  Result del = run({"program", "delete", kIk.substr(0, 8)});
+  INFO(del.err);
+  REQUIRE(del.code == 0);
+  CHECK_THAT(del.out, Catch::Contains("deleted program " + kIk));
+  json sent = d.requests().back();
+  CHECK(sent["method"] == "program.delete");
+  CHECK(sent["params"]["program"] == kIk);
+  CHECK(run({"program", "delete", "0000"}).code == 4); // no such program of yours
+
+  Result pdel = run({"profile", "delete", kPk1.substr(0, 10)});
+  REQUIRE(pdel.code == 0);
+  CHECK_THAT(pdel.out, Catch::Contains("deleted profile " + kPk1 + ": 2 version(s)"));
+  CHECK(d.requests().back()["params"]["profile_key"] == kPk1);
+  CHECK(run({"program", "dlete", "x"}).code == 2);
+  CHECK_THAT(run({"program", "dlete", "x"}).err, Catch::Contains("did you mean 'delete'?"));
+}
+
+TEST_CASE("cli: backup and restore round-trip the store with its history") {
+  test::TempDir dir;
+  std::string from = dir.file("from"), to = dir.file("to"), copy = dir.file("copy.db");
+  std::filesystem::create_directories(from);
+  std::filesystem::create_directories(to);
+  make_store(from);
+  std::string nobody = dir.file("none.sock");
+  CHECK(fdoctl({"--socket", nobody, "backup", copy}).code == 2); // needs --state-dir
+  Result b = fdoctl({"--state-dir", from, "backup", copy});
+  INFO(b.err);
+  REQUIRE(b.code == 0);
+  CHECK_THAT(b.out, Catch::Contains("backed up " + from + "/profiles.db to " + copy));
+  CHECK(fdoctl({"--state-dir", from, "backup", copy}).code == 1); // exists: not overwritten
+
+  Result r = fdoctl({"--socket", nobody, "--state-dir", to, "--json", "restore", copy});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.doc()["file"] == copy);
+  Result hist =
+      fdoctl({"--offline", "--state-dir", to, "--json", "profile", "history", kPk1.substr(0, 8)});
+  REQUIRE(hist.code == 0);
+  json versions = hist.doc()["versions"];
+  REQUIRE(versions.size() == 2);
+  CHECK(versions[0]["reason"] == "feedback: enough counts");
+  CHECK(versions[1]["reason"] == "feedback: drift 0.3");
+  CHECK(versions[1]["program"] == kIk);
+
+  // Never under a running daemon.
+  int stage = 0;
+  test::FakeDaemon d(dir.file("s.sock"), [&](const json& q) { return fake_fdod(q, stage); });
+  Result refused = fdoctl({"--socket", dir.file("s.sock"), "--state-dir", to, "restore", copy});
+  CHECK(refused.code == 2);
+  CHECK_THAT(refused.err, Catch::Contains("stop it first"));
 }

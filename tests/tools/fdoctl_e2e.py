@@ -167,6 +167,23 @@ class Fdoctl(unittest.TestCase):
         self.assertEqual(s["health"]["pid"], self.proc.pid)
         self.assertIn("fdod:", self.fdoctl("status").stdout)
 
+    def test_02b_version_and_malformed_ir(self):
+        r = self.fdoctl("--version")
+        self.assertRegex(r.stdout, r"^fdoctl \(fdo\) \d+\.\d+\.\d+\n")
+        health = self.json_of("status")["health"]
+        self.assertIn(health["version"].split()[0].split("-")[0], r.stdout)
+        # Malformed input is a usage error (exit 2, docs/fdoctl.md), text or bitcode.
+        bad_text = os.path.join(self.tmp, "bad.ll")
+        with open(bad_text, "w") as f:
+            f.write("define i64 @f( {\n  this is not IR\n")
+        bad_bc = os.path.join(self.tmp, "bad.bc")
+        with open(bad_bc, "wb") as f:
+            f.write(b"BC\xc0\xde" + b"\x00" * 40)
+        for path in (bad_text, bad_bc):
+            r = self.fdoctl("run", path, "--entry", "f", expect=2)
+            self.assertIn(f"{path} is not valid LLVM IR", r.stderr)
+            self.assertEqual(r.stdout, "")
+
     def test_03_run_prints_rows_and_summary(self):
         ex = example("interp")
         r = self.fdoctl("run", EXAMPLES / "interp.ll", "--entry", ex["noarg_entry"], "--stages", 4)

@@ -133,6 +133,28 @@ constexpr EnumNames<SandboxCgroup, 3> kSandboxCgroupNames{
       {SandboxCgroup::off, "off"},
       {SandboxCgroup::required, "required"}}}};
 
+// metrics_listen: "", "PORT", "A.B.C.D:PORT" or "[v6]:PORT"; the reason if not.
+std::optional<std::string> check_listen_address(std::string_view s) {
+  if (s.empty()) return std::nullopt;
+  const char* what = "empty, a port, 127.0.0.1:PORT or [::1]:PORT (port 1-65535)";
+  std::size_t colon = s.rfind(':');
+  std::string_view host = colon == std::string_view::npos ? "" : s.substr(0, colon);
+  std::string_view port = colon == std::string_view::npos ? s : s.substr(colon + 1);
+  auto p = parse_u64(port);
+  if (!p || *p == 0 || *p > 65535) return what;
+  if (colon == std::string_view::npos) return std::nullopt;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') return std::nullopt;
+  int dots = 0;
+  for (char ch : host) {
+    if (ch == '.')
+      ++dots;
+    else if (ch < '0' || ch > '9')
+      return what;
+  }
+  if (dots != 3) return what;
+  return std::nullopt;
+}
+
 constexpr std::uint64_t kDay = 86'400'000;
 constexpr std::uint64_t kHour = 3'600'000;
 constexpr std::uint64_t kGiB = 1ull << 30;
@@ -426,6 +448,19 @@ const std::vector<KeyDef>& key_defs() {
         "Reply bytes a connection may have waiting to be sent before its further requests are "
         "no longer read (0 = one reply at a time).",
         [](Config& c) -> std::uint64_t& { return c.max_unsent_bytes; }, 0, kGiB));
+    {
+      KeyDef d{"metrics_listen", X,
+               "Prometheus HTTP endpoint (GET /metrics): empty = off; PORT = 127.0.0.1:PORT "
+               "(loopback); HOST:PORT with an IPv4 address or [IPv6] address.",
+               nullptr, nullptr};
+      d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
+        if (auto err = check_listen_address(s)) return err;
+        c.metrics_listen = std::string(s);
+        return std::nullopt;
+      };
+      d.get = [](const Config& c) { return c.metrics_listen; };
+      v.push_back(std::move(d));
+    }
     return v;
   }();
   return defs;

@@ -5,6 +5,9 @@
 #include "fdo/util/fd.h"
 #include "fdo/util/log.h"
 
+#include <cerrno>
+#include <unistd.h>
+
 namespace fdo::daemon {
 
 namespace ps = fdo::profile_store;
@@ -177,6 +180,16 @@ Expected<ProgramRef> ProgramRegistry::find(const std::string& ik, std::int64_t u
   if (!rec) return load(ik, uid, sharing);
   if (!may_access(rec->owner, uid, sharing)) return unknown_program(ik);
   return rec;
+}
+
+Status ProgramRegistry::forget(const std::string& ik) {
+  {
+    std::lock_guard lk(mu_);
+    programs_.erase(ik);
+  }
+  if (::unlink(path_of(ik).c_str()) != 0 && errno != ENOENT)
+    return Error::from_errno("remove " + path_of(ik), errno);
+  return ok();
 }
 
 std::size_t ProgramRegistry::loaded() const {

@@ -8,6 +8,7 @@
 #include "state.h"
 
 #include <filesystem>
+#include <prometheus/exposer.h>
 #include <unistd.h>
 
 namespace fdo::daemon {
@@ -43,6 +44,9 @@ JobLimits exec_job_limits(const Config& c) {
 
 // --- Service -------------------------------------------------------------
 
+ServiceState::ServiceState(Config c) : config(std::move(c)) {}
+ServiceState::~ServiceState() = default;
+
 Service::Service(std::unique_ptr<ServiceState> state) : state_(std::move(state)) {}
 
 Service::~Service() {
@@ -57,6 +61,7 @@ void Service::register_methods(Dispatcher& d) {
   methods::add_program_methods(d, *state_);
   methods::add_profile_methods(d, *state_);
   methods::add_cache_methods(d, *state_);
+  methods::add_lifecycle_methods(d, *state_);
 }
 
 Status Service::flush_feedback() {
@@ -107,6 +112,10 @@ ServiceBuilder& ServiceBuilder::sandbox_probe(SandboxProbe probe) {
 }
 ServiceBuilder& ServiceBuilder::host_name(std::string host) {
   host_ = std::move(host);
+  return *this;
+}
+ServiceBuilder& ServiceBuilder::audit_sink(std::shared_ptr<AuditSink> sink) {
+  audit_ = std::move(sink);
   return *this;
 }
 
@@ -173,6 +182,7 @@ Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
   auto s = std::make_unique<ServiceState>(c);
   s->isolation = std::make_shared<const Isolation>(std::move(isolation));
   s->host = host_.empty() ? this_host() : host_;
+  s->audit = audit_ ? audit_ : journal_audit_sink();
   s->identity = jit::host_identity();
   StoreCreator open_store = store_ ? store_ : StoreCreator(sqlite_store);
   FDO_TRY(s->store, open_store(c));
@@ -203,6 +213,21 @@ Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
       c.state_dir + "/programs", *s->compiler, *s->program_index,
       [orch](const cache::Program& p) { return orch->initial_key_for(p); });
   s->feedback = std::make_unique<FeedbackLoop>(*s->feedback_store, s->host);
+  s->metrics = std::make_unique<ServiceMetrics>([raw] { return methods::live_metrics(*raw); });
+  if (!c.metrics_listen.empty()) {
+    // "PORT" alone is loopback; civetweb takes "HOST:PORT" and "[v6]:PORT".
+    std::string address = c.metrics_listen.find(':') == std::string::npos
+                              ? "127.0.0.1:" + c.metrics_listen
+                              : c.metrics_listen;
+    try {
+      s->exposer = std::make_unique<prometheus::Exposer>(address, 1);
+    } catch (const std::exception& e) {
+      return make_error(Errc::io, "cannot serve metrics on metrics_listen = " + c.metrics_listen +
+                                      " (" + address + "): " + e.what());
+    }
+    s->exposer->RegisterCollectable(s->metrics->collectable());
+    log::info("Prometheus metrics on http://" + address + "/metrics");
+  }
   log::info("service ready: state dir " + c.state_dir + ", compiler " + s->identity.triple + " " +
             s->identity.cpu + ", " + std::to_string(c.compile_workers) + " compile + " +
             std::to_string(c.exec_workers) + " exec workers; " + s->isolation->describe());

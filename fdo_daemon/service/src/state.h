@@ -6,10 +6,12 @@
 
 #include "adapters.h"
 #include "fdo/cache/orchestrator.h"
+#include "fdo/daemon/audit.h"
 #include "fdo/daemon/config.h"
 #include "fdo/daemon/feedback_loop.h"
 #include "fdo/daemon/isolation.h"
 #include "fdo/daemon/job_runner.h"
+#include "fdo/daemon/metrics.h"
 #include "fdo/daemon/program_registry.h"
 #include "fdo/daemon/tenant.h"
 #include "fdo/jit/compiler.h"
@@ -21,6 +23,10 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+
+namespace prometheus {
+class Exposer;
+}
 
 namespace fdo::daemon {
 
@@ -50,7 +56,7 @@ struct ServiceCounters {
 };
 
 struct ServiceState {
-  explicit ServiceState(Config c) : config(std::move(c)) {}
+  explicit ServiceState(Config c); // out of line: prometheus::Exposer is incomplete here
 
   LiveConfig config;
   std::string host;
@@ -59,6 +65,7 @@ struct ServiceState {
   nlohmann::json perf_caps;
   std::shared_ptr<const Isolation> isolation;
   ServiceCounters counters;
+  std::shared_ptr<AuditSink> audit; // never null once built
 
   std::unique_ptr<profile_store::ProfileStore> store;
   std::unique_ptr<JobRunner> compile_pool;
@@ -69,7 +76,14 @@ struct ServiceState {
   std::unique_ptr<RemoteCompiler> compiler;
   std::unique_ptr<ProgramRegistry> programs;
   std::unique_ptr<FeedbackLoop> feedback;
-  std::unique_ptr<cache::Orchestrator> orch; // last: its tier-up threads use the parts above
+  std::unique_ptr<cache::Orchestrator> orch; // its tier-up threads use the parts above
+  std::unique_ptr<ServiceMetrics> metrics;   // its live figures read the parts above
+  // The HTTP endpoint (metrics_listen), or null; its threads read `metrics`.
+  std::unique_ptr<prometheus::Exposer> exposer;
+
+  ServiceState(const ServiceState&) = delete;
+  ServiceState& operator=(const ServiceState&) = delete;
+  ~ServiceState();
 
   ProfileSharing sharing() const {
     return profile_sharing(config.get()->share_profiles_across_tenants);

@@ -13,15 +13,19 @@ fi
 tmp=$(mktemp -d /tmp/fdod-units-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 cp "$unit_dir/fdod.socket" "$tmp/fdod.socket"
-grep -q '^ExecStart=/usr/local/bin/fdod ' "$unit_dir/fdod.service" ||
-  { echo "FAIL: fdod.service has no 'ExecStart=/usr/local/bin/fdod ...' line"; exit 1; }
-sed "s|^ExecStart=/usr/local/bin/fdod |ExecStart=$exe |" "$unit_dir/fdod.service" >"$tmp/fdod.service"
+# The unit is a template: the install rules replace @sbindir@ (tools/packaging).
+grep -q '^ExecStart=@sbindir@/fdod$' "$unit_dir/fdod.service" ||
+  { echo "FAIL: fdod.service has no 'ExecStart=@sbindir@/fdod' line"; exit 1; }
+sed "s|^ExecStart=@sbindir@/fdod$|ExecStart=$exe|" "$unit_dir/fdod.service" >"$tmp/fdod.service"
 # The properties the issue asks for, so a later edit cannot drop them silently.
 for want in 'Type=notify' 'ListenStream=/run/fdod/fdod.sock' 'SocketMode=0660' \
             'ProtectSystem=strict' 'NoNewPrivileges=yes' 'PrivateTmp=yes' \
             'StateDirectory=fdod' 'RuntimeDirectory=fdod' 'WatchdogSec=' \
             'ExecReload=/bin/kill -HUP $MAINPID' 'Restart=on-failure' 'User=fdod' \
-            'RestrictAddressFamilies=AF_UNIX' 'SystemCallArchitectures=native'; do
+            'RestrictAddressFamilies=AF_UNIX' 'SystemCallArchitectures=native' \
+            'PrivateNetwork=yes' 'SystemCallErrorNumber=EPERM' \
+            'SystemCallFilter=~@clock @cpu-emulation @module @mount @obsolete @raw-io @reboot @swap' \
+            'AmbientCapabilities=CAP_SETUID CAP_SETGID CAP_CHOWN CAP_PERFMON'; do
   grep -qF -- "$want" "$tmp/fdod.service" "$tmp/fdod.socket" ||
     { echo "FAIL: units lack '$want'"; exit 1; }
 done

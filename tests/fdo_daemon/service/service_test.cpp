@@ -7,6 +7,9 @@
 #include "support/temp_dir.h"
 
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <mutex>
+#include <set>
 #include <unistd.h>
 
 using namespace fdo;
@@ -54,8 +57,19 @@ Expected<Message> fake_exec(const Message& req) {
   return out;
 }
 
+// The audit seam: every record the service writes.
+struct RecordingAudit : AuditSink {
+  std::mutex mu;
+  std::vector<AuditRecord> records;
+  void record(const AuditRecord& r) override {
+    std::lock_guard lk(mu);
+    records.push_back(r);
+  }
+};
+
 struct Harness {
   TempDir dir{"fdo-service"};
+  std::shared_ptr<RecordingAudit> audit = std::make_shared<RecordingAudit>();
   FakeRunner* compile = nullptr;
   FakeRunner* exec = nullptr;
   std::unique_ptr<Service> service;
@@ -78,6 +92,7 @@ struct Harness {
                  })
                  .sandbox_probe([] { return testing::test_host(); })
                  .host_name("test-host")
+                 .audit_sink(audit)
                  .create();
     REQUIRE(s);
     service = std::move(*s);
@@ -249,4 +264,148 @@ TEST_CASE("service: an unparsable program is refused at registration", "[service
   auto reg = h.call("program.register", {{"ir", "bad program"}});
   REQUIRE_FALSE(reg); // the analyzer refuses it
   CHECK_THAT(reg.error().message(), Catch::Contains("not IR"));
+}
+
+TEST_CASE("service: pin - unpin - reset and import each leave an audit record", "[service]") {
+  Harness h;
+  auto reg = h.call("program.register", {{"ir", "audited"}});
+  REQUIRE(reg);
+  std::string id = (*reg)["program"], pk = (*reg)["profile_key"];
+  for (int i = 0; i < 2; ++i)
+    REQUIRE(h.call("execute", {{"program", id}, {"entry", "main"}})); // v1
+  CHECK(h.audit->records.empty()); // stages and reads are not audited
+
+  REQUIRE(h.call("profile.pin", {{"profile_key", pk}}));
+  REQUIRE(h.call("profile.unpin", {{"profile_key", pk}}));
+  REQUIRE(h.call("profile.reset", {{"profile_key", pk}}));
+  auto bundle = h.call("profile.export", {{"profile_keys", {pk}}});
+  REQUIRE(bundle);
+  CHECK(h.audit->records.size() == 3); // export is a read
+  REQUIRE(h.call("profile.import", {{"bundle", (*bundle)["bundle"]}}));
+  // Refused: another tenant's key reads as missing, and is audited as such.
+  CHECK_FALSE(h.call("profile.pin", {{"profile_key", pk}}, 1001));
+  CHECK_FALSE(h.call("profile.import", {{"bundle", (*bundle)["bundle"]}}, 1001));
+
+  const auto& r = h.audit->records;
+  REQUIRE(r.size() == 6);
+  CHECK(r[0].action == "profile.pin");
+  CHECK(r[1].action == "profile.unpin");
+  CHECK(r[2].action == "profile.reset");
+  CHECK(r[3].action == "profile.import");
+  for (int i = 0; i < 4; ++i) {
+    CHECK(r[i].tenant == 1000);
+    CHECK(r[i].profile_key == pk);
+    CHECK(r[i].outcome == "ok");
+  }
+  CHECK(r[0].detail == "version 1, pinned");
+  CHECK(r[1].detail == "version 1, not pinned");
+  CHECK_THAT(r[3].detail, Catch::StartsWith("new version "));
+  CHECK(r[4].action == "profile.pin");
+  CHECK(r[4].tenant == 1001);
+  CHECK(r[4].profile_key == pk);
+  CHECK(r[4].outcome == "not_found");
+  CHECK(r[5].action == "profile.import");
+  CHECK(r[5].tenant == 1001);
+  CHECK(r[5].profile_key.empty());
+  CHECK(r[5].outcome == "not_found");
+  CHECK(describe(r[0]) == "audit: uid 1000 profile.pin profile " + pk + ": ok (version 1, pinned)");
+}
+
+TEST_CASE("service: metrics carry latency histograms - outcomes - decisions and build info",
+          "[service]") {
+  Harness h;
+  auto reg = h.call("program.register", {{"ir", "measured"}});
+  REQUIRE(reg);
+  std::string id = (*reg)["program"];
+  for (int i = 0; i < 3; ++i)
+    REQUIRE(h.call("execute", {{"program", id}, {"entry", "main"}}));
+  auto metrics = h.call("metrics", json::object());
+  REQUIRE(metrics);
+  std::string text = (*metrics)["text"];
+  INFO(text);
+  // Stage 0 compiles instrumented, stage 1 hits and rewrites, stage 2
+  // recompiles optimized (tier_up = sync): two compiles, one hit, one rewrite.
+  CHECK_THAT(text, Catch::Contains("# TYPE fdo_stage_duration_seconds histogram"));
+  CHECK_THAT(text, Catch::Contains("fdo_stage_duration_seconds_count 3"));
+  CHECK_THAT(text, Catch::Contains("fdo_exec_duration_seconds_count 3"));
+  CHECK_THAT(text, Catch::Contains("fdo_compile_duration_seconds_count 2"));
+  CHECK_THAT(text, Catch::Contains("fdo_stage_duration_seconds_bucket{le=\"+Inf\"} 3"));
+  CHECK_THAT(text, Catch::Contains("fdo_stage_cache_outcomes_total{outcome=\"compiled\"} 2"));
+  CHECK_THAT(text, Catch::Contains("fdo_stage_cache_outcomes_total{outcome=\"memory_hit\"} 1"));
+  CHECK_THAT(text, Catch::Contains("fdo_stage_cache_outcomes_total{outcome=\"disk_hit\"} 0"));
+  CHECK_THAT(text, Catch::Contains("fdo_policy_decisions_total{decision=\"rewrite\"} 1"));
+  CHECK_THAT(text, Catch::Contains("fdo_policy_decisions_total{decision=\"keep\"} 2"));
+  CHECK_THAT(text, Catch::Contains("fdo_build_info{llvm_version=\""));
+  CHECK_THAT(text, Catch::Contains("version=\"" + std::string(jit::kFdoVersion) + "\"} 1"));
+  CHECK_THAT(text, Catch::Contains("fdo_tier_ups_total{result=\"installed\"} 0"));
+  CHECK_THAT(text, Catch::Contains("fdo_worker_restarts_total{pool=\"exec\"} 0"));
+  // One source of truth: the totals are the same figures cache.stats reports.
+  auto stats = h.call("cache.stats", json::object());
+  REQUIRE(stats);
+  CHECK_THAT(text, Catch::Contains("fdo_cache_compiles_total " +
+                                   std::to_string((*stats)["compiles"].get<std::uint64_t>())));
+}
+
+TEST_CASE("service: programs and profiles are listed and deleted by their owner only",
+          "[service]") {
+  Harness h;
+  auto a = h.call("program.register", {{"ir", "program a"}, {"name", "alpha"}});
+  auto b = h.call("program.register", {{"ir", "program b"}, {"name", "beta"}});
+  auto other = h.call("program.register", {{"ir", "program a"}, {"name", "theirs"}}, 1001);
+  REQUIRE((a && b && other));
+  std::string ia = (*a)["program"], pa = (*a)["profile_key"], ib = (*b)["program"];
+  for (int i = 0; i < 2; ++i)
+    REQUIRE(h.call("execute", {{"program", ia}, {"entry", "main"}})); // pa at v1
+
+  auto mine = h.call("program.list", json::object());
+  REQUIRE(mine);
+  REQUIRE((*mine)["programs"].size() == 2);
+  std::set<std::string> names;
+  for (const json& p : (*mine)["programs"])
+    names.insert(p["name"].get<std::string>());
+  CHECK(names == std::set<std::string>{"alpha", "beta"});
+  auto theirs = h.call("program.list", json::object(), 1001);
+  REQUIRE(theirs);
+  REQUIRE((*theirs)["programs"].size() == 1);
+  CHECK((*theirs)["programs"][0]["name"] == "theirs");
+
+  // profile.list names the caller's programs with each key.
+  auto profiles = h.call("profile.list", json::object());
+  REQUIRE(profiles);
+  REQUIRE((*profiles)["profiles"].size() == 1);
+  CHECK((*profiles)["profiles"][0]["programs"] == json{"alpha"});
+
+  // Another tenant's program or profile is not found, and nothing changes.
+  CHECK_FALSE(h.call("program.delete", {{"program", ia}}, 1001));
+  CHECK_FALSE(h.call("profile.delete", {{"profile_key", pa}}, 1001));
+  REQUIRE(h.call("execute", {{"program", ia}, {"entry", "main"}}));
+
+  auto gone = h.call("program.delete", {{"program", ib}});
+  REQUIRE(gone);
+  CHECK((*gone)["removed"] == true);
+  CHECK_FALSE(std::filesystem::exists(h.dir.path() / "programs" / (ib + ".prog")));
+  CHECK_FALSE(h.call("execute", {{"program", ib}, {"entry", "main"}}));
+  CHECK_FALSE(h.call("program.delete", {{"program", ib}})); // already gone
+  mine = h.call("program.list", json::object());
+  REQUIRE(mine);
+  CHECK((*mine)["programs"].size() == 1);
+
+  auto deleted = h.call("profile.delete", {{"profile_key", pa}});
+  REQUIRE(deleted);
+  CHECK((*deleted)["removed"]["versions"].get<std::int64_t>() >= 1);
+  profiles = h.call("profile.list", json::object());
+  REQUIRE(profiles);
+  CHECK((*profiles)["profiles"].empty());
+  CHECK_FALSE(h.call("profile.history", {{"profile_key", pa}}));
+
+  // Each delete, allowed or refused, is in the audit trail.
+  std::vector<std::string> trail;
+  for (const auto& r : h.audit->records)
+    trail.push_back(r.action + " " + std::to_string(r.tenant) + " " + r.outcome);
+  CHECK(trail == std::vector<std::string>{"program.delete 1001 not_found",
+                                          "profile.delete 1001 not_found", "program.delete 1000 ok",
+                                          "program.delete 1000 not_found",
+                                          "profile.delete 1000 ok"});
+  CHECK(h.audit->records[2].program == ib);
+  CHECK(h.audit->records[4].profile_key == pa);
 }

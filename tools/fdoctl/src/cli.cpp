@@ -1,8 +1,10 @@
 #include "fdo/ctl/cli.h"
 
 #include "context.h"
+#include "fdo/version.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <ostream>
@@ -27,6 +29,50 @@ constexpr const char* kFooter = R"(Exit status: 0 ok, 1 the daemon (or store) re
 Environment: FDO_SOCKET (default socket), FDO_STATE_DIR (default --state-dir).
 Manual: docs/fdoctl.md)";
 
+// Edit distance counting a swap of two neighbours as one edit (optimal
+// string alignment), for suggesting a command to a mistyped one.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i)
+    d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j)
+    d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i)
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min(
+          {d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// " (did you mean 'X'?)" for the closest of `names` within a third of the
+// word's length (at least 1 edit; 2 for words of 6 letters or more), or a
+// command that starts with the word; empty when nothing is that close.
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& names) {
+  std::string best;
+  std::size_t best_d = std::max<std::size_t>(1, word.size() / 3) + 1;
+  for (const std::string& n : names) {
+    std::size_t d = n.rfind(word, 0) == 0 && !word.empty() ? 1 : edit_distance(word, n);
+    if (d < best_d) {
+      best_d = d;
+      best = n;
+    }
+  }
+  return best.empty() ? std::string() : " (did you mean '" + best + "'?)";
+}
+
+// --timeout: seconds, 0 = no limit, at most a year (so it converts exactly).
+constexpr double kMaxTimeoutS = 365.0 * 24 * 3600;
+std::string check_timeout(const std::string& text) {
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end == nullptr || *end != '\0' || !(v >= 0) || v > kMaxTimeoutS)
+    return "--timeout takes seconds from 0 (no limit) to 31536000 (a year), got '" + text + "'";
+  return {};
+}
+
 std::string env_or(const char* name, std::string fallback) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' ? std::string(v) : std::move(fallback);
@@ -40,6 +86,8 @@ int run_cli(const std::vector<std::string>& args, Io& io) {
   app.name("fdoctl");
   app.footer(kFooter);
   app.require_subcommand(1);
+  app.set_version_flag("--version", "fdoctl (fdo) " + std::string(kVersion),
+                       "Print the version and exit");
   // Global options may also follow the command (`fdoctl profiles --json`).
   app.fallthrough();
 
@@ -54,8 +102,9 @@ int run_cli(const std::vector<std::string>& args, Io& io) {
   app.add_flag("--offline", g.offline,
                "never contact fdod: read the profile store under --state-dir only");
   app.add_flag("--json", g.json, "machine output: exactly one JSON document on stdout");
-  app.add_option("--timeout", g.timeout_s, "seconds to wait for one reply from fdod (default 300)")
-      ->check(CLI::PositiveNumber);
+  app.add_option("--timeout", g.timeout_s,
+                 "seconds to wait for one reply from fdod (default 300; 0 = no limit)")
+      ->check(CLI::Validator(check_timeout, "SECONDS", "timeout"));
 
   std::function<Status(Context&)> action;
 
@@ -81,11 +130,30 @@ int run_cli(const std::vector<std::string>& args, Io& io) {
   run_cmd->add_option("--name", run.name, "program name shown by fdod (default: the file's stem)");
   run_cmd->add_flag("--show-buffers", run.show_buffers,
                     "print the buffers as the last stage left them");
+  run_cmd->add_flag("--wait-optimized", run.wait_optimized,
+                    "after the N stages, keep executing until a stage runs code optimized with "
+                    "the profile (a background tier-up may land after the last stage)");
+  run_cmd
+      ->add_option("--wait-timeout", run.wait_timeout_s,
+                   "longest --wait-optimized keeps going, seconds (default 60)")
+      ->check(CLI::Range(0.0, 86400.0));
   run_cmd->callback([&] { action = [&](Context& c) { return cmd_run(c, run); }; });
 
   // profiles
   auto* profiles_cmd = app.add_subcommand("profiles", "List profiles");
   profiles_cmd->callback([&] { action = [](Context& c) { return cmd_profiles(c); }; });
+
+  // programs, program delete
+  auto* programs_cmd = app.add_subcommand("programs", "List your registered programs");
+  programs_cmd->callback([&] { action = [](Context& c) { return cmd_programs(c); }; });
+  auto* program_cmd = app.add_subcommand("program", "Manage one registered program");
+  program_cmd->require_subcommand(1);
+  std::string program_id;
+  auto* program_delete = program_cmd->add_subcommand(
+      "delete", "Delete a program: its registration, stored bytes and key mappings");
+  program_delete->add_option("PROGRAM", program_id, "program id or a unique prefix")->required();
+  program_delete->callback(
+      [&] { action = [&](Context& c) { return cmd_program_delete(c, program_id); }; });
 
   // profile ...
   auto* profile_cmd = app.add_subcommand("profile", "Inspect and manage one profile");
@@ -140,6 +208,12 @@ int run_cli(const std::vector<std::string>& args, Io& io) {
     });
   }
 
+  auto* profile_delete =
+      profile_cmd->add_subcommand("delete", "Delete a profile with its whole history and feedback");
+  profile_delete->add_option("KEY", key, "profile key or a unique prefix")->required();
+  profile_delete->callback(
+      [&] { action = [&](Context& c) { return cmd_profile_delete(c, key); }; });
+
   std::vector<std::string> export_keys;
   bool export_all = false;
   std::string format = "json", output;
@@ -174,6 +248,19 @@ int run_cli(const std::vector<std::string>& args, Io& io) {
     };
   });
 
+  // backup, restore
+  std::string backup_file;
+  auto* backup = app.add_subcommand(
+      "backup", "Copy the profile store under --state-dir to FILE (SQLite online backup; safe "
+                "while fdod runs; full history kept)");
+  backup->add_option("FILE", backup_file, "the copy to write (must not exist)")->required();
+  backup->callback([&] { action = [&](Context& c) { return cmd_backup(c, backup_file); }; });
+  auto* restore = app.add_subcommand(
+      "restore", "Put a copy made by `backup` back as the profile store under --state-dir (fdod "
+                 "stopped)");
+  restore->add_option("FILE", backup_file, "the copy to restore")->required();
+  restore->callback([&] { action = [&](Context& c) { return cmd_restore(c, backup_file); }; });
+
   // cache stats
   auto* cache_cmd = app.add_subcommand("cache", "The compiled-output cache");
   cache_cmd->require_subcommand(1);
@@ -186,7 +273,11 @@ int run_cli(const std::vector<std::string>& args, Io& io) {
   explain
       ->add_option("PROGRAM", program, "program id (IK, or a unique prefix) or the IR file itself")
       ->required();
-  explain->callback([&] { action = [&](Context& c) { return cmd_explain(c, program); }; });
+  std::uint64_t explain_limit = 20;
+  explain->add_option("--limit,-l", explain_limit,
+                      "show the most recent N stages (default 20; 0 = every one the daemon keeps)");
+  explain->callback(
+      [&] { action = [&](Context& c) { return cmd_explain(c, program, explain_limit); }; });
 
   auto* status = app.add_subcommand("status", "Daemon health, workers, cache and profile counts");
   status->callback([&] { action = [](Context& c) { return cmd_status(c); }; });
@@ -214,23 +305,41 @@ int run_cli(const std::vector<std::string>& args, Io& io) {
       return 0;
     }
     std::string message = e.what();
-    if (message.find("subcommand is required") != std::string::npos) {
-      // Name the commands the deepest command given takes.
-      CLI::App* at = &app;
-      std::string path = "fdoctl";
-      while (!at->get_subcommands().empty()) {
-        at = at->get_subcommands().front();
-        path += " " + at->get_name();
-      }
-      std::string names;
-      for (const CLI::App* sub : at->get_subcommands({}))
-        names += (names.empty() ? "" : ", ") + sub->get_name();
-      std::string first = args.size() > 1 ? args[1] : "";
-      if (at == &app && !first.empty() && first[0] != '-')
-        message = "unknown command '" + first + "' (commands: " + names + ")";
-      else
-        message = path + " needs a command: " + names;
+    // The deepest command given, and the word after it that named none of
+    // its commands: "unknown command 'shwo'" with a suggestion.
+    CLI::App* at = &app;
+    std::string path = "fdoctl";
+    while (!at->get_subcommands().empty()) {
+      at = at->get_subcommands().front();
+      path += " " + at->get_name();
     }
+    std::vector<std::string> names;
+    for (const CLI::App* sub : at->get_subcommands({}))
+      names.push_back(sub->get_name());
+    std::string list;
+    for (const std::string& n : names)
+      list += (list.empty() ? "" : ", ") + n;
+    std::string stray;
+    if (!names.empty()) {
+      bool after = at == &app;
+      for (std::size_t i = 1; i < args.size(); ++i) {
+        if (!after) {
+          after = args[i] == at->get_name();
+          continue;
+        }
+        if (args[i].empty() || args[i][0] == '-') {
+          if (args[i] == "--socket" || args[i] == "--state-dir" || args[i] == "--timeout") ++i;
+          continue;
+        }
+        stray = args[i];
+        break;
+      }
+    }
+    if (!stray.empty() && std::find(names.begin(), names.end(), stray) == names.end())
+      message = (at == &app ? "unknown command '" : "unknown " + path + " command '") + stray +
+                "'" + did_you_mean(stray, names) + " (commands: " + list + ")";
+    else if (message.find("subcommand is required") != std::string::npos)
+      message = path + " needs a command: " + list;
     io.err << "fdoctl: usage error: " << message
            << "\nRun `fdoctl --help` (or `fdoctl COMMAND --help`) for usage.\n";
     return static_cast<int>(ExitCode::usage);

@@ -36,7 +36,11 @@ Expected<std::unique_ptr<Backend>> Context::backend(Need need) {
     return std::unique_ptr<Backend>(std::move(store));
   }
   ClientOptions options;
-  options.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(g_.timeout_s * 1000));
+  // --timeout 0: no limit (ten years is as good as none and cannot overflow
+  // the clock's arithmetic); the option is checked to be 0..a year.
+  options.timeout = g_.timeout_s == 0
+                        ? std::chrono::milliseconds(std::chrono::hours(24 * 3650))
+                        : std::chrono::milliseconds(static_cast<std::int64_t>(g_.timeout_s * 1000));
   auto client = RpcClient::connect(g_.socket, options);
   if (client) return std::unique_ptr<Backend>(std::make_unique<DaemonBackend>(std::move(*client)));
   if (client.error().code() != Errc::unavailable) return std::move(client).error();
@@ -209,6 +213,7 @@ Status cmd_profiles(Context& ctx) {
     return ok();
   }
   Table t({{"profile key"},
+           {"programs"},
            {"version", Align::right},
            {"pinned"},
            {"functions", Align::right},
@@ -217,8 +222,12 @@ Status cmd_profiles(Context& ctx) {
            {"digest"}});
   for (const json& p : profiles) {
     std::int64_t v = num(p, "version");
-    t.add_row({short_key(str(p, "profile_key")), v == 0 ? "none" : "v" + std::to_string(v),
-               yes_no(p.value("pinned", false)), std::to_string(num(p, "functions")),
+    std::string names; // the daemon names the caller's programs; the store does not
+    for (const json& n : p.value("programs", json::array()))
+      if (n.is_string()) names += (names.empty() ? "" : ", ") + n.get<std::string>();
+    t.add_row({short_key(str(p, "profile_key")), names.empty() ? "-" : names,
+               v == 0 ? "none" : "v" + std::to_string(v), yes_no(p.value("pinned", false)),
+               std::to_string(num(p, "functions")),
                p.contains("owner") ? std::to_string(num(p, "owner")) : "", str(p, "updated_at"),
                short_key(str(p, "digest"), 12)});
   }
@@ -613,10 +622,10 @@ std::string key_kind(const std::string& key) {
 
 } // namespace
 
-Status cmd_explain(Context& ctx, const std::string& program_text) {
+Status cmd_explain(Context& ctx, const std::string& program_text, std::uint64_t limit) {
   FDO_TRY(auto backend, ctx.backend(Need::daemon));
   FDO_TRY(std::string ik, resolve_program(ctx, *backend, program_text));
-  FDO_TRY(json r, call(*backend, "cache.explain", {{"program", ik}}));
+  FDO_TRY(json r, call(*backend, "cache.explain", {{"program", ik}, {"limit", limit}}));
   if (ctx.json_output()) {
     ctx.emit(r);
     return ok();
@@ -702,6 +711,9 @@ Status cmd_explain(Context& ctx, const std::string& program_text) {
                key_kind(sk) + " " + short_key(sk.size() > 64 ? sk.substr(64) : sk, 33), why});
   }
   out << t.render();
+  if (std::uint64_t kept = r.value("records_kept", std::uint64_t(0)); kept > records.size())
+    out << "(the last " << records.size() << " of " << kept
+        << " recorded stages; --limit 0 shows them all)\n";
   return ok();
 }
 

@@ -67,6 +67,10 @@ struct RunOptions {
   int stages = 6;
   std::string name;
   bool show_buffers = false;
+  // Keep executing past `stages` until a stage runs optimized code, for at
+  // most wait_timeout_s seconds.
+  bool wait_optimized = false;
+  double wait_timeout_s = 60;
 };
 Status cmd_run(Context& ctx, const RunOptions& o);
 
@@ -87,8 +91,13 @@ Status cmd_profile_import(Context& ctx, const std::string& file);
 // FILE is an LLVM indexed profile of PROGRAM's source (import_profdata.cpp).
 Status cmd_profile_import_profdata(Context& ctx, const std::string& profdata_file,
                                    const std::string& program_file);
+Status cmd_programs(Context& ctx);
+Status cmd_program_delete(Context& ctx, const std::string& program);
+Status cmd_profile_delete(Context& ctx, const std::string& key);
+Status cmd_backup(Context& ctx, const std::string& file);
+Status cmd_restore(Context& ctx, const std::string& file);
 Status cmd_cache_stats(Context& ctx);
-Status cmd_explain(Context& ctx, const std::string& program);
+Status cmd_explain(Context& ctx, const std::string& program, std::uint64_t limit);
 Status cmd_status(Context& ctx);
 Status cmd_doctor(Context& ctx);
 Status cmd_metrics(Context& ctx);

@@ -21,6 +21,9 @@ using nlohmann::json;
 
 namespace {
 
+// --wait-optimized runs at most this many stages past --stages.
+constexpr int kMaxWaitStages = 100000;
+
 // Bitcode starts with 'BC' 0xC0DE, or with the wrapper magic 0x0B17C0DE.
 bool is_bitcode(std::string_view bytes) {
   return bytes.starts_with(std::string_view("BC\xC0\xDE", 4)) ||
@@ -122,8 +125,15 @@ Status cmd_run(Context& ctx, const RunOptions& o) {
                 (is_bitcode(*bytes) ? " of bitcode" : " of IR text") + ")");
   // Text and bitcode alike travel as base64: the daemon keys the exact bytes,
   // and base64 keeps them exact whatever the text's encoding.
-  FDO_TRY(json reg, call(*backend, "program.register",
-                         {{"ir_base64", base64_encode(*bytes)}, {"name", name}}));
+  auto registered =
+      call(*backend, "program.register", {{"ir_base64", base64_encode(*bytes)}, {"name", name}});
+  // IR the daemon's compile worker cannot parse or verify is malformed input
+  // (exit 2, docs/fdoctl.md), not a daemon failure.
+  if (!registered &&
+      (registered.error().code() == Errc::parse || registered.error().code() == Errc::verify))
+    return make_error(Errc::invalid_argument,
+                      o.file + " is not valid LLVM IR: " + registered.error().message());
+  FDO_TRY(json reg, std::move(registered));
   const json* entry = find_entry(reg, o.entry);
   if (entry == nullptr) {
     std::string known;
@@ -149,19 +159,41 @@ Status cmd_run(Context& ctx, const RunOptions& o) {
   }
   json results = json::array();
   std::vector<StageRow> rows;
-  for (int i = 0; i < o.stages; ++i) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "stage %d/%d running", i + 1, o.stages);
+  // --wait-optimized: after the N stages, more stages until one runs code
+  // optimized with the profile (an async tier-up lands in the background),
+  // for at most wait_timeout_s.
+  using Clock = std::chrono::steady_clock;
+  auto wait_deadline =
+      Clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(o.wait_timeout_s * 1000));
+  auto optimized = [&] { return !rows.empty() && rows.back().mode == "optimized"; };
+  int extra = 0;
+  for (int i = 0;; ++i) {
+    bool waiting = i >= o.stages;
+    if (waiting && (!o.wait_optimized || optimized() || Clock::now() >= wait_deadline ||
+                    extra >= kMaxWaitStages))
+      break;
+    if (waiting) {
+      ++extra;
+      // A pending tier-up needs the compile worker, not more stages: pace them.
+      if (!rows.empty() && rows.back().outcome == "tier_up_pending")
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    char buf[96];
+    if (waiting)
+      std::snprintf(buf, sizeof buf, "stage %d running (waiting for optimized code)", i + 1);
+    else
+      std::snprintf(buf, sizeof buf, "stage %d/%d running", i + 1, o.stages);
     progress.show(buf);
     json params = {{"program", reg["program"]}, {"entry", o.entry}, {"args", call_params.args}};
     if (!call_params.buffers.empty()) params["buffers"] = call_params.buffers;
-    bool last = i + 1 == o.stages;
+    bool last = i + 1 >= o.stages; // with --wait-optimized, any stage may be the last
     if (o.show_buffers && last && !call_params.buffers.empty()) params["return_buffers"] = true;
     auto r = call(*backend, "execute", params);
     progress.clear();
     if (!r)
       return std::move(r).error().context("stage " + std::to_string(i + 1) + " of " +
-                                          std::to_string(o.stages));
+                                          std::to_string(o.stages) +
+                                          (waiting ? " (waiting for optimized code)" : ""));
     FDO_TRY(StageRow row, stage_row(*r));
     if (!ctx.json_output()) {
       out << table.row(stage_cells(row));
@@ -170,6 +202,17 @@ Status cmd_run(Context& ctx, const RunOptions& o) {
     rows.push_back(std::move(row));
     results.push_back(std::move(*r));
   }
+  if (o.wait_optimized && !ctx.json_output()) {
+    if (optimized())
+      out << "optimized code reached at stage " << rows.size() - 1 << " (" << extra
+          << " stage(s) past --stages " << o.stages << ")\n";
+    else
+      out << "no stage ran optimized code within " << o.wait_timeout_s << " s (" << extra
+          << " extra stage(s)); see `fdoctl explain` and the policy.* keys\n";
+  }
+  if (o.wait_optimized && !optimized())
+    ctx.io().err << "fdoctl: note: --wait-optimized gave up after " << extra
+                 << " extra stage(s): no optimized code yet\n";
   RunSummary summary = summarize(rows);
   if (ctx.json_output()) {
     ctx.emit({{"program", reg},

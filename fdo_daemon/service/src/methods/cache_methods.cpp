@@ -31,11 +31,18 @@ json explain_record_json(const cache::ExplainRecord& r) {
 
 Expected<json> cache_explain(ServiceState& s, const json& p, const CallContext& ctx) {
   FDO_TRY(std::string ik, require_param<std::string>(p, "program"));
+  // limit: only the most recent N records (0 = every record kept).
+  FDO_TRY(std::uint64_t limit, optional_param<std::uint64_t>(p, "limit", 0));
   FDO_TRY(ProgramRef rec, s.programs->find(ik, ctx.uid, s.sharing()));
+  auto kept = s.orch->explain(ik);
+  std::size_t skip = limit != 0 && kept.size() > limit ? kept.size() - limit : 0;
   json records = json::array();
-  for (const auto& r : s.orch->explain(ik))
-    records.push_back(explain_record_json(r));
-  return json{{"program", ik}, {"profile_key", rec->pk}, {"records", std::move(records)}};
+  for (std::size_t i = skip; i < kept.size(); ++i)
+    records.push_back(explain_record_json(kept[i]));
+  return json{{"program", ik},
+              {"profile_key", rec->pk},
+              {"records", std::move(records)},
+              {"records_kept", kept.size()}};
 }
 
 } // namespace

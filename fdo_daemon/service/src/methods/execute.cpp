@@ -136,6 +136,10 @@ std::string as_text(std::string_view bytes) {
   return out;
 }
 
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 json output_json(const JobOutput& o) {
   return {{"stdout", as_text(o.out)}, {"stderr", as_text(o.err)}, {"truncated", o.truncated}};
 }
@@ -159,6 +163,7 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   if (std::chrono::steady_clock::now() >= ctx.deadline)
     return make_error(Errc::timeout, "request deadline passed before the stage started");
 
+  const auto stage_started = std::chrono::steady_clock::now();
   FDO_TRY(cache::StageOutput so, s.orch->prepare(prog->program, c.tier_up));
   std::int64_t stage_number = prog->stages.fetch_add(1);
   ++s.counters.stages;
@@ -201,6 +206,8 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
     stage["profile_rewritten"] = nullptr;
     stage["policy"] = "the program exited with status " + std::to_string(status) +
                       ": no feedback from this stage";
+    s.metrics->stage_finished(stage["cache"].value("outcome", ""), seconds_since(stage_started),
+                              so.compiled ? so.compile_ms : 0.0, elapsed_ns / 1e9, false);
     return json{
         {"entry", entry_name},   {"returns", entry.return_type},  {"value", nullptr},
         {"exit_status", status}, {"output", output_json(output)}, {"stage", std::move(stage)}};
@@ -239,6 +246,10 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   stage["counters"] = std::move(measurement);
   stage["profile_rewritten"] = std::move(rewritten);
   stage["policy"] = fo.policy;
+  s.metrics->stage_finished(stage["cache"].value("outcome", ""), seconds_since(stage_started),
+                            so.compiled ? so.compile_ms : 0.0,
+                            measurement.value("wall_ns", std::uint64_t{0}) / 1e9,
+                            fo.rewritten.has_value());
   result["stage"] = std::move(stage);
   return result;
 }

@@ -20,6 +20,8 @@ void add_program_methods(Dispatcher& d, ServiceState& s);
 void add_profile_methods(Dispatcher& d, ServiceState& s);
 // cache.stats, cache.explain
 void add_cache_methods(Dispatcher& d, ServiceState& s);
+// program.list, program.delete, profile.delete
+void add_lifecycle_methods(Dispatcher& d, ServiceState& s);
 
 // --- shared by the families ---------------------------------------------
 
@@ -31,8 +33,51 @@ Expected<std::string> program_source(const json& params);
 // The "cache" object of a stage: outcome, reason, detail.
 json cache_outcome_json(const cache::StageOutput& so);
 
+// The service's running totals as Prometheus families, read at scrape time
+// (status_methods.cpp; ServiceMetrics serves them with its own).
+std::vector<prometheus::MetricFamily> live_metrics(ServiceState& s);
+
 // The execute method (execute.cpp): one stage.
 Expected<json> execute(ServiceState& s, const json& params, const CallContext& ctx);
+
+// A state-changing handler that leaves an audit record, allowed or refused
+// (audit.h): pin, unpin, reset and the deletes name their key or program; an
+// import leaves one record per imported profile, or one naming no key when
+// it was refused.
+template <class Fn> auto audited(const char* action, Fn fn) {
+  return [action, fn](ServiceState& s, const json& p, const CallContext& ctx) -> Expected<json> {
+    Expected<json> r = fn(s, p, ctx);
+    AuditRecord rec;
+    rec.action = action;
+    rec.tenant = static_cast<std::uint32_t>(ctx.uid);
+    if (p.is_object() && p.contains("profile_key") && p["profile_key"].is_string())
+      rec.profile_key = p["profile_key"].get<std::string>();
+    if (p.is_object() && p.contains("program") && p["program"].is_string())
+      rec.program = p["program"].get<std::string>();
+    if (!r) {
+      rec.outcome = std::string(to_string(r.error().code()));
+      rec.detail = r.error().message();
+      s.audit->record(rec);
+      return r;
+    }
+    rec.outcome = "ok";
+    if (r->contains("imported")) {
+      for (const json& i : (*r)["imported"]) {
+        rec.profile_key = i.value("profile_key", "");
+        rec.detail = "new version " + std::to_string(i.value("version", std::int64_t(0)));
+        s.audit->record(rec);
+      }
+      return r;
+    }
+    if (r->contains("removed"))
+      rec.detail = "removed " + (*r)["removed"].dump();
+    else
+      rec.detail = "version " + r->value("version", json(nullptr)).dump() +
+                   ((*r).value("pinned", false) ? ", pinned" : ", not pinned");
+    s.audit->record(rec);
+    return r;
+  };
+}
 
 // Binds a handler of the form `Expected<json> fn(ServiceState&, const json&,
 // const CallContext&)` to the dispatcher. MethodClass::control only for

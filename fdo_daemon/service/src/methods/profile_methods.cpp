@@ -8,6 +8,8 @@
 #include "fdo/util/time.h"
 #include "methods.h"
 
+#include <map>
+
 namespace fdo::daemon::methods {
 
 namespace ps = fdo::profile_store;
@@ -42,9 +44,18 @@ Status check_owner(ServiceState& s, const std::string& pk, const CallContext& ct
 
 Expected<json> profile_list(ServiceState& s, const json&, const CallContext& ctx) {
   FDO_TRY(std::vector<ps::ProfileSummary> list, s.store->list(acting_owner(s, ctx)));
+  // The names of the caller's programs with each profile key.
+  FDO_TRY(std::vector<ps::ProgramInfo> programs,
+          s.store->programs(static_cast<std::int64_t>(ctx.uid)));
+  std::map<std::string, std::vector<std::string>> names;
+  for (const auto& prog : programs)
+    if (!prog.pk.empty()) names[prog.pk].push_back(prog.name);
   json out = json::array();
-  for (const auto& p : list)
-    out.push_back(ps::summary_to_json(p));
+  for (const auto& p : list) {
+    json j = ps::summary_to_json(p);
+    j["programs"] = names[p.pk];
+    out.push_back(std::move(j));
+  }
   return json{{"profiles", std::move(out)}};
 }
 
@@ -164,11 +175,11 @@ void add_profile_methods(Dispatcher& d, ServiceState& s) {
   bind(d, "profile.list", s, profile_list);
   bind(d, "profile.get", s, profile_get);
   bind(d, "profile.history", s, profile_history);
-  bind(d, "profile.pin", s, profile_pin);
-  bind(d, "profile.unpin", s, profile_unpin);
-  bind(d, "profile.reset", s, profile_reset);
+  bind(d, "profile.pin", s, audited("profile.pin", profile_pin));
+  bind(d, "profile.unpin", s, audited("profile.unpin", profile_unpin));
+  bind(d, "profile.reset", s, audited("profile.reset", profile_reset));
   bind(d, "profile.export", s, profile_export);
-  bind(d, "profile.import", s, profile_import);
+  bind(d, "profile.import", s, audited("profile.import", profile_import));
 }
 
 } // namespace fdo::daemon::methods

@@ -4,7 +4,6 @@
 #include "fdo/jit/compiler.h"
 #include "methods.h"
 
-#include <sstream>
 #include <unistd.h>
 
 namespace fdo::daemon::methods {
@@ -36,50 +35,8 @@ Expected<json> capabilities(ServiceState& s, const json&, const CallContext&) {
       {"sandbox", s.isolation->to_json()}};
 }
 
-// Prometheus text exposition format.
-class MetricsText {
-public:
-  template <class V> void add(const char* name, const char* type, const char* help, V value) {
-    head(name, type, help);
-    o_ << name << ' ' << value << '\n';
-  }
-  template <class V>
-  void add_by_pool(const char* name, const char* type, const char* help, V compile, V exec) {
-    head(name, type, help);
-    o_ << name << "{pool=\"compile\"} " << compile << '\n'
-       << name << "{pool=\"exec\"} " << exec << '\n';
-  }
-  std::string str() const { return o_.str(); }
-
-private:
-  void head(const char* name, const char* type, const char* help) {
-    o_ << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
-  }
-  std::ostringstream o_;
-};
-
 Expected<json> metrics(ServiceState& s, const json&, const CallContext&) {
-  cache::Stats cs = s.orch->stats();
-  PoolStats cp = s.compile_pool->stats(), ep = s.exec_pool->stats();
-  MetricsText m;
-  m.add("fdo_stages_total", "counter", "Stages executed.", s.counters.stages.load());
-  m.add("fdo_stage_failures_total", "counter", "Stages whose execution failed.",
-        s.counters.stage_failures.load());
-  m.add("fdo_profile_rewrites_total", "counter", "Profile versions written by feedback.",
-        s.feedback->rewrites());
-  m.add("fdo_cache_memory_hits_total", "counter", "Memory-tier hits.", cs.memory_hits);
-  m.add("fdo_cache_disk_hits_total", "counter", "Disk-tier hits.", cs.disk_hits);
-  m.add("fdo_cache_compiles_total", "counter", "Compiler runs.", cs.compiles);
-  m.add("fdo_cache_recompiles_total", "counter", "Recompiles of known programs.", cs.recompiles);
-  m.add("fdo_cache_corrupt_entries_total", "counter", "Corrupt disk entries removed.",
-        cs.corrupt_entries);
-  m.add("fdo_cache_memory_bytes", "gauge", "Bytes in the memory tier.", cs.memory_bytes);
-  m.add("fdo_cache_disk_bytes", "gauge", "Bytes in the disk tier.", cs.disk_bytes);
-  m.add_by_pool("fdo_worker_restarts_total", "counter", "Worker processes replaced.", cp.restarts,
-                ep.restarts);
-  m.add_by_pool("fdo_worker_failures_total", "counter", "Jobs that failed in a worker.",
-                cp.failures.total(), ep.failures.total());
-  return json{{"text", m.str()}};
+  return json{{"text", s.metrics->text()}};
 }
 
 // The effective configuration, for operators: the daemon's own uid and root.
@@ -98,6 +55,57 @@ Expected<json> config(ServiceState& s, const json&, const CallContext& ctx) {
 }
 
 } // namespace
+
+std::vector<prometheus::MetricFamily> live_metrics(ServiceState& s) {
+  using prometheus::MetricType;
+  cache::Stats cs = s.orch->stats();
+  PoolStats cp = s.compile_pool->stats(), ep = s.exec_pool->stats();
+  auto one = [](std::string name, std::string help, MetricType type, double v) {
+    return metric_family(std::move(name), std::move(help), type, {{"", v}});
+  };
+  auto by_pool = [](std::string name, std::string help, MetricType type, double compile,
+                    double exec) {
+    return metric_family(std::move(name), std::move(help), type,
+                         {{"compile", compile}, {"exec", exec}}, "pool");
+  };
+  auto C = MetricType::Counter, G = MetricType::Gauge;
+  auto d = [](std::uint64_t v) { return static_cast<double>(v); };
+  return {
+      one("fdo_stages_total", "Stages executed.", C, d(s.counters.stages.load())),
+      one("fdo_stage_failures_total", "Stages whose execution failed.", C,
+          d(s.counters.stage_failures.load())),
+      one("fdo_profile_rewrites_total", "Profile versions written by feedback.", C,
+          d(s.feedback->rewrites())),
+      one("fdo_cache_memory_hits_total", "Memory-tier hits.", C, d(cs.memory_hits)),
+      one("fdo_cache_disk_hits_total", "Disk-tier hits.", C, d(cs.disk_hits)),
+      one("fdo_cache_compiles_total", "Compiler runs.", C, d(cs.compiles)),
+      one("fdo_cache_recompiles_total", "Recompiles of known programs.", C, d(cs.recompiles)),
+      one("fdo_cache_compile_failures_total", "Compiler runs that failed.", C,
+          d(cs.compile_failures)),
+      one("fdo_cache_corrupt_entries_total", "Corrupt disk entries removed.", C,
+          d(cs.corrupt_entries)),
+      one("fdo_cache_memory_bytes", "Bytes in the memory tier.", G, d(cs.memory_bytes)),
+      one("fdo_cache_disk_bytes", "Bytes in the disk tier.", G, d(cs.disk_bytes)),
+      one("fdo_cache_evictions_total", "Entries evicted from either tier.", C,
+          d(cs.memory_evictions + cs.disk_evictions)),
+      metric_family("fdo_tier_ups_total",
+                    "Background recompiles with a new profile (tier_up = async), by result.", C,
+                    {{"started", d(cs.tier_ups_started)},
+                     {"installed", d(cs.tier_ups_installed)},
+                     {"failed", d(cs.tier_ups_failed)}},
+                    "result"),
+      one("fdo_tier_ups_queued", "Background recompiles waiting or running.", G,
+          d(cs.tier_ups_queued)),
+      one("fdo_stale_serves_total",
+          "Stages served an earlier profile's code while a tier-up was pending.", C,
+          d(cs.stale_serves)),
+      by_pool("fdo_worker_restarts_total", "Worker processes replaced.", C, d(cp.restarts),
+              d(ep.restarts)),
+      by_pool("fdo_worker_failures_total", "Jobs that failed in a worker.", C,
+              d(cp.failures.total()), d(ep.failures.total())),
+      by_pool("fdo_workers_live", "Live worker processes.", G, d(cp.live), d(ep.live)),
+  };
+}
 
 void add_status_methods(Dispatcher& d, ServiceState& s) {
   bind(d, "health", s, health, MethodClass::control);

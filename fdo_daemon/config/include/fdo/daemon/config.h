@@ -95,6 +95,8 @@ struct Config {
   std::chrono::milliseconds idle_timeout{600000};
   std::chrono::milliseconds write_timeout{30000};
   std::uint64_t max_unsent_bytes = 4u << 20;
+  // Prometheus HTTP endpoint: "" = off; "PORT" = 127.0.0.1:PORT; "HOST:PORT".
+  std::string metrics_listen;
 
   static Config defaults() { return Config{}; }
 
@@ -120,6 +122,41 @@ struct Config {
   // All keys in documentation order.
   static const std::vector<ConfigKeyInfo>& keys();
 };
+
+// Where fdod's configuration comes from at start (docs/fdod-config.md,
+// "Where the configuration comes from"): an explicitly given file must exist
+// (a missing one is an error, Errc::not_found, naming it); without one the
+// default path is read when it exists and its absence means the built-in
+// defaults.
+struct ConfigSource {
+  std::string explicit_path; // --config FILE, or empty
+  std::string default_path;  // read when explicit_path is empty and it exists
+  bool no_file = false;      // --no-config: defaults (and overrides) only
+};
+
+struct LoadedConfig {
+  Config config;
+  std::string file; // the file read, or empty when none was
+  // Per key, in keys() order: "default", "FILE:LINE" or "command line".
+  std::vector<std::pair<std::string, std::string>> origins;
+};
+
+// Defaults, then the file `source` picks, then `overrides`; errors as load().
+Expected<LoadedConfig> load_config(const ConfigSource& source,
+                                   const ConfigOverrides& overrides = {});
+
+// The file load_config() reads for `source` now ("" for none): the path a
+// SIGHUP re-reads.
+std::string config_file_for(const ConfigSource& source);
+
+// `fdod --print-config`: every key as `key = value` (text that parse() reads
+// back unchanged), each preceded by a comment saying where its value came
+// from.
+std::string print_config(const LoadedConfig& loaded);
+
+// The commented sample configuration installed as /etc/fdod/fdod.conf: every
+// key commented out at its default, with its description and reload class.
+std::string sample_config();
 
 // `running` with every runtime key's value taken from `next`; restart-only
 // keys keep their running values. The key table decides which is which.

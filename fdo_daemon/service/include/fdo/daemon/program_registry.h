@@ -87,6 +87,10 @@ public:
   // file); registering the program again writes it anew.
   Expected<ProgramRef> find(const std::string& ik, std::int64_t uid, ProfileSharing sharing);
 
+  // Drops a program (program.delete): its in-memory record and its .prog
+  // file. The caller removes its store row and mappings; stages already
+  // holding its record finish.
+  Status forget(const std::string& ik);
   std::size_t loaded() const;
   const std::string& programs_dir() const { return dir_; }
 

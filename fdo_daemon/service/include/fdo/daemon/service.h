@@ -9,6 +9,7 @@
 // Tenancy: see tenant.h.
 #pragma once
 
+#include "fdo/daemon/audit.h"
 #include "fdo/daemon/config.h"
 #include "fdo/daemon/isolation.h"
 #include "fdo/daemon/job_runner.h"
@@ -72,6 +73,8 @@ public:
   // What the host offers for sandboxing (default: probe_sandbox_support()).
   ServiceBuilder& sandbox_probe(SandboxProbe probe);
   ServiceBuilder& host_name(std::string host);
+  // Where audit records go (default: journal_audit_sink()).
+  ServiceBuilder& audit_sink(std::shared_ptr<AuditSink> sink);
 
   // Creates the state dir, then the parts (store, runners, probe) and the service.
   Expected<std::unique_ptr<Service>> create();
@@ -89,6 +92,7 @@ private:
   Config config_;
   std::string worker_path_;
   std::string host_;
+  std::shared_ptr<AuditSink> audit_;
   StoreCreator store_;
   RunnerCreator runners_;
   PerfProbe perf_probe_;

@@ -1,0 +1,67 @@
+// program.list, program.delete, profile.delete: what a tenant has stored and
+// how to remove it. A tenant sees and deletes only its own programs and
+// profiles; another tenant's id or key is "not found", exactly like one that
+// does not exist. Both deletes leave an audit record (audit.h).
+#include "fdo/util/hash.h"
+#include "fdo/util/time.h"
+#include "methods.h"
+
+namespace fdo::daemon::methods {
+
+namespace ps = fdo::profile_store;
+
+namespace {
+
+Expected<json> program_list(ServiceState& s, const json&, const CallContext& ctx) {
+  FDO_TRY(std::vector<ps::ProgramInfo> all, s.store->programs(static_cast<std::int64_t>(ctx.uid)));
+  json out = json::array();
+  for (const auto& p : all)
+    out.push_back({{"program", p.ik},
+                   {"name", p.name},
+                   {"size", p.size},
+                   {"profile_key", p.pk.empty() ? json(nullptr) : json(p.pk)},
+                   {"first_seen", rfc3339_ms(p.first_seen)},
+                   {"last_used", rfc3339_ms(p.last_used)}});
+  return json{{"programs", std::move(out)}};
+}
+
+Expected<json> program_delete(ServiceState& s, const json& p, const CallContext& ctx) {
+  FDO_TRY(std::string ik, require_param<std::string>(p, "program"));
+  if (!is_hex_key(ik))
+    return make_error(Errc::invalid_argument, "program must be 64 lower-case hex digits");
+  FDO_TRY(std::optional<ps::ProgramInfo> row, s.store->program(ik));
+  // Only the program's owner deletes it (also while profiles are shared).
+  if (!row || row->owner != static_cast<std::int64_t>(ctx.uid))
+    return make_error(Errc::not_found, "no program " + ik);
+  FDO_TRY(ps::MappingRemoval mappings, s.store->remove_mappings(ik));
+  FDO_TRY(bool removed, s.store->remove_program(ik));
+  FDO_TRY_STATUS(s.programs->forget(ik));
+  (void)mappings;
+  return json{{"program", ik}, {"removed", removed}};
+}
+
+Expected<json> profile_delete(ServiceState& s, const json& p, const CallContext& ctx) {
+  FDO_TRY(std::string pk, require_param<std::string>(p, "profile_key"));
+  if (!is_hex_key(pk))
+    return make_error(Errc::invalid_argument, "profile_key must be 64 lower-case hex digits");
+  std::optional<std::int64_t> acting;
+  if (s.sharing() != ProfileSharing::shared) acting = static_cast<std::int64_t>(ctx.uid);
+  FDO_TRY(ps::RemoveSummary r, s.store->remove(pk, acting));
+  s.feedback->forget(pk);
+  return json{{"profile_key", pk},
+              {"removed",
+               {{"versions", r.versions},
+                {"profile_keys", r.profile_keys},
+                {"virtual_keys", r.virtual_keys},
+                {"feedback_rows", r.feedback_rows}}}};
+}
+
+} // namespace
+
+void add_lifecycle_methods(Dispatcher& d, ServiceState& s) {
+  bind(d, "program.list", s, program_list);
+  bind(d, "program.delete", s, audited("program.delete", program_delete));
+  bind(d, "profile.delete", s, audited("profile.delete", profile_delete));
+}
+
+} // namespace fdo::daemon::methods
