@@ -229,9 +229,14 @@ class Limits(unittest.TestCase):
     def test_limits_cannot_be_raised_and_leaks_do_not_accumulate(self):
         t = Tenant({"exec_memory_mb": 512, "exec_workers": 1, "worker_retire_growth_mb": 64})
         try:
-            v = t.value("raise_limit_and_touch", 1024)
-            self.assertEqual(v, -ENOMEM, "raised its RLIMIT_AS or touched 1 GiB under 512 MiB")
-            t.assert_daemon_fine(self)
+            if os.environ.get("FDO_SANITIZE"):
+                # The sanitizer runtime reserves terabytes of shadow address space and its
+                # allocator aborts rather than failing: RLIMIT_AS cannot bound it there.
+                print("sanitizer build: raising RLIMIT_AS is not checked", file=sys.stderr)
+            else:
+                v = t.value("raise_limit_and_touch", 1024)
+                self.assertEqual(v, -ENOMEM, "raised its RLIMIT_AS or touched 1 GiB under 512 MiB")
+                t.assert_daemon_fine(self)
             mapped = [t.value("leak", 15) for _ in range(40)]
             self.assertTrue(all(m > 0 for m in mapped), mapped)
             growth = max(mapped) - min(mapped)

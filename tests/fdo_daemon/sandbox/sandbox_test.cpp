@@ -1,5 +1,6 @@
 #include "fdo/daemon/sandbox.h"
 #include "fdo/daemon/seccomp_policy.h"
+#include "support/sanitizer.h"
 #include "support/temp_dir.h"
 
 #include <catch2/catch.hpp>
@@ -271,17 +272,24 @@ TEST_CASE("sandbox: hard memory and file-size limits cannot be raised", "[sandbo
     more.rlim_max = as.rlim_max + (1ull << 30);
     more.rlim_cur = more.rlim_max;
     report(out, "raise as", ::setrlimit(RLIMIT_AS, &more));
-    void* big = ::malloc(512ull << 20);
-    std::fprintf(out, "malloc 512M %s\n", big == nullptr ? "failed" : "ok");
     rlimit fs{};
     ::getrlimit(RLIMIT_FSIZE, &fs);
     std::fprintf(out, "fsize %llu\n", static_cast<unsigned long long>(fs.rlim_max));
+    if (!fdo::test_support::sanitizer_build()) {
+      void* big = ::malloc(512ull << 20);
+      std::fprintf(out, "malloc 512M %s\n", big == nullptr ? "failed" : "ok");
+    }
   });
   INFO(Catch::Detail::stringify(r.lines));
   REQUIRE(r.exited_ok());
   CHECK(r.has("as soft==hard 1"));
   CHECK(r.has("raise as errno=EPERM"));
-  CHECK(r.has("malloc 512M failed"));
+  if (fdo::test_support::sanitizer_build())
+    // The sanitizer's allocator aborts instead of returning null (and its
+    // shadow reservation makes RLIMIT_AS meaningless there).
+    WARN("sanitizer build: a malloc past the limit aborts the child; not checked");
+  else
+    CHECK(r.has("malloc 512M failed"));
   CHECK(r.has("fsize 1000"));
 }
 
