@@ -242,13 +242,13 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
     rewritten = {
         {"from", fo.rewritten->from}, {"to", fo.rewritten->to}, {"reason", fo.rewritten->reason}};
   result["output"] = output_json(output);
-  stage["exec_ns"] = measurement.value("wall_ns", std::uint64_t{0});
+  const std::uint64_t exec_ns = measurement.value("wall_ns", std::uint64_t{0});
+  stage["exec_ns"] = exec_ns;
   stage["counters"] = std::move(measurement);
   stage["profile_rewritten"] = std::move(rewritten);
   stage["policy"] = fo.policy;
   s.metrics->stage_finished(stage["cache"].value("outcome", ""), seconds_since(stage_started),
-                            so.compiled ? so.compile_ms : 0.0,
-                            measurement.value("wall_ns", std::uint64_t{0}) / 1e9,
+                            so.compiled ? so.compile_ms : 0.0, static_cast<double>(exec_ns) / 1e9,
                             fo.rewritten.has_value());
   result["stage"] = std::move(stage);
   return result;
