@@ -293,7 +293,16 @@ def run(build, p, args):
         program = reg["program"]
         warm = warm_up(client, program)
         results["warm_up_stages"] = warm
-        stats_before = client.call("cache.stats", check_schema=False)
+        # The worker that ran fdod's start-up probe is replaced after it; under load that
+        # replacement can arrive after the warm-up. Measure only once every exec worker is
+        # up, so a restart counted below is one that happened during the measurement.
+        deadline = time.time() + 60
+        while True:
+            stats_before = client.call("cache.stats", check_schema=False)
+            ex = stats_before["workers"]["exec"]
+            if ex["live"] >= ex["size"] or time.time() > deadline:
+                break
+            time.sleep(0.05)
         progress("steady: " + ", ".join(f"stage {s['number']} {s['mode']}/{s['outcome']}"
                                         for s in warm))
 
