@@ -14,4 +14,15 @@ constexpr bool sanitizer_build() {
 #endif
 }
 
+// ThreadSanitizer starts a thread of its own in a forked child, so code that
+// must run single-threaded there (entering the sandbox) cannot be tested in
+// forked children of a TSan build.
+constexpr bool thread_sanitizer_build() {
+#if defined(__SANITIZE_THREAD__)
+  return true;
+#else
+  return false;
+#endif
+}
+
 } // namespace fdo::test_support

@@ -141,7 +141,10 @@ TEST_CASE("worker_pool tenancy: tenants take turns for a busy pool", "[worker_po
   std::vector<std::string> finished,
       errors; // checked on the test's thread (Catch is not thread-safe)
   auto run_sleep = [&](const std::string& tenant) {
-    auto r = pool->run(Message{{{"op", "sleep_ms"}, {"ms", 150}}, {}}, as(tenant), nullptr);
+    // Longer than starting a worker takes, even an instrumented one: b's worker
+    // is started while a's jobs run, and the bound below assumes it is ready
+    // within one of them.
+    auto r = pool->run(Message{{{"op", "sleep_ms"}, {"ms", 400}}, {}}, as(tenant), nullptr);
     std::lock_guard lk(mu);
     if (!r) errors.push_back(r.error().describe());
     finished.push_back(tenant);
