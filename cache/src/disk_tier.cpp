@@ -56,30 +56,7 @@ Error corrupt(std::string what) {
 
 // Entries are tenants' compiled code: private to the daemon's user whatever
 // the umask (which can only narrow these further).
-constexpr mode_t kPrivateDirMode = 0700;
 constexpr mode_t kEntryFileMode = 0600;
-
-// Creates `dir` and its missing parents with kPrivateDirMode; existing
-// directories keep their mode. chmod after mkdir because mkdir's mode passes
-// through the umask, and a umask such as 0277 would leave a directory this
-// process cannot write to.
-Status create_private_dirs(const fs::path& dir) {
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return ok();
-    return make_error(Errc::io, dir.string() + " is not a directory");
-  }
-  if (errno != ENOENT) return Error::from_errno("stat " + dir.string(), errno);
-  if (dir.has_parent_path() && dir.parent_path() != dir)
-    FDO_TRY_STATUS(create_private_dirs(dir.parent_path()));
-  if (::mkdir(dir.c_str(), kPrivateDirMode) != 0) {
-    if (errno == EEXIST) return ok(); // another writer created it just now
-    return Error::from_errno("create directory " + dir.string(), errno);
-  }
-  if (::chmod(dir.c_str(), kPrivateDirMode) != 0)
-    return Error::from_errno("chmod directory " + dir.string(), errno);
-  return ok();
-}
 
 Digest256 payload_checksum(std::string_view fixed_header, std::string_view body) {
   Hasher h;
@@ -422,7 +399,7 @@ Status DiskTier::store(const Entry& entry) {
     return ok(); // the memory tier still has it; the disk simply cannot hold it
   }
   std::string path = d.path_for(entry.key);
-  Status made = create_private_dirs(fs::path(path).parent_path());
+  Status made = create_private_dirs(fs::path(path).parent_path().string());
   Status st = !made ? Status(std::move(made).error().context("create directory for " + path))
                     : write_file_atomic(path, bytes, d.config.durability, kEntryFileMode);
   std::lock_guard lock(d.mu);

@@ -19,28 +19,7 @@ constexpr std::size_t kMaxFileBytes = 1 << 20;
 
 // The files name tenants' programs (by hash) and the compiler they ran
 // under: private to the daemon's user whatever the umask.
-constexpr mode_t kPrivateDirMode = 0700;
 constexpr mode_t kHistoryFileMode = 0600;
-
-// Creates `dir` and its missing parents with kPrivateDirMode (chmod after
-// mkdir: mkdir's mode passes through the umask); existing ones keep theirs.
-Status create_private_dirs(const std::filesystem::path& dir) {
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return ok();
-    return make_error(Errc::io, dir.string() + " is not a directory");
-  }
-  if (errno != ENOENT) return Error::from_errno("stat " + dir.string(), errno);
-  if (dir.has_parent_path() && dir.parent_path() != dir)
-    FDO_TRY_STATUS(create_private_dirs(dir.parent_path()));
-  if (::mkdir(dir.c_str(), kPrivateDirMode) != 0) {
-    if (errno == EEXIST) return ok(); // another writer created it just now
-    return Error::from_errno("create directory " + dir.string(), errno);
-  }
-  if (::chmod(dir.c_str(), kPrivateDirMode) != 0)
-    return Error::from_errno("chmod directory " + dir.string(), errno);
-  return ok();
-}
 
 } // namespace
 
@@ -77,7 +56,7 @@ void IdentityHistory::remember(const std::string& program_hash, const std::strin
   if (dir_.empty() || !is_hex_key(program_hash)) return;
   std::string path = file_for(program_hash);
   nlohmann::json j = {{"identity", identity}, {"ik", ik}};
-  Status st = create_private_dirs(std::filesystem::path(path).parent_path());
+  Status st = create_private_dirs(std::filesystem::path(path).parent_path().string());
   if (st) st = write_file_atomic(path, j.dump(), Durability::none, kHistoryFileMode);
   if (!st)
     log::warning("cache: cannot record compiler identity for program " + short_key(program_hash) +

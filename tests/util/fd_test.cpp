@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fcntl.h>
 #include <filesystem>
+#include <sys/stat.h>
 #include <unistd.h>
 
 using namespace fdo;
@@ -91,4 +92,29 @@ TEST_CASE("rfc3339_ms formats UTC with milliseconds", "[util][time]") {
   CHECK(fdo::rfc3339_ms(1795318372122) == "2026-11-22T03:32:52.122Z");
   CHECK(fdo::rfc3339_ms(-1) == "1969-12-31T23:59:59.999Z");
   CHECK(fdo::unix_ms_now() > 1700000000000);
+}
+
+TEST_CASE("create_private_dirs makes 0700 directories whatever the umask", "[util][fd]") {
+  TempDir dir;
+  const std::string root = dir.path().string();
+  const std::string deep = root + "/a/b/c";
+  const mode_t old = ::umask(0277); // would leave mkdir's result unwritable
+  Status made = create_private_dirs(deep);
+  ::umask(old);
+  REQUIRE(made);
+  for (const std::string& d : {root + "/a", root + "/a/b", deep}) {
+    struct stat st {};
+    REQUIRE(::stat(d.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0700);
+  }
+  // An existing directory keeps its mode; a file in the way is an error.
+  REQUIRE(::chmod(deep.c_str(), 0750) == 0);
+  REQUIRE(create_private_dirs(deep));
+  struct stat st {};
+  REQUIRE(::stat(deep.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0750);
+  REQUIRE(write_file_atomic(root + "/file", "x"));
+  auto blocked = create_private_dirs(root + "/file/sub");
+  REQUIRE_FALSE(blocked);
+  CHECK(blocked.error().code() == Errc::io);
 }

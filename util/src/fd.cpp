@@ -138,4 +138,24 @@ Status write_file_atomic(const std::string& path, std::string_view bytes, Durabi
   return ok();
 }
 
+Status create_private_dirs(const std::string& dir) {
+  constexpr mode_t kPrivateDirMode = 0700;
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return ok();
+    return make_error(Errc::io, dir + " is not a directory");
+  }
+  if (errno != ENOENT) return Error::from_errno("stat " + dir, errno);
+  const std::filesystem::path path(dir);
+  if (path.has_parent_path() && path.parent_path() != path)
+    FDO_TRY_STATUS(create_private_dirs(path.parent_path().string()));
+  if (::mkdir(dir.c_str(), kPrivateDirMode) != 0) {
+    if (errno == EEXIST) return ok(); // another writer created it just now
+    return Error::from_errno("create directory " + dir, errno);
+  }
+  if (::chmod(dir.c_str(), kPrivateDirMode) != 0)
+    return Error::from_errno("chmod directory " + dir, errno);
+  return ok();
+}
+
 } // namespace fdo

@@ -93,4 +93,10 @@ enum class Durability { none, fsync };
 Status write_file_atomic(const std::string& path, std::string_view bytes,
                          Durability durability = Durability::fsync, mode_t mode = 0644);
 
+// Creates `dir` and its missing parents as 0700 (chmod after mkdir: mkdir's
+// mode passes through the umask, and one such as 0277 would leave a directory
+// this process cannot write to); existing directories keep their mode. A
+// directory another process creates meanwhile is fine.
+Status create_private_dirs(const std::string& dir);
+
 } // namespace fdo
