@@ -2,6 +2,7 @@
 // -wal and -shm files, readable and writable by the owner only, whatever the
 // process umask.
 #include "fdo/profile_store/profile_store.h"
+#include "support/file_mode.h"
 #include "test_util.h"
 
 #include <catch2/catch.hpp>
@@ -12,25 +13,10 @@ using namespace fdo::profile_store;
 using fdo::profile_store::test::sample_doc;
 using fdo::profile_store::test::TempDir;
 
+using fdo::test_support::mode_of;
+using fdo::test_support::ScopedUmask;
+
 namespace {
-
-// Sets the process umask for one scope.
-class ScopedUmask {
-public:
-  explicit ScopedUmask(mode_t mask) : old_(::umask(mask)) {}
-  ~ScopedUmask() { ::umask(old_); }
-  ScopedUmask(const ScopedUmask&) = delete;
-  ScopedUmask& operator=(const ScopedUmask&) = delete;
-
-private:
-  mode_t old_;
-};
-
-mode_t mode_of(const std::string& path) {
-  struct stat sb {};
-  if (::stat(path.c_str(), &sb) != 0) return 07777; // no such file: never a valid answer
-  return sb.st_mode & 07777;
-}
 
 void check_private(const std::string& path) {
   // While the store is open, all three files exist.

@@ -2,6 +2,7 @@
 #include "fdo/cache/keys.h"
 #include "fdo/daemon/program_registry.h"
 #include "fdo/util/fd.h"
+#include "support/file_mode.h"
 #include "support/temp_dir.h"
 
 #include <catch2/catch.hpp>
@@ -13,6 +14,9 @@ using namespace fdo;
 using namespace fdo::daemon;
 using namespace fdo::daemon::testing;
 using fdo::test_support::TempDir;
+
+using fdo::test_support::mode_of;
+using fdo::test_support::ScopedUmask;
 
 namespace {
 
@@ -190,24 +194,6 @@ std::string prog_path(const Fixture& f, const ProgramRef& rec) {
   return f.dir.file("programs/" + rec->ik + ".prog");
 }
 
-mode_t mode_of(const std::string& path) {
-  struct stat st {};
-  REQUIRE(::stat(path.c_str(), &st) == 0);
-  return st.st_mode & 07777;
-}
-
-// Sets the process umask for one test and restores it.
-class Umask {
-public:
-  explicit Umask(mode_t mask) : old_(::umask(mask)) {}
-  ~Umask() { ::umask(old_); }
-  Umask(const Umask&) = delete;
-  Umask& operator=(const Umask&) = delete;
-
-private:
-  mode_t old_;
-};
-
 } // namespace
 
 TEST_CASE("registry: the row records the program hash and the scoped profile key",
@@ -311,7 +297,7 @@ TEST_CASE("registry: a row from before program hashes is verified against its id
 
 TEST_CASE("registry: programs/ is 0700 and .prog files 0600 under umask 022",
           "[service][registry]") {
-  Umask mask(022);
+  ScopedUmask mask(022);
   Fixture f;
   auto a = f.registry->add("private IR", "p", 7, f.scope(7), kMax);
   REQUIRE(a);

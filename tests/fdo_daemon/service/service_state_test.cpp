@@ -6,6 +6,7 @@
 #include "fdo/daemon/service.h"
 #include "fdo/daemon/tenant.h"
 #include "fdo/jit/compiler.h"
+#include "support/file_mode.h"
 #include "support/temp_dir.h"
 
 #include <catch2/catch.hpp>
@@ -18,6 +19,9 @@ using namespace fdo::daemon::testing;
 using fdo::test_support::TempDir;
 using nlohmann::json;
 namespace fs = std::filesystem;
+
+using fdo::test_support::mode_of;
+using fdo::test_support::ScopedUmask;
 
 namespace {
 
@@ -160,23 +164,6 @@ json without(json error, const std::string& pk) {
   return error;
 }
 
-mode_t mode_of(const fs::path& path) {
-  struct stat st {};
-  REQUIRE(::lstat(path.c_str(), &st) == 0);
-  return st.st_mode & 07777;
-}
-
-class Umask {
-public:
-  explicit Umask(mode_t mask) : old_(::umask(mask)) {}
-  ~Umask() { ::umask(old_); }
-  Umask(const Umask&) = delete;
-  Umask& operator=(const Umask&) = delete;
-
-private:
-  mode_t old_;
-};
-
 constexpr uid_t kAlice = 1000, kMallory = 1001, kCarol = 1002;
 
 } // namespace
@@ -317,7 +304,7 @@ TEST_CASE("service: a profiles.db that vanished or was emptied is refused at sta
 }
 
 TEST_CASE("service: every state file and directory is private under umask 022", "[service]") {
-  Umask mask(022);
+  ScopedUmask mask(022);
   TempDir dir{"fdo-service-state"};
   const fs::path state = dir.path() / "state";
   {

@@ -2,6 +2,7 @@
 // or was truncated next to registered programs and cache entries is refused,
 // and the directory is made private whatever the umask.
 #include "fdo/daemon/state_dir.h"
+#include "support/file_mode.h"
 #include "support/temp_dir.h"
 
 #include <catch2/catch.hpp>
@@ -14,29 +15,15 @@ using namespace fdo::daemon;
 using fdo::test_support::TempDir;
 namespace fs = std::filesystem;
 
+using fdo::test_support::mode_of;
+using fdo::test_support::ScopedUmask;
+
 namespace {
 
 void write(const std::string& path, const std::string& bytes) {
   fs::create_directories(fs::path(path).parent_path());
   std::ofstream(path, std::ios::binary) << bytes;
 }
-
-mode_t mode_of(const std::string& path) {
-  struct stat st {};
-  REQUIRE(::stat(path.c_str(), &st) == 0);
-  return st.st_mode & 07777;
-}
-
-class Umask {
-public:
-  explicit Umask(mode_t mask) : old_(::umask(mask)) {}
-  ~Umask() { ::umask(old_); }
-  Umask(const Umask&) = delete;
-  Umask& operator=(const Umask&) = delete;
-
-private:
-  mode_t old_;
-};
 
 const std::string kIk(64, 'a');
 const std::string kCacheEntry = "cache/objects/ab/" + std::string(64, 'a') + "-v.obj";
@@ -118,7 +105,7 @@ TEST_CASE("state dir: created 0700 whatever the umask - a loose one is tightened
           "[service][state_dir]") {
   TempDir dir{"fdo-state"};
   {
-    Umask mask(022);
+    ScopedUmask mask(022);
     const std::string nested = dir.file("var/lib/fdod");
     REQUIRE(prepare_state_dir(nested, StoreLocation::state_dir));
     CHECK(mode_of(nested) == 0700);
@@ -127,7 +114,7 @@ TEST_CASE("state dir: created 0700 whatever the umask - a loose one is tightened
   }
   {
     // A umask that would leave the owner unable to write is overridden too.
-    Umask mask(0277);
+    ScopedUmask mask(0277);
     REQUIRE(create_private_dirs(dir.file("odd/umask")));
     CHECK(mode_of(dir.file("odd")) == 0700);
     CHECK(mode_of(dir.file("odd/umask")) == 0700);
