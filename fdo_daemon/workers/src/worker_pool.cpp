@@ -205,6 +205,9 @@ private:
   void release(int idx, bool succeeded, const std::string& retire);
   void retire_busy_worker(int idx, const std::string& why);
   void retire_idle_worker(int idx, const std::string& why);
+  // The slot's worker is gone (reaped): mark it for the supervisor to
+  // replace at once and wake everyone waiting on the pool. Called under mu_.
+  void replace_worker_locked(Slot& s);
   Expected<Message> finish_job(int idx, std::uint64_t id, Deadline deadline,
                                const JobLimits& limits, const std::function<void()>& collect_output,
                                const std::string& retire_after);
@@ -547,12 +550,17 @@ void WorkerPool::Impl::retire_busy_worker(int idx, const std::string& why) {
   log::info(opts.name + " worker pid " + std::to_string(pid) + " retired after its job (" + why +
             "); starting a replacement");
   std::lock_guard lk(mu_);
-  Slot& s = slots_[static_cast<std::size_t>(idx)];
+  ++retired_;
+  replace_worker_locked(slots_[static_cast<std::size_t>(idx)]);
+}
+
+void WorkerPool::Impl::replace_worker_locked(Slot& s) {
+  s.child.reset();
   s.state = WorkerState::dead;
   s.jobs = 0;
   s.tenant.reset();
   s.next_spawn = Clock::now();
-  ++retired_;
+  // Notified under the lock: once it is released the destructor may run.
   cv_super_.notify_all();
   cv_free_.notify_all();
 }
@@ -564,15 +572,8 @@ void WorkerPool::Impl::retire_idle_worker(int idx, const std::string& why) {
   log::warning(opts.name + " worker pid " + std::to_string(pid) + " " + describe_exit(ended) +
                " while idle (" + why + "); starting a replacement");
   std::lock_guard lk(mu_);
-  Slot& s = slots_[static_cast<std::size_t>(idx)];
-  s.child.reset();
-  s.state = WorkerState::dead;
-  s.jobs = 0;
-  s.tenant.reset();
-  s.next_spawn = Clock::now();
   ++idle_deaths_;
-  cv_super_.notify_all();
-  cv_free_.notify_all();
+  replace_worker_locked(slots_[static_cast<std::size_t>(idx)]);
 }
 
 Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions& options,
@@ -727,16 +728,9 @@ Expected<Message> WorkerPool::Impl::fail_worker(int idx, Failure kind, const Err
               ": the program exited with status " + std::to_string(code) +
               "; starting a replacement");
     std::lock_guard lk(mu_);
-    Slot& s = slots_[static_cast<std::size_t>(idx)];
-    s.child.reset();
-    s.state = WorkerState::dead;
-    s.jobs = 0;
-    s.tenant.reset();
-    s.next_spawn = Clock::now();
     ++program_exits_;
     ++failures_.exited;
-    cv_super_.notify_all();
-    cv_free_.notify_all();
+    replace_worker_locked(slots_[static_cast<std::size_t>(idx)]);
     return Message{{{"exited", {{"status", code}}}}, {}};
   }
 
@@ -745,16 +739,8 @@ Expected<Message> WorkerPool::Impl::fail_worker(int idx, Failure kind, const Err
   log::warning(err.describe() + "; starting a replacement");
   {
     std::lock_guard lk(mu_);
-    Slot& s = slots_[static_cast<std::size_t>(idx)];
-    s.child.reset();
-    s.state = WorkerState::dead;
-    s.jobs = 0;
-    s.tenant.reset();
-    s.next_spawn = Clock::now();
     ++(failures_.*counter);
-    // Notified under the lock: once it is released the destructor may run.
-    cv_super_.notify_all();
-    cv_free_.notify_all();
+    replace_worker_locked(slots_[static_cast<std::size_t>(idx)]);
   }
   return err;
 }
