@@ -3,6 +3,7 @@
 #include "fair_queue.h"
 #include "fdo/util/enum_names.h"
 #include "fdo/util/log.h"
+#include "worker_failure.h"
 #include "worker_process.h"
 
 #include <algorithm>
@@ -29,137 +30,19 @@
 namespace fdo::daemon {
 
 namespace {
-constexpr EnumNames<WorkerState, 4> kWorkerStateNames{{{{WorkerState::starting, "starting"},
-                                                        {WorkerState::idle, "idle"},
-                                                        {WorkerState::busy, "busy"},
-                                                        {WorkerState::dead, "dead"}}}};
-} // namespace
-
-std::string_view to_string(WorkerState s) {
-  return kWorkerStateNames.name(s);
-}
-
-std::uint64_t FailureCounts::total() const {
-  return handler_error + timeout + cpu_limit + crashed + memory + exited + output_too_large +
-         protocol + queue_full + queue_timeout + unavailable;
-}
-
-std::string describe_signal(int sig) {
-  const char* what = nullptr;
-  switch (sig) {
-  case SIGSEGV:
-    what = "segmentation fault";
-    break;
-  case SIGABRT:
-    what = "aborted";
-    break;
-  case SIGFPE:
-    what = "arithmetic exception, e.g. integer division by zero";
-    break;
-  case SIGILL:
-    what = "illegal instruction";
-    break;
-  case SIGBUS:
-    what = "bus error";
-    break;
-  case SIGKILL:
-    what = "killed";
-    break;
-  case SIGTERM:
-    what = "terminated";
-    break;
-  case SIGXCPU:
-    what = "CPU time limit exceeded";
-    break;
-  case SIGXFSZ:
-    what = "file size limit exceeded";
-    break;
-  case SIGSYS:
-    what = "bad system call";
-    break;
-  case SIGTRAP:
-    what = "trace/breakpoint trap";
-    break;
-  case SIGPIPE:
-    what = "broken pipe";
-    break;
-  default:
-    break;
-  }
-  const char* abbrev = ::sigabbrev_np(sig);
-  std::string name = abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
-  if (what == nullptr) {
-    const char* d = ::sigdescr_np(sig);
-    what = d ? d : "unknown signal";
-  }
-  return name + " (" + what + ")";
-}
-
-nlohmann::json to_json(const PoolStats& s) {
-  nlohmann::json workers = nlohmann::json::array();
-  for (const auto& w : s.workers) {
-    nlohmann::json j = {{"slot", w.slot},
-                        {"pid", static_cast<long>(w.pid)},
-                        {"state", std::string(to_string(w.state))},
-                        {"jobs", w.jobs},
-                        {"bound", w.bound},
-                        {"tenant", w.tenant},
-                        {"consecutive_spawn_failures", w.consecutive_spawn_failures}};
-    if (!w.last_spawn_error.empty()) j["last_spawn_error"] = w.last_spawn_error;
-    workers.push_back(std::move(j));
-  }
-  const auto& f = s.failures;
-  return {{"name", s.name},
-          {"size", s.size},
-          {"live", s.live},
-          {"waiting", s.waiting},
-          {"jobs", s.jobs},
-          {"succeeded", s.succeeded},
-          {"failures",
-           {{"total", f.total()},
-            {"handler_error", f.handler_error},
-            {"timeout", f.timeout},
-            {"cpu_limit", f.cpu_limit},
-            {"crashed", f.crashed},
-            {"memory", f.memory},
-            {"exited", f.exited},
-            {"output_too_large", f.output_too_large},
-            {"protocol", f.protocol},
-            {"queue_full", f.queue_full},
-            {"queue_timeout", f.queue_timeout},
-            {"unavailable", f.unavailable}}},
-          {"restarts", s.restarts},
-          {"spawn_failures", s.spawn_failures},
-          {"idle_deaths", s.idle_deaths},
-          {"retired", s.retired},
-          {"recycled", s.recycled},
-          {"program_exits", s.program_exits},
-          {"workers", std::move(workers)}};
-}
-
-namespace {
 
 using detail::Child;
 using detail::Clock;
 using detail::describe_exit;
+using detail::EndedBy;
 using detail::ExitInfo;
+using detail::Failure;
+using detail::FatalReport;
 using detail::kExitGrace;
 using std::chrono::milliseconds;
 
 // Room for the response envelope and error messages around max_output_bytes.
 constexpr std::uint64_t kEnvelopeSlack = 64 * kKiB;
-
-struct FatalReport {
-  int signal = 0;
-  std::uint64_t job_vm_bytes = 0;
-};
-
-enum class Failure {
-  wall_timeout,     // deadline passed: kill now
-  output_too_large, // response over the limit: the stream cannot be resynchronised, kill now
-  protocol,         // malformed response: kill now
-  broken,           // channel ended or failed: let the worker finish dying, then classify
-};
 
 } // namespace
 
@@ -221,9 +104,6 @@ private:
   }
   Expected<Message> fail_worker(int idx, Failure kind, const Error& cause, const JobLimits& limits,
                                 const std::optional<FatalReport>& report);
-  Error classify(Failure kind, const Error& cause, const JobLimits& limits,
-                 const std::optional<FatalReport>& report, const ExitInfo& ended, pid_t pid,
-                 bool killed_by_us, std::uint64_t FailureCounts::*& counter) const;
   void shutdown();
   int count_locked(WorkerState s) const;
   bool no_worker_can_come_locked() const;
@@ -715,14 +595,14 @@ Expected<Message> WorkerPool::Impl::fail_worker(int idx, Failure kind, const Err
                                                 const std::optional<FatalReport>& report) {
   Child& child = *slots_[static_cast<std::size_t>(idx)].child;
   const pid_t pid = child.pid();
-  bool killed_by_us = true;
-  if (kind == Failure::broken) killed_by_us = !child.wait_exited(kExitGrace);
+  EndedBy ended_by = EndedBy::pool;
+  if (kind == Failure::broken && child.wait_exited(kExitGrace)) ended_by = EndedBy::itself;
   ExitInfo ended = child.reap();
 
   // A program that calls exit(n) ends the worker: for an exec pool that is
   // how the job ended, not a failure.
-  if (opts.exit_outcome == ExitOutcome::result && kind == Failure::broken && !killed_by_us &&
-      !report && ended.status != -1 && WIFEXITED(ended.status)) {
+  if (opts.exit_outcome == ExitOutcome::result && kind == Failure::broken &&
+      ended_by == EndedBy::itself && !report && ended.status != -1 && WIFEXITED(ended.status)) {
     const int code = WEXITSTATUS(ended.status);
     log::info(opts.name + " worker pid " + std::to_string(pid) +
               ": the program exited with status " + std::to_string(code) +
@@ -734,100 +614,16 @@ Expected<Message> WorkerPool::Impl::fail_worker(int idx, Failure kind, const Err
     return Message{{{"exited", {{"status", code}}}}, {}};
   }
 
-  std::uint64_t FailureCounts::*counter = &FailureCounts::crashed;
-  Error err = classify(kind, cause, limits, report, ended, pid, killed_by_us, counter);
+  detail::ClassifiedFailure failed =
+      detail::classify_failure({opts.name, kind, cause, limits, report, ended, pid, ended_by});
+  const Error& err = failed.error;
   log::warning(err.describe() + "; starting a replacement");
   {
     std::lock_guard lk(mu_);
-    ++(failures_.*counter);
+    ++(failures_.*failed.counter);
     replace_worker_locked(slots_[static_cast<std::size_t>(idx)]);
   }
   return err;
-}
-
-Error WorkerPool::Impl::classify(Failure kind, const Error& cause, const JobLimits& limits,
-                                 const std::optional<FatalReport>& report, const ExitInfo& ended,
-                                 pid_t pid, bool killed_by_us,
-                                 std::uint64_t FailureCounts::*& counter) const {
-  const std::string who = opts.name + " worker";
-  const std::string where = " in the " + who + " (pid " + std::to_string(pid) + ", replaced)";
-  const bool signaled = ended.status != -1 && WIFSIGNALED(ended.status);
-  const int sig = signaled ? WTERMSIG(ended.status) : 0;
-
-  switch (kind) {
-  case Failure::wall_timeout:
-    // A worker that died of something else just as the deadline passed is
-    // reported for what it died of.
-    if (signaled && sig != SIGKILL) break;
-    counter = &FailureCounts::timeout;
-    return make_error(Errc::timeout, who + " exceeded the wall-time limit of " +
-                                         std::to_string(limits.wall.count()) + " ms (killed)");
-  case Failure::output_too_large:
-    counter = &FailureCounts::output_too_large;
-    return make_error(Errc::resource_exhausted, who + " response exceeds the output limit of " +
-                                                    format_bytes(limits.max_output_bytes) + " (" +
-                                                    cause.message() + "); worker pid " +
-                                                    std::to_string(pid) + " killed and replaced");
-  case Failure::protocol:
-    counter = &FailureCounts::protocol;
-    return make_error(Errc::internal, who + " pid " + std::to_string(pid) +
-                                          " broke the protocol (" + cause.message() +
-                                          "); killed and replaced");
-  case Failure::broken:
-    break;
-  }
-
-  if (kind == Failure::broken && killed_by_us) {
-    counter = &FailureCounts::protocol;
-    return make_error(Errc::internal, who + " pid " + std::to_string(pid) + " stopped answering (" +
-                                          cause.message() + ") and was killed and replaced");
-  }
-  if (signaled) {
-    if (sig == SIGXCPU) {
-      counter = &FailureCounts::cpu_limit;
-      return make_error(Errc::timeout, who + " exceeded the CPU-time limit of " +
-                                           std::to_string(effective_cpu_seconds(limits)) +
-                                           " s (SIGXCPU; pid " + std::to_string(pid) +
-                                           ", replaced)");
-    }
-    if (sig == SIGKILL && ended.oom_kills > 0) {
-      counter = &FailureCounts::memory;
-      return make_error(Errc::resource_exhausted,
-                        "program exceeded the memory limit of " +
-                            format_bytes(limits.address_space_bytes) + where +
-                            ": the kernel killed it at its cgroup's memory.max");
-    }
-    const bool memory_signal = sig == SIGSEGV || sig == SIGBUS || sig == SIGABRT || sig == SIGILL ||
-                               sig == SIGTRAP || sig == SIGKILL;
-    // The worker reports, from its fatal-signal handler, how much address
-    // space the job had added. Within a quarter of the limit, the likeliest
-    // story is an allocation that failed and was not checked.
-    if (memory_signal && limits.address_space_bytes != 0 && report &&
-        report->job_vm_bytes / 3 >= limits.address_space_bytes / 4) {
-      counter = &FailureCounts::memory;
-      return make_error(Errc::resource_exhausted, "program exceeded the memory limit of " +
-                                                      format_bytes(limits.address_space_bytes) +
-                                                      where + ": it had mapped " +
-                                                      format_bytes(report->job_vm_bytes) +
-                                                      " when it died of " + describe_signal(sig));
-    }
-    counter = &FailureCounts::crashed;
-    std::string msg = "program crashed: " + describe_signal(sig) + where;
-    if (sig == SIGKILL)
-      msg += "; it was killed from outside the pool, e.g. by the kernel's OOM killer";
-    return make_error(Errc::crashed, msg);
-  }
-  if (ended.status != -1 && WIFEXITED(ended.status)) {
-    counter = &FailureCounts::exited;
-    return make_error(Errc::crashed, who + " exited unexpectedly with status " +
-                                         std::to_string(WEXITSTATUS(ended.status)) +
-                                         " during the job (pid " + std::to_string(pid) +
-                                         ", replaced)");
-  }
-  counter = &FailureCounts::crashed;
-  return make_error(Errc::crashed, who + " pid " + std::to_string(pid) + " " +
-                                       describe_exit(ended) + " during the job (" +
-                                       cause.message() + ")");
 }
 
 PoolStats WorkerPool::Impl::stats() const {
