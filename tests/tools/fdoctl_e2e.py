@@ -27,6 +27,9 @@ FDOCTL = BUILD / "fdoctl"
 FDOD = BUILD / "fdod"
 EXAMPLES = BUILD / "examples"
 LLVM_PROFDATA = os.environ.get("LLVM_PROFDATA") or shutil.which("llvm-profdata-16") or "llvm-profdata-16"
+CLANG = os.environ.get("CLANG16") or shutil.which("clang-16") or "clang-16"
+# How examples/ turn C into the IR fdod takes (examples/CMakeLists.txt).
+IR_FLAGS = ["-O2", "-Xclang", "-disable-llvm-optzns", "-fno-discard-value-names"]
 MANIFEST = json.loads((ROOT / "examples" / "examples.json").read_text())
 
 sys.path.insert(0, str(ROOT / "schemas"))
@@ -371,6 +374,78 @@ class Fdoctl(unittest.TestCase):
                         EXAMPLES / "sort.ll", expect=None)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("no function of", r.stderr)
+
+    def test_09c_export_feeds_clang_profile_use(self):
+        # docs/fdoctl.md: clang-16 -fprofile-use applies an exported record where
+        # its own CFG hash for the function equals fdo's. For C compiled to IR
+        # the way examples/ are, the hashes and the counts per call must equal
+        # those of clang's own -fprofile-generate build of the same source, and
+        # clang must apply the export without a mismatch warning.
+        work = pathlib.Path(self.tmp) / "interop"
+        work.mkdir()
+        src = work / "kernel.c"
+        src.write_text(
+            "#include <stdint.h>\n"
+            "static int64_t step(int64_t x) {\n"
+            "  if (x % 10 != 0) return x + 3;\n"
+            "  return x * 2;\n"
+            "}\n"
+            "__attribute__((noinline)) int64_t kernel(int64_t n) {\n"
+            "  int64_t acc = 0;\n"
+            "  for (int64_t i = 0; i < n; ++i) {\n"
+            "    acc += step(i);\n"
+            "    if ((i & 7) == 7) acc ^= i; else acc &= 0xffffff;\n"
+            "  }\n"
+            "  return acc;\n"
+            "}\n"
+            "int main(void) { return (int)(kernel(1000) & 1); }\n")
+        ll = work / "kernel.ll"
+        subprocess.run([CLANG, *IR_FLAGS, "-S", "-emit-llvm", str(src), "-o", str(ll)], check=True)
+        doc = self.json_of("run", ll, "--entry", "kernel", "--arg", 1000, "--stages", 2,
+                           "--wait-optimized")
+        self.assertEqual(doc["stages"][-1]["stage"]["mode"], "optimized")
+        exported = work / "fdo.profdata"
+        self.json_of("profile", "export", doc["program"]["profile_key"], "--format", "profdata",
+                     "-o", exported)
+
+        # clang's own instrumented build, run once: kernel(1000).
+        native = work / "native"
+        subprocess.run([CLANG, "-O2", "-fprofile-generate=" + str(work), str(src), "-o",
+                        str(native)], check=True)
+        subprocess.run([str(native)], check=False, env={**os.environ,
+                       "LLVM_PROFILE_FILE": str(work / "native.profraw")})
+        clang_prof = work / "clang.profdata"
+        subprocess.run([LLVM_PROFDATA, "merge", "-o", str(clang_prof),
+                        str(work / "native.profraw")], check=True)
+
+        def records(path):
+            shown = subprocess.run([LLVM_PROFDATA, "show", "--all-functions", "--counts",
+                                    str(path)], capture_output=True, text=True, check=True).stdout
+            out = {}
+            for m in re.finditer(r"^  (\S+):\n    Hash: (0x[0-9a-f]+)\n.*?Block counts: \[([^\]]*)\]",
+                                 shown, re.M | re.S):
+                out[m.group(1)] = (m.group(2), [int(c) for c in m.group(3).split(",") if c.strip()])
+            return out
+
+        ours, theirs = records(exported), records(clang_prof)
+        self.assertIn("kernel", ours, ours)
+        self.assertEqual(ours["kernel"][0], theirs["kernel"][0], "CFG hash of kernel differs")
+        calls = ours["kernel"][1][0] // theirs["kernel"][1][0]
+        self.assertGreaterEqual(calls, 1, ours)
+        self.assertEqual(ours["kernel"][1], [c * calls for c in theirs["kernel"][1]],
+                         "fdo's counts are not clang's counts per call")
+
+        used = work / "use.ll"
+        r = subprocess.run([CLANG, "-O2", "-fprofile-use=" + str(exported),
+                            "-Werror=profile-instr-mismatch", "-Werror=profile-instr-out-of-date",
+                            "-S", "-emit-llvm", str(src), "-o", str(used)],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        ir = used.read_text()
+        define = re.search(r"^define .*@kernel\(.*!prof (![0-9]+)", ir, re.M)
+        self.assertIsNotNone(define, "clang applied no profile to kernel")
+        self.assertIn(f'{define.group(1)} = !{{!"function_entry_count", i64 {calls}}}', ir)
+        self.assertIn("branch_weights", ir)
 
     def test_10_store_read_with_daemon_down(self):
         _, pk = self.keys["interp"]
