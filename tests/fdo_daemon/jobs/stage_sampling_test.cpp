@@ -63,7 +63,7 @@ TEST_CASE("thinning keeps exactly the budget, spread evenly", "[jobs][sampling]"
   CHECK(kept.back().ip >= 990);
 }
 
-TEST_CASE("stage samples are attributed to functions; the rest is counted outside",
+TEST_CASE("stage samples are attributed to functions and the rest is counted outside",
           "[jobs][sampling]") {
   std::vector<perf::SamplerEvent> events(2);
   events[0].name = "cpu-clock";
