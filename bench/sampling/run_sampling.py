@@ -5,7 +5,8 @@ Program: tests/e2e/fixtures/two_phase.ll, run(phase, n): phase 0 spends its
 time in phase_a, phase 1 in phase_b (docs/perf.md, "Drift").
 
 1. Overhead. Two fdods side by side, identical but for sampling.frequency_hz
-   (0 = off, and the default 1000 Hz; sampling.events at its default), each
+   (0 = off, and --frequency, default 1000 Hz as fdod; sampling.events at its
+   default), each
    warmed on phase A until its stages are optimized memory hits. Then rounds,
    order alternating, one stage on each: the worker's thread CPU time and
    exec_ns (the entry call, which the kernel's sample interrupts lengthen;
@@ -81,9 +82,10 @@ def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
-def overhead(n, rounds):
+def overhead(n, rounds, frequency):
     off = Runner(daemon({"sampling.frequency_hz": 0}), n)
-    on = Runner(daemon({"policy.time_share_drift_threshold": 1}), n)
+    on = Runner(daemon({"policy.time_share_drift_threshold": 1, "sampling.frequency_hz": frequency}),
+                n)
     try:
         off.warm(0)
         on.warm(0)
@@ -141,6 +143,9 @@ def main():
     ap.add_argument("--iterations", type=int, default=40_000_000, help="loop iterations per stage")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--max-b-stages", type=int, default=12)
+    ap.add_argument("--frequency", type=int, default=1000,
+                    help="sampling.frequency_hz of the sampled daemon in the overhead part (default: "
+                    "fdod's default)")
     ap.add_argument("--quick", action="store_true", help="small counts: a smoke run")
     ap.add_argument("--json", help="write the full results here")
     ap.add_argument("--build-dir", default=str(harness.BUILD), help="the build with fdod")
@@ -154,14 +159,14 @@ def main():
         return 2
     started = datetime.datetime.now(datetime.timezone.utc).isoformat()
     load_before = loadavg()
-    ov = overhead(a.iterations, a.rounds)
+    ov = overhead(a.iterations, a.rounds, a.frequency)
     pc = phase_change(a.iterations, a.rounds, a.max_b_stages)
 
     off_e, on_e = med(ov["off"]["exec_ns"]), med(ov["on"]["exec_ns"])
     off_c, on_c = med(ov["off"]["cpu_ns"]), med(ov["on"]["cpu_ns"])
     off_r, on_r = med(ov["off"]["round_trip_ns"]), med(ov["on"]["round_trip_ns"])
-    print("Sampling overhead per stage (phase A, %d iterations, %d rounds, medians)" %
-          (a.iterations, a.rounds))
+    print("Sampling overhead per stage (phase A, %d iterations, %d rounds, %d Hz, medians)" %
+          (a.iterations, a.rounds, a.frequency))
     print("  events: %s" % ", ".join("%s=%s" % (e["name"], e["status"]) for e in ov.get("events", [])))
     print("  samples recorded per stage (median): %s" % med(ov["samples_per_stage"]))
     print("  thread CPU  off %10.0f  on %10.0f  ratio on/off %.4f" % (off_c, on_c, on_c / off_c))
