@@ -4,6 +4,7 @@
 #   1. FDO effect      bench/fdo_effect/run_fdo_effect.py  (also: instrumentation cost)
 #   2. service overhead bench/service/run_service.py
 #   3. cache           bench/fdod_cache/run_cache.py
+#   4. sampling        bench/sampling/run_sampling.py
 # and, with --components, each component's micro-benchmark (build/bench/*/*_bench).
 #
 # Usage: bash bench/run_all.sh [--quick] [--components] [--no-build]
@@ -73,6 +74,8 @@ run "service overhead" python3 bench/service/run_service.py \
   --build-dir "$BUILD" --json "$OUT/service.json" "${quick[@]}"
 run "cache through fdod" python3 bench/fdod_cache/run_cache.py \
   --build-dir "$BUILD" --json "$OUT/cache.json" "${quick[@]}"
+run "sampling overhead + drift" python3 bench/sampling/run_sampling.py \
+  --build-dir "$BUILD" --json "$OUT/sampling.json" "${quick[@]}"
 
 if [ "$components" = 1 ]; then
   run "profile_store micro-bench" "$BUILD/bench/profile_store/profile_store_bench"

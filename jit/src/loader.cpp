@@ -55,6 +55,15 @@ public:
       g.allocActions().push_back({llvm::orc::shared::WrapperFunctionCall(), std::move(*dealloc)});
       return llvm::Error::success();
     });
+    // Keep every named function's symbol through dead-stripping: a call to a
+    // local function is often relocated against its section, which leaves the
+    // local symbol unreferenced, so pruning would drop its name and size and
+    // samples in it could not be attributed (docs/perf.md).
+    config.PrePrunePasses.push_back([](llvm::jitlink::LinkGraph& g) -> llvm::Error {
+      for (llvm::jitlink::Symbol* sym : g.defined_symbols())
+        if (sym->isCallable() && sym->hasName() && sym->getSize() > 0) sym->setLive(true);
+      return llvm::Error::success();
+    });
     orc::JITDylib* jd = &mr.getTargetJITDylib();
     config.PostFixupPasses.push_back([this, jd](llvm::jitlink::LinkGraph& g) -> llvm::Error {
       std::vector<FunctionRange> found;

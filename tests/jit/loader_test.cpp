@@ -217,6 +217,43 @@ TEST_CASE("function ranges cover every function's code", "[jit][loader]") {
   CHECK(reinterpret_cast<std::uintptr_t>(*thunk) == by_name["__fdo_thunk_run"].start);
 }
 
+TEST_CASE("local functions have ranges too, and a relinked program has its own", "[jit][loader]") {
+  // @work is internal (a local symbol after canonicalisation); the call to it
+  // is relocated against .text, so only keeping its symbol through
+  // dead-stripping leaves a range to attribute samples in it to.
+  const std::string program = R"(
+define internal i64 @work(i64 %n) noinline {
+entry:
+  %m = mul i64 %n, 3
+  %r = add i64 %m, 1
+  ret i64 %r
+}
+define i64 @run(i64 %n) {
+  %r = call i64 @work(i64 %n)
+  ret i64 %r
+}
+)";
+  auto loader = make_loader();
+  CompileResult r = compile_or_throw(program, request(CompileMode::plain));
+  auto first = load_or_fail(*loader, r);
+  auto second = load_or_fail(*loader, r); // the same object linked again, elsewhere
+  auto local = [](const LoadedProgram& p) -> std::optional<FunctionRange> {
+    for (const FunctionRange& fr : p.function_ranges())
+      if (fr.name != "run" && fr.name.rfind("__fdo_thunk_", 0) != 0) return fr;
+    return std::nullopt;
+  };
+  auto a = local(*first);
+  auto b = local(*second);
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(a->name == b->name);
+  CHECK(a->size > 0);
+  CHECK(a->size == b->size);
+  CHECK(a->start != b->start);
+  CHECK(call(*first, "run", {4}) == 13);
+  CHECK(call(*second, "run", {5}) == 16);
+}
+
 TEST_CASE("programs load and unload repeatedly", "[jit][loader]") {
   auto loader = make_loader();
   CompileResult r = compile_or_throw(fixture("thunks.ll"), request(CompileMode::instrumented));

@@ -39,6 +39,21 @@ int main() {
     d.knobs = Knobs{0, 0, true, true, -10000, CompileMode::plain};
     docs.push_back(d);
   }
+  {
+    // What the feedback loop records from stage sampling (time_share.h,
+    // sampling_record), next to other hardware findings.
+    ProfileDoc d;
+    d.hardware["icache_mpki"] = 3.5;
+    d.hardware["sampling"] = {{"event", "cpu-clock"},
+                              {"stages", 3},
+                              {"samples", 480},
+                              {"outside_samples", 7},
+                              {"time_share", {{"fdo:fdo.local.1", 0.9}, {"run", 0.1}}},
+                              {"misses",
+                               {{"branch-misses", {{"fdo:fdo.local.1", 40}}},
+                                {"L1-icache-load-misses", nlohmann::json::object()}}}};
+    docs.push_back(d);
+  }
   std::mt19937_64 rng(0x5c4e3a);
   for (int i = 0; i < 200; ++i)
     docs.push_back(test::random_doc(rng));

@@ -65,6 +65,14 @@ def main() -> int:
         "function not an object": mutated(lambda d: d["functions"].update({fn: [1, 2]})),
         "hardware array": mutated(lambda d: d.update(hardware=[])),
         "bad created_at": mutated(lambda d: d["provenance"].update(created_at="yesterday")),
+        "sampling without time shares": mutated(
+            lambda d: d["hardware"].update(sampling={"event": "cpu-clock", "stages": 1})),
+        "time share above 1": mutated(lambda d: d["hardware"].update(sampling={
+            "event": "cpu-clock", "stages": 1, "samples": 1, "outside_samples": 0,
+            "time_share": {"f": 1.5}, "misses": {}})),
+        "negative miss samples": mutated(lambda d: d["hardware"].update(sampling={
+            "event": "cpu-clock", "stages": 1, "samples": 1, "outside_samples": 0,
+            "time_share": {"f": 1.0}, "misses": {"branch-misses": {"f": -1}}})),
         "negative stage": mutated(lambda d: d["provenance"].update(stage=-1)),
         "missing provenance.host": mutated(lambda d: d["provenance"].pop("host")),
     }

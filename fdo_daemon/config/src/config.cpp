@@ -122,6 +122,42 @@ bool valid_event_name(std::string_view s) {
   });
 }
 
+enum class EmptyList { allowed, refused };
+
+template <class Ref>
+KeyDef event_list_key(const char* name, ReloadBehavior reload, const char* description, Ref ref,
+                      EmptyList empty) {
+  KeyDef d{name, reload, description, nullptr, nullptr};
+  d.set = [ref, empty](Config& c, std::string_view s) -> std::optional<std::string> {
+    std::vector<std::string> events;
+    if (trim(s).empty() && empty == EmptyList::refused)
+      return "a comma-separated list of at least one event name";
+    while (!s.empty()) {
+      std::size_t comma = s.find(',');
+      std::string_view item = trim(s.substr(0, comma));
+      if (!valid_event_name(item))
+        return "a comma-separated list of event names (letters, digits, _ - : . = /)";
+      if (std::find(events.begin(), events.end(), item) != events.end())
+        return "a list without duplicates ('" + std::string(item) + "' repeats)";
+      events.emplace_back(item);
+      if (comma == std::string_view::npos) break;
+      s.remove_prefix(comma + 1);
+      if (trim(s).empty()) return "a comma-separated list of event names (trailing comma)";
+    }
+    ref(c) = std::move(events);
+    return std::nullopt;
+  };
+  d.get = [ref](const Config& c) {
+    std::string out;
+    for (const auto& e : ref(const_cast<Config&>(c))) {
+      if (!out.empty()) out += ',';
+      out += e;
+    }
+    return out;
+  };
+  return d;
+}
+
 constexpr EnumNames<SandboxFilesystem, 4> kSandboxFilesystemNames{
     {{{SandboxFilesystem::automatic, "auto"},
       {SandboxFilesystem::landlock, "landlock"},
@@ -300,38 +336,27 @@ const std::vector<KeyDef>& key_defs() {
     v.push_back(ms_key(
         "feedback_flush_ms", X, "How often batched stage feedback is written to SQLite.",
         [](Config& c) -> milliseconds& { return c.feedback_flush; }, 1, kHour));
-    {
-      KeyDef d{"perf_events", R,
-               "Hardware events counted around each execution (comma list, libpfm4/perf "
-               "names; empty = none).",
-               nullptr, nullptr};
-      d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
-        std::vector<std::string> events;
-        while (!s.empty()) {
-          std::size_t comma = s.find(',');
-          std::string_view item = trim(s.substr(0, comma));
-          if (!valid_event_name(item))
-            return "a comma-separated list of event names (letters, digits, _ - : . = /)";
-          if (std::find(events.begin(), events.end(), item) != events.end())
-            return "a list without duplicates ('" + std::string(item) + "' repeats)";
-          events.emplace_back(item);
-          if (comma == std::string_view::npos) break;
-          s.remove_prefix(comma + 1);
-          if (trim(s).empty()) return "a comma-separated list of event names (trailing comma)";
-        }
-        c.perf_events = std::move(events);
-        return std::nullopt;
-      };
-      d.get = [](const Config& c) {
-        std::string out;
-        for (const auto& e : c.perf_events) {
-          if (!out.empty()) out += ',';
-          out += e;
-        }
-        return out;
-      };
-      v.push_back(std::move(d));
-    }
+    v.push_back(event_list_key(
+        "perf_events", R,
+        "Hardware events counted around each execution (comma list, "
+        "libpfm4/perf names; empty = none).",
+        [](Config& c) -> std::vector<std::string>& { return c.perf_events; }, EmptyList::allowed));
+    v.push_back(event_list_key(
+        "sampling.events", R,
+        "Events sampled during each execution and attributed to the program's functions (comma "
+        "list; a software clock such as cpu-clock works without a PMU, events the host cannot "
+        "sample are reported and skipped).",
+        [](Config& c) -> std::vector<std::string>& { return c.sampling.events; },
+        EmptyList::refused));
+    v.push_back(uint_key<std::uint64_t>(
+        "sampling.frequency_hz", R,
+        "Samples per second of each sampled event during a stage (0 = no sampling).",
+        [](Config& c) -> std::uint64_t& { return c.sampling.frequency_hz; }, 0, 100000));
+    v.push_back(uint_key<std::uint64_t>(
+        "sampling.max_samples", R,
+        "Per-stage budget: samples attributed per execution; more are thinned evenly (and "
+        "counted).",
+        [](Config& c) -> std::uint64_t& { return c.sampling.max_samples; }, 1, 10'000'000));
     {
       KeyDef d{"sandbox_filesystem", X,
                "How client code is kept out of the state dir: auto (Landlock, else a mount "
@@ -413,6 +438,21 @@ const std::vector<KeyDef>& key_defs() {
         "L1 i-cache misses per 1000 instructions at or above which the profile switches to size "
         "optimisation (PMU hosts).",
         [](Config& c) -> double& { return c.policy.icache_mpki_size_threshold; }, 0.0, 1000.0));
+    v.push_back(double_key(
+        "policy.time_share_drift_threshold", R,
+        "Re-profile (instrumented stages again) when the sampled time share per function of "
+        "optimized stages moved at least this far from the share recorded with the profile "
+        "(total-variation distance, 0..1; 1 = never).",
+        [](Config& c) -> double& { return c.policy.time_share_drift_threshold; }, 0.0, 1.0));
+    v.push_back(uint_key<int>(
+        "policy.time_share_window_stages", R,
+        "Sampled stages (the most recent) whose time shares are compared with the profile's.",
+        [](Config& c) -> int& { return c.policy.time_share_window_stages; }, 1, 10'000));
+    v.push_back(uint_key<std::uint64_t>(
+        "policy.time_share_min_samples", R,
+        "Clock samples in program code the window needs before time-share drift is judged.",
+        [](Config& c) -> std::uint64_t& { return c.policy.time_share_min_samples; }, 1,
+        100'000'000));
     v.push_back(uint_key<unsigned>(
         "control_threads", X,
         "Threads running control methods (health, capabilities, metrics, config) apart from the "

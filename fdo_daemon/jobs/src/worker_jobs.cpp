@@ -1,5 +1,6 @@
 #include "fdo/daemon/worker_jobs.h"
 
+#include "fdo/daemon/stage_sampling.h"
 #include "fdo/daemon/worker_loop.h"
 #include "fdo/jit/compiler.h"
 #include "fdo/jit/loader.h"
@@ -137,6 +138,7 @@ struct ExecJobs::State {
   std::list<std::pair<std::string, std::unique_ptr<jit::LoadedProgram>>> programs;
   std::vector<std::string> group_events;
   std::optional<perf::CounterGroup> group;
+  StageSampler sampler;
   static constexpr std::size_t kMaxPrograms = 16;
 
   // The program to run for one execution. A program with writable globals is
@@ -214,6 +216,7 @@ Expected<Message> ExecJobs::handle(const Message& request) {
   std::vector<int> buffer_of_param = h.value("buffer_of_param", std::vector<int>{});
   std::vector<std::string> events = h.value("events", std::vector<std::string>{});
   bool return_buffers = h.value("return_buffers", false);
+  FDO_TRY(std::optional<StageSamplingRequest> sampling, sampling_request_from(h));
   if (buffer_of_param.size() != slots.size())
     return make_error(Errc::invalid_argument,
                       "exec job: slots and buffer_of_param differ in length");
@@ -250,6 +253,21 @@ Expected<Message> ExecJobs::handle(const Message& request) {
   bool instrumented = !program->counters_layout().empty();
   if (instrumented) program->reset_counters();
 
+  // Sampling wraps the counted window (its start and stop stay out of the
+  // counts); a sampler that cannot open is reported, never fatal.
+  perf::Sampler* sampler = nullptr;
+  json sampling_reply = nullptr;
+  if (sampling) {
+    auto s = state_->sampler.get(*sampling);
+    if (s) {
+      sampler = *s;
+      (void)sampler->drain(); // nothing from an earlier stage leaks into this one
+      sampler->start();
+    } else {
+      sampling_reply = {{"error", s.error().describe()}};
+    }
+  }
+
   std::uint64_t ret = 0;
   perf::Measurement m;
   if (perf::CounterGroup* group = state_->counters(events)) {
@@ -269,6 +287,12 @@ Expected<Message> ExecJobs::handle(const Message& request) {
     m.wall_ns = ns(w0, w1);
     m.thread_cpu_ns = ns(c0, c1);
   }
+  if (sampler != nullptr) {
+    sampler->stop();
+    auto samples = stage_samples_json(sampler->events(), *sampling, sampler->drain(),
+                                      program->function_ranges());
+    sampling_reply = samples ? std::move(*samples) : json{{"error", samples.error().describe()}};
+  }
 
   Message out;
   out.header = {{"ret", ret}, {"measurement", perf::to_json(m)}};
@@ -277,6 +301,7 @@ Expected<Message> ExecJobs::handle(const Message& request) {
     for (auto& [name, values] : program->read_counters())
       counts[name] = values;
   out.header["counts"] = std::move(counts);
+  if (sampling) out.header["samples"] = std::move(sampling_reply);
   if (instrumented) {
     // Value profiles in the profile document's JSON form (hex MD5 targets).
     json values = json::object();

@@ -2,6 +2,8 @@
 
 #include "fdo/util/log.h"
 
+#include <algorithm>
+
 namespace fdo::daemon {
 
 namespace ps = fdo::profile_store;
@@ -111,6 +113,7 @@ void FeedbackLoop::queue_row(const StageReport& stage) {
 // (earlier runs, other processes), so thresholds count every stage.
 void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage) {
   st.acc = FeedbackAccumulator();
+  st.window.clear();
   st.version = stage.profile_version;
   if (stage.profile_version <= 0) return;
   auto totals = store_.feedback(stage.pk, stage.profile_version);
@@ -144,6 +147,10 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   KeyState& st = *state;
   if (st.version != stage.profile_version) load_totals(st, stage);
   st.acc.add(stage.feedback);
+  if (stage.samples.present) {
+    st.window.add(stage.samples, static_cast<std::size_t>(policy.time_share_window_stages));
+    st.clock_event = stage.samples.clock_event;
+  }
 
   auto current = store_.current(stage.pk);
   if (!current) {
@@ -163,8 +170,12 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
     return out;
   }
   PolicyDecision d = decide(policy, in);
+  if (d.action == PolicyAction::keep) consider_reprofile(policy, in, st, d);
   out.policy = d.reason;
   if (d.action != PolicyAction::rewrite) return out;
+  // The sampled shares the new version is made from: what drift is judged against.
+  if (st.window.stages() != 0)
+    d.profile.hardware["sampling"] = sampling_record(st.window, st.clock_event);
   for (auto& [name, f] : d.profile.functions) {
     if (auto fp = stage.function_fingerprints.find(name); fp != stage.function_fingerprints.end())
       f.fingerprint = fp->second;
@@ -192,11 +203,36 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
     st.rewrites.pop_front();
   st.version = *written;
   st.acc = FeedbackAccumulator();
+  st.window.clear();
   out.rewritten = Rewrite{in.current_version, *written, d.reason};
   log::info("profile " + stage.pk.substr(0, 12) + " rewritten v" +
             std::to_string(in.current_version) + " -> v" + std::to_string(*written) + ": " +
             d.reason);
   return out;
+}
+
+void FeedbackLoop::consider_reprofile(const PolicyConfig& policy, const PolicyInput& in,
+                                      KeyState& st, PolicyDecision& d) {
+  if (in.current == nullptr || in.pinned) return;
+  ReprofileDecision r = decide_reprofile(policy, *in.current, st.window);
+  if (r.reason.empty()) return;
+  if (!r.reprofile) {
+    d.reason += "; " + r.reason;
+    return;
+  }
+  // The same cap as every other rewrite: a workload that flips back and forth
+  // re-profiles at most max_recompiles_per_hour times an hour.
+  const auto hour_ago = in.now - std::chrono::hours(1);
+  const auto recent =
+      std::count_if(st.rewrites.begin(), st.rewrites.end(), [&](auto t) { return t > hour_ago; });
+  if (recent >= policy.max_recompiles_per_hour) {
+    d.reason += "; " + r.reason + " deferred: recompile rate cap reached";
+    return;
+  }
+  d.action = PolicyAction::rewrite;
+  d.drift = *r.drift;
+  d.profile = reprofile_doc(*in.current);
+  d.reason = r.reason;
 }
 
 Status FeedbackLoop::flush() {

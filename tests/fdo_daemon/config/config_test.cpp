@@ -99,6 +99,32 @@ policy.min_counts = 18446744073709551615
   REQUIRE(none->perf_events.empty());
 }
 
+TEST_CASE("config: sampling keys and the drift policy keys", "[config]") {
+  Config d = Config::defaults();
+  CHECK(d.get("sampling.events") == "cpu-clock,branch-misses,L1-icache-load-misses");
+  CHECK(d.get("sampling.frequency_hz") == "1000");
+  CHECK(d.get("policy.time_share_drift_threshold") == "0.3");
+  auto c = Config::parse("sampling.events = task-clock , branch-misses\n"
+                         "sampling.frequency_hz = 0\n"
+                         "sampling.max_samples = 250\n"
+                         "policy.time_share_drift_threshold = 0.5\n"
+                         "policy.time_share_window_stages = 6\n"
+                         "policy.time_share_min_samples = 400\n",
+                         "t");
+  REQUIRE(c.has_value());
+  CHECK(c->sampling.events == std::vector<std::string>{"task-clock", "branch-misses"});
+  CHECK(c->sampling.frequency_hz == 0); // sampling off
+  CHECK(c->sampling.max_samples == 250);
+  CHECK(c->policy.time_share_drift_threshold == 0.5);
+  CHECK(c->policy.time_share_window_stages == 6);
+  CHECK(c->policy.time_share_min_samples == 400);
+  // Printed and read back unchanged, like every key.
+  auto again = Config::parse(c->to_text(), "t");
+  REQUIRE(again.has_value());
+  CHECK(again->sampling.events == c->sampling.events);
+  CHECK(again->policy.time_share_min_samples == 400);
+}
+
 TEST_CASE("config: errors name the file - the line and the key", "[config]") {
   struct Case {
     const char* text;
@@ -121,6 +147,13 @@ TEST_CASE("config: errors name the file - the line and the key", "[config]") {
       {"share_profiles_across_tenants = maybe\n", "bad value for 'share_profiles_across_tenants'"},
       {"perf_events = cycles,,instructions\n", "f.conf:1: bad value for 'perf_events'"},
       {"perf_events = cycles,cycles\n", "'cycles' repeats"},
+      {"sampling.events =\n", "at least one event name"},
+      {"sampling.events = cpu-clock,cpu-clock\n", "'cpu-clock' repeats"},
+      {"sampling.frequency_hz = 1000000\n", "bad value for 'sampling.frequency_hz'"},
+      {"sampling.max_samples = 0\n", "bad value for 'sampling.max_samples'"},
+      {"policy.time_share_drift_threshold = 2\n",
+       "bad value for 'policy.time_share_drift_threshold'"},
+      {"policy.time_share_window_stages = 0\n", "bad value for 'policy.time_share_window_stages'"},
       {"socket =\n", "f.conf:1: bad value for 'socket'"},
       {"just some words\n", "f.conf:1: expected 'key = value'"},
       {"= 5\n", "f.conf:1: missing key"},

@@ -3,6 +3,7 @@
 #include "context.h"
 #include "fdo/ctl/diff.h"
 #include "fdo/ctl/doctor.h"
+#include "fdo/ctl/hot_functions.h"
 #include "fdo/ctl/table.h"
 #include "fdo/perf/capabilities.h"
 #include "fdo/profile_store/profile_store.h"
@@ -272,8 +273,11 @@ Status cmd_profile_show(Context& ctx, const std::string& key_text,
   if (num(prov, "stage") != 0 || !str(prov, "program").empty())
     fields.push_back({"from", "stage " + std::to_string(num(prov, "stage")) + " of program " +
                                   short_key(str(prov, "program"))});
-  if (doc.contains("hardware") && doc["hardware"].is_object() && !doc["hardware"].empty())
-    fields.push_back({"hardware", doc["hardware"].dump()});
+  if (doc.contains("hardware") && doc["hardware"].is_object()) {
+    json hardware = doc["hardware"];
+    hardware.erase("sampling"); // its own table below
+    if (!hardware.empty()) fields.push_back({"hardware", hardware.dump()});
+  }
   std::ostream& out = ctx.io().out;
   out << render_fields(fields);
   FDO_TRY(ProfileDoc typed, profile_of(got));
@@ -311,6 +315,7 @@ Status cmd_profile_show(Context& ctx, const std::string& key_text,
          unpred.empty() ? "-" : unpred});
   }
   out << t.render();
+  out << render_hot_functions(typed);
   if (counts == RawCounts::print) {
     out << "\ncounts:\n";
     for (const auto& [total, name] : order)

@@ -71,6 +71,10 @@ Message exec_request(const cache::StageOutput& so, json metadata, const std::str
                 {"return_buffers", return_buffers},
                 {"events", c.perf_events},
                 {"object_size", so.entry->object.size()}};
+  if (c.sampling.frequency_hz != 0)
+    req.header["sampling"] = {{"events", c.sampling.events},
+                              {"frequency_hz", c.sampling.frequency_hz},
+                              {"max_samples", c.sampling.max_samples}};
   req.payload = so.entry->object;
   json buffer_list = json::array();
   for (const Buffer& b : call.buffers) {
@@ -138,6 +142,27 @@ std::string as_text(std::string_view bytes) {
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// What the stage's sampling saw, for the reply: the events as the worker
+// opened them, and clock samples per function (PGO names) and outside the
+// program's code. null when the stage was not sampled.
+json stage_samples_summary(const StageSamples& samples, const json& reply) {
+  auto raw = reply.find("samples");
+  if (raw == reply.end() || !raw->is_object()) return nullptr;
+  json out = {
+      {"events", raw->value("events", json::array())},
+      {"recorded", raw->value("recorded", std::uint64_t{0})},
+      {"attributed", raw->value("attributed", std::uint64_t{0})},
+      {"lost_samples", raw->value("lost_samples", std::uint64_t{0})},
+      {"clock_event", samples.clock_event.empty() ? json(nullptr) : json(samples.clock_event)},
+      {"outside_jit", samples.clock_outside}};
+  json functions = json::object();
+  for (const auto& [fn, n] : samples.clock)
+    functions[fn] = n;
+  out["functions"] = std::move(functions);
+  if (raw->contains("error")) out["error"] = (*raw)["error"];
+  return out;
 }
 
 json output_json(const JobOutput& o) {
@@ -225,6 +250,8 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   report.function_fingerprints = std::move(meta.function_fingerprints);
   report.source_names = std::move(meta.source_names);
   report.feedback = stage_feedback_from(resp->header, report.cfg_hashes);
+  report.samples = stage_samples_from(resp->header, report.source_names);
+  json samples_summary = stage_samples_summary(report.samples, resp->header);
   FeedbackOutcome fo = s.feedback->fold(report, c.policy);
 
   json result = {{"entry", entry_name},
@@ -247,6 +274,7 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   stage["counters"] = std::move(measurement);
   stage["profile_rewritten"] = std::move(rewritten);
   stage["policy"] = fo.policy;
+  stage["samples"] = std::move(samples_summary);
   s.metrics->stage_finished(stage["cache"].value("outcome", ""), seconds_since(stage_started),
                             so.compiled ? so.compile_ms : 0.0, static_cast<double>(exec_ns) / 1e9,
                             fo.rewritten.has_value());

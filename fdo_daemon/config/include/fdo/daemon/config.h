@@ -51,6 +51,13 @@ struct ConfigKeyInfo {
 // (key, value) pairs applied over the file, in order: the command line.
 using ConfigOverrides = std::vector<std::pair<std::string, std::string>>;
 
+// Sampling of each stage in the exec worker (sampling.* keys, docs/perf.md).
+struct SamplingConfig {
+  std::vector<std::string> events = {"cpu-clock", "branch-misses", "L1-icache-load-misses"};
+  std::uint64_t frequency_hz = 1000; // 0: no sampling
+  std::uint64_t max_samples = 4000;  // attributed per stage
+};
+
 struct Config {
   std::string socket = "/run/fdod/fdod.sock";
   std::string state_dir = "/var/lib/fdod";
@@ -85,7 +92,8 @@ struct Config {
   std::uint64_t job_output_bytes = 64u << 10; // per stream (stdout, stderr) per job
   std::uint64_t worker_retire_growth_mb = 64;
   unsigned max_queued_jobs_per_uid = 32;
-  PolicyConfig policy; // policy.* keys
+  SamplingConfig sampling; // sampling.* keys
+  PolicyConfig policy;     // policy.* keys
   // Connections and tenants (docs/fdod-protocol.md): the server's own pool
   // for control methods, per-uid limits and per-connection deadlines.
   unsigned control_threads = 2;

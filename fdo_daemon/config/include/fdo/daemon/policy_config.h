@@ -22,6 +22,14 @@ struct PolicyConfig {
   // L1-icache-load-misses per 1000 instructions at or above this switches the
   // profile to size optimisation (PMU hosts only).
   double icache_mpki_size_threshold = 20.0;
+  // Sampled time share per function of optimized stages against the share
+  // recorded with the profile (total-variation distance, 0..1): at or past
+  // this the program is re-profiled. 1 turns drift re-profiling off.
+  double time_share_drift_threshold = 0.30;
+  // The most recent sampled stages compared, and the clock samples in program
+  // code they need before drift is judged.
+  int time_share_window_stages = 3;
+  std::uint64_t time_share_min_samples = 50;
 };
 
 } // namespace fdo::daemon

@@ -13,10 +13,12 @@
 //       -> jit metadata JSON (jit::metadata_to_json)   payload: object bytes
 //   exec role
 //     {"op":"exec", "key", "metadata", "entry", "slots":[u64], "buffer_of_param":[int],
-//      "buffers":[{"elem","size"}], "return_buffers":bool, "events":[names]}
+//      "buffers":[{"elem","size"}], "return_buffers":bool, "events":[names],
+//      "sampling":{"events":[names], "frequency_hz", "max_samples"} (optional)}
 //                                   payload: object bytes, then each buffer's bytes
 //       -> {"ret":u64, "measurement":{...}, "counts":{pgo name:[u64]},
-//           "function_ranges":[...]}              payload: the buffers (if asked)
+//           "function_ranges":[...], "samples":{...} (stage_sampling.h; when sampling
+//           was asked for)}                        payload: the buffers (if asked)
 //     {"op":"probe"} -> perf capabilities JSON
 #pragma once
 

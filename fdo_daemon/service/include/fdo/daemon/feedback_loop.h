@@ -11,6 +11,7 @@
 #pragma once
 
 #include "fdo/daemon/policy.h"
+#include "fdo/daemon/time_share.h"
 #include "fdo/profile_store/profile_store.h"
 #include "fdo/util/expected.h"
 
@@ -58,6 +59,8 @@ struct StageReport {
   // PGO name -> the function's PGO name in the submitted program (recorded in
   // the profile for display and exports).
   std::map<std::string, std::string> source_names;
+  // Sampled during the stage (time_share.h); present=false when not sampled.
+  StageSamples samples;
 };
 
 struct Rewrite {
@@ -92,12 +95,19 @@ private:
     std::mutex mu;
     std::int64_t version = -1; // the profile version `acc` belongs to
     FeedbackAccumulator acc;
+    // The most recent sampled stages under `version` (in memory only: after a
+    // restart the window fills again before drift is judged).
+    TimeShareWindow window;
+    std::string clock_event;
     std::deque<std::chrono::system_clock::time_point> rewrites;
   };
 
   std::shared_ptr<KeyState> state_of(const std::string& pk);
   void queue_row(const StageReport& stage);
   void load_totals(KeyState& st, const StageReport& stage);
+  // Drift re-profiling when the policy kept the profile (time_share.h).
+  void consider_reprofile(const PolicyConfig& policy, const PolicyInput& in, KeyState& st,
+                          PolicyDecision& d);
 
   FeedbackStore& store_;
   std::string host_;

@@ -1,0 +1,91 @@
+// Sampled time share per function, and the drift rule that re-profiles a
+// program whose workload moved (docs/perf.md, "Drift"). Pure logic over the
+// exec worker's "samples" reply member (stage_sampling.h); no I/O.
+//
+// Functions are named by PGO name where the loaded symbol maps to one (the
+// name ProfileDoc::functions uses), else by symbol. The clock event (cpu-clock
+// or task-clock) gives time shares; the other sampled events (branch-misses,
+// L1-icache-load-misses, where a PMU exists) give miss samples per function.
+#pragma once
+
+#include "fdo/daemon/policy_config.h"
+#include "fdo/util/profile.h"
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+
+namespace fdo::daemon {
+
+struct StageSamples {
+  bool present = false;                       // the stage was sampled and the clock recorded
+  std::string clock_event;                    // "cpu-clock" or "task-clock"
+  std::map<std::string, std::uint64_t> clock; // function -> clock samples
+  std::uint64_t clock_outside = 0;            // clock samples outside program code
+  // Non-clock events: event -> function -> samples.
+  std::map<std::string, std::map<std::string, std::uint64_t>> misses;
+  std::set<std::string> functions; // every function with code in the loaded object
+};
+
+// `pgo_names`: the PGO names of the program's defined functions (keys of the
+// compile's source_names). A reply without usable samples gives present=false.
+StageSamples stage_samples_from(const nlohmann::json& exec_reply,
+                                const std::map<std::string, std::string>& pgo_names);
+
+// The most recent sampled stages of one profile version.
+class TimeShareWindow {
+public:
+  void add(const StageSamples& stage, std::size_t keep);
+  void clear() { stages_.clear(); }
+  std::size_t stages() const { return stages_.size(); }
+  std::uint64_t program_samples() const; // clock samples in program code
+  std::uint64_t outside_samples() const;
+  // Clock samples per function / all of them in program code (sums to 1).
+  std::map<std::string, double> shares() const;
+  // Functions with code in every stage of the window.
+  std::set<std::string> functions() const;
+  // Miss samples: event -> function -> samples, summed over the window.
+  std::map<std::string, std::map<std::string, std::uint64_t>> misses() const;
+
+private:
+  std::deque<StageSamples> stages_;
+};
+
+// Total-variation distance (0..1) between the recorded and the measured
+// shares over the functions that have code now (`present`): a function the
+// optimizer inlined away is not a shift of the workload. Both sides are
+// renormalised over those functions; 0 when either side has nothing there.
+double time_share_drift(const std::map<std::string, double>& recorded,
+                        const std::map<std::string, double>& measured,
+                        const std::set<std::string>& present);
+
+// The profile document's record of the window (ProfileDoc::hardware
+// ["sampling"]): {"event", "stages", "samples", "outside_samples",
+// "time_share":{fn:share}, "misses":{event:{fn:samples}}}.
+nlohmann::json sampling_record(const TimeShareWindow& window, const std::string& clock_event);
+// The recorded time shares of a document, if it has them.
+std::optional<std::map<std::string, double>> recorded_time_shares(const ProfileDoc& doc);
+
+struct ReprofileDecision {
+  bool reprofile = false;
+  std::optional<double> drift; // when it could be judged
+  std::string reason;          // empty when there was nothing to judge
+};
+
+// Re-profile when the current profile was made from counts (its code is
+// optimized), recorded time shares, the window is full with enough samples
+// and the drift reaches the threshold. The caller checks pins and rate caps.
+ReprofileDecision decide_reprofile(const PolicyConfig& config, const ProfileDoc& current,
+                                   const TimeShareWindow& window);
+
+// The document that makes the next compile instrumented again: the current
+// one with every function's counts (and value profiles) dropped, knobs,
+// unpredictable marks and bookkeeping kept.
+ProfileDoc reprofile_doc(const ProfileDoc& current);
+
+} // namespace fdo::daemon

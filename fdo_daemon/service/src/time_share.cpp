@@ -1,0 +1,234 @@
+#include "fdo/daemon/time_share.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace fdo::daemon {
+
+using nlohmann::json;
+
+namespace {
+bool is_clock(const std::string& event) {
+  return event == "cpu-clock" || event == "task-clock";
+}
+
+std::optional<std::uint64_t> count_of(const json& v) {
+  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
+  if (v.is_number_integer() && v.get<std::int64_t>() >= 0)
+    return static_cast<std::uint64_t>(v.get<std::int64_t>());
+  return std::nullopt;
+}
+
+// The PGO name of a loaded symbol: the same name, or "<file>:<symbol>" for a
+// local function.
+std::string function_name(const std::string& symbol,
+                          const std::map<std::string, std::string>& pgo_names) {
+  if (pgo_names.count(symbol) != 0) return symbol;
+  for (const auto& [pgo, source] : pgo_names) {
+    (void)source;
+    if (pgo.size() > symbol.size() + 1 && pgo.ends_with(symbol) &&
+        pgo[pgo.size() - symbol.size() - 1] == ':')
+      return pgo;
+  }
+  return symbol;
+}
+} // namespace
+
+StageSamples stage_samples_from(const json& reply,
+                                const std::map<std::string, std::string>& pgo_names) {
+  StageSamples out;
+  auto s = reply.find("samples");
+  if (s == reply.end() || !s->is_object()) return out;
+  auto events = s->find("events");
+  if (events == s->end() || !events->is_array()) return out;
+  for (const json& e : *events) {
+    if (!e.is_object() || e.value("status", "") != "available") continue;
+    std::string name = e.value("name", "");
+    if (is_clock(name)) {
+      out.clock_event = name;
+      break;
+    }
+  }
+  if (out.clock_event.empty()) return out;
+  auto add = [&](const std::string& fn, const json& per_event) {
+    if (!per_event.is_object()) return;
+    for (auto it = per_event.begin(); it != per_event.end(); ++it) {
+      auto n = count_of(*it);
+      if (!n) continue;
+      if (it.key() == out.clock_event)
+        out.clock[fn] += *n;
+      else if (!is_clock(it.key()))
+        out.misses[it.key()][fn] += *n;
+    }
+  };
+  if (auto f = s->find("functions"); f != s->end() && f->is_object())
+    for (auto it = f->begin(); it != f->end(); ++it)
+      add(function_name(it.key(), pgo_names), *it);
+  if (auto o = s->find("outside_jit"); o != s->end() && o->is_object())
+    if (auto c = o->find(out.clock_event); c != o->end())
+      out.clock_outside = count_of(*c).value_or(0);
+  if (auto r = reply.find("function_ranges"); r != reply.end() && r->is_array())
+    for (const json& range : *r)
+      if (range.is_object() && range.value("size", std::uint64_t{0}) != 0)
+        out.functions.insert(function_name(range.value("name", ""), pgo_names));
+  out.present = true;
+  return out;
+}
+
+void TimeShareWindow::add(const StageSamples& stage, std::size_t keep) {
+  if (!stage.present) return;
+  stages_.push_back(stage);
+  while (stages_.size() > std::max<std::size_t>(keep, 1))
+    stages_.pop_front();
+}
+
+std::uint64_t TimeShareWindow::program_samples() const {
+  std::uint64_t n = 0;
+  for (const auto& s : stages_)
+    for (const auto& [fn, c] : s.clock)
+      n += c;
+  return n;
+}
+
+std::uint64_t TimeShareWindow::outside_samples() const {
+  std::uint64_t n = 0;
+  for (const auto& s : stages_)
+    n += s.clock_outside;
+  return n;
+}
+
+std::map<std::string, double> TimeShareWindow::shares() const {
+  std::map<std::string, std::uint64_t> sums;
+  for (const auto& s : stages_)
+    for (const auto& [fn, c] : s.clock)
+      sums[fn] += c;
+  const std::uint64_t total = program_samples();
+  std::map<std::string, double> out;
+  if (total == 0) return out;
+  for (const auto& [fn, c] : sums)
+    out[fn] = static_cast<double>(c) / static_cast<double>(total);
+  return out;
+}
+
+std::set<std::string> TimeShareWindow::functions() const {
+  if (stages_.empty()) return {};
+  std::set<std::string> out = stages_.front().functions;
+  for (const auto& s : stages_) {
+    std::set<std::string> both;
+    std::set_intersection(out.begin(), out.end(), s.functions.begin(), s.functions.end(),
+                          std::inserter(both, both.begin()));
+    out.swap(both);
+  }
+  return out;
+}
+
+std::map<std::string, std::map<std::string, std::uint64_t>> TimeShareWindow::misses() const {
+  std::map<std::string, std::map<std::string, std::uint64_t>> out;
+  for (const auto& s : stages_)
+    for (const auto& [event, fns] : s.misses)
+      for (const auto& [fn, c] : fns)
+        out[event][fn] += c;
+  return out;
+}
+
+double time_share_drift(const std::map<std::string, double>& recorded,
+                        const std::map<std::string, double>& measured,
+                        const std::set<std::string>& present) {
+  auto restricted = [&](const std::map<std::string, double>& shares) {
+    std::map<std::string, double> out;
+    double sum = 0.0;
+    for (const auto& [fn, v] : shares)
+      if (present.count(fn) != 0 && v > 0.0) {
+        out[fn] = v;
+        sum += v;
+      }
+    for (auto& [fn, v] : out)
+      v /= sum;
+    return out;
+  };
+  auto a = restricted(recorded);
+  auto b = restricted(measured);
+  if (a.empty() || b.empty()) return 0.0;
+  double tvd = 0.0;
+  for (const auto& [fn, v] : a) {
+    auto it = b.find(fn);
+    tvd += std::fabs(v - (it == b.end() ? 0.0 : it->second));
+  }
+  for (const auto& [fn, v] : b)
+    if (a.count(fn) == 0) tvd += v;
+  return std::clamp(tvd / 2.0, 0.0, 1.0);
+}
+
+json sampling_record(const TimeShareWindow& window, const std::string& clock_event) {
+  json shares = json::object();
+  for (const auto& [fn, v] : window.shares())
+    shares[fn] = v;
+  json misses = json::object();
+  for (const auto& [event, fns] : window.misses()) {
+    json m = json::object();
+    for (const auto& [fn, c] : fns)
+      m[fn] = c;
+    misses[event] = std::move(m);
+  }
+  return {{"event", clock_event},
+          {"stages", window.stages()},
+          {"samples", window.program_samples()},
+          {"outside_samples", window.outside_samples()},
+          {"time_share", std::move(shares)},
+          {"misses", std::move(misses)}};
+}
+
+std::optional<std::map<std::string, double>> recorded_time_shares(const ProfileDoc& doc) {
+  auto s = doc.hardware.find("sampling");
+  if (s == doc.hardware.end() || !s->is_object()) return std::nullopt;
+  auto t = s->find("time_share");
+  if (t == s->end() || !t->is_object() || t->empty()) return std::nullopt;
+  std::map<std::string, double> out;
+  for (auto it = t->begin(); it != t->end(); ++it)
+    if (it->is_number() && it->get<double>() >= 0.0) out[it.key()] = it->get<double>();
+  if (out.empty()) return std::nullopt;
+  return out;
+}
+
+ReprofileDecision decide_reprofile(const PolicyConfig& config, const ProfileDoc& current,
+                                   const TimeShareWindow& window) {
+  ReprofileDecision d;
+  if (choose_mode(&current) != CompileMode::optimized) return d;
+  auto recorded = recorded_time_shares(current);
+  if (!recorded) return d;
+  const auto need_stages = static_cast<std::size_t>(std::max(config.time_share_window_stages, 1));
+  if (window.stages() < need_stages || window.program_samples() < config.time_share_min_samples) {
+    d.reason = "time-share drift: waiting for samples (" + std::to_string(window.stages()) +
+               " of " + std::to_string(need_stages) + " stages, " +
+               std::to_string(window.program_samples()) + " of " +
+               std::to_string(config.time_share_min_samples) + " samples)";
+    return d;
+  }
+  const double drift = time_share_drift(*recorded, window.shares(), window.functions());
+  d.drift = drift;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", drift);
+  char limit[32];
+  std::snprintf(limit, sizeof limit, "%.3f", config.time_share_drift_threshold);
+  if (drift < config.time_share_drift_threshold || config.time_share_drift_threshold >= 1.0) {
+    d.reason = std::string("time-share drift ") + text + " below threshold " + limit;
+    return d;
+  }
+  d.reprofile = true;
+  d.reason = std::string("time-share drift ") + text + " >= " + limit + " over " +
+             std::to_string(window.stages()) + " sampled stages: re-profiling";
+  return d;
+}
+
+ProfileDoc reprofile_doc(const ProfileDoc& current) {
+  ProfileDoc doc = current;
+  for (auto& [name, f] : doc.functions) {
+    f.counts.clear();
+    f.indirect_calls.clear();
+    f.memop_sizes.clear();
+  }
+  if (doc.knobs.mode == CompileMode::optimized) doc.knobs.mode.reset();
+  return doc;
+}
+
+} // namespace fdo::daemon

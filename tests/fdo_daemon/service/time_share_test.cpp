@@ -1,0 +1,210 @@
+#include "fakes.h"
+#include "fdo/daemon/feedback_loop.h"
+#include "fdo/daemon/time_share.h"
+
+#include <catch2/catch.hpp>
+
+using namespace fdo;
+using namespace fdo::daemon;
+using namespace fdo::daemon::testing;
+using nlohmann::json;
+
+namespace {
+// An exec reply's sampling members as the worker writes them (stage_sampling.h).
+json reply_with(std::uint64_t in_a, std::uint64_t in_b, std::uint64_t outside,
+                json extra_events = json::object()) {
+  json functions = json::object();
+  if (in_a != 0) functions["phase_a"] = {{"cpu-clock", in_a}};
+  if (in_b != 0) functions["phase_b"] = {{"cpu-clock", in_b}};
+  for (auto it = extra_events.begin(); it != extra_events.end(); ++it)
+    for (auto f = it->begin(); f != it->end(); ++f)
+      functions[f.key()][it.key()] = *f;
+  return {{"samples",
+           {{"events",
+             {{{"name", "cpu-clock"}, {"status", "available"}},
+              {{"name", "branch-misses"}, {"status", "available"}}}},
+            {"recorded", in_a + in_b + outside},
+            {"attributed", in_a + in_b + outside},
+            {"functions", functions},
+            {"outside_jit", {{"cpu-clock", outside}}}}},
+          {"function_ranges",
+           {{{"name", "phase_a"}, {"start", 0x1000}, {"size", 64}},
+            {{"name", "phase_b"}, {"start", 0x2000}, {"size", 64}},
+            {{"name", "main"}, {"start", 0x3000}, {"size", 64}}}}};
+}
+
+const std::map<std::string, std::string> kNames = {
+    {"phase_a", "phase_a"}, {"phase_b", "phase_b"}, {"main", "main"}};
+} // namespace
+
+TEST_CASE("stage samples: clock per function, misses per event, outside counted",
+          "[service][time_share]") {
+  json r = reply_with(30, 10, 5, {{"branch-misses", {{"phase_b", 7}}}});
+  StageSamples s = stage_samples_from(r, kNames);
+  REQUIRE(s.present);
+  CHECK(s.clock_event == "cpu-clock");
+  CHECK(s.clock.at("phase_a") == 30);
+  CHECK(s.clock.at("phase_b") == 10);
+  CHECK(s.clock_outside == 5);
+  CHECK(s.misses.at("branch-misses").at("phase_b") == 7);
+  CHECK(s.functions == std::set<std::string>{"phase_a", "phase_b", "main"});
+
+  // A local function's symbol maps to its PGO name ("<file>:<symbol>").
+  StageSamples local = stage_samples_from(
+      r, {{"prog.ll:phase_a", "helper.c:phase_a"}, {"phase_b", "phase_b"}, {"main", "main"}});
+  CHECK(local.clock.count("prog.ll:phase_a") == 1);
+
+  // No clock available (or no sampling at all): nothing to judge by.
+  json no_clock = r;
+  no_clock["samples"]["events"][0]["status"] = "not_permitted";
+  CHECK_FALSE(stage_samples_from(no_clock, kNames).present);
+  CHECK_FALSE(stage_samples_from(json{{"ret", 0}}, kNames).present);
+  CHECK_FALSE(stage_samples_from(json{{"samples", {{"error", "x"}}}}, kNames).present);
+}
+
+TEST_CASE("time-share drift: distance over the functions that have code now",
+          "[service][time_share]") {
+  std::set<std::string> both = {"a", "b"};
+  CHECK(time_share_drift({{"a", 0.9}, {"b", 0.1}}, {{"a", 0.9}, {"b", 0.1}}, both) == 0.0);
+  CHECK(time_share_drift({{"a", 1.0}}, {{"b", 1.0}}, both) == Approx(1.0));
+  CHECK(time_share_drift({{"a", 0.8}, {"b", 0.2}}, {{"a", 0.2}, {"b", 0.8}}, both) == Approx(0.6));
+  // "c" was inlined away in the optimized code: not a shift of the workload.
+  CHECK(time_share_drift({{"a", 0.5}, {"c", 0.5}}, {{"a", 1.0}}, both) == 0.0);
+  CHECK(time_share_drift({}, {{"a", 1.0}}, both) == 0.0);
+}
+
+namespace {
+const std::string kPk(64, 'd');
+constexpr std::uint64_t kHash = 0x77;
+
+PolicyConfig drift_policy() {
+  PolicyConfig p;
+  p.min_stages = 2;
+  p.min_counts = 10;
+  p.time_share_drift_threshold = 0.30;
+  p.time_share_window_stages = 3;
+  p.time_share_min_samples = 50;
+  return p;
+}
+
+// One stage of a two-phase program: instrumented stages carry counts; every
+// stage carries a recorded sample stream (phase A or phase B hot).
+StageReport phase_stage(std::int64_t version, bool instrumented, std::uint64_t in_a,
+                        std::uint64_t in_b, std::int64_t number) {
+  StageReport r;
+  r.pk = kPk;
+  r.program = std::string(64, 'e');
+  r.stage = number;
+  r.profile_version = version;
+  r.target_profile_version = version;
+  r.source_names = kNames;
+  if (instrumented) {
+    for (const char* fn : {"phase_a", "phase_b"})
+      r.cfg_hashes[fn] = kHash;
+    r.feedback.counts["phase_a"] = FunctionCounts{kHash, {in_a, 1}};
+    r.feedback.counts["phase_b"] = FunctionCounts{kHash, {in_b, 1}};
+  }
+  r.samples = stage_samples_from(reply_with(in_a, in_b, 4), kNames);
+  return r;
+}
+} // namespace
+
+TEST_CASE("drift: a workload shift re-profiles within a bounded number of stages, then settles",
+          "[service][time_share][drift]") {
+  FakeFeedbackStore store;
+  FeedbackLoop loop(store, "h");
+  const PolicyConfig p = drift_policy();
+  std::int64_t n = 0;
+
+  // Phase A, instrumented: v1 records A's time shares.
+  loop.fold(phase_stage(0, true, 90, 10, n++), p);
+  auto v1 = loop.fold(phase_stage(0, true, 90, 10, n++), p);
+  REQUIRE(v1.rewritten);
+  const ProfileDoc& d1 = store.keys[kPk].versions.back().doc;
+  auto rec1 = recorded_time_shares(d1);
+  REQUIRE(rec1);
+  CHECK(rec1->at("phase_a") == Approx(0.9));
+  CHECK(choose_mode(&d1) == CompileMode::optimized);
+
+  // Phase A, optimized: same shares, no churn however long it runs.
+  for (int i = 0; i < 6; ++i) {
+    auto o = loop.fold(phase_stage(1, false, 88, 12, n++), p);
+    CHECK_FALSE(o.rewritten);
+    if (i >= 2) CHECK_THAT(o.policy, Catch::Contains("below threshold"));
+  }
+
+  // Phase B: the window fills with B's shares and the program is re-profiled.
+  std::optional<Rewrite> reprofiled;
+  int stages_to_reprofile = 0;
+  while (!reprofiled && stages_to_reprofile < 10) {
+    ++stages_to_reprofile;
+    reprofiled = loop.fold(phase_stage(1, false, 10, 90, n++), p).rewritten;
+  }
+  REQUIRE(reprofiled);
+  CHECK(stages_to_reprofile <= p.time_share_window_stages);
+  CHECK_THAT(reprofiled->reason, Catch::Contains("time-share drift"));
+  CHECK_THAT(reprofiled->reason, Catch::Contains("re-profiling"));
+  const ProfileDoc& d2 = store.keys[kPk].versions.back().doc;
+  CHECK(choose_mode(&d2) == CompileMode::instrumented); // the next compile counts again
+  CHECK(d2.functions.at("phase_a").cfg_hash == kHash);
+
+  // Instrumented stages under v2 write v3 from B's counts and shares.
+  loop.fold(phase_stage(2, true, 10, 90, n++), p);
+  auto v3 = loop.fold(phase_stage(2, true, 10, 90, n++), p);
+  REQUIRE(v3.rewritten);
+  CHECK(v3.rewritten->to == 3);
+  const ProfileDoc& d3 = store.keys[kPk].versions.back().doc;
+  CHECK(choose_mode(&d3) == CompileMode::optimized);
+  CHECK(recorded_time_shares(d3)->at("phase_b") == Approx(0.9));
+  CHECK(d3.functions.at("phase_b").counts == std::vector<std::uint64_t>{180, 2});
+
+  // Phase B goes on, then wobbles a little: below the threshold, no churn.
+  for (int i = 0; i < 6; ++i)
+    CHECK_FALSE(
+        loop.fold(phase_stage(3, false, 20 + i % 2 * 10, 80 - i % 2 * 10, n++), p).rewritten);
+  CHECK(store.keys[kPk].versions.size() == 3);
+}
+
+TEST_CASE("drift: pins, the rate cap and unsampled stages hold re-profiling back",
+          "[service][time_share][drift]") {
+  FakeFeedbackStore store;
+  FeedbackLoop loop(store, "h");
+  PolicyConfig p = drift_policy();
+  std::int64_t n = 0;
+  loop.fold(phase_stage(0, true, 90, 10, n++), p);
+  REQUIRE(loop.fold(phase_stage(0, true, 90, 10, n++), p).rewritten);
+
+  SECTION("stages without samples never judge drift") {
+    for (int i = 0; i < 5; ++i) {
+      StageReport r = phase_stage(1, false, 10, 90, n++);
+      r.samples = StageSamples{};
+      CHECK_FALSE(loop.fold(r, p).rewritten);
+    }
+  }
+  SECTION("too few samples: waiting, said so") {
+    auto o = loop.fold(phase_stage(1, false, 1, 9, n++), p);
+    CHECK_FALSE(o.rewritten);
+    CHECK_THAT(o.policy, Catch::Contains("waiting for samples"));
+  }
+  SECTION("a pinned profile is never re-profiled") {
+    store.keys[kPk].pinned = true;
+    for (int i = 0; i < 5; ++i)
+      CHECK_FALSE(loop.fold(phase_stage(1, false, 10, 90, n++), p).rewritten);
+  }
+  SECTION("the recompile cap defers it, and says so") {
+    p.max_recompiles_per_hour = 1; // the first rewrite used it
+    std::string last;
+    for (int i = 0; i < 5; ++i) {
+      auto o = loop.fold(phase_stage(1, false, 10, 90, n++), p);
+      CHECK_FALSE(o.rewritten);
+      last = o.policy;
+    }
+    CHECK_THAT(last, Catch::Contains("rate cap"));
+  }
+  SECTION("threshold 1 turns drift re-profiling off") {
+    p.time_share_drift_threshold = 1.0;
+    for (int i = 0; i < 5; ++i)
+      CHECK_FALSE(loop.fold(phase_stage(1, false, 0, 100, n++), p).rewritten);
+  }
+  CHECK(store.keys[kPk].versions.size() == 1);
+}

@@ -1,0 +1,19 @@
+// The sampled side of a profile for people: the hottest functions by sampled
+// time share with their miss samples (`fdoctl profile show`), from the
+// document's hardware["sampling"] record (docs/perf.md, "Sampling during
+// stages"). Pure formatting, tested alone.
+#pragma once
+
+#include "fdo/util/profile.h"
+
+#include <cstddef>
+#include <string>
+
+namespace fdo::ctl {
+
+// "" when the document has no sampling record; otherwise a heading line and a
+// table of at most `limit` functions, hottest first, named by source name
+// (with the PGO name beside it when it differs).
+std::string render_hot_functions(const ProfileDoc& doc, std::size_t limit = 10);
+
+} // namespace fdo::ctl

@@ -1,0 +1,81 @@
+#include "fdo/ctl/hot_functions.h"
+
+#include "fdo/ctl/table.h"
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+namespace fdo::ctl {
+
+using nlohmann::json;
+
+namespace {
+std::string source_name_of(const ProfileDoc& doc, const std::string& name) {
+  auto it = doc.functions.find(name);
+  if (it == doc.functions.end()) return name;
+  std::string shown = display_name(name, it->second);
+  return shown == name ? shown : shown + " (" + name + ")";
+}
+
+std::uint64_t count_of(const json& v) {
+  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
+  if (v.is_number_integer() && v.get<std::int64_t>() > 0)
+    return static_cast<std::uint64_t>(v.get<std::int64_t>());
+  return 0;
+}
+} // namespace
+
+std::string render_hot_functions(const ProfileDoc& doc, std::size_t limit) {
+  auto s = doc.hardware.find("sampling");
+  if (s == doc.hardware.end() || !s->is_object()) return "";
+  const json& rec = *s;
+  std::vector<std::pair<double, std::string>> order;
+  if (auto t = rec.find("time_share"); t != rec.end() && t->is_object())
+    for (auto it = t->begin(); it != t->end(); ++it)
+      if (it->is_number()) order.push_back({it->get<double>(), it.key()});
+  // Miss events, each with its total so a function's part of it reads as a share.
+  std::map<std::string, std::pair<std::uint64_t, std::map<std::string, std::uint64_t>>> misses;
+  if (auto m = rec.find("misses"); m != rec.end() && m->is_object())
+    for (auto ev = m->begin(); ev != m->end(); ++ev) {
+      if (!ev->is_object()) continue;
+      auto& [total, per_fn] = misses[ev.key()];
+      for (auto f = ev->begin(); f != ev->end(); ++f) {
+        per_fn[f.key()] = count_of(*f);
+        total += count_of(*f);
+        if (std::none_of(order.begin(), order.end(), [&](auto& o) { return o.second == f.key(); }))
+          order.push_back({0.0, f.key()});
+      }
+    }
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string out = "\nsampled: " + format_count(count_of(rec.value("samples", json(0)))) + " " +
+                    rec.value("event", std::string("clock")) + " samples in program code over " +
+                    std::to_string(count_of(rec.value("stages", json(0)))) + " stages, " +
+                    format_count(count_of(rec.value("outside_samples", json(0)))) + " outside it\n";
+  if (order.empty()) return out;
+  std::vector<Column> columns = {{"hottest functions"}, {"time share", Align::right}};
+  for (const auto& [event, m] : misses)
+    columns.push_back({event + " samples", Align::right});
+  Table t(columns);
+  for (std::size_t i = 0; i < order.size() && i < limit; ++i) {
+    const auto& [share, name] = order[i];
+    std::vector<std::string> row = {source_name_of(doc, name), format_percent(share)};
+    for (const auto& [event, m] : misses) {
+      auto it = m.second.find(name);
+      std::uint64_t n = it == m.second.end() ? 0 : it->second;
+      row.push_back(format_count(n) + " (" +
+                    format_percent(m.first == 0
+                                       ? 0.0
+                                       : static_cast<double>(n) / static_cast<double>(m.first)) +
+                    ")");
+    }
+    t.add_row(row);
+  }
+  out += t.render();
+  if (order.size() > limit)
+    out += "(" + std::to_string(order.size() - limit) + " more functions)\n";
+  return out;
+}
+
+} // namespace fdo::ctl
