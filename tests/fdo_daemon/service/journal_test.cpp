@@ -140,8 +140,9 @@ TEST_CASE("journal: a record sent to journald reads back with its fields", "[jou
   }
   const std::string id =
       blake3_hex(std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  const std::string pk = "pk-" + id; // fields only view their values
   std::array<log::Field, 3> fields{
-      {{"FDO_PROGRAM", id}, {"FDO_PROFILE_KEY", "pk-" + id}, {"FDO_TENANT_UID", "4321"}}};
+      {{"FDO_PROGRAM", id}, {"FDO_PROFILE_KEY", pk}, {"FDO_TENANT_UID", "4321"}}};
   REQUIRE(send_to_journal(log::Level::notice, "fdo journal test", fields));
   json found;
   for (int i = 0; i < 50 && found.is_null(); ++i) {
@@ -155,7 +156,7 @@ TEST_CASE("journal: a record sent to journald reads back with its fields", "[jou
     return;
   }
   CHECK(found["MESSAGE"] == "fdo journal test");
-  CHECK(found["FDO_PROFILE_KEY"] == "pk-" + id);
+  CHECK(found["FDO_PROFILE_KEY"] == pk);
   CHECK(found["FDO_TENANT_UID"] == "4321");
   CHECK(found["SYSLOG_IDENTIFIER"] == "fdod");
   CHECK(found["PRIORITY"] == "5");
