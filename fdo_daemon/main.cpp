@@ -4,6 +4,7 @@
 // Exit status (docs/fdod.md): 0 clean stop, 1 setup failed, 2 bad command
 // line or configuration.
 #include "fdo/daemon/config.h"
+#include "fdo/daemon/journal.h"
 #include "fdo/daemon/server.h"
 #include "fdo/daemon/service.h"
 #include "fdo/jit/compiler.h"
@@ -81,6 +82,7 @@ int main(int argc, char** argv) {
   }
 
   fdo::log::set_ident("fdod");
+  fdo::daemon::use_journal_when_available();
   fdo::daemon::ConfigOverrides overrides;
   if (!socket.empty()) overrides.emplace_back("socket", socket);
   if (!state_dir.empty()) overrides.emplace_back("state_dir", state_dir);

@@ -1,5 +1,9 @@
 #include "fdo/profile_store/backup.h"
 
+#include "fdo/profile_store/profile_store.h"
+#include "internal.h"
+#include "schema.h"
+
 #include <cerrno>
 #include <cstdio>
 #include <fcntl.h>
@@ -120,6 +124,31 @@ Expected<BackupSummary> restore_database(const std::string& from_path, const std
   sqlite3_exec(to.get(), "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr);
   struct stat st {};
   if (::stat(db_path.c_str(), &st) == 0) s.bytes = st.st_size;
+  return s;
+}
+
+Expected<BackupSummary> ProfileStore::restore_from(const std::string& from_path) {
+  FDO_TRY(Db from, open_db(from_path, SQLITE_OPEN_READONLY));
+  FDO_TRY_STATUS(check_copy(from.get(), from_path));
+  // The running code's statements expect this build's schema; an older copy
+  // is upgraded by opening it, which a stopped daemon's restore does.
+  sqlite3_stmt* st = nullptr;
+  std::int64_t version = -1;
+  if (sqlite3_prepare_v2(from.get(), "PRAGMA user_version", -1, &st, nullptr) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW)
+    version = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  if (version != schema::latest_version())
+    return make_error(Errc::invalid_argument,
+                      from_path + " has schema version " + std::to_string(version) +
+                          ", this store " + std::to_string(schema::latest_version()) +
+                          "; restore it with fdod stopped (it is upgraded when fdod starts)");
+  FDO_TRY(auto lock, impl_->lock_writer());
+  FDO_TRY(BackupSummary s, copy(from.get(), impl_->writer.handle(),
+                                "restore " + from_path + " onto " + impl_->path));
+  sqlite3_exec(impl_->writer.handle(), "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr);
+  struct stat info {};
+  if (::stat(impl_->path.c_str(), &info) == 0) s.bytes = info.st_size;
   return s;
 }
 

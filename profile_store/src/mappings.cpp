@@ -268,6 +268,14 @@ Expected<std::vector<ProgramInfo>> ProfileStore::programs(std::optional<std::int
   return out;
 }
 
+Expected<std::int64_t> ProfileStore::count_programs(std::int64_t owner) const {
+  FDO_TRY(auto lease, impl_->readers.acquire());
+  FDO_TRY(auto st, lease.db().cached("SELECT COUNT(*) FROM programs WHERE owner = ?1"));
+  st->bind(1, owner);
+  FDO_TRY(bool row, st->step());
+  return row ? st->column_int64(0) : 0;
+}
+
 Expected<bool> ProfileStore::remove_program(std::string_view ik) {
   FDO_TRY_STATUS(check_key("initial key", ik));
   return delete_one(*impl_, "DELETE FROM programs WHERE ik = ?1", ik);

@@ -312,6 +312,7 @@ class ConfigReload(unittest.TestCase):
         "handler_threads": 7, "drain_timeout_ms": 20000, "compile_workers": 2, "exec_workers": 3,
         "compile_timeout_ms": 50000, "exec_timeout_ms": 700, "compile_memory_mb": 1500,
         "exec_memory_mb": 400, "max_output_bytes": 33554432, "max_program_bytes": 16777216,
+        "max_programs_per_uid": 500, "gc_max_age_days": 7,
         "memory_cache_bytes": 1048576, "disk_cache_bytes": 2097152, "tier_up": "async",
         "share_profiles_across_tenants": "true", "profile_retention": 7,
         "feedback_flush_ms": 250, "perf_events": "instructions,cycles",

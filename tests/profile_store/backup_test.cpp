@@ -4,6 +4,7 @@
 // brings all of it back.
 #include "fdo/profile_store/backup.h"
 #include "fdo/profile_store/profile_store.h"
+#include "fdo/profile_store/testing.h"
 #include "fdo/util/fd.h"
 #include "test_util.h"
 
@@ -134,4 +135,51 @@ TEST_CASE("backup: restore refuses a file that is not an fdo store", "[backup]")
   auto missing = backup_database(dir.file("none.db"), dir.file("x.db"));
   REQUIRE_FALSE(missing);
   CHECK_THAT(missing.error().message(), Catch::Contains("none.db"));
+}
+
+TEST_CASE("backup: restore_from replaces an open store in use with the copy", "[backup]") {
+  TempDir dir;
+  std::string db = dir.file("profiles.db"), copy = dir.file("backup.db");
+  auto store = ProfileStore::open(db);
+  REQUIRE(store);
+  fill(*store);
+  auto expected_a = history_of(*store, kA);
+  REQUIRE(backup_database(db, copy));
+
+  // Life goes on after the backup: a new version, a new key, a removal.
+  WriteInfo w;
+  w.owner = 1000;
+  w.source = WriteSource::operator_; // kA is pinned
+  REQUIRE(store->write(kA, 3, sample_doc(50), w));
+  REQUIRE(store->write(std::string(64, 'd'), 0, sample_doc(60), w));
+  REQUIRE(store->remove(kB));
+  // A second handle on the file (another reader, as fdoctl --offline is).
+  auto reader = ProfileStore::open(db, Options{OpenMode::read_only});
+  REQUIRE(reader);
+
+  // Bad copies change nothing.
+  fdo::profile_store::test::write_bytes(dir.file("junk.db"), "not a database at all, just text");
+  CHECK_FALSE(store->restore_from(dir.file("junk.db")));
+  REQUIRE(fdo::profile_store::testing::create_database_at_version(dir.file("old.db"), 1));
+  auto old = store->restore_from(dir.file("old.db"));
+  REQUIRE_FALSE(old);
+  CHECK_THAT(old.error().message(), Catch::Contains("with fdod stopped"));
+  CHECK(history_of(*store, kA).size() == 4);
+
+  auto r = store->restore_from(copy);
+  INFO((r ? std::string() : r.error().describe()));
+  REQUIRE(r);
+  CHECK(r->pages > 0);
+  // Both handles see the backup's state, history intact; the store writes on.
+  CHECK(history_of(*store, kA) == expected_a);
+  CHECK(history_of(*reader, kA) == expected_a);
+  CHECK(history_of(*store, kB).size() == 1);
+  auto d = store->current(std::string(64, 'd'));
+  REQUIRE(d);
+  CHECK_FALSE(d->has_value());
+  REQUIRE(store->unpin(kA));
+  auto next = store->write(kA, 3, sample_doc(70), w);
+  REQUIRE(next);
+  CHECK(*next == 4);
+  CHECK(store->integrity_check());
 }

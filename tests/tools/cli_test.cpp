@@ -4,6 +4,7 @@
 #include "fake_daemon.h"
 #include "fdo/ctl/cli.h"
 #include "fdo/profile_store/profile_store.h"
+#include "fdo/profile_store/sqlite.h"
 #include "fdo/util/base64.h"
 
 #include <catch2/catch.hpp>
@@ -119,7 +120,7 @@ TEST_CASE("cli: a mistyped command gets a did-you-mean") {
   CHECK_THAT(far.err, !Catch::Contains("did you mean"));
   CHECK_THAT(far.err,
              Catch::Contains("(commands: run, profiles, programs, program, profile, backup, "
-                             "restore, cache"));
+                             "restore, gc, cache"));
 }
 
 TEST_CASE("cli: --timeout takes 0 for no limit and rejects bad values plainly") {
@@ -579,10 +580,77 @@ TEST_CASE("cli: backup and restore round-trip the store with its history") {
   CHECK(versions[1]["reason"] == "feedback: drift 0.3");
   CHECK(versions[1]["program"] == kIk);
 
-  // Never under a running daemon.
-  int stage = 0;
-  test::FakeDaemon d(dir.file("s.sock"), [&](const json& q) { return fake_fdod(q, stage); });
-  Result refused = fdoctl({"--socket", dir.file("s.sock"), "--state-dir", to, "restore", copy});
-  CHECK(refused.code == 2);
-  CHECK_THAT(refused.err, Catch::Contains("stop it first"));
+  // Never behind a running daemon's back: it restores through its own store
+  // (store.restore, with the copy's absolute path), and the file under
+  // --state-dir is not touched.
+  auto before = std::filesystem::last_write_time(to + "/profiles.db");
+  test::FakeDaemon d(dir.file("s.sock"), [&](const json& q) -> json {
+    if (q["method"] == "store.restore")
+      return {{"result", {{"file", q["params"]["file"]}, {"pages", 7}, {"bytes", 28672}}}};
+    return {{"error", {{"code", -32601}, {"message", "method not found"}}}};
+  });
+  Result online = fdoctl({"--socket", dir.file("s.sock"), "--state-dir", to, "restore", copy});
+  INFO(online.err);
+  CHECK(online.code == 0);
+  CHECK_THAT(online.out, Catch::Contains("restored the running fdod's store from " + copy));
+  REQUIRE(d.requests().size() == 1);
+  CHECK(d.requests()[0]["params"]["file"] == copy);
+  CHECK(std::filesystem::last_write_time(to + "/profiles.db") == before);
+}
+
+TEST_CASE("cli: gc with fdod stopped collects in --state-dir, dry run first") {
+  test::TempDir dir;
+  const std::string state = dir.path(), nobody = dir.file("none.sock");
+  make_store(state);
+  {
+    auto store = ps::ProfileStore::open(state + "/profiles.db");
+    REQUIRE(store);
+    REQUIRE(store->pin(kPk1));
+    auto db = ps::sqlite::Connection::open(state + "/profiles.db", ps::sqlite::Access::read_write);
+    REQUIRE(db);
+    REQUIRE(db->exec("UPDATE profiles SET updated_at = 5"));
+  }
+  // One cached object of the registered program, one of a program that is gone.
+  const std::string orphan = std::string(64, 'e') + "-v";
+  const std::string kept_file = state + "/cache/objects/cc/" + kIk + "-v.obj",
+                    orphan_file = state + "/cache/objects/ee/" + orphan + ".obj";
+  std::filesystem::create_directories(state + "/cache/objects/cc");
+  std::filesystem::create_directories(state + "/cache/objects/ee");
+  std::ofstream(kept_file) << "object";
+  std::ofstream(orphan_file) << "object";
+
+  auto gc = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {"--socket", nobody, "--state-dir", state, "--json", "gc"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return fdoctl(a);
+  };
+  CHECK(gc({"--dry-run"}).code == 2); // which age is not known without fdod
+  CHECK(gc({"--dry-run", "--max-age", "3x"}).code == 2);
+  Result dry = gc({"--dry-run", "--max-age", "1d"});
+  INFO(dry.err);
+  REQUIRE(dry.code == 0);
+  json d = dry.doc();
+  CHECK(d["programs"].empty()); // kIk was used just now
+  REQUIRE(d["profiles"].size() == 1);
+  CHECK(d["profiles"][0]["profile_key"] == kPk2); // kPk1 is pinned
+  CHECK(d["cache_objects"] == json::array({orphan}));
+  CHECK(std::filesystem::exists(orphan_file));
+
+  Result run = gc({"--max-age", "24h"});
+  INFO(run.err);
+  REQUIRE(run.code == 0);
+  CHECK(run.doc()["profiles"].size() == 1);
+  CHECK_FALSE(std::filesystem::exists(orphan_file));
+  CHECK(std::filesystem::exists(kept_file));
+  auto store = ps::ProfileStore::open(state + "/profiles.db");
+  REQUIRE(store);
+  auto two = store->current(kPk2);
+  REQUIRE(two);
+  CHECK_FALSE(two->has_value());
+  auto one = store->current(kPk1);
+  REQUIRE(one);
+  CHECK(one->has_value());
+  auto prog = store->program(kIk);
+  REQUIRE(prog);
+  CHECK(prog->has_value());
 }

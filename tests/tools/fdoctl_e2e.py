@@ -447,6 +447,33 @@ class Fdoctl(unittest.TestCase):
         self.assertIn(f'{define.group(1)} = !{{!"function_entry_count", i64 {calls}}}', ir)
         self.assertIn("branch_weights", ir)
 
+    def test_09d_backup_gc_and_restore_on_a_running_daemon(self):
+        _, sort_pk = self.keys["sort"]
+        backup = os.path.join(self.tmp, "backup.db")
+        self.fdoctl("--state-dir", self.state_dir, "backup", backup)
+        self.fdoctl("profile", "pin", sort_pk)
+        # Everything was used today: a month's age removes nothing; age 0
+        # would take every program, and a dry run only lists them.
+        kept = self.json_of("gc", "--dry-run", "--max-age", "30", method="gc")
+        self.assertEqual((kept["programs"], kept["profiles"]), ([], []))
+        everything = self.json_of("gc", "--dry-run", "--max-age", "0s", method="gc")
+        self.assertTrue(everything["dry_run"])
+        self.assertTrue(everything["programs"])
+        self.assertNotIn(sort_pk, [p["profile_key"] for p in everything["profiles"]])  # pinned
+        listed = self.json_of("programs", method="program.list")
+        self.assertEqual(len(listed["programs"]), len(everything["programs"]))
+        # Restore onto the running daemon: the pin made after the backup is gone,
+        # the history is whole, and the daemon goes on serving.
+        restored = self.json_of("restore", backup, method="store.restore")
+        self.assertEqual(restored["file"], backup)
+        shown = self.json_of("profile", "show", sort_pk, method="profile.get")
+        self.assertFalse(shown["pinned"])
+        hist = self.json_of("profile", "history", sort_pk, method="profile.history")
+        self.assertEqual([v["version"] for v in hist["versions"]], [1, 2])
+        after = self.json_of("programs", method="program.list")
+        self.assertEqual(len(after["programs"]), len(listed["programs"]))
+        self.fdoctl("status")
+
     def test_10_store_read_with_daemon_down(self):
         _, pk = self.keys["interp"]
         _, sort_pk = self.keys["sort"]

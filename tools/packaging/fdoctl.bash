@@ -7,11 +7,11 @@ _fdoctl() {
   cur=${COMP_WORDS[COMP_CWORD]}
   prev=${COMP_WORDS[COMP_CWORD-1]}
   local globals="--socket --state-dir --offline --json --timeout --help --version"
-  local commands="run programs program profiles profile backup restore cache explain status doctor metrics config"
+  local commands="run programs program profiles profile backup restore gc cache explain status doctor metrics config"
   case $prev in
     --socket|--state-dir)
       mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-    --timeout|--stages|-n|--arg|-a|--buffer|-b|--name|--entry|-e|-v|--threshold|-t|--limit|-l|--wait-timeout)
+    --timeout|--stages|-n|--arg|-a|--buffer|-b|--name|--entry|-e|-v|--threshold|-t|--limit|-l|--wait-timeout|--max-age)
       return ;;
     --format|-f)
       mapfile -t COMPREPLY < <(compgen -W "json profdata" -- "$cur"); return ;;
@@ -43,6 +43,7 @@ _fdoctl() {
       esac ;;
     program) [[ -z $sub ]] && words="delete" || words="$globals" ;;
     cache) [[ -z $sub ]] && words="stats" || words="$globals" ;;
+    gc) words="--dry-run --max-age $globals" ;;
     backup|restore) [[ $cur != -* ]] && { mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return; }
              words="$globals" ;;
     explain) [[ $cur != -* ]] && { mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return; }

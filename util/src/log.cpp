@@ -1,5 +1,7 @@
 #include "fdo/util/log.h"
 
+#include "fdo/util/log_record.h"
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +20,7 @@ struct LoggerState {
   std::mutex mu;
   std::string ident = "fdo";
   bool journal = std::getenv("JOURNAL_STREAM") != nullptr;
+  std::atomic<RecordSink> sink{nullptr};
 };
 
 LoggerState& state() {
@@ -100,6 +103,30 @@ void write(Level lvl, std::string_view message) {
   // One write(2) per line so lines from several processes do not interleave.
   ssize_t r = ::write(s.fd.load(), line.data(), line.size());
   (void)r;
+}
+
+void set_record_sink(RecordSink sink) {
+  state().sink = sink;
+}
+
+std::string with_fields(std::string_view message, std::span<const Field> fields) {
+  std::string out(message);
+  bool open = false;
+  for (const Field& f : fields) {
+    if (f.value.empty()) continue;
+    out += open ? " " : " [";
+    open = true;
+    out.append(f.name).append("=").append(f.value);
+  }
+  if (open) out += "]";
+  return out;
+}
+
+void record(Level lvl, std::string_view message, std::span<const Field> fields) {
+  LoggerState& s = state();
+  if (static_cast<int>(lvl) > s.min_level.load()) return;
+  if (RecordSink sink = s.sink.load(); sink != nullptr && sink(lvl, message, fields)) return;
+  write(lvl, with_fields(message, fields));
 }
 
 } // namespace fdo::log

@@ -294,6 +294,16 @@ const std::vector<KeyDef>& key_defs() {
     v.push_back(uint_key<std::uint64_t>(
         "max_program_bytes", R, "Largest program (IR text or bitcode) accepted.",
         [](Config& c) -> std::uint64_t& { return c.max_program_bytes; }, 1, 4 * kGiB));
+    v.push_back(uint_key<unsigned>(
+        "max_programs_per_uid", R,
+        "Programs one uid may have registered at once; registering another is refused "
+        "until some are deleted (fdoctl program delete, fdoctl gc). 0 = no limit.",
+        [](Config& c) -> unsigned& { return c.max_programs_per_uid; }, 0, 100'000'000));
+    v.push_back(uint_key<unsigned>(
+        "gc_max_age_days", R,
+        "fdoctl gc removes programs unused, and unpinned profiles unchanged, for longer than "
+        "this many days.",
+        [](Config& c) -> unsigned& { return c.gc_max_age_days; }, 1, 36500));
     v.push_back(uint_key<std::uint64_t>(
         "memory_cache_bytes", X, "Byte budget of the in-memory compiled-object cache (0 = off).",
         [](Config& c) -> std::uint64_t& { return c.memory_cache_bytes; }, 0, 1024 * kGiB));

@@ -2,6 +2,10 @@
 
 #include "fdo/cache/keys.h"
 #include "fdo/daemon/isolation.h"
+#include "fdo/util/log_record.h"
+
+#include <cstdio>
+#include <utility>
 
 namespace fdo::daemon {
 
@@ -75,6 +79,10 @@ Status StorePrograms::touch(std::string_view ik) {
   return store_.touch_program(ik);
 }
 
+Expected<std::int64_t> StorePrograms::count_owned(std::int64_t owner) {
+  return store_.count_programs(owner);
+}
+
 // --- RemoteCompiler ------------------------------------------------------
 
 namespace {
@@ -92,6 +100,40 @@ std::vector<jit::EntryInfo> entries_from_json(const json& j) {
   return out;
 }
 
+// A compile job's stdout and stderr (LLVM prints some diagnostics there) go
+// to fdod's log as a record naming the tenant and program, control bytes
+// escaped and cut at 1 KiB, never as raw lines of the daemon's log.
+void log_job_output(const JobOutput& out, const std::string& scope, const std::string& program) {
+  for (const auto& [stream, text] :
+       {std::pair{"stdout", &out.out}, std::pair{"stderr", &out.err}}) {
+    if (text->empty()) continue;
+    std::string shown;
+    for (unsigned char ch : text->substr(0, 1024)) {
+      if (ch >= 0x20 && ch != 0x7f) {
+        shown.push_back(static_cast<char>(ch));
+        continue;
+      }
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\x%02x", ch);
+      shown += esc;
+    }
+    if (text->size() > 1024 || out.truncated) shown += " [cut]";
+    const std::string who = scope.empty() ? "shared scope" : scope;
+    log::record(log::Level::notice,
+                std::string("compile job ") + stream + " (" + who + ", program " +
+                    (program.empty() ? "being registered" : program.substr(0, 12)) + "): " + shown,
+                {{"FDO_PROGRAM", program}, {"FDO_TENANT", who}, {"FDO_STREAM", stream}});
+  }
+}
+
+Expected<Message> run_compile_job(JobRunner& pool, const Message& req, const JobOptions& options,
+                                  const std::string& scope, const std::string& program) {
+  JobOutput output;
+  auto resp = pool.run(req, options, &output);
+  log_job_output(output, scope, program);
+  return resp;
+}
+
 } // namespace
 
 Expected<ProgramAnalysis> RemoteCompiler::analyze(std::string_view program_bytes,
@@ -100,7 +142,8 @@ Expected<ProgramAnalysis> RemoteCompiler::analyze(std::string_view program_bytes
   Message req;
   req.header = {{"op", "analyze"}, {"limits", {{"max_program_bytes", l.max_program_bytes}}}};
   req.payload = std::string(program_bytes);
-  FDO_TRY(Message resp, pool_.run(req, JobOptions{l.job, sandbox_tenant(scope.str())}, nullptr));
+  FDO_TRY(Message resp, run_compile_job(pool_, req, JobOptions{l.job, sandbox_tenant(scope.str())},
+                                        scope.str(), ""));
   ProgramAnalysis a;
   a.profile_key = resp.header.value("profile_key", "");
   if (a.profile_key.empty())
@@ -124,7 +167,9 @@ Expected<cache::CompiledOutput> RemoteCompiler::compile(const cache::Program& pr
                 {"profile", profile.doc ? to_json(*profile.doc) : json(nullptr)},
                 {"limits", {{"max_program_bytes", l.max_program_bytes}}}};
   req.payload = program.bytes;
-  FDO_TRY(Message resp, pool_.run(req, JobOptions{l.job, sandbox_tenant(program.scope)}, nullptr));
+  FDO_TRY(Message resp,
+          run_compile_job(pool_, req, JobOptions{l.job, sandbox_tenant(program.scope)},
+                          program.scope, program.ik));
   return cache::CompiledOutput{std::move(resp.payload), resp.header.dump()};
 }
 

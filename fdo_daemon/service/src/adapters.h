@@ -50,6 +50,7 @@ public:
   Status add(const profile_store::ProgramInfo& info) override;
   Expected<std::optional<profile_store::ProgramInfo>> find(std::string_view ik) override;
   Status touch(std::string_view ik) override;
+  Expected<std::int64_t> count_owned(std::int64_t owner) override;
 
 private:
   profile_store::ProfileStore& store_;

@@ -1,9 +1,6 @@
 #include "fdo/daemon/audit.h"
 
-#include "fdo/util/log.h"
-
-#include <cstdlib>
-#include <systemd/sd-journal.h>
+#include "fdo/util/log_record.h"
 
 namespace fdo::daemon {
 
@@ -21,22 +18,16 @@ namespace {
 class JournalAuditSink final : public AuditSink {
 public:
   void record(const AuditRecord& r) override {
-    std::string message = describe(r);
-    if (journal_) {
-      int rc = sd_journal_send(
-          "MESSAGE=%s", message.c_str(), "PRIORITY=5", "SYSLOG_IDENTIFIER=fdod", "FDO_AUDIT=1",
-          "FDO_ACTION=%s", r.action.c_str(), "FDO_TENANT_UID=%u", static_cast<unsigned>(r.tenant),
-          "FDO_PROFILE_KEY=%s", r.profile_key.c_str(), "FDO_PROGRAM=%s", r.program.c_str(),
-          "FDO_OUTCOME=%s", r.outcome.c_str(), "FDO_DETAIL=%s", r.detail.c_str(), nullptr);
-      if (rc >= 0) return;
-    }
-    log::notice(message);
+    const std::string tenant = std::to_string(r.tenant);
+    log::record(log::Level::notice, describe(r),
+                {{"FDO_AUDIT", "1"},
+                 {"FDO_ACTION", r.action},
+                 {"FDO_TENANT_UID", tenant},
+                 {"FDO_PROFILE_KEY", r.profile_key},
+                 {"FDO_PROGRAM", r.program},
+                 {"FDO_OUTCOME", r.outcome},
+                 {"FDO_DETAIL", r.detail}});
   }
-
-private:
-  // Under systemd fdod's stderr is the journal; elsewhere (a terminal, a
-  // test) the log line is the record.
-  bool journal_ = std::getenv("JOURNAL_STREAM") != nullptr;
 };
 
 } // namespace

@@ -1,6 +1,7 @@
 #include "fdo/daemon/feedback_loop.h"
 
 #include "fdo/util/log.h"
+#include "fdo/util/log_record.h"
 
 #include <algorithm>
 
@@ -86,6 +87,11 @@ std::shared_ptr<FeedbackLoop::KeyState> FeedbackLoop::state_of(const std::string
 void FeedbackLoop::forget(const std::string& pk) {
   std::lock_guard lk(states_mu_);
   states_.erase(pk);
+}
+
+void FeedbackLoop::forget_all() {
+  std::lock_guard lk(states_mu_);
+  states_.clear();
 }
 
 std::size_t FeedbackLoop::pending_rows() const {
@@ -205,9 +211,15 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   st.acc = FeedbackAccumulator();
   st.window.clear();
   out.rewritten = Rewrite{in.current_version, *written, d.reason};
-  log::info("profile " + stage.pk.substr(0, 12) + " rewritten v" +
-            std::to_string(in.current_version) + " -> v" + std::to_string(*written) + ": " +
-            d.reason);
+  const std::string owner = std::to_string(stage.owner), version = std::to_string(*written);
+  log::record(log::Level::info,
+              "profile " + stage.pk.substr(0, 12) + " rewritten v" +
+                  std::to_string(in.current_version) + " -> v" + version + ": " + d.reason,
+              {{"FDO_PROFILE_KEY", stage.pk},
+               {"FDO_PROFILE_VERSION", version},
+               {"FDO_PROGRAM", stage.program},
+               {"FDO_TENANT_UID", owner},
+               {"FDO_STAGE", std::to_string(stage.stage)}});
   return out;
 }
 

@@ -69,7 +69,7 @@ std::string ProgramRegistry::path_of(const std::string& ik) const {
 
 Expected<ProgramRef> ProgramRegistry::add(std::string_view bytes, std::string name,
                                           std::int64_t uid, const TenantScope& scope,
-                                          std::uint64_t max_bytes) {
+                                          std::uint64_t max_bytes, unsigned max_programs) {
   if (bytes.empty()) return make_error(Errc::invalid_argument, "program is empty (0 bytes of IR)");
   if (bytes.size() > max_bytes)
     return make_error(Errc::resource_exhausted,
@@ -94,6 +94,7 @@ Expected<ProgramRef> ProgramRegistry::add(std::string_view bytes, std::string na
       return known;
     }
   }
+  FDO_TRY(Slot slot, reserve(rec->ik, uid, max_programs));
   FDO_TRY(ProgramAnalysis analysis, analyzer_.analyze(bytes, scope));
   rec->name = name.empty() ? "program-" + rec->ik.substr(0, 12) : std::move(name);
   rec->pk = scope.profile_key(analysis.profile_key);
@@ -110,6 +111,36 @@ Expected<ProgramRef> ProgramRegistry::add(std::string_view bytes, std::string na
   // A concurrent registration of the same bytes may have won: both wrote the
   // same file and row; every caller gets the first record.
   return programs_.emplace(rec->ik, std::move(rec)).first->second;
+}
+
+ProgramRegistry::Slot::~Slot() {
+  if (registry_ == nullptr) return;
+  std::lock_guard lk(registry_->quota_mu_);
+  if (auto it = registry_->pending_.find(uid_);
+      it != registry_->pending_.end() && --it->second == 0)
+    registry_->pending_.erase(it);
+}
+
+Expected<ProgramRegistry::Slot> ProgramRegistry::reserve(const std::string& ik, std::int64_t uid,
+                                                         unsigned max_programs) {
+  if (max_programs == 0) return Slot();
+  std::lock_guard lk(quota_mu_);
+  // Registering a program that has a row already (the same bytes again, after
+  // a restart) adds nothing.
+  FDO_TRY(std::optional<ps::ProgramInfo> known, index_.find(ik));
+  if (known) return Slot();
+  FDO_TRY(std::int64_t registered, index_.count_owned(uid));
+  auto in_flight = pending_.find(uid);
+  std::int64_t held = registered + (in_flight == pending_.end() ? 0 : in_flight->second);
+  if (held >= static_cast<std::int64_t>(max_programs))
+    return make_error(Errc::resource_exhausted,
+                      "uid " + std::to_string(uid) + " has " + std::to_string(held) +
+                          " programs registered, the limit (max_programs_per_uid = " +
+                          std::to_string(max_programs) +
+                          "); delete some (fdoctl program delete, fdoctl gc) before registering "
+                          "another");
+  ++pending_[uid];
+  return Slot(this, uid);
 }
 
 Expected<ProgramRef> ProgramRegistry::load(const std::string& ik, std::int64_t uid,
@@ -190,6 +221,11 @@ Status ProgramRegistry::forget(const std::string& ik) {
   if (::unlink(path_of(ik).c_str()) != 0 && errno != ENOENT)
     return Error::from_errno("remove " + path_of(ik), errno);
   return ok();
+}
+
+void ProgramRegistry::forget_loaded() {
+  std::lock_guard lk(mu_);
+  programs_.clear();
 }
 
 std::size_t ProgramRegistry::loaded() const {

@@ -62,6 +62,7 @@ void Service::register_methods(Dispatcher& d) {
   methods::add_profile_methods(d, *state_);
   methods::add_cache_methods(d, *state_);
   methods::add_lifecycle_methods(d, *state_);
+  methods::add_maintenance_methods(d, *state_);
 }
 
 Status Service::flush_feedback() {
@@ -143,10 +144,13 @@ ServiceBuilder::worker_pool(const std::string& worker_path, WorkerRole role, con
   };
   o.cgroups = isolation->cgroups();
   o.cgroup_pids_max = c.job_max_tasks;
-  if (role == WorkerRole::exec) {
-    o.capture_output_bytes = c.job_output_bytes;
-    o.exit_outcome = ExitOutcome::result;
-  }
+  // Both roles: what a job prints never reaches fdod's own stdout/stderr (the
+  // journal) unattributed; exec output goes back to the caller, compile
+  // output (LLVM's own diagnostics: no client code runs there, so no file
+  // size limit is needed to bound it) to fdod's log as a record naming the
+  // program (adapters.cpp).
+  o.capture_output_bytes = c.job_output_bytes;
+  if (role == WorkerRole::exec) o.exit_outcome = ExitOutcome::result;
   FDO_TRY(std::unique_ptr<WorkerPool> pool, WorkerPool::create(o));
   return std::unique_ptr<JobRunner>(std::move(pool));
 }

@@ -73,6 +73,13 @@ public:
     if (!rows.count(std::string(ik))) return make_error(Errc::not_found, "no program");
     return ok();
   }
+  Expected<std::int64_t> count_owned(std::int64_t owner) override {
+    std::lock_guard lk(mu);
+    std::int64_t n = 0;
+    for (const auto& [ik, row] : rows)
+      n += row.owner == owner ? 1 : 0;
+    return n;
+  }
   std::mutex mu;
   std::map<std::string, ps::ProgramInfo> rows;
   bool fail_adds = false;

@@ -1,10 +1,7 @@
 // The Service composed over fake compile/exec runners and a real SQLite store
 // in a temp dir: the execute path, the feedback loop through it, tenancy and
 // configuration reloads, without worker processes.
-#include "fakes.h"
-#include "fdo/daemon/service.h"
-#include "fdo/jit/compiler.h"
-#include "support/temp_dir.h"
+#include "service_harness.h"
 
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -17,112 +14,6 @@ using namespace fdo::daemon;
 using namespace fdo::daemon::testing;
 using fdo::test_support::TempDir;
 using nlohmann::json;
-
-namespace {
-
-constexpr std::uint64_t kHash = 0xfeed;
-
-// A compile worker stand-in: analysis from the bytes, "objects" naming the
-// mode, instrumented builds with one counted function "main".
-Expected<Message> fake_compile(const Message& req) {
-  Message out;
-  std::string op = req.header.value("op", "");
-  if (op == "analyze") {
-    if (req.payload.starts_with("bad")) return make_error(Errc::parse, "not IR");
-    out.header = {{"profile_key", blake3_hex(req.payload)},
-                  {"entries", {{{"name", "main"}, {"returns", "i64"}, {"params", json::array()}}}}};
-    return out;
-  }
-  if (op == "compile") {
-    jit::CompileResult r;
-    FDO_TRY(r.mode, parse_compile_mode(req.header.value("mode", "")));
-    r.profile_key = blake3_hex(req.payload);
-    r.entries.push_back(jit::EntryInfo{"main", "i64", {}, true});
-    r.mutable_globals = false;
-    if (r.mode == CompileMode::instrumented) r.counters_layout.push_back({"main", kHash, 2});
-    out.header = jit::metadata_to_json(r);
-    out.payload = "object:" + std::string(to_string(r.mode));
-    return out;
-  }
-  return make_error(Errc::invalid_argument, "unknown op " + op);
-}
-
-// An exec worker stand-in: returns 42; instrumented objects report counts.
-Expected<Message> fake_exec(const Message& req) {
-  Message out;
-  out.header = {{"ret", 42}, {"measurement", {{"wall_ns", 1000}, {"events", json::array()}}}};
-  json counts = json::object();
-  if (req.payload.starts_with("object:instrumented")) counts["main"] = {900, 100};
-  out.header["counts"] = counts;
-  return out;
-}
-
-// The audit seam: every record the service writes.
-struct RecordingAudit : AuditSink {
-  std::mutex mu;
-  std::vector<AuditRecord> records;
-  void record(const AuditRecord& r) override {
-    std::lock_guard lk(mu);
-    records.push_back(r);
-  }
-};
-
-struct Harness {
-  TempDir dir{"fdo-service"};
-  std::shared_ptr<RecordingAudit> audit = std::make_shared<RecordingAudit>();
-  FakeRunner* compile = nullptr;
-  FakeRunner* exec = nullptr;
-  std::unique_ptr<Service> service;
-  Dispatcher dispatcher;
-
-  explicit Harness(Config c = base_config()) {
-    c.state_dir = dir.str();
-    auto s = ServiceBuilder(c)
-                 .runners([this](WorkerRole role, const Config&,
-                                 auto&&...) -> Expected<std::unique_ptr<JobRunner>> {
-                   auto r = std::make_unique<FakeRunner>(std::string(to_string(role)),
-                                                         role == WorkerRole::compile
-                                                             ? FakeRunner::Fn(fake_compile)
-                                                             : FakeRunner::Fn(fake_exec));
-                   (role == WorkerRole::compile ? compile : exec) = r.get();
-                   return std::unique_ptr<JobRunner>(std::move(r));
-                 })
-                 .perf_probe([](const Config&, JobRunner&) {
-                   return json{{"pmu", false}};
-                 })
-                 .sandbox_probe([] { return testing::test_host(); })
-                 .host_name("test-host")
-                 .audit_sink(audit)
-                 .create();
-    REQUIRE(s);
-    service = std::move(*s);
-    service->register_methods(dispatcher);
-  }
-
-  static Config base_config() {
-    Config c;
-    c.tier_up = TierUp::sync;
-    c.policy.min_stages = 2;
-    c.policy.min_counts = 100;
-    return c;
-  }
-
-  Expected<json> call(const std::string& method, const json& params, uid_t uid = 1000) {
-    CallContext ctx;
-    ctx.uid = uid;
-    json req = {{"jsonrpc", "2.0"}, {"id", 1}, {"method", method}, {"params", params}};
-    auto line = dispatcher.handle_line(req.dump(), ctx);
-    REQUIRE(line);
-    json resp = json::parse(*line);
-    if (resp.contains("error")) {
-      UNSCOPED_INFO(method << " failed: " << resp["error"].dump());
-      return make_error(Errc::internal, resp["error"].dump());
-    }
-    return resp["result"];
-  }
-};
-
-} // namespace
 
 TEST_CASE("service: stages through fake workers fold into a profile rewrite and recompile",
           "[service]") {

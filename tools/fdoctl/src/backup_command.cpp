@@ -6,6 +6,8 @@
 #include "fdo/ctl/client.h"
 #include "fdo/profile_store/backup.h"
 
+#include <filesystem>
+
 namespace fdo::ctl {
 
 namespace {
@@ -38,16 +40,26 @@ Status cmd_backup(Context& ctx, const std::string& file) {
 }
 
 Status cmd_restore(Context& ctx, const std::string& file) {
-  FDO_TRY(std::string db, store_path(ctx, "restore"));
-  // Never under a running daemon: it holds the database open and caches what
-  // it read from it.
+  // A running daemon restores through its own store: it holds the database
+  // open and caches what it read from it (store.restore).
   ClientOptions quick;
   quick.timeout = std::chrono::seconds(5);
-  if (auto running = RpcClient::connect(ctx.globals().socket, quick); running)
-    return make_error(Errc::invalid_argument,
-                      "fdod answers on " + ctx.globals().socket +
-                          "; stop it first (systemctl stop fdod.socket fdod.service), restore, "
-                          "then start it again");
+  // The probe's connection is closed before the request goes on its own.
+  const bool running = RpcClient::connect(ctx.globals().socket, quick).has_value();
+  if (running) {
+    std::error_code ec;
+    std::string absolute = std::filesystem::absolute(file, ec).lexically_normal().string();
+    if (ec)
+      return make_error(Errc::invalid_argument, "cannot resolve " + file + ": " + ec.message());
+    FDO_TRY(auto backend, ctx.backend(Need::daemon));
+    FDO_TRY(nlohmann::json r, call(*backend, "store.restore", {{"file", absolute}}));
+    profile_store::BackupSummary s;
+    s.pages = r.value("pages", std::int64_t(0));
+    s.bytes = r.value("bytes", std::int64_t(0));
+    report(ctx, "restored the running fdod's store from", absolute, s);
+    return ok();
+  }
+  FDO_TRY(std::string db, store_path(ctx, "restore"));
   FDO_TRY(profile_store::BackupSummary s, profile_store::restore_database(file, db));
   report(ctx, "restored " + db + " from", file, s);
   return ok();

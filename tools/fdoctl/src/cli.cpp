@@ -256,10 +256,21 @@ int run_cli(const std::vector<std::string>& args, Io& io) {
   backup->add_option("FILE", backup_file, "the copy to write (must not exist)")->required();
   backup->callback([&] { action = [&](Context& c) { return cmd_backup(c, backup_file); }; });
   auto* restore = app.add_subcommand(
-      "restore", "Put a copy made by `backup` back as the profile store under --state-dir (fdod "
-                 "stopped)");
+      "restore", "Put a copy made by `backup` back as the profile store: through the running "
+                 "fdod, or under --state-dir when fdod is stopped");
   restore->add_option("FILE", backup_file, "the copy to restore")->required();
   restore->callback([&] { action = [&](Context& c) { return cmd_restore(c, backup_file); }; });
+
+  // gc
+  GcOptions gc;
+  auto* gc_cmd = app.add_subcommand(
+      "gc", "Remove unused programs, unpinned profiles unchanged for long and orphaned cache "
+            "objects");
+  gc_cmd->add_flag("--dry-run", gc.dry_run, "list what would be removed; remove nothing");
+  gc_cmd->add_option("--max-age", gc.max_age,
+                     "unused for longer than this: days, or N h / N m / N s (default: fdod's "
+                     "gc_max_age_days)");
+  gc_cmd->callback([&] { action = [&](Context& c) { return cmd_gc(c, gc); }; });
 
   // cache stats
   auto* cache_cmd = app.add_subcommand("cache", "The compiled-output cache");

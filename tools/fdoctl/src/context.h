@@ -96,6 +96,17 @@ Status cmd_program_delete(Context& ctx, const std::string& program);
 Status cmd_profile_delete(Context& ctx, const std::string& key);
 Status cmd_backup(Context& ctx, const std::string& file);
 Status cmd_restore(Context& ctx, const std::string& file);
+struct GcOptions {
+  bool dry_run = false;
+  std::string max_age; // "" = the daemon's gc_max_age_days; else N[d|h|m|s]
+};
+Status cmd_gc(Context& ctx, const GcOptions& o); // gc_command.cpp
+// "30" (days), "12h", "90m", "45s" -> seconds; invalid_argument otherwise.
+Expected<std::int64_t> parse_age_seconds(const std::string& text);
+// gc on a stopped daemon's state dir, every tenant's data (gc_offline.cpp);
+// the result has the shape of the daemon's gc method.
+Expected<nlohmann::json> gc_state_dir(const std::string& state_dir, bool dry_run,
+                                      std::int64_t max_age_s);
 Status cmd_cache_stats(Context& ctx);
 Status cmd_explain(Context& ctx, const std::string& program, std::uint64_t limit);
 Status cmd_status(Context& ctx);

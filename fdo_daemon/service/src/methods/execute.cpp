@@ -4,6 +4,7 @@
 #include "fdo/daemon/abi.h"
 #include "fdo/daemon/isolation.h"
 #include "fdo/jit/compiler.h"
+#include "fdo/util/log_record.h"
 #include "methods.h"
 
 namespace fdo::daemon::methods {
@@ -169,6 +170,24 @@ json output_json(const JobOutput& o) {
   return {{"stdout", as_text(o.out)}, {"stderr", as_text(o.err)}, {"truncated", o.truncated}};
 }
 
+// One stage in fdod's log (journald fields under systemd): finished stages at
+// debug, failed ones at info, each naming its program, profile and tenant.
+void stage_record(log::Level level, const std::string& what, const cache::StageOutput& so,
+                  std::int64_t number, const CallContext& ctx) {
+  const std::string stage = std::to_string(number), tenant = std::to_string(ctx.uid),
+                    version = std::to_string(so.profile_version);
+  log::record(level,
+              "stage " + stage + " of program " + so.ik.substr(0, 12) + " (uid " + tenant +
+                  "): " + what,
+              {{"FDO_STAGE", stage},
+               {"FDO_PROGRAM", so.ik},
+               {"FDO_PROFILE_KEY", so.pk},
+               {"FDO_PROFILE_VERSION", version},
+               {"FDO_TENANT_UID", tenant},
+               {"FDO_MODE", to_string(so.mode)},
+               {"FDO_CACHE", cache::to_string(so.outcome)}});
+}
+
 } // namespace
 
 Expected<json> execute(ServiceState& s, const json& params, const CallContext& ctx) {
@@ -208,6 +227,7 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
                                      .count());
   if (!resp) {
     ++s.counters.stage_failures;
+    stage_record(log::Level::info, "failed: " + resp.error().message(), so, stage_number, ctx);
     return std::move(resp).error().context("execute " + entry_name);
   }
   so.entry = {}; // the object ran: let the cache evict it while the feedback is folded
@@ -279,6 +299,8 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
                             so.compiled ? so.compile_ms : 0.0, static_cast<double>(exec_ns) / 1e9,
                             fo.rewritten.has_value());
   result["stage"] = std::move(stage);
+  stage_record(log::Level::debug, "ran in " + std::to_string(exec_ns) + " ns", so, stage_number,
+               ctx);
   return result;
 }
 

@@ -6,6 +6,7 @@
 #include "fdo/daemon/jsonrpc.h"
 
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 namespace fdo::daemon::methods {
 
@@ -22,6 +23,8 @@ void add_profile_methods(Dispatcher& d, ServiceState& s);
 void add_cache_methods(Dispatcher& d, ServiceState& s);
 // program.list, program.delete, profile.delete
 void add_lifecycle_methods(Dispatcher& d, ServiceState& s);
+// gc, store.restore (maintenance_methods.cpp)
+void add_maintenance_methods(Dispatcher& d, ServiceState& s);
 
 // --- shared by the families ---------------------------------------------
 
@@ -30,6 +33,11 @@ void add_lifecycle_methods(Dispatcher& d, ServiceState& s);
 Expected<ProgramRef> program_param(ServiceState& s, const json& params, const CallContext& ctx);
 // The IR of a request: "ir" (text) or "ir_base64" (text or bitcode).
 Expected<std::string> program_source(const json& params);
+// Root and the daemon's own uid: operators, who can read the state dir
+// anyway (config, and gc over every tenant's data).
+inline bool is_operator(const CallContext& ctx) {
+  return ctx.uid == 0 || ctx.uid == ::geteuid();
+}
 // The "cache" object of a stage: outcome, reason, detail.
 json cache_outcome_json(const cache::StageOutput& so);
 

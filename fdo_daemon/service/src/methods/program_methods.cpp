@@ -17,9 +17,8 @@ Expected<json> program_register(ServiceState& s, const json& p, const CallContex
   FDO_TRY(std::string raw, program_source(p));
   FDO_TRY(std::string name, optional_param<std::string>(p, "name", ""));
   auto cfg = s.config.get();
-  FDO_TRY(ProgramRef rec, s.programs->add(raw, name, ctx.uid,
-                                          TenantScope::of(ctx.uid, s.sharing()),
-                                          cfg->max_program_bytes));
+  FDO_TRY(ProgramRef rec, s.programs->add(raw, name, ctx.uid, TenantScope::of(ctx.uid, s.sharing()),
+                                          cfg->max_program_bytes, cfg->max_programs_per_uid));
   return json{{"program", rec->ik},
               {"profile_key", rec->pk},
               {"name", rec->name},
@@ -65,7 +64,7 @@ Expected<ProgramRef> program_param(ServiceState& s, const json& params, const Ca
   FDO_TRY(std::string name, optional_param<std::string>(params, "name", ""));
   auto cfg = s.config.get();
   return s.programs->add(raw, name, ctx.uid, TenantScope::of(ctx.uid, s.sharing()),
-                         cfg->max_program_bytes);
+                         cfg->max_program_bytes, cfg->max_programs_per_uid);
 }
 
 json cache_outcome_json(const cache::StageOutput& so) {

@@ -41,7 +41,7 @@ Expected<json> metrics(ServiceState& s, const json&, const CallContext&) {
 
 // The effective configuration, for operators: the daemon's own uid and root.
 Expected<json> config(ServiceState& s, const json&, const CallContext& ctx) {
-  if (ctx.uid != 0 && ctx.uid != ::geteuid())
+  if (!is_operator(ctx))
     return make_error(Errc::permission_denied,
                       "config is shown to root and to the daemon's own user only");
   auto c = s.config.get();

@@ -7,6 +7,7 @@
 
 #include "fdo/util/expected.h"
 
+#include <cstdint>
 #include <string>
 
 namespace fdo::profile_store {
@@ -25,8 +26,9 @@ Expected<BackupSummary> backup_database(const std::string& db_path, const std::s
 // is checked (it opens, passes PRAGMA quick_check and has fdo's schema), then
 // written over `db_path` page by page through the backup API, so a reader
 // sees the old or the new database, never a mix. fdod must not be running
-// on it (the caller checks); any -wal/-shm of the old database is folded in
-// by SQLite.
+// on it (the caller checks; a running fdod restores through its own store,
+// ProfileStore::restore_from); any -wal/-shm of the old database is folded
+// in by SQLite.
 Expected<BackupSummary> restore_database(const std::string& from_path, const std::string& db_path);
 
 } // namespace fdo::profile_store

@@ -17,6 +17,7 @@
 // Options::busy_timeout, then Errc::timeout) and readers never block.
 #pragma once
 
+#include "fdo/profile_store/backup.h"
 #include "fdo/util/enum_names.h"
 #include "fdo/util/expected.h"
 #include "fdo/util/profile.h"
@@ -267,6 +268,14 @@ public:
   Expected<int> schema_version() const;
   // PRAGMA integrity_check and foreign_key_check; error describing the first problems.
   Status integrity_check() const;
+  // Replaces the whole database, while it is open and in use, with a copy
+  // made by backup_database (backup.h): the copy is checked first (it opens,
+  // passes PRAGMA quick_check, is an fdo store with this build's schema
+  // version; anything else changes nothing), then written over this database
+  // through SQLite's backup API on the write connection, so every write of
+  // this store waits until it is done and every reader sees the old or the
+  // new database, never a mix. Callers drop what they cached from the old one.
+  Expected<BackupSummary> restore_from(const std::string& from_path);
 
   // --- profiles ---
   Expected<std::optional<StoredProfile>> current(std::string_view pk) const;
@@ -333,6 +342,8 @@ public:
   Expected<std::optional<ProgramInfo>> program(std::string_view ik) const;
   Expected<std::vector<ProgramInfo>>
   programs(std::optional<std::int64_t> owner = std::nullopt) const;
+  // How many programs are registered to `owner`.
+  Expected<std::int64_t> count_programs(std::int64_t owner) const;
   Expected<bool> remove_program(std::string_view ik);
   // Whether `owner` has a registered program whose profile key is `pk`.
   Expected<bool> owns_program_with_profile_key(std::int64_t owner, std::string_view pk) const;

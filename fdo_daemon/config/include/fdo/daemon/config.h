@@ -74,6 +74,8 @@ struct Config {
   std::uint64_t exec_memory_mb = 1024;
   std::uint64_t max_output_bytes = 64u << 20;
   std::uint64_t max_program_bytes = 32u << 20;
+  unsigned max_programs_per_uid = 1000; // 0 = no limit
+  unsigned gc_max_age_days = 30;
   std::uint64_t memory_cache_bytes = 256u << 20;
   std::uint64_t disk_cache_bytes = 1u << 30;
   TierUp tier_up = TierUp::async;

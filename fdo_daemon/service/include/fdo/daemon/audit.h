@@ -30,11 +30,10 @@ public:
   virtual void record(const AuditRecord& r) = 0;
 };
 
-// journald: sd_journal_send with MESSAGE, PRIORITY=5 (notice),
-// SYSLOG_IDENTIFIER=fdod, FDO_AUDIT=1, FDO_ACTION, FDO_TENANT_UID,
-// FDO_PROFILE_KEY, FDO_PROGRAM, FDO_OUTCOME, FDO_DETAIL. Where journald is
-// not reachable (not under systemd: no $JOURNAL_STREAM, or the send fails)
-// the MESSAGE goes to fdod's log at notice instead.
+// The logger's structured records (log_record.h), at notice, with fields
+// FDO_AUDIT=1, FDO_ACTION, FDO_TENANT_UID, FDO_PROFILE_KEY, FDO_PROGRAM,
+// FDO_OUTCOME, FDO_DETAIL: in journald under systemd (journal.h), else
+// fdod's log line with the fields appended.
 std::shared_ptr<AuditSink> journal_audit_sink();
 
 } // namespace fdo::daemon

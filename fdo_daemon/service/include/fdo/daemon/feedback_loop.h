@@ -86,6 +86,8 @@ public:
   // Forgets the running totals of `pk` (after a reset: they belonged to a
   // profile that no longer is current).
   void forget(const std::string& pk);
+  // Forgets every key's running totals (the store was restored from a backup).
+  void forget_all();
 
   std::uint64_t rewrites() const { return rewrites_.load(); }
   std::size_t pending_rows() const;

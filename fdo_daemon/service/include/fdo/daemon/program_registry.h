@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace fdo::daemon {
@@ -51,6 +52,8 @@ public:
   virtual Status add(const profile_store::ProgramInfo& info) = 0;
   virtual Expected<std::optional<profile_store::ProgramInfo>> find(std::string_view ik) = 0;
   virtual Status touch(std::string_view ik) = 0;
+  // How many programs are registered to `owner` (max_programs_per_uid).
+  virtual Expected<std::int64_t> count_owned(std::int64_t owner) = 0;
 };
 
 struct ProgramRecord {
@@ -76,10 +79,14 @@ public:
 
   // Registers `bytes` for `uid` under `scope` (idempotent: the same bytes in the
   // same scope return the same record). Errors: invalid_argument (empty, or the
-  // reserved scope prefix), resource_exhausted (over max_bytes), the analyzer's
-  // parse/verify errors, io when the .prog file or the row cannot be written.
+  // reserved scope prefix), resource_exhausted (over max_bytes, or a new
+  // program when `uid` already has max_programs registered; 0 = no limit), the
+  // analyzer's parse/verify errors, io when the .prog file or the row cannot be
+  // written. Registrations in flight count against the limit, so concurrent
+  // ones never overshoot it (near the limit one may be refused early).
   Expected<ProgramRef> add(std::string_view bytes, std::string name, std::int64_t uid,
-                           const TenantScope& scope, std::uint64_t max_bytes);
+                           const TenantScope& scope, std::uint64_t max_bytes,
+                           unsigned max_programs = 0);
 
   // A registered program that `uid` may use: loaded from the state dir after a
   // restart. Another tenant's program is not_found, as is an unknown id. A
@@ -91,6 +98,9 @@ public:
   // file. The caller removes its store row and mappings; stages already
   // holding its record finish.
   Status forget(const std::string& ik);
+  // Drops every in-memory record (the store was restored from a backup): each
+  // program is loaded again from its row, or is unknown if the row is gone.
+  void forget_loaded();
   std::size_t loaded() const;
   const std::string& programs_dir() const { return dir_; }
 
@@ -110,6 +120,27 @@ private:
 
   mutable std::mutex mu_; // guards programs_ only
   std::map<std::string, ProgramRef> programs_;
+
+  // A registration of a new program counted against its uid's limit until
+  // its row is written (then the store's count includes it).
+  class Slot {
+  public:
+    Slot() = default;
+    Slot(ProgramRegistry* registry, std::int64_t uid) : registry_(registry), uid_(uid) {}
+    Slot(Slot&& o) noexcept : registry_(std::exchange(o.registry_, nullptr)), uid_(o.uid_) {}
+    Slot& operator=(Slot&&) = delete;
+    ~Slot();
+
+  private:
+    ProgramRegistry* registry_ = nullptr;
+    std::int64_t uid_ = 0;
+  };
+  Expected<Slot> reserve(const std::string& ik, std::int64_t uid, unsigned max_programs);
+
+  // Guards pending_ and orders the count-and-reserve of new registrations
+  // (one SQLite count each; never taken on the path of a known program).
+  std::mutex quota_mu_;
+  std::map<std::int64_t, unsigned> pending_;
 };
 
 } // namespace fdo::daemon
