@@ -5,6 +5,7 @@
 #pragma once
 
 #include "fdo/cache/orchestrator.h"
+#include "fdo/daemon/guard_config.h"
 #include "fdo/daemon/policy_config.h"
 #include "fdo/util/expected.h"
 #include "fdo/util/log.h"
@@ -86,6 +87,7 @@ struct Config {
   std::uint64_t worker_retire_growth_mb = 64;
   unsigned max_queued_jobs_per_uid = 32;
   PolicyConfig policy; // policy.* keys
+  GuardConfig guard;   // guard.* keys (docs/guard.md)
   // Connections and tenants (docs/fdod-protocol.md): the server's own pool
   // for control methods, per-uid limits and per-connection deadlines.
   unsigned control_threads = 2;
