@@ -296,9 +296,11 @@ TEST_CASE("a caller-chosen variant of the profile is an ordinary entry under its
   CHECK(compiled_with(*hit, compiler.identity(), 1, CompileMode::plain));
 
   // The current profile's own output is another entry; both stay cached.
-  StageOutput cur = stage(*o, a);
-  CHECK(cur.mode == CompileMode::optimized);
-  CHECK(cur.ck != hit->ck);
+  auto cur = o->prepare(as_program(a), TierUp::sync);
+  REQUIRE(cur);
+  CHECK(cur->outcome == Outcome::compiled);
+  CHECK(cur->mode == CompileMode::optimized);
+  CHECK(cur->ck != hit->ck);
   auto again = o->prepare(as_program(a), TierUp::sync, variant);
   REQUIRE(again);
   CHECK(again->outcome == Outcome::memory_hit);
