@@ -64,6 +64,7 @@ def fdod_settings(min_stages: int) -> Dict[str, object]:
         "policy.min_stages": min_stages,  # instrumented stages before the rewrite
         "policy.min_counts": 1000,  # the default; every kernel run gives millions
         "tier_up": "sync",  # the stage after the rewrite runs the optimized code
+        "guard": "off",  # these columns are fdo without the live A/B guard (docs/guard.md)
         "compile_workers": 1,
         "exec_workers": 1,  # one request at a time: one worker is enough
         "exec_timeout_ms": 60000,

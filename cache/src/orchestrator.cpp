@@ -121,7 +121,8 @@ struct Orchestrator::Impl {
   // ------------------------------------------------------------ stage steps
 
   // Design step 1: IK, and the profile key mapping decides which stage this is.
-  Expected<StageOutput> prepare(const Program& program, TierUp policy) {
+  Expected<StageOutput> prepare(const Program& program, TierUp policy,
+                                const ProfileRef* variant = nullptr) {
     n.prepares++;
     Target t;
     if (auto st = check_scope(program.scope, program.bytes); !st)
@@ -134,7 +135,8 @@ struct Orchestrator::Impl {
                   std::move(pk).error().context("look up the profile key mapping"));
     if (!*pk) return first_stage(std::move(t), program);
     t.pk = **pk;
-    return later_stage(std::move(t), program, policy);
+    return later_stage(std::move(t), program, policy,
+                       variant != nullptr && variant->pk == t.pk ? variant : nullptr);
   }
 
   // Design step 2 / patent FIG. 5 steps 506-508 and FIG. 6.
@@ -204,8 +206,9 @@ struct Orchestrator::Impl {
   }
 
   // Design step 3 / patent FIG. 5 steps 510-518 and FIG. 4.
-  Expected<StageOutput> later_stage(Target t, const Program& program, TierUp policy) {
-    if (auto st = read_profile(t); !st)
+  Expected<StageOutput> later_stage(Target t, const Program& program, TierUp policy,
+                                    const ProfileRef* variant) {
+    if (auto st = variant ? use_profile(t, *variant) : read_profile(t); !st)
       return fail(base_record(t, std::nullopt), std::move(st).error());
     auto vk = keys.lookup_virtual_key(t.ck);
     if (!vk)
@@ -305,6 +308,15 @@ struct Orchestrator::Impl {
       return std::move(profile).error().context("read the profile for " + short_key(t.pk));
     FDO_TRY_STATUS(check_profile(*profile, t.pk));
     t.profile = std::move(*profile);
+    t.mode = choose_mode(t.profile.doc.get());
+    t.ck = cache_key(t.ik, t.profile.digest, t.mode);
+    return ok();
+  }
+
+  // A caller-chosen profile (a variant of the current one) in its place.
+  Status use_profile(Target& t, const ProfileRef& variant) {
+    FDO_TRY_STATUS(check_profile(variant, t.pk));
+    t.profile = variant;
     t.mode = choose_mode(t.profile.doc.get());
     t.ck = cache_key(t.ik, t.profile.digest, t.mode);
     return ok();
@@ -518,6 +530,11 @@ Expected<StageOutput> Orchestrator::prepare(const Program& program) {
 
 Expected<StageOutput> Orchestrator::prepare(const Program& program, TierUp policy) {
   return impl_->prepare(program, policy);
+}
+
+Expected<StageOutput> Orchestrator::prepare(const Program& program, TierUp policy,
+                                            const ProfileRef& variant) {
+  return impl_->prepare(program, policy, &variant);
 }
 
 std::string Orchestrator::initial_key_for(const Program& program) const {

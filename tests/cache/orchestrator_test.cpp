@@ -261,6 +261,65 @@ TEST_CASE("async tier-up failure keeps serving the old output and retries later"
   CHECK(compiler.compiles() == 3);
 }
 
+TEST_CASE("a caller-chosen variant of the profile is an ordinary entry under its own CK",
+          "[cache][orchestrator]") {
+  MemoryKeyStore keys;
+  FakeCompiler compiler;
+  auto o = make(memory_only(TierUp::async), keys, compiler);
+  std::string a = program("a");
+  StageOutput s1 = stage(*o, a);
+  // First stage (PK not known yet): the variant is ignored, the stage is plain prepare().
+  ProfileDoc plain;
+  plain.knobs.mode = CompileMode::plain;
+  ProfileRef variant;
+  variant.pk = s1.pk;
+  variant.version = 1;
+  variant.digest = profile_digest(plain);
+  variant.doc = std::make_shared<const ProfileDoc>(plain);
+  keys.set_profile(s1.pk, profile_with_counts(100));
+  o->wait_idle();
+
+  // Async: the variant compiles in the background while the previous output serves.
+  compiler.close_gate();
+  auto pending = o->prepare(as_program(a), TierUp::async, variant);
+  REQUIRE(pending);
+  CHECK(pending->outcome == Outcome::tier_up_pending);
+  CHECK(pending->profile_digest != variant.digest); // what ran is not the variant yet
+  compiler.open_gate();
+  o->wait_idle();
+  auto hit = o->prepare(as_program(a), TierUp::async, variant);
+  REQUIRE(hit);
+  CHECK(hit->outcome == Outcome::memory_hit);
+  CHECK(hit->mode == CompileMode::plain);
+  CHECK(hit->profile_digest == variant.digest);
+  CHECK(hit->ck == cache_key(s1.ik, variant.digest, CompileMode::plain));
+  CHECK(compiled_with(*hit, compiler.identity(), 1, CompileMode::plain));
+
+  // The current profile's own output is another entry; both stay cached.
+  auto cur = o->prepare(as_program(a), TierUp::sync);
+  REQUIRE(cur);
+  CHECK(cur->outcome == Outcome::compiled);
+  CHECK(cur->mode == CompileMode::optimized);
+  CHECK(cur->ck != hit->ck);
+  auto again = o->prepare(as_program(a), TierUp::sync, variant);
+  REQUIRE(again);
+  CHECK(again->outcome == Outcome::memory_hit);
+  CHECK(again->storage_key == hit->ck);
+
+  // A variant for another PK is not used.
+  ProfileRef other = variant;
+  other.pk = "another-pk";
+  auto ignored = o->prepare(as_program(a), TierUp::sync, other);
+  REQUIRE(ignored);
+  CHECK(ignored->mode == CompileMode::optimized);
+  // A variant without a digest is refused like a bad key-store answer.
+  ProfileRef broken = variant;
+  broken.digest.clear();
+  auto bad = o->prepare(as_program(a), TierUp::sync, broken);
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().code() == Errc::internal);
+}
+
 TEST_CASE("an evicted VK entry recompiles and is stored under CK", "[cache][orchestrator]") {
   MemoryKeyStore keys;
   FakeCompiler compiler;

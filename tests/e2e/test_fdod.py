@@ -328,6 +328,10 @@ class ConfigReload(unittest.TestCase):
         "max_connections_per_uid": 32, "max_inflight_per_uid": 8, "read_timeout_ms": 20000,
         "idle_timeout_ms": 300000, "write_timeout_ms": 20000, "max_unsent_bytes": 2097152,
         "metrics_listen": "127.0.0.1:9464",
+        "guard": "off", "guard.min_stages": 30, "guard.tune_min_stages": 300,
+        "guard.tune_max_variants": 2, "guard.min_pairs": 8, "guard.max_pairs": 30,
+        "guard.accept_z": 3.1, "guard.reject_z": 2.5, "guard.min_effect": 0.02,
+        "guard.early_margin": 0.2,
     }
 
     def test_sighup_applies_runtime_keys_and_keeps_restart_keys(self):

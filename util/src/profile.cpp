@@ -158,16 +158,19 @@ json to_json(const ProfileDoc& doc) {
     if (!f.source_name.empty()) fj["source_name"] = f.source_name;
     fns[name] = std::move(fj);
   }
-  return {{"format", doc.format},
-          {"knobs", knobs_json(doc.knobs)},
-          {"functions", std::move(fns)},
-          {"hardware", doc.hardware},
-          {"provenance",
-           {{"reason", doc.provenance.reason},
-            {"created_at", doc.provenance.created_at},
-            {"host", doc.provenance.host},
-            {"stage", doc.provenance.stage},
-            {"program", doc.provenance.program}}}};
+  json out = {{"format", doc.format},
+              {"knobs", knobs_json(doc.knobs)},
+              {"functions", std::move(fns)},
+              {"hardware", doc.hardware},
+              {"provenance",
+               {{"reason", doc.provenance.reason},
+                {"created_at", doc.provenance.created_at},
+                {"host", doc.provenance.host},
+                {"stage", doc.provenance.stage},
+                {"program", doc.provenance.program}}}};
+  // Only when the guard has recorded something: older documents keep their form.
+  if (!doc.guard.empty()) out["guard"] = to_json(doc.guard);
+  return out;
 }
 
 Expected<ProfileDoc> profile_from_json(const json& j) {
@@ -235,6 +238,9 @@ Expected<ProfileDoc> profile_from_json(const json& j) {
     if (!it->is_object()) return field_error("hardware", "must be an object");
     doc.hardware = *it;
   }
+  if (auto it = j.find("guard"); it != j.end()) {
+    FDO_TRY(doc.guard, guard_from_json(*it));
+  }
   if (auto it = j.find("provenance"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) return field_error("provenance", "must be an object");
     const json& p = *it;
@@ -246,6 +252,15 @@ Expected<ProfileDoc> profile_from_json(const json& j) {
                            std::numeric_limits<long long>::max()));
   }
   return doc;
+}
+
+json to_json(const Knobs& knobs) {
+  return knobs_json(knobs);
+}
+
+Expected<Knobs> knobs_from_json(const json& j) {
+  FDO_TRY(ProfileDoc doc, profile_from_json(json{{"knobs", j}}));
+  return doc.knobs;
 }
 
 Expected<ProfileDoc> parse_profile(std::string_view json_text) {

@@ -463,6 +463,58 @@ const std::vector<KeyDef>& key_defs() {
         "Clock samples in program code the window needs before time-share drift is judged.",
         [](Config& c) -> std::uint64_t& { return c.policy.time_share_min_samples; }, 1,
         100'000'000));
+    {
+      KeyDef d{"guard", R,
+               "on: A/B-test each new profile (and knob variants) against the incumbent build on "
+               "live stages and serve the faster (docs/guard.md); off: serve the profile as is.",
+               nullptr, nullptr};
+      d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
+        if (s == "on")
+          c.guard.mode = GuardMode::on;
+        else if (s == "off")
+          c.guard.mode = GuardMode::off;
+        else
+          return "on or off";
+        return std::nullopt;
+      };
+      d.get = [](const Config& c) {
+        return std::string(c.guard.mode == GuardMode::on ? "on" : "off");
+      };
+      v.push_back(std::move(d));
+    }
+    v.push_back(uint_key<int>(
+        "guard.min_stages", R,
+        "Stages a program runs under a profile before the guard trials it against the plain "
+        "build (fewer: the profile is served as is).",
+        [](Config& c) -> int& { return c.guard.min_stages; }, 0, 1'000'000));
+    v.push_back(uint_key<int>(
+        "guard.tune_min_stages", R,
+        "Stages under one profile before knob variants are tried (fewer: never tuned).",
+        [](Config& c) -> int& { return c.guard.tune_min_stages; }, 0, 100'000'000));
+    v.push_back(uint_key<int>(
+        "guard.tune_max_variants", R, "Knob variants tried per profile version (0 = no tuning).",
+        [](Config& c) -> int& { return c.guard.tune_max_variants; }, 0, 16));
+    v.push_back(uint_key<int>(
+        "guard.min_pairs", R, "Stage pairs (incumbent + candidate) before a trial can decide.",
+        [](Config& c) -> int& { return c.guard.trial.min_pairs; }, 2, 10'000));
+    v.push_back(uint_key<int>(
+        "guard.max_pairs", R,
+        "Stage pairs after which a trial ends with no difference (the incumbent stays).",
+        [](Config& c) -> int& { return c.guard.trial.max_pairs; }, 2, 10'000));
+    v.push_back(double_key(
+        "guard.accept_z", R, "Signed-rank |z| needed to switch to a faster candidate.",
+        [](Config& c) -> double& { return c.guard.trial.accept_z; }, 0.5, 10.0));
+    v.push_back(double_key(
+        "guard.reject_z", R, "Signed-rank |z| needed to reject a slower candidate.",
+        [](Config& c) -> double& { return c.guard.trial.reject_z; }, 0.5, 10.0));
+    v.push_back(double_key(
+        "guard.min_effect", R, "Smallest median time ratio change (0.01 = 1%) a trial acts on.",
+        [](Config& c) -> double& { return c.guard.trial.min_effect; }, 0.0, 0.5));
+    v.push_back(double_key(
+        "guard.early_margin", R,
+        "A candidate slower than the incumbent by more than this in each of its first pairs is "
+        "rejected at once (early stop).",
+        [](Config& c) -> double& { return c.guard.trial.early_margin; }, 0.0, 10.0));
     v.push_back(uint_key<unsigned>(
         "control_threads", X,
         "Threads running control methods (health, capabilities, metrics, config) apart from the "

@@ -129,6 +129,7 @@ ProfileDoc profile_from_counts(const ProfileDoc* current,
   if (current != nullptr) {
     doc.knobs = current->knobs;
     doc.hardware = current->hardware;
+    doc.guard = current->guard; // the guard's decisions outlive a new set of counts
   }
   // Counts were collected by an instrumented build; an operator's request to
   // re-instrument is satisfied now, so the next compile uses the profile.

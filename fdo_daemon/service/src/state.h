@@ -9,6 +9,7 @@
 #include "fdo/daemon/audit.h"
 #include "fdo/daemon/config.h"
 #include "fdo/daemon/feedback_loop.h"
+#include "fdo/daemon/guard.h"
 #include "fdo/daemon/isolation.h"
 #include "fdo/daemon/job_runner.h"
 #include "fdo/daemon/metrics.h"
@@ -76,6 +77,7 @@ struct ServiceState {
   std::unique_ptr<RemoteCompiler> compiler;
   std::unique_ptr<ProgramRegistry> programs;
   std::unique_ptr<FeedbackLoop> feedback;
+  std::unique_ptr<Guard> guard;
   std::unique_ptr<cache::Orchestrator> orch; // its tier-up threads use the parts above
   std::unique_ptr<ServiceMetrics> metrics;   // its live figures read the parts above
   // The HTTP endpoint (metrics_listen), or null; its threads read `metrics`.

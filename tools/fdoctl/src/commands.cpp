@@ -145,6 +145,41 @@ std::string knobs_text(const json& k) {
   return s;
 }
 
+// The guard's record (docs/guard.md) for people: the variant served and the
+// trials, newest last.
+void print_guard(std::ostream& out, const json& guard) {
+  if (!guard.is_object()) return;
+  const json& inc = guard.value("incumbent", json(nullptr));
+  out << "\nguard: serving "
+      << (inc.is_object() ? str(inc, "base") + " build" : std::string("the profile as it is"))
+      << (inc.is_object() && inc.contains("knobs") && inc["knobs"].is_object()
+              ? " (knobs " + knobs_text(inc["knobs"]) + ")"
+              : "")
+      << ", " << num(guard, "tuning_step") << " knob variant(s) tried\n";
+  const json& trials = guard.value("trials", json::array());
+  if (trials.empty()) return;
+  Table t({{"version", Align::right},
+           {"candidate"},
+           {"incumbent"},
+           {"verdict"},
+           {"ratio", Align::right},
+           {"stages", Align::right},
+           {"decided"}});
+  for (const json& tr : trials) {
+    char ratio[32];
+    std::snprintf(ratio, sizeof ratio, "%.3f",
+                  tr.contains("ratio") && tr["ratio"].is_number() ? tr["ratio"].get<double>()
+                                                                  : 1.0);
+    t.add_row({"v" + std::to_string(num(tr, "profile_version")), str(tr, "candidate"),
+               str(tr, "incumbent"),
+               str(tr, "verdict") + (tr.value("early_stop", false) ? " (early)" : ""), ratio,
+               std::to_string(num(tr, "candidate_stages")) + "+" +
+                   std::to_string(num(tr, "incumbent_stages")),
+               str(tr, "decided_at")});
+  }
+  out << t.render();
+}
+
 std::string hex64(std::uint64_t v) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
@@ -280,6 +315,7 @@ Status cmd_profile_show(Context& ctx, const std::string& key_text,
   }
   std::ostream& out = ctx.io().out;
   out << render_fields(fields);
+  print_guard(out, doc.value("guard", json(nullptr)));
   FDO_TRY(ProfileDoc typed, profile_of(got));
   std::uint64_t all = 0;
   std::vector<std::pair<std::uint64_t, std::string>> order; // hottest first
@@ -641,6 +677,7 @@ Status cmd_explain(Context& ctx, const std::string& program_text, std::uint64_t 
       << (r["profile_key"].is_string() ? r["profile_key"].get<std::string>()
                                        : std::string("unknown"))
       << "\n";
+  print_guard(out, r.value("guard", json(nullptr)));
   if (records.empty()) {
     out << "\nno stages recorded for this program since fdod started (explain history lives in "
            "the daemon's memory)\n";

@@ -169,6 +169,15 @@ public:
   // (keys.h check_scope).
   Expected<StageOutput> prepare(const Program& program);
   Expected<StageOutput> prepare(const Program& program, TierUp policy);
+  // The same stage, compiling and looking up `variant` instead of PK's current
+  // profile: a document derived from it (the guard's plain build or a knob
+  // variant, docs/guard.md), with its own digest, so its CK is an ordinary
+  // profile-embedded key. Used only for a program whose IK -> PK is known and
+  // equals variant.pk; otherwise this is prepare(program, policy). With
+  // TierUp::async a miss serves the program's previous output (of whichever
+  // variant) while the variant compiles: StageOutput::profile_digest says what
+  // was served.
+  Expected<StageOutput> prepare(const Program& program, TierUp policy, const ProfileRef& variant);
 
   // IK of the program (scope and bytes) under the compiler's current identity.
   std::string initial_key_for(const Program& program) const;

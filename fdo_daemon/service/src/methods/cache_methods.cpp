@@ -39,10 +39,17 @@ Expected<json> cache_explain(ServiceState& s, const json& p, const CallContext& 
   json records = json::array();
   for (std::size_t i = skip; i < kept.size(); ++i)
     records.push_back(explain_record_json(kept[i]));
+  // The guard's decisions for the program's profile: the variant served and
+  // the trials behind it (docs/guard.md). Null when none are recorded.
+  json guard = nullptr;
+  if (auto current = s.feedback_store->current(rec->pk);
+      current && *current && !(*current)->doc.guard.empty())
+    guard = to_json((*current)->doc.guard);
   return json{{"program", ik},
               {"profile_key", rec->pk},
               {"records", std::move(records)},
-              {"records_kept", kept.size()}};
+              {"records_kept", kept.size()},
+              {"guard", std::move(guard)}};
 }
 
 } // namespace

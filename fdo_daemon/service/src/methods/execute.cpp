@@ -2,6 +2,7 @@
 // call, resolve the compiled output through the cache, run it in an exec
 // worker, fold the measurements into the profile, reply.
 #include "fdo/daemon/abi.h"
+#include "fdo/daemon/guard.h"
 #include "fdo/daemon/isolation.h"
 #include "fdo/jit/compiler.h"
 #include "fdo/util/log_record.h"
@@ -166,6 +167,15 @@ json stage_samples_summary(const StageSamples& samples, const json& reply) {
   return out;
 }
 
+// Which variant ran and why (stage.variant in schemas/execute.result.schema.json).
+json variant_json(const StagePlan& plan) {
+  return {{"role", std::string(to_string(plan.role))},
+          {"name", plan.name.empty() ? json(nullptr) : json(plan.name)},
+          {"reason", plan.reason},
+          {"counted", false},
+          {"trial", nullptr}};
+}
+
 json output_json(const JobOutput& o) {
   return {{"stdout", as_text(o.out)}, {"stderr", as_text(o.err)}, {"truncated", o.truncated}};
 }
@@ -208,7 +218,17 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
     return make_error(Errc::timeout, "request deadline passed before the stage started");
 
   const auto stage_started = std::chrono::steady_clock::now();
-  FDO_TRY(cache::StageOutput so, s.orch->prepare(prog->program, c.tier_up));
+  // The guard picks the variant (docs/guard.md); the orchestrator looks it up
+  // or compiles it like any profile.
+  const StagePlan plan = s.guard->plan(prog->ik, stage_shape(entry_name, call), c.guard);
+  FDO_TRY(cache::StageOutput so, plan.variant
+                                     ? s.orch->prepare(prog->program, c.tier_up, *plan.variant)
+                                     : s.orch->prepare(prog->program, c.tier_up));
+  // A variant's output serves every profile version with the same variant
+  // digest (a verdict rewrites only the guard's bookkeeping): it is the
+  // current version's output, not a pending tier-up.
+  if (plan.variant && so.profile_digest == plan.variant->digest)
+    so.profile_version = so.target_profile_version;
   std::int64_t stage_number = prog->stages.fetch_add(1);
   ++s.counters.stages;
   json meta_json = json::parse(so.entry->metadata, nullptr, false);
@@ -240,7 +260,8 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
                 {"mode", std::string(to_string(so.mode))},
                 {"cache", cache_outcome_json(so)},
                 {"recompiled", so.compiled},
-                {"compile_ms", so.compile_ms}};
+                {"compile_ms", so.compile_ms},
+                {"variant", variant_json(plan)}};
 
   // The program ended its process with exit(n): a normal end of the stage,
   // without a return value or counters (the process that held them is gone).
@@ -273,6 +294,10 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   report.samples = stage_samples_from(resp->header, report.source_names);
   json samples_summary = stage_samples_summary(report.samples, resp->header);
   FeedbackOutcome fo = s.feedback->fold(report, c.policy);
+  GuardStage gs = s.guard->record(plan, so.profile_digest, report.feedback.exec_ns, stage_number,
+                                  prog->ik, prog->owner, c.guard);
+  stage["variant"]["counted"] = gs.counted;
+  if (!gs.note.empty()) stage["variant"]["trial"] = gs.note;
 
   json result = {{"entry", entry_name},
                  {"returns", entry.return_type},

@@ -48,6 +48,7 @@ Expected<json> profile_delete(ServiceState& s, const json& p, const CallContext&
   if (s.sharing() != ProfileSharing::shared) acting = static_cast<std::int64_t>(ctx.uid);
   FDO_TRY(ps::RemoveSummary r, s.store->remove(pk, acting));
   s.feedback->forget(pk);
+  s.guard->forget(pk);
   return json{{"profile_key", pk},
               {"removed",
                {{"versions", r.versions},

@@ -113,6 +113,7 @@ Expected<json> profile_reset(ServiceState& s, const json& p, const CallContext& 
   FDO_TRY(std::string pk, profile_key_param(p));
   FDO_TRY_STATUS(s.store->reset(pk, acting_owner(s, ctx)));
   s.feedback->forget(pk);
+  s.guard->forget(pk);
   return pin_state(s, pk);
 }
 

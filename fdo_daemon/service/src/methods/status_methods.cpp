@@ -70,6 +70,7 @@ std::vector<prometheus::MetricFamily> live_metrics(ServiceState& s) {
   };
   auto C = MetricType::Counter, G = MetricType::Gauge;
   auto d = [](std::uint64_t v) { return static_cast<double>(v); };
+  GuardCounters g = s.guard->counters();
   return {
       one("fdo_stages_total", "Stages executed.", C, d(s.counters.stages.load())),
       one("fdo_stage_failures_total", "Stages whose execution failed.", C,
@@ -104,6 +105,26 @@ std::vector<prometheus::MetricFamily> live_metrics(ServiceState& s) {
       by_pool("fdo_worker_failures_total", "Jobs that failed in a worker.", C,
               d(cp.failures.total()), d(ep.failures.total())),
       by_pool("fdo_workers_live", "Live worker processes.", G, d(cp.live), d(ep.live)),
+      one("fdo_guard_trials_started_total",
+          "Live A/B trials of a candidate variant against the incumbent (docs/guard.md).", C,
+          d(g.trials_started)),
+      metric_family("fdo_guard_trials_total",
+                    "Finished trials by verdict: accepted (a win: the candidate is served), "
+                    "rejected (a revert: the incumbent stays), no_difference.",
+                    C,
+                    {{"accepted", d(g.accepted)},
+                     {"rejected", d(g.rejected)},
+                     {"no_difference", d(g.no_difference)}},
+                    "verdict"),
+      metric_family("fdo_guard_trial_stages_total", "Stages counted in trials, by arm.", C,
+                    {{"incumbent", d(g.incumbent_stages)}, {"candidate", d(g.candidate_stages)}},
+                    "arm"),
+      one("fdo_guard_losing_stages_total",
+          "Trial stages that ran the variant the trial then found slower (the guard's cost).", C,
+          d(g.losing_stages)),
+      one("fdo_guard_verdict_write_failures_total",
+          "Verdicts the profile store did not take (retried at the next stage).", C,
+          d(g.verdict_write_failures)),
   };
 }
 

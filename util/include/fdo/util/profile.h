@@ -5,11 +5,13 @@
 //
 // Compile-affecting fields: format, knobs, functions[*].{cfg_hash, counts,
 // unpredictable, indirect_calls, memop_sizes}. Everything else (provenance, hardware observations,
+// the guard's record,
 // per-function fingerprints and source names) is bookkeeping and never changes the digest, so
 // rewriting bookkeeping never causes a recompile.
 #pragma once
 
 #include "fdo/util/expected.h"
+#include "fdo/util/guard_record.h"
 
 #include <cstdint>
 #include <map>
@@ -79,11 +81,15 @@ struct ProfileDoc {
   std::map<std::string, FunctionProfile> functions;   // by PGO function name
   nlohmann::json hardware = nlohmann::json::object(); // counter findings (bookkeeping)
   Provenance provenance;
+  GuardRecord guard; // the live A/B guard's decisions (bookkeeping; guard_record.h)
 
   bool operator==(const ProfileDoc&) const = default;
 };
 
 nlohmann::json to_json(const ProfileDoc& doc);
+// The knobs alone, in the document's form (`knobs` member), and back.
+nlohmann::json to_json(const Knobs& knobs);
+Expected<Knobs> knobs_from_json(const nlohmann::json& j);
 // Validates types and ranges; errors name the offending field.
 Expected<ProfileDoc> profile_from_json(const nlohmann::json& j);
 Expected<ProfileDoc> parse_profile(std::string_view json_text);

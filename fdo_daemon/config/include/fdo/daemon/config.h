@@ -5,6 +5,7 @@
 #pragma once
 
 #include "fdo/cache/orchestrator.h"
+#include "fdo/daemon/guard_config.h"
 #include "fdo/daemon/policy_config.h"
 #include "fdo/util/expected.h"
 #include "fdo/util/log.h"
@@ -96,6 +97,7 @@ struct Config {
   unsigned max_queued_jobs_per_uid = 32;
   SamplingConfig sampling; // sampling.* keys
   PolicyConfig policy;     // policy.* keys
+  GuardConfig guard;       // guard.* keys (docs/guard.md)
   // Connections and tenants (docs/fdod-protocol.md): the server's own pool
   // for control methods, per-uid limits and per-connection deadlines.
   unsigned control_threads = 2;

@@ -1,0 +1,36 @@
+// The live A/B guard's budgets and test thresholds (the guard.* configuration
+// keys; docs/guard.md). The decision logic (trial.h) and the guard (guard.h),
+// in the service, are pure logic and bookkeeping over these.
+#pragma once
+
+namespace fdo::daemon {
+
+struct TrialConfig {
+  int min_pairs = 6;     // no verdict from the test before this many pairs
+  int max_pairs = 24;    // budget: after this many pairs, "no difference"
+  double accept_z = 2.8; // signed-rank |z| needed to switch to a faster candidate
+  double reject_z = 2.2; // |z| needed to reject a slower candidate
+  // Smallest median pair ratio change acted on: a "significant" 0.3% is not
+  // worth a switch.
+  double min_effect = 0.01;
+  // Early stop: from early_pairs pairs on, a candidate slower than the
+  // incumbent by more than early_margin in every pair is rejected at once.
+  int early_pairs = 3;
+  double early_margin = 0.10;
+};
+
+enum class GuardMode { on, off };
+
+struct GuardConfig {
+  GuardMode mode = GuardMode::on;
+  // Stages a program runs under a profile before the guard trials it against
+  // the plain build: a program that runs fewer is served its profile as is.
+  int min_stages = 20;
+  // Stages under one profile before knob variants are tried (a program that
+  // runs fewer is never tuned), and how many variants per profile version.
+  int tune_min_stages = 200;
+  int tune_max_variants = 4;
+  TrialConfig trial;
+};
+
+} // namespace fdo::daemon

@@ -1,0 +1,148 @@
+// The guard (docs/guard.md): never serve a compiled variant slower than the
+// best one measured. Per profile key it keeps an incumbent variant (what is
+// served) and, while a new profile version or a knob variant is on trial, a
+// candidate; stages of one comparable shape alternate between them, the
+// trial's decision logic (trial.h) gives the verdict, and the verdict is
+// written into the profile document's guard record (a new profile version,
+// through the store's versioned write), so a restart or another host starts
+// from it. Variants are documents derived from the current profile with their
+// own digest: their outputs are ordinary cache entries under profile-embedded
+// keys.
+//
+// Concurrency: each profile key has its own state and lock, held while a
+// stage is planned or recorded; the versioned write of a verdict (once per
+// trial) happens under it, as the feedback loop's rewrites do. The store's
+// optimistic concurrency settles races with other writers.
+#pragma once
+
+#include "fdo/cache/interfaces.h"
+#include "fdo/daemon/abi.h"
+#include "fdo/daemon/feedback_loop.h"
+#include "fdo/daemon/guard_config.h"
+#include "fdo/daemon/trial.h"
+#include "fdo/util/profile.h"
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace fdo::daemon {
+
+// One compiled variant of a program: what it compiles from and with which knobs.
+struct Variant {
+  VariantBase base = VariantBase::profiled;
+  Knobs knobs; // never carries a mode: the base decides it
+
+  bool operator==(const Variant&) const = default;
+};
+
+// "plain O2", "profiled O3 -unroll": base and the knobs that differ from -O2.
+std::string describe(const Variant& v);
+// The document a variant compiles from: plain = no functions, mode plain;
+// profiled = the current profile's functions, mode derived (optimized).
+ProfileDoc variant_doc(const Variant& v, const ProfileDoc& current);
+// The `step`-th knob variant tried from `from` (O3, unrolling, vectorization,
+// inline threshold); nullopt past the end of the sequence.
+std::optional<Variant> knob_variant(const Variant& from, int step);
+inline constexpr int kKnobVariants = 5;
+
+// What a trial compares, derived from the guard record and the current
+// profile (pure; guard_test.cpp).
+enum class TrialKind { profile, tuning };
+struct Arms {
+  Variant incumbent;
+  std::optional<Variant> candidate; // none: serve the incumbent, nothing on trial
+  TrialKind kind = TrialKind::profile;
+  // No decision yet and too few stages for a trial: the profile is served as
+  // it is (the incumbent is then the profiled build).
+  bool waiting = false;
+};
+Arms arms_of(const GuardRecord& record, const ProfileDoc& current,
+             const std::string& current_digest, std::int64_t stages_seen,
+             const GuardConfig& config);
+
+// Comparable stages (docs/guard.md): the same entry with the same argument
+// shape, i.e. the same scalar argument values and the same buffer element
+// types and lengths.
+std::string stage_shape(const std::string& entry, const PreparedCall& call);
+
+enum class VariantRole { current, incumbent, candidate };
+std::string_view to_string(VariantRole r);
+
+// What one stage serves, and why.
+struct StagePlan {
+  std::string pk;
+  VariantRole role = VariantRole::current;
+  // The profile to compile and serve; unset: the current profile, as usual.
+  std::optional<cache::ProfileRef> variant;
+  std::string name;   // the variant, for people ("plain O2")
+  std::string reason; // why this stage runs it
+  // Set on trial stages:
+  std::string trial_id;
+  std::int64_t version = 0;   // the profile version planned under
+  std::string current_digest; // that version's digest
+};
+
+struct GuardStage {
+  bool counted = false;               // the stage's time went into the trial
+  std::optional<TrialRecord> verdict; // the trial this stage finished
+  std::string note;                   // progress or verdict, for the stage's reply
+};
+
+struct GuardCounters {
+  std::uint64_t trials_started = 0;
+  std::uint64_t accepted = 0;      // wins: the candidate became the incumbent
+  std::uint64_t rejected = 0;      // reverts: the candidate lost
+  std::uint64_t no_difference = 0; // the budget ran out
+  std::uint64_t verdict_write_failures = 0;
+  std::uint64_t incumbent_stages = 0, candidate_stages = 0; // trial stages counted
+  std::uint64_t losing_stages = 0; // counted stages that ran the loser of a finished trial
+};
+
+class Guard {
+public:
+  Guard(cache::KeyStore& keys, FeedbackStore& store, std::string host);
+
+  // Chooses the variant stage `ik` serves. Errors are not the stage's: a
+  // store read that fails plans the current profile, with the reason.
+  StagePlan plan(const std::string& ik, const std::string& shape, const GuardConfig& config);
+  // After the stage ran: `served_digest` is what the served output was
+  // compiled for (another variant's while the planned one compiles: not
+  // counted). May write the verdict into the profile.
+  GuardStage record(const StagePlan& plan, const std::string& served_digest, std::uint64_t exec_ns,
+                    std::int64_t stage, const std::string& program, std::int64_t owner,
+                    const GuardConfig& config);
+  GuardCounters counters() const;
+  // Drops the in-memory state of `pk` (after a reset or delete).
+  void forget(const std::string& pk);
+
+private:
+  struct KeyState {
+    std::mutex mu;
+    std::int64_t stages_seen = 0; // stages planned under a profile with counts
+    std::string trial_id;
+    std::string shape;             // the comparable shape the trial counts
+    std::int64_t since_sample = 0; // planned stages since the trial last counted one
+    Trial trial;
+    std::optional<Arms> arms; // what trial_id compares
+  };
+  std::shared_ptr<KeyState> state_of(const std::string& pk);
+  std::optional<TrialRecord> write_verdict(const StagePlan& plan, const Arms& arms,
+                                           const TrialResult& result, std::int64_t stage,
+                                           const std::string& program, std::int64_t owner,
+                                           std::string& note);
+
+  cache::KeyStore& keys_;
+  FeedbackStore& store_;
+  std::string host_;
+  std::mutex states_mu_; // guards the map only
+  std::map<std::string, std::shared_ptr<KeyState>> states_;
+  mutable std::mutex counters_mu_;
+  GuardCounters counters_;
+};
+
+} // namespace fdo::daemon

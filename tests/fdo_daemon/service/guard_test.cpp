@@ -1,0 +1,330 @@
+// The guard over fake stores with injected stage times: which variant each
+// stage is planned to run, what is counted, and the verdicts it writes into
+// the profile document (docs/guard.md). No clocks, no compiles.
+#include "fakes.h"
+#include "fdo/cache/memory_key_store.h"
+#include "fdo/daemon/guard.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <random>
+
+using namespace fdo;
+using namespace fdo::daemon;
+using namespace fdo::daemon::testing;
+using Catch::Contains;
+
+namespace {
+
+ProfileDoc counted_profile() {
+  ProfileDoc doc;
+  doc.functions["main"] = FunctionProfile{0x1234, {1800, 200}};
+  return doc;
+}
+
+struct GuardHarness {
+  cache::MemoryKeyStore keys;
+  FakeFeedbackStore store;
+  Guard guard{keys, store, "testhost"};
+  GuardConfig config;
+  const std::string ik = std::string(64, 'a');
+  const std::string pk = std::string(64, 'b');
+  const std::string shape = "main()";
+  std::int64_t stage = 0;
+
+  GuardHarness() {
+    REQUIRE(keys.put_profile_key(ik, pk));
+    ps::WriteInfo info;
+    REQUIRE(store.write(pk, 0, counted_profile(), info));
+    config.min_stages = 0;
+    config.tune_max_variants = 0;
+  }
+
+  // One stage: plan it, "run" it for the time `time_of` gives the planned
+  // role, record it. Returns the plan and the record.
+  template <class TimeOf> std::pair<StagePlan, GuardStage> stage_with(TimeOf&& time_of) {
+    StagePlan p = guard.plan(ik, shape, config);
+    std::string served = p.variant ? p.variant->digest : std::string();
+    GuardStage g = guard.record(p, served, time_of(p.role), stage++, ik, 0, config);
+    return {p, g};
+  }
+
+  ps::StoredProfile current() {
+    auto c = store.current(pk);
+    REQUIRE(c);
+    REQUIRE(*c);
+    return **c;
+  }
+};
+
+// Candidate slower (or faster) by `ratio`, with a little seeded noise.
+auto timing(double ratio, std::uint64_t seed) {
+  return [ratio, rng = std::mt19937_64(seed),
+          noise = std::normal_distribution<double>(0, 0.01)](VariantRole role) mutable {
+    double t = 1e6 * std::exp(noise(rng));
+    return static_cast<std::uint64_t>(role == VariantRole::candidate ? t * ratio : t);
+  };
+}
+
+} // namespace
+
+TEST_CASE("guard: variants derive from the profile with their own digests", "[guard]") {
+  ProfileDoc cur = counted_profile();
+  Variant plain{VariantBase::plain, cur.knobs};
+  Variant profiled{VariantBase::profiled, cur.knobs};
+  ProfileDoc pd = variant_doc(plain, cur);
+  CHECK(pd.functions.empty());
+  CHECK(choose_mode(&pd) == CompileMode::plain);
+  ProfileDoc od = variant_doc(profiled, cur);
+  CHECK(choose_mode(&od) == CompileMode::optimized);
+  // The profiled variant with the profile's own knobs is the profile: same CK.
+  CHECK(profile_digest(od) == profile_digest(cur));
+  CHECK(profile_digest(pd) != profile_digest(od));
+  CHECK(describe(plain) == "plain O2");
+  auto o3 = knob_variant(profiled, 0);
+  REQUIRE(o3);
+  CHECK(describe(*o3) == "profiled O3");
+  CHECK(describe(*knob_variant(profiled, 1)) == "profiled O2 -unroll");
+  CHECK(describe(*knob_variant(profiled, 2)) == "profiled O2 -vectorize");
+  CHECK(describe(*knob_variant(profiled, 3)) == "profiled O2 inline=500");
+  CHECK(describe(*knob_variant(profiled, 4)) == "profiled O2 inline=75");
+  CHECK_FALSE(knob_variant(profiled, kKnobVariants));
+  CHECK(profile_digest(variant_doc(*o3, cur)) != profile_digest(cur));
+}
+
+TEST_CASE("guard: arms follow the record, the profile and the stage budgets", "[guard]") {
+  ProfileDoc cur = counted_profile();
+  std::string digest = profile_digest(cur);
+  GuardConfig c;
+  c.min_stages = 20;
+  c.tune_min_stages = 100;
+  c.tune_max_variants = 2;
+  GuardRecord none;
+  Arms a = arms_of(none, cur, digest, 5, c);
+  CHECK(a.waiting); // few stages: the profile is served as it is
+  a = arms_of(none, cur, digest, 20, c);
+  CHECK_FALSE(a.waiting);
+  CHECK(a.incumbent.base == VariantBase::plain);
+  REQUIRE(a.candidate);
+  CHECK(a.candidate->base == VariantBase::profiled);
+  CHECK(a.kind == TrialKind::profile);
+
+  GuardRecord decided;
+  decided.incumbent_base = VariantBase::plain;
+  decided.incumbent_knobs = to_json(cur.knobs);
+  decided.trialled_digest = digest;
+  a = arms_of(decided, cur, digest, 50, c);
+  CHECK_FALSE(a.candidate); // trialled, too few stages to tune
+  a = arms_of(decided, cur, digest, 100, c);
+  REQUIRE(a.candidate);
+  CHECK(a.kind == TrialKind::tuning);
+  CHECK(describe(*a.candidate) == "plain O3");
+  decided.tuning_step = 2;
+  CHECK_FALSE(arms_of(decided, cur, digest, 1000, c).candidate); // budget spent
+
+  // A new profile version: trial it again, against the plain build.
+  ProfileDoc next = cur;
+  next.functions["main"].counts = {100, 1900};
+  a = arms_of(decided, next, profile_digest(next), 1000, c);
+  REQUIRE(a.candidate);
+  CHECK(a.kind == TrialKind::profile);
+  CHECK(a.incumbent.base == VariantBase::plain);
+}
+
+TEST_CASE("guard: a slower profiled build is rejected and the plain build served", "[guard]") {
+  GuardHarness h;
+  auto time = timing(1.07, 1);
+  std::optional<TrialRecord> verdict;
+  int counted = 0;
+  std::vector<VariantRole> roles;
+  for (int i = 0; i < 60 && !verdict; ++i) {
+    auto [p, g] = h.stage_with(time);
+    roles.push_back(p.role);
+    counted += g.counted;
+    verdict = g.verdict;
+  }
+  REQUIRE(verdict);
+  CHECK(verdict->verdict == TrialVerdict::rejected);
+  CHECK(verdict->candidate == "v1 profiled O2");
+  CHECK(verdict->incumbent == "plain O2");
+  CHECK(verdict->ratio > 1.04);
+  CHECK(verdict->candidate_stages == counted / 2);
+  CHECK_THAT(verdict->summary,
+             Contains("v1 profiled O2 rejected: 1.0") && Contains("x slower than plain O2 over "));
+  CHECK(roles.front() == VariantRole::incumbent);
+  CHECK(std::count(roles.begin(), roles.end(), VariantRole::candidate) == counted / 2);
+
+  // The decision is in the profile document: a new version, same digest.
+  ps::StoredProfile cur = h.current();
+  CHECK(cur.version == 2);
+  CHECK(cur.digest == profile_digest(counted_profile()));
+  REQUIRE(cur.doc.guard.incumbent_base);
+  CHECK(*cur.doc.guard.incumbent_base == VariantBase::plain);
+  REQUIRE(cur.doc.guard.trials.size() == 1);
+  CHECK(cur.doc.guard.trials[0] == *verdict);
+  CHECK_THAT(cur.reason, Contains("guard: v1 profiled O2 rejected"));
+
+  // Later stages run the plain build, and a new guard (a restart) does too.
+  for (int i = 0; i < 5; ++i) {
+    auto [p, g] = h.stage_with(time);
+    CHECK(p.role == VariantRole::incumbent);
+    CHECK(p.name == "plain O2");
+    REQUIRE(p.variant);
+    CHECK(choose_mode(p.variant->doc.get()) == CompileMode::plain);
+    CHECK_FALSE(g.counted);
+  }
+  Guard restarted(h.keys, h.store, "testhost");
+  StagePlan p = restarted.plan(h.ik, h.shape, h.config);
+  CHECK(p.name == "plain O2");
+  CHECK_THAT(p.reason, Contains("rejected"));
+  GuardCounters n = h.guard.counters();
+  CHECK(n.trials_started == 1);
+  CHECK(n.rejected == 1);
+  CHECK(n.accepted == 0);
+  CHECK(n.losing_stages == static_cast<std::uint64_t>(counted / 2));
+}
+
+TEST_CASE("guard: a faster profiled build is accepted and served", "[guard]") {
+  GuardHarness h;
+  auto time = timing(1 / 1.05, 2);
+  std::optional<TrialRecord> verdict;
+  for (int i = 0; i < 60 && !verdict; ++i)
+    verdict = h.stage_with(time).second.verdict;
+  REQUIRE(verdict);
+  CHECK(verdict->verdict == TrialVerdict::accepted);
+  CHECK_THAT(verdict->summary, Contains("accepted: 1.05x faster than plain O2"));
+  auto [p, g] = h.stage_with(time);
+  CHECK(p.role == VariantRole::incumbent);
+  REQUIRE(p.variant);
+  CHECK(p.variant->digest == profile_digest(counted_profile())); // the profile's own CK
+  CHECK(h.guard.counters().accepted == 1);
+}
+
+TEST_CASE("guard: equal builds end in no difference and keep the plain build", "[guard]") {
+  GuardHarness h;
+  auto time = timing(1.0, 3);
+  std::optional<TrialRecord> verdict;
+  int stages = 0;
+  for (; stages < 200 && !verdict; ++stages)
+    verdict = h.stage_with(time).second.verdict;
+  REQUIRE(verdict);
+  CHECK(verdict->verdict == TrialVerdict::no_difference);
+  CHECK(stages == 2 * h.config.trial.max_pairs);
+  CHECK(*h.current().doc.guard.incumbent_base == VariantBase::plain);
+}
+
+TEST_CASE("guard: stages that ran another variant or another shape are not counted", "[guard]") {
+  GuardHarness h;
+  StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
+  REQUIRE(p.variant);
+  // The variant was still compiling: the previous output served.
+  GuardStage g = h.guard.record(p, "some-other-digest", 1000, 0, h.ik, 0, h.config);
+  CHECK_FALSE(g.counted);
+  CHECK_THAT(g.note, Contains("still compiling"));
+  // Same plan counted now; then a stage of another shape runs the incumbent.
+  CHECK(h.guard.record(p, p.variant->digest, 1000, 1, h.ik, 0, h.config).counted);
+  StagePlan other = h.guard.plan(h.ik, "main(2a)", h.config);
+  CHECK(other.role == VariantRole::incumbent);
+  CHECK(other.trial_id.empty());
+  CHECK_THAT(other.reason, Contains("not comparable"));
+  CHECK_FALSE(h.guard.record(other, other.variant->digest, 10, 2, h.ik, 0, h.config).counted);
+}
+
+TEST_CASE("guard: a trial bound to a shape that stopped coming moves to the new shape", "[guard]") {
+  GuardHarness h;
+  (void)h.guard.plan(h.ik, "main(1)", h.config); // binds the trial to main(1)
+  StagePlan p;
+  for (int i = 0; i <= 2 * h.config.trial.max_pairs + 1; ++i)
+    p = h.guard.plan(h.ik, "main(2)", h.config);
+  CHECK_FALSE(p.trial_id.empty()); // rebound: main(2) stages are on trial now
+}
+
+TEST_CASE("guard: pinned profiles, operator modes, no counts and guard off serve the profile",
+          "[guard]") {
+  GuardHarness h;
+  h.config.mode = GuardMode::off;
+  CHECK(h.guard.plan(h.ik, h.shape, h.config).role == VariantRole::current);
+  CHECK_FALSE(h.guard.plan(h.ik, h.shape, h.config).variant);
+  h.config.mode = GuardMode::on;
+  h.store.keys[h.pk].pinned = true;
+  StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
+  CHECK(p.role == VariantRole::current);
+  CHECK_THAT(p.reason, Contains("pinned"));
+  h.store.keys[h.pk].pinned = false;
+  ProfileDoc instrument = counted_profile();
+  instrument.knobs.mode = CompileMode::instrumented;
+  REQUIRE(h.store.write(h.pk, 1, instrument, {}));
+  p = h.guard.plan(h.ik, h.shape, h.config);
+  CHECK(p.role == VariantRole::current);
+  CHECK_THAT(p.reason, Contains("mode instrumented"));
+  // An unknown program (first stage) is not the guard's either.
+  CHECK(h.guard.plan(std::string(64, 'c'), h.shape, h.config).role == VariantRole::current);
+}
+
+TEST_CASE("guard: a verdict the store refuses is retried at the next stage", "[guard]") {
+  GuardHarness h;
+  auto time = timing(1.3, 4); // clearly slower: early stop after three pairs
+  h.store.conflicts_to_inject = 1;
+  std::vector<GuardStage> seen;
+  for (int i = 0; i < 6; ++i)
+    seen.push_back(h.stage_with(time).second);
+  CHECK_FALSE(seen[5].verdict);
+  CHECK_THAT(seen[5].note, Contains("not recorded"));
+  GuardStage next = h.stage_with(time).second;
+  REQUIRE(next.verdict);
+  CHECK(next.verdict->early_stop);
+  CHECK(h.guard.counters().verdict_write_failures == 1);
+  CHECK(h.current().doc.guard.trials.size() == 1);
+}
+
+TEST_CASE("guard: knob variants are tried on programs that run many stages", "[guard]") {
+  GuardHarness h;
+  h.config.tune_min_stages = 40;
+  h.config.tune_max_variants = 1;
+  // First the profile trial (equal: no difference, plain stays) ...
+  auto equal = timing(1.0, 5);
+  std::vector<TrialRecord> verdicts;
+  for (int i = 0; i < 400 && verdicts.size() < 2; ++i) {
+    auto [p, g] = h.stage_with(i < 48 ? equal : timing(1 / 1.08, 100 + i));
+    if (g.verdict) verdicts.push_back(*g.verdict);
+  }
+  REQUIRE(verdicts.size() == 2);
+  // ... then O3 on the plain build, faster here: accepted and kept.
+  CHECK(verdicts[1].candidate == "plain O3");
+  CHECK(verdicts[1].verdict == TrialVerdict::accepted);
+  ps::StoredProfile cur = h.current();
+  CHECK(cur.doc.guard.tuning_step == 1);
+  auto knobs = knobs_from_json(cur.doc.guard.incumbent_knobs);
+  REQUIRE(knobs);
+  CHECK(knobs->opt_level == 3);
+  // Budget spent: no more candidates.
+  StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
+  CHECK(p.name == "plain O3");
+  CHECK(p.trial_id.empty());
+}
+
+TEST_CASE("guard: a malformed guard record is a clear error naming the field", "[guard]") {
+  auto doc = to_json(counted_profile());
+  doc["guard"] = {{"incumbent", {{"base", "fastest"}}}};
+  auto bad = profile_from_json(doc);
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().describe(), Contains("guard.incumbent.base"));
+  doc["guard"] = {{"trials", {{{"verdict", "won"}}}}};
+  bad = profile_from_json(doc);
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().describe(), Contains("guard.trials[0].verdict"));
+  doc["guard"] = {{"incumbent", {{"base", "plain"}, {"knobs", {{"opt_level", 9}}}}}};
+  bad = profile_from_json(doc);
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().describe(), Contains("guard.incumbent.knobs"));
+  // A good record round-trips, and never changes the digest.
+  ProfileDoc withg = counted_profile();
+  withg.guard.incumbent_base = VariantBase::plain;
+  withg.guard.trials.push_back(TrialRecord{"v1 profiled O2", "plain O2", TrialVerdict::rejected,
+                                           1.07, 12, 12, false, 1, "", "x"});
+  auto back = profile_from_json(to_json(withg));
+  REQUIRE(back);
+  CHECK(back->guard == withg.guard);
+  CHECK(profile_digest(withg) == profile_digest(counted_profile()));
+}

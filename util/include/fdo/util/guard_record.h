@@ -1,0 +1,69 @@
+// The guard's part of a profile document (docs/guard.md): which compiled
+// variant of the program is served (the incumbent), the knob tuning's
+// progress, and the history of live A/B trials with their verdicts. It is
+// bookkeeping: it never enters the profile digest. What it selects (the
+// variant) is compiled from a document derived from the profile, so every
+// variant's cache key still follows from the profile.
+#pragma once
+
+#include "fdo/util/expected.h"
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fdo {
+
+struct Knobs;
+
+// What a variant compiles from: nothing (the plain -O2 build, no profile) or
+// the current profile's counts.
+enum class VariantBase { plain, profiled };
+std::string_view to_string(VariantBase b);
+
+enum class TrialVerdict { accepted, rejected, no_difference };
+std::string_view to_string(TrialVerdict v);
+
+// One finished trial, kept for people ("v1 profiled O2 rejected: 1.07x slower
+// than plain O2 over 12+12 stages").
+struct TrialRecord {
+  std::string candidate; // the candidate as described at the time
+  std::string incumbent; // what it was compared with
+  TrialVerdict verdict = TrialVerdict::no_difference;
+  double ratio = 1.0; // candidate time / incumbent time (median of pairs)
+  int candidate_stages = 0;
+  int incumbent_stages = 0;
+  bool early_stop = false;          // stopped before min_pairs: clearly slower
+  std::int64_t profile_version = 0; // the profile version it was decided under
+  std::string decided_at;           // RFC 3339 UTC
+  std::string summary;              // the line above
+
+  bool operator==(const TrialRecord&) const = default;
+};
+
+struct GuardRecord {
+  static constexpr std::size_t kTrialsKept = 32;
+  // The served variant's base and knobs; unset: the guard has not decided yet
+  // (the profile is served as it is).
+  std::optional<VariantBase> incumbent_base;
+  nlohmann::json incumbent_knobs = nullptr; // knobs JSON (profile form) or null
+  // Profile digest whose profiled variant has been trialled: a different
+  // current digest (a new profile) starts a new trial.
+  std::string trialled_digest;
+  int tuning_step = 0;             // knob variants tried since the profile was trialled
+  std::vector<TrialRecord> trials; // oldest first, at most kTrialsKept
+
+  bool empty() const {
+    return !incumbent_base && trialled_digest.empty() && tuning_step == 0 && trials.empty();
+  }
+  bool operator==(const GuardRecord&) const = default;
+};
+
+nlohmann::json to_json(const GuardRecord& g);
+// Validates types and ranges; errors name the offending field under "guard".
+Expected<GuardRecord> guard_from_json(const nlohmann::json& j);
+
+} // namespace fdo
