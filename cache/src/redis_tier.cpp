@@ -282,6 +282,16 @@ struct RedisTier::Impl {
     return c;
   }
 
+  // After a transport failure the idle connections are most likely dead too
+  // (a restarted server): drop them, so the next probe connects afresh.
+  void drop_idle() {
+    std::vector<Context> dead;
+    {
+      std::lock_guard lock(pool_mu);
+      dead.swap(idle);
+    }
+  }
+
   void release(Context c) {
     std::lock_guard lock(pool_mu);
     if (idle.size() < config.max_idle_connections) idle.push_back(std::move(c));
@@ -303,6 +313,7 @@ struct RedisTier::Impl {
       if (c->err == REDIS_ERR_IO &&
           why.find("Resource temporarily unavailable") != std::string::npos)
         why = "command: timed out after " + std::to_string(config.timeout.count()) + " ms";
+      drop_idle();
       mark_down(gate, why);
       return nullptr;
     }
