@@ -169,7 +169,7 @@ TEST_CASE("redis tier: a written entry is read back whole; an absent key is a mi
   }
 }
 
-TEST_CASE("redis tier: a damaged entry is a counted miss, never returned", "[cache][redis]") {
+TEST_CASE("redis tier: a damaged entry is a counted miss - never returned", "[cache][redis]") {
   SKIP_WITHOUT_REDIS();
   RedisServer server;
   auto tier = tier_for(server.unix_url());
@@ -217,8 +217,7 @@ TEST_CASE("redis tier: an entry of another compiler identity is a counted miss",
   CHECK(tier->stats().identity_mismatches == 1);
 }
 
-TEST_CASE("redis tier: entries over the cap are not written, and not read whole",
-          "[cache][redis]") {
+TEST_CASE("redis tier: entries over the cap are neither written nor read whole", "[cache][redis]") {
   SKIP_WITHOUT_REDIS();
   RedisServer server;
   auto tier = tier_for(server.unix_url(), milliseconds(200), 4096);
@@ -242,7 +241,7 @@ TEST_CASE("redis tier: entries over the cap are not written, and not read whole"
   CHECK(tier->fetch(small->key, kIdentity).status == RemoteFetchStatus::hit);
 }
 
-TEST_CASE("redis tier: a stopped server is a miss within the bound, reported, and the tier "
+TEST_CASE("redis tier: a stopped server is a reported miss within the bound - the tier "
           "recovers when it is back",
           "[cache][redis]") {
   SKIP_WITHOUT_REDIS();

@@ -45,8 +45,11 @@ class RedisFleet(unittest.TestCase):
     def setUp(self):
         self.redis = RedisServer().start()
         self.daemons = []
+        self.clients = []
 
     def tearDown(self):
+        for c in self.clients:
+            c.close()
         for d in self.daemons:
             d.cleanup()
         self.redis.cleanup()
@@ -54,7 +57,8 @@ class RedisFleet(unittest.TestCase):
     def hosts(self, n=2):
         for _ in range(n):
             self.daemons.append(host(self.redis))
-        return [d.client() for d in self.daemons]
+        self.clients = [d.client() for d in self.daemons]
+        return self.clients
 
     def test_second_host_first_stage_is_served_from_redis_without_compiling(self):
         a, b = self.hosts()

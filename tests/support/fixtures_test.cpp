@@ -49,7 +49,7 @@ PgResult exec(PGconn* c, const char* sql) {
 
 } // namespace
 
-TEST_CASE("redis fixture: serves on a unix socket and loopback TCP, stops and restarts empty",
+TEST_CASE("redis fixture: serves on a unix socket and loopback TCP - stops and restarts empty",
           "[fixture][redis]") {
   if (!RedisServer::available()) {
     WARN(RedisServer::skip_reason());

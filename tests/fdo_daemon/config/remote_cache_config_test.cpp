@@ -7,7 +7,7 @@
 using namespace fdo::daemon;
 using std::chrono::milliseconds;
 
-TEST_CASE("config: object_cache_remote keys - defaults, spellings, bad values", "[config]") {
+TEST_CASE("config: object_cache_remote keys - defaults - spellings - bad values", "[config]") {
   Config d = Config::defaults();
   CHECK(d.object_cache_remote.empty());
   CHECK(d.object_cache_remote_timeout == milliseconds(100));
