@@ -141,7 +141,7 @@ TEST_CASE("redis endpoints parse and bad ones are refused with the reason", "[ca
   }
 }
 
-TEST_CASE("redis tier: a written entry is read back whole; an absent key is a miss",
+TEST_CASE("redis tier: a written entry is read back whole - an absent key is a miss",
           "[cache][redis]") {
   SKIP_WITHOUT_REDIS();
   RedisServer server(RedisServer::Listen::unix_and_tcp);
