@@ -9,7 +9,7 @@
 #
 # Usage: bash bench/run_all.sh [--quick] [--components] [--no-build]
 #   --quick       tiny sample counts (a smoke run, well under a minute of measuring)
-#   --components  also run profile_store_bench, jit_bench, cache_bench, perf_bench
+#   --components  also run profile_store_bench, jit_bench, cache_bench, remote_bench, perf_bench
 #   --no-build    skip tools/setup.sh + tools/build.sh (use the build as it is)
 # Environment: FDO_BUILD_DIR (default build), FDO_BENCH_OUT (default
 # $FDO_BUILD_DIR/bench/results): each bench's full JSON goes there, and the
@@ -81,6 +81,7 @@ if [ "$components" = 1 ]; then
   run "profile_store micro-bench" "$BUILD/bench/profile_store/profile_store_bench"
   run "jit micro-bench" "$BUILD/bench/jit/jit_bench"
   run "cache micro-bench" "$BUILD/bench/cache/cache_bench"
+  run "remote object tier (Redis) micro-bench" "$BUILD/bench/cache/remote_bench" "${quick[@]}"
   run "perf micro-bench" "$BUILD/bench/perf/perf_bench"
 fi
 

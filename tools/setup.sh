@@ -11,6 +11,9 @@ PACKAGES=(
   llvm-16-dev llvm-16-tools clang-16 libclang-rt-16-dev
   # components
   libpfm4-dev libsqlite3-dev libboost-dev nlohmann-json3-dev libcli11-dev libsystemd-dev
+  # fleet (docs/fleet.md): the remote object tier's client (hiredis); real Redis and
+  # PostgreSQL servers for the test fixtures (tests/support), libpq for their smoke test
+  libhiredis-dev libpq-dev redis-server postgresql
   # the sandbox of client code (seccomp filters; docs/security.md)
   libseccomp-dev
   # fdod's metrics registry and its Prometheus HTTP endpoint (metrics_listen)

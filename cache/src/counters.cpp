@@ -24,7 +24,10 @@ void StageCounters::copy_to(Stats& s) const {
 
 } // namespace detail
 
-nlohmann::json to_json(const Stats& s) {
+namespace {
+
+// Everything but the remote tier.
+nlohmann::json local_json(const Stats& s) {
   return {{"prepares", s.prepares},
           {"failures", s.failures},
           {"memory",
@@ -58,6 +61,14 @@ nlohmann::json to_json(const Stats& s) {
             {"queued", s.tier_ups_queued},
             {"stale_serves", s.stale_serves}}},
           {"key_store_errors", s.key_store_errors}};
+}
+
+} // namespace
+
+nlohmann::json to_json(const Stats& s) {
+  nlohmann::json j = local_json(s);
+  if (s.remote) j["remote"] = to_json(*s.remote);
+  return j;
 }
 
 } // namespace fdo::cache

@@ -8,9 +8,10 @@ namespace fdo::cache {
 
 namespace {
 
-constexpr EnumNames<Outcome, 7> kOutcomeNames{{{
+constexpr EnumNames<Outcome, 8> kOutcomeNames{{{
     {Outcome::memory_hit, "memory_hit"},
     {Outcome::disk_hit, "disk_hit"},
+    {Outcome::remote_hit, "remote_hit"},
     {Outcome::compiled, "compiled"},
     {Outcome::joined, "joined"},
     {Outcome::tier_up_pending, "tier_up_pending"},
@@ -18,7 +19,7 @@ constexpr EnumNames<Outcome, 7> kOutcomeNames{{{
     {Outcome::failed, "failed"},
 }}};
 
-constexpr EnumNames<Reason, 9> kReasonNames{{{
+constexpr EnumNames<Reason, 10> kReasonNames{{{
     {Reason::new_program, "new_program"},
     {Reason::compiler_identity_changed, "compiler_identity_changed"},
     {Reason::virtual_first_stage, "virtual_first_stage"},
@@ -27,6 +28,7 @@ constexpr EnumNames<Reason, 9> kReasonNames{{{
     {Reason::profile_rewritten, "profile_rewritten"},
     {Reason::evicted, "evicted"},
     {Reason::corrupt_on_disk, "corrupt_on_disk"},
+    {Reason::corrupt_in_remote, "corrupt_in_remote"},
     {Reason::not_cached, "not_cached"},
 }}};
 

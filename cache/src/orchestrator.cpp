@@ -3,7 +3,8 @@
 // steps 506-508 and FIG. 6), later stage (FIG. 5 steps 510-518 and FIG. 4) and
 // compile-and-store.
 // The parts they use live beside this file, each behind its own lock:
-//   tier_lookup     memory then disk, single-flight disk loads, storing outputs
+//   tier_lookup     memory, disk, then the remote tier (if any), single-flight
+//                   loads and fetches, storing outputs
 //   explain_log     per-IK explain records and what each program last served
 //   identity_history  the compiler identity each program was last compiled under
 //   tier_up_queue   background compiles: dedupe by CK, retry-after, wait_idle, stop
@@ -36,6 +37,11 @@ namespace {
 
 constexpr EnumNames<TierUp, 2> kTierUpNames{{{{TierUp::async, "async"}, {TierUp::sync, "sync"}}}};
 
+// Appended to a hit's explanation when the entry came from another host.
+std::string from_remote(Outcome source) {
+  return source == Outcome::remote_hit ? " (from the remote tier)" : "";
+}
+
 std::string describe_profile(std::int64_t version, CompileMode mode) {
   std::string s = version == 0 ? std::string("no profile") : "profile v" + std::to_string(version);
   return s + ", " + std::string(to_string(mode));
@@ -44,7 +50,7 @@ std::string describe_profile(std::int64_t version, CompileMode mode) {
 // A found or freshly compiled entry, as a compile flight hands it to every waiter.
 struct Fetched {
   EntryRef entry;
-  Outcome source = Outcome::compiled; // memory_hit, disk_hit or compiled
+  Outcome source = Outcome::compiled; // memory_hit, disk_hit, remote_hit or compiled
   std::string key;                    // storage key it was found/stored under
   double compile_ms = 0;
 };
@@ -101,7 +107,8 @@ Expected<TierUp> parse_tier_up(std::string_view s) {
 struct Orchestrator::Impl {
   Impl(Config c, KeyStore& k, Compiler& comp, std::unique_ptr<MemoryTier> memory,
        std::unique_ptr<DiskTier> disk, std::string programs_dir)
-      : config(std::move(c)), keys(k), compiler(comp), tiers(std::move(memory), std::move(disk)),
+      : config(std::move(c)), keys(k), compiler(comp),
+        tiers(std::move(memory), std::move(disk), config.remote),
         explain(config.explain_records_per_program, config.max_tracked_programs),
         identities(std::move(programs_dir), config.max_tracked_programs),
         tier_ups(config.tier_up_threads, config.tier_up_retry_after, config.max_tracked_programs) {}
@@ -158,15 +165,15 @@ struct Orchestrator::Impl {
 
     // FIG. 4 step 408: the VK may already hold an output (the mappings were
     // lost); it is served only if it was compiled for the current profile.
-    if (detail::Found found = tiers.find_existing(t.wanted()); found.entry) {
+    detail::Found found = tiers.find_existing(t.wanted());
+    if (found.entry) {
       std::string note;
       record_mappings(t, note);
       Explanation why{Reason::virtual_first_stage,
                       "first stage: an output for this profile (" +
                           describe_profile(t.profile.version, t.mode) +
-                          ") was already stored under the virtual key; re-recorded IK->PK and "
-                          "CK->VK" +
-                          note};
+                          ") was already stored under the virtual key" + from_remote(found.source) +
+                          "; recorded IK->PK and CK->VK" + note};
       return finish(t, std::nullopt, output_for(t, found.entry, found.source, std::move(why)));
     }
 
@@ -186,6 +193,7 @@ struct Orchestrator::Impl {
                  describe_profile(t.profile.version, t.mode) +
                  (t.profile.version > 0 ? " (profile key shared with another program)" : "");
     }
+    note_remote_miss(found, why);
 
     auto [fetched, role] = compile_flights.run(t.vk, [&]() -> Expected<Fetched> {
       auto f = compile_and_store(t, program, Placement::virtual_key);
@@ -199,9 +207,11 @@ struct Orchestrator::Impl {
     if (!fetched) return fail(base_record(t, std::nullopt), std::move(fetched).error());
     identities.remember(phash, t.identity, t.ik);
     StageOutput s = stage_from_flight(t, *fetched, role, std::move(why));
-    if (s.outcome == Outcome::memory_hit || s.outcome == Outcome::disk_hit)
+    if (s.outcome == Outcome::memory_hit || s.outcome == Outcome::disk_hit ||
+        s.outcome == Outcome::remote_hit)
       s.explanation = {Reason::virtual_first_stage,
-                       "first stage: the output under the virtual key was stored meanwhile"};
+                       "first stage: the output under the virtual key was stored meanwhile" +
+                           from_remote(s.outcome)};
     return finish(t, std::nullopt, std::move(s));
   }
 
@@ -236,10 +246,12 @@ struct Orchestrator::Impl {
       else
         why = {Reason::cache_key,
                "hit under CK (" + describe_profile(t.profile.version, t.mode) + ")"};
+      why.text += from_remote(found.source);
       return finish(t, prev, output_for(t, found.entry, found.source, std::move(why)));
     }
 
     Explanation why = miss_reason(t, prev, found);
+    note_remote_miss(found, why);
     if (policy == TierUp::async) {
       std::string last_served = prev && prev->ck != t.ck ? prev->storage_key : std::string();
       if (EntryRef previous = tiers.find_previous(t.wanted(), last_served)) {
@@ -267,7 +279,8 @@ struct Orchestrator::Impl {
   // The body of a compile flight (FIG. 4 steps 412-418): re-check (a flight
   // that just finished may have stored the output), then compile and store.
   Expected<Fetched> compile_and_store(const Target& t, const Program& given, Placement where) {
-    if (detail::Found again = tiers.find_existing(t.wanted()); again.entry)
+    if (detail::Found again = tiers.find_existing(t.wanted(), detail::RemoteLookup::skip);
+        again.entry)
       return Fetched{again.entry, again.source, again.key, 0};
     std::optional<Program> copy;
     const Program& program = with_ik(given, t.ik, copy);
@@ -338,6 +351,19 @@ struct Orchestrator::Impl {
     }
   }
 
+  // A remote entry that could not be used is the reason for the compile
+  // unless the profile changed; an unreachable remote tier is mentioned.
+  static void note_remote_miss(const detail::Found& found, Explanation& why) {
+    if (found.remote_corrupt && why.reason != Reason::profile_rewritten &&
+        why.reason != Reason::compiler_identity_changed) {
+      why.reason = Reason::corrupt_in_remote;
+      why.text = "the remote tier's entry " + short_key(found.remote_corrupt->key) +
+                 " was not used (" + found.remote_corrupt->problem + "); " + why.text;
+    }
+    if (!found.remote_unavailable.empty())
+      why.text += "; remote tier unavailable: " + found.remote_unavailable;
+  }
+
   Explanation miss_reason(const Target& t, const std::optional<Served>& prev,
                           const detail::Found& found) const {
     std::string profile = describe_profile(t.profile.version, t.mode);
@@ -404,6 +430,10 @@ struct Orchestrator::Impl {
     case Outcome::disk_hit:
       n.memory_misses++;
       n.disk_hits++;
+      break;
+    case Outcome::remote_hit: // counted as a hit by the remote tier itself
+      n.memory_misses++;
+      if (tiers.disk()) n.disk_misses++;
       break;
     default:
       n.memory_misses++;
@@ -568,6 +598,7 @@ Stats Orchestrator::stats() const {
     s.stray_files_removed = k.stray_files_removed;
   }
   s.tier_ups_queued = d.tier_ups.pending();
+  if (const RemoteTier* remote = d.tiers.remote()) s.remote = remote->stats();
   return s;
 }
 

@@ -12,10 +12,16 @@ namespace {
 // its newest files are enough to find one that still validates.
 constexpr int kPreviousFilesTried = 3;
 
+// Only entries compiled for the wanted CK under the wanted identity count.
+bool usable(const EntryRef& ref, const Wanted& want) {
+  return ref && ref->info.ck == want.ck && ref->info.compiler_identity == want.identity;
+}
+
 } // namespace
 
-TierLookup::TierLookup(std::unique_ptr<MemoryTier> memory, std::unique_ptr<DiskTier> disk)
-    : memory_(std::move(memory)), disk_(std::move(disk)) {}
+TierLookup::TierLookup(std::unique_ptr<MemoryTier> memory, std::unique_ptr<DiskTier> disk,
+                       std::shared_ptr<RemoteTier> remote)
+    : memory_(std::move(memory)), disk_(std::move(disk)), remote_(std::move(remote)) {}
 
 TierLookup::Loaded TierLookup::load(const std::string& key, const std::string& identity) {
   auto result = loads_.run(key, [&]() -> Expected<Loaded> {
@@ -36,14 +42,35 @@ TierLookup::Loaded TierLookup::load(const std::string& key, const std::string& i
   return *result.first; // the work never fails: errors are LoadStatus values
 }
 
-Found TierLookup::find_existing(const Wanted& want) {
+TierLookup::RemoteLoaded TierLookup::fetch_remote(const std::string& key,
+                                                  const std::string& identity) {
+  auto result = fetches_.run(key, [&]() -> Expected<RemoteLoaded> {
+    RemoteLoaded out;
+    // A fetch that finished just before this flight began has filled memory.
+    if (EntryRef ref = memory_->lookup(key)) {
+      out.fetch.status = RemoteFetchStatus::hit;
+      out.entry = std::move(ref);
+      out.source = Outcome::memory_hit;
+      return out;
+    }
+    out.fetch = remote_->fetch(key, identity);
+    if (out.fetch.status == RemoteFetchStatus::hit) {
+      std::shared_ptr<const Entry> entry = std::move(out.fetch.entry);
+      out.entry = memory_->insert(entry);
+      if (disk_)
+        if (auto st = disk_->store(*entry); !st)
+          log::warning("cache: " + st.error().describe() + " (remote hit kept in memory only)");
+    }
+    return out;
+  });
+  return *result.first; // the work never fails: errors are RemoteFetchStatus values
+}
+
+Found TierLookup::find_existing(const Wanted& want, RemoteLookup remote) {
   Found out;
-  auto usable = [&](const EntryRef& ref) {
-    return ref && ref->info.ck == want.ck && ref->info.compiler_identity == want.identity;
-  };
   for (const std::string& key : want.candidates) {
     EntryRef ref = memory_->lookup(key);
-    if (usable(ref)) {
+    if (usable(ref, want)) {
       // Keep the disk copy of a hot entry from aging out behind the memory tier.
       if (disk_) disk_->note_use(key);
       out.entry = std::move(ref);
@@ -52,20 +79,50 @@ Found TierLookup::find_existing(const Wanted& want) {
       return out;
     }
   }
-  if (!disk_) return out;
+  if (disk_) find_on_disk(want, out);
+  if (!out.entry && remote_ && remote == RemoteLookup::ask) find_remote(want, out);
+  return out;
+}
+
+void TierLookup::find_on_disk(const Wanted& want, Found& out) {
   for (const std::string& key : want.candidates) {
     if (!disk_->contains(key)) continue;
     Loaded r = load(key, want.identity);
     if (r.status == LoadStatus::corrupt) {
       out.corrupt = CorruptFile{key, r.problem};
-    } else if (r.status == LoadStatus::hit && usable(r.entry)) {
+    } else if (r.status == LoadStatus::hit && usable(r.entry, want)) {
       out.entry = std::move(r.entry);
       out.source = r.source;
       out.key = key;
-      return out;
+      return;
     }
   }
-  return out;
+}
+
+void TierLookup::find_remote(const Wanted& want, Found& out) {
+  for (const std::string& key : want.candidates) {
+    RemoteLoaded f = fetch_remote(key, want.identity);
+    switch (f.fetch.status) {
+    case RemoteFetchStatus::hit:
+      if (usable(f.entry, want)) {
+        out.entry = std::move(f.entry);
+        out.source = f.source;
+        out.key = key;
+        return;
+      }
+      break;
+    case RemoteFetchStatus::miss:
+      break;
+    case RemoteFetchStatus::unavailable:
+      out.remote_unavailable = f.fetch.problem;
+      return; // the tier answers the other candidates the same way
+    case RemoteFetchStatus::corrupt:
+    case RemoteFetchStatus::identity_mismatch:
+    case RemoteFetchStatus::too_large:
+      out.remote_corrupt = CorruptFile{key, f.fetch.problem};
+      break;
+    }
+  }
 }
 
 EntryRef TierLookup::find_previous(const Wanted& want, const std::string& last_served) {
@@ -98,6 +155,7 @@ EntryRef TierLookup::store(std::shared_ptr<const Entry> entry) {
   if (disk_)
     if (auto st = disk_->store(*entry); !st)
       log::warning("cache: " + st.error().describe() + " (kept in memory only)");
+  if (remote_) remote_->store(std::move(entry));
   return ref;
 }
 

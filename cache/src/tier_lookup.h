@@ -1,13 +1,16 @@
-// A stage's view of the two tiers: find an output in memory, then on disk;
-// find an earlier output of the same program to serve during a tier-up; put a
-// new output into both. Disk loads are single-flighted per key, so concurrent
-// stages that miss memory read and check one file once. Owns both tiers.
+// A stage's view of the tiers: find an output in memory, then on disk, then
+// in the remote tier when one is configured; find an earlier output of the
+// same program to serve during a tier-up (local tiers only); put a new output
+// into all of them. Disk loads and remote fetches are single-flighted per key,
+// so concurrent stages that miss memory read and check one copy once; no lock
+// is held across a remote fetch. Owns the local tiers, shares the remote one.
 // Thread-safe (the tiers and the load flights lock themselves).
 #pragma once
 
 #include "fdo/cache/disk_tier.h"
 #include "fdo/cache/memory_tier.h"
 #include "fdo/cache/orchestrator.h"
+#include "fdo/cache/remote_tier.h"
 #include "single_flight.h"
 
 #include <cstdint>
@@ -35,30 +38,41 @@ struct CorruptFile {
 
 struct Found {
   EntryRef entry;                       // empty on a miss
-  Outcome source = Outcome::memory_hit; // memory_hit or disk_hit
+  Outcome source = Outcome::memory_hit; // memory_hit, disk_hit or remote_hit
   std::string key;                      // the candidate it was found under
   std::optional<CorruptFile> corrupt;   // a candidate's file failed validation (and is gone)
+  // A candidate's remote entry was unusable (corrupt, another identity, too
+  // large), or the remote tier was unavailable (problem says which).
+  std::optional<CorruptFile> remote_corrupt;
+  std::string remote_unavailable;
 };
+
+// Whether a lookup may ask the remote tier (a compile flight's re-check does
+// not: only a local flight can have stored the output meanwhile).
+enum class RemoteLookup { ask, skip };
 
 // Which tiers remember evicting a key (the tiers keep a bounded memory of it).
 enum class EvictedFrom { neither, memory, disk, both };
 
 class TierLookup {
 public:
-  // `disk` may be null: no disk tier.
-  TierLookup(std::unique_ptr<MemoryTier> memory, std::unique_ptr<DiskTier> disk);
+  // `disk` and `remote` may be null: no such tier.
+  TierLookup(std::unique_ptr<MemoryTier> memory, std::unique_ptr<DiskTier> disk,
+             std::shared_ptr<RemoteTier> remote = nullptr);
 
-  // Memory, then disk, for each candidate. Only entries compiled for the
+  // Memory, then disk, then remote, for each candidate. A remote hit is
+  // inserted into memory and stored on disk. Only entries compiled for the
   // wanted CK under the wanted identity count: a stale CK -> VK mapping, or a
   // VK overwritten by a later first stage, is a miss.
-  Found find_existing(const Wanted& want);
+  Found find_existing(const Wanted& want, RemoteLookup remote = RemoteLookup::ask);
   // An output of the same program compiled for another CK and under the
   // wanted identity, to serve while the wanted one compiles: the one stored
   // under `last_served` (empty: unknown), else, as after a restart, the most
   // recently used file of this IK on disk.
   EntryRef find_previous(const Wanted& want, const std::string& last_served);
-  // Inserts into memory and stores on disk; a disk failure only logs (the
-  // output still serves from memory). Returns the memory tier's handle.
+  // Inserts into memory, stores on disk and queues the remote write; a disk
+  // failure only logs (the output still serves from memory). Returns the
+  // memory tier's handle.
   EntryRef store(std::shared_ptr<const Entry> entry);
 
   EvictedFrom evicted_from(const std::string& key) const;
@@ -71,6 +85,7 @@ public:
   const MemoryTier& memory() const { return *memory_; }
   DiskTier* disk() { return disk_.get(); }
   const DiskTier* disk() const { return disk_.get(); }
+  const RemoteTier* remote() const { return remote_.get(); }
 
 private:
   struct Loaded {
@@ -80,10 +95,20 @@ private:
     Outcome source = Outcome::disk_hit; // memory_hit when a concurrent load had filled memory
   };
   Loaded load(const std::string& key, const std::string& identity);
+  void find_on_disk(const Wanted& want, Found& out);
+  void find_remote(const Wanted& want, Found& out);
+  struct RemoteLoaded {
+    RemoteFetch fetch;
+    EntryRef entry;                       // set on a hit
+    Outcome source = Outcome::remote_hit; // memory_hit when a concurrent fetch had filled memory
+  };
+  RemoteLoaded fetch_remote(const std::string& key, const std::string& identity);
 
   std::unique_ptr<MemoryTier> memory_;
   std::unique_ptr<DiskTier> disk_;
+  std::shared_ptr<RemoteTier> remote_;
   SingleFlight<Loaded> loads_;
+  SingleFlight<RemoteLoaded> fetches_;
 };
 
 } // namespace fdo::cache::detail

@@ -314,6 +314,8 @@ class ConfigReload(unittest.TestCase):
         "exec_memory_mb": 400, "max_output_bytes": 33554432, "max_program_bytes": 16777216,
         "max_programs_per_uid": 500, "gc_max_age_days": 7,
         "memory_cache_bytes": 1048576, "disk_cache_bytes": 2097152, "tier_up": "async",
+        "object_cache_remote": "redis://127.0.0.1:6390", "object_cache_remote_timeout_ms": 50,
+        "object_cache_remote_max_entry_bytes": 1048576,
         "share_profiles_across_tenants": "true", "profile_retention": 7,
         "feedback_flush_ms": 250, "perf_events": "instructions,cycles",
         "policy.min_stages": 5, "policy.min_counts": 200, "policy.drift_threshold": 0.25,

@@ -1,5 +1,6 @@
 #include "fdo/daemon/config.h"
 
+#include "fdo/cache/redis_tier.h"
 #include "fdo/util/enum_names.h"
 #include "fdo/util/fd.h"
 
@@ -310,6 +311,30 @@ const std::vector<KeyDef>& key_defs() {
     v.push_back(uint_key<std::uint64_t>(
         "disk_cache_bytes", X, "Byte budget of the on-disk compiled-object cache (0 = off).",
         [](Config& c) -> std::uint64_t& { return c.disk_cache_bytes; }, 0, 16384 * kGiB));
+    {
+      KeyDef d{"object_cache_remote", X,
+               "Remote compiled-object tier shared by hosts (docs/fleet.md): empty = off; "
+               "redis://HOST[:PORT] or unix:/PATH.",
+               nullptr, nullptr};
+      d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
+        if (!s.empty())
+          if (auto e = cache::parse_redis_endpoint(s); !e) return e.error().message();
+        c.object_cache_remote = std::string(s);
+        return std::nullopt;
+      };
+      d.get = [](const Config& c) { return c.object_cache_remote; };
+      v.push_back(std::move(d));
+    }
+    v.push_back(ms_key(
+        "object_cache_remote_timeout_ms", X,
+        "Bound on each connect and command to the remote tier; a slower answer is a miss and "
+        "the tier backs off.",
+        [](Config& c) -> milliseconds& { return c.object_cache_remote_timeout; }, 1, 60000));
+    v.push_back(uint_key<std::uint64_t>(
+        "object_cache_remote_max_entry_bytes", X,
+        "Largest entry written to or read from the remote tier (encoded bytes).",
+        [](Config& c) -> std::uint64_t& { return c.object_cache_remote_max_entry_bytes; }, 4096,
+        4 * kGiB));
     {
       KeyDef d{"tier_up", R,
                "async: keep serving the previous output while a recompile runs in the "

@@ -44,8 +44,8 @@ ServiceMetrics::ServiceMetrics(Live live) : registry_(std::make_shared<prometheu
       .Set(1);
   outcomes_ = &prometheus::BuildCounter()
                    .Name("fdo_stage_cache_outcomes_total")
-                   .Help("Stages by where their code came from (memory_hit, disk_hit, compiled, "
-                         "joined, tier_up_pending).")
+                   .Help("Stages by where their code came from (memory_hit, disk_hit, remote_hit, "
+                         "compiled, joined, tier_up_pending).")
                    .Register(*registry_);
   decisions_ = &prometheus::BuildCounter()
                     .Name("fdo_policy_decisions_total")
@@ -68,7 +68,8 @@ ServiceMetrics::ServiceMetrics(Live live) : registry_(std::make_shared<prometheu
                        .Register(*registry_)
                        .Add({}, seconds_buckets(0.00001, 12));
   // Every outcome and decision from the start, so rates work from zero.
-  for (const char* o : {"memory_hit", "disk_hit", "compiled", "joined", "tier_up_pending"})
+  for (const char* o :
+       {"memory_hit", "disk_hit", "remote_hit", "compiled", "joined", "tier_up_pending"})
     outcomes_->Add({{"outcome", o}});
   for (const char* d : {"rewrite", "keep"})
     decisions_->Add({{"decision", d}});

@@ -1,5 +1,6 @@
 #include "fdo/daemon/service.h"
 
+#include "fdo/cache/redis_tier.h"
 #include "fdo/daemon/state_dir.h"
 #include "fdo/daemon/worker_pool.h"
 #include "fdo/perf/capabilities.h"
@@ -211,6 +212,14 @@ Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
   cc.memory_budget_bytes = c.memory_cache_bytes;
   cc.disk_budget_bytes = c.disk_cache_bytes;
   cc.tier_up = c.tier_up;
+  if (!c.object_cache_remote.empty()) {
+    cache::RedisTierConfig rc;
+    FDO_TRY(rc.endpoint, cache::parse_redis_endpoint(c.object_cache_remote));
+    rc.timeout = c.object_cache_remote_timeout;
+    rc.max_entry_bytes = c.object_cache_remote_max_entry_bytes;
+    FDO_TRY(cc.remote, cache::RedisTier::create(std::move(rc)));
+    log::info("remote object tier: " + c.object_cache_remote + " (connects on first use)");
+  }
   FDO_TRY(s->orch, cache::Orchestrator::create(cc, *s->keys, *s->compiler));
   cache::Orchestrator* orch = s->orch.get();
   s->programs = std::make_unique<ProgramRegistry>(

@@ -21,6 +21,7 @@
 #include "fdo/cache/entry.h"
 #include "fdo/cache/interfaces.h"
 #include "fdo/cache/memory_tier.h"
+#include "fdo/cache/remote_tier.h"
 #include "fdo/util/expected.h"
 #include "fdo/util/fd.h"
 
@@ -28,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,6 +47,7 @@ Expected<TierUp> parse_tier_up(std::string_view s);
 enum class Outcome {
   memory_hit,
   disk_hit,
+  remote_hit,      // found in the remote tier (then stored in memory and on disk)
   compiled,        // this request ran the compiler
   joined,          // waited for a concurrent request's compile of the same key (single flight)
   tier_up_pending, // served an earlier profile's output; the new one compiles in the background
@@ -64,6 +67,8 @@ enum class Reason {
   profile_rewritten,   // the profile (or mode) differs from the program's last stage: CK changed
   evicted,             // CK (or its VK) was stored before but is in neither tier
   corrupt_on_disk,     // the stored file failed validation; it was removed
+  corrupt_in_remote,   // the remote tier held an entry that failed validation (or another
+                       // identity's, or one over the cap); it was not used
   not_cached,          // IK known, but nothing is stored for this CK here
 };
 std::string_view to_string(Reason r);
@@ -130,7 +135,8 @@ struct Stats {
   std::uint64_t corrupt_entries = 0;
   std::uint64_t disk_store_failures = 0;
   std::uint64_t stray_files_removed = 0;
-  std::uint64_t tier_ups_queued = 0; // waiting or running now
+  std::uint64_t tier_ups_queued = 0;     // waiting or running now
+  std::optional<RemoteTierStats> remote; // set when a remote tier is configured
 };
 nlohmann::json to_json(const Stats& s);
 
@@ -147,6 +153,9 @@ struct Config {
   std::chrono::milliseconds tier_up_retry_after{30000};
   std::size_t explain_records_per_program = 64;
   std::size_t max_tracked_programs = 10000; // per-IK history (explain, tier-up) kept in memory
+  // Consulted after memory and disk miss, before a compile; written after
+  // every compile. Null = none (one host).
+  std::shared_ptr<RemoteTier> remote;
 };
 
 class Orchestrator {

@@ -10,14 +10,30 @@ namespace fdo::daemon::methods {
 
 namespace {
 
+// The remote object tier's state for health and capabilities; null when off.
+json remote_tier_state(ServiceState& s, bool with_limits) {
+  std::optional<cache::RemoteTierStats> r = s.orch->stats().remote;
+  if (!r) return nullptr;
+  json j = {{"endpoint", r->endpoint},
+            {"state", std::string(cache::to_string(r->state))},
+            {"last_error", r->last_error}};
+  if (with_limits) {
+    auto c = s.config.get();
+    j["timeout_ms"] = c->object_cache_remote_timeout.count();
+    j["max_entry_bytes"] = c->object_cache_remote_max_entry_bytes;
+  }
+  return j;
+}
+
 Expected<json> health(ServiceState& s, const json&, const CallContext&) {
   double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started).count();
-  return json{{"status", "ok"},
-              {"version", std::string(jit::kFdoVersion)},
-              {"pid", static_cast<std::int64_t>(::getpid())},
-              {"uptime_s", up},
-              {"workers",
-               {{"compile", s.compile_pool->stats().live}, {"exec", s.exec_pool->stats().live}}}};
+  return json{
+      {"status", "ok"},
+      {"version", std::string(jit::kFdoVersion)},
+      {"pid", static_cast<std::int64_t>(::getpid())},
+      {"uptime_s", up},
+      {"workers", {{"compile", s.compile_pool->stats().live}, {"exec", s.exec_pool->stats().live}}},
+      {"object_cache_remote", remote_tier_state(s, false)}};
 }
 
 Expected<json> capabilities(ServiceState& s, const json&, const CallContext&) {
@@ -32,7 +48,8 @@ Expected<json> capabilities(ServiceState& s, const json&, const CallContext&) {
       {"tier_up", std::string(cache::to_string(c->tier_up))},
       {"share_profiles_across_tenants", c->share_profiles_across_tenants},
       {"perf", s.perf_caps},
-      {"sandbox", s.isolation->to_json()}};
+      {"sandbox", s.isolation->to_json()},
+      {"object_cache_remote", remote_tier_state(s, true)}};
 }
 
 Expected<json> metrics(ServiceState& s, const json&, const CallContext&) {
@@ -71,7 +88,7 @@ std::vector<prometheus::MetricFamily> live_metrics(ServiceState& s) {
   auto C = MetricType::Counter, G = MetricType::Gauge;
   auto d = [](std::uint64_t v) { return static_cast<double>(v); };
   GuardCounters g = s.guard->counters();
-  return {
+  std::vector<prometheus::MetricFamily> out = {
       one("fdo_stages_total", "Stages executed.", C, d(s.counters.stages.load())),
       one("fdo_stage_failures_total", "Stages whose execution failed.", C,
           d(s.counters.stage_failures.load())),
@@ -126,6 +143,27 @@ std::vector<prometheus::MetricFamily> live_metrics(ServiceState& s) {
           "Verdicts the profile store did not take (retried at the next stage).", C,
           d(g.verdict_write_failures)),
   };
+  if (const std::optional<cache::RemoteTierStats>& r = cs.remote) {
+    out.push_back(one("fdo_cache_remote_up", "1 while the remote object tier answers, else 0.", G,
+                      r->state == cache::RemoteState::up ? 1 : 0));
+    out.push_back(metric_family("fdo_cache_remote_lookups_total",
+                                "Remote object tier lookups by result.", C,
+                                {{"hit", d(r->hits)},
+                                 {"miss", d(r->misses)},
+                                 {"corrupt", d(r->corrupt)},
+                                 {"identity_mismatch", d(r->identity_mismatches)},
+                                 {"too_large", d(r->too_large)},
+                                 {"unavailable", d(r->unavailable)}},
+                                "result"));
+    out.push_back(metric_family("fdo_cache_remote_writes_total",
+                                "Remote object tier writes by result (failed includes dropped "
+                                "while down or with the queue full).",
+                                C, {{"stored", d(r->stores)}, {"failed", d(r->store_failures)}},
+                                "result"));
+    out.push_back(one("fdo_cache_remote_errors_total",
+                      "Connect and command failures of the remote object tier.", C, d(r->errors)));
+  }
+  return out;
 }
 
 void add_status_methods(Dispatcher& d, ServiceState& s) {

@@ -79,6 +79,10 @@ struct Config {
   unsigned gc_max_age_days = 30;
   std::uint64_t memory_cache_bytes = 256u << 20;
   std::uint64_t disk_cache_bytes = 1u << 30;
+  // The remote object tier (docs/fleet.md): "" = off, redis://HOST[:PORT], unix:/PATH.
+  std::string object_cache_remote;
+  std::chrono::milliseconds object_cache_remote_timeout{100};
+  std::uint64_t object_cache_remote_max_entry_bytes = 64u << 20;
   TierUp tier_up = TierUp::async;
   bool share_profiles_across_tenants = false;
   unsigned profile_retention = 50;
