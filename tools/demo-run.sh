@@ -67,7 +67,7 @@ echo "\$ fdoctl web --listen 127.0.0.1:0"
 web_pid=$!
 url=""
 for _ in $(seq 1 100); do
-  url=$(grep -o 'http://[^ ]*/' "$tmp/web.out" 2>/dev/null || true)
+  url=$(grep -o 'http://[^ ]*' "$tmp/web.out" 2>/dev/null || true)
   [ -n "$url" ] && break
   kill -0 "$web_pid" 2>/dev/null || break
   sleep 0.05

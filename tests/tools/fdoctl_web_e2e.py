@@ -63,18 +63,21 @@ class Web:
         self.proc = subprocess.Popen([str(FDOCTL), "web", *map(str, args)],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
-        m = re.search(r"(http://[^ ]+/)", line)
+        m = re.search(r"(http://[^ ]+/)\?token=([0-9a-f]{32}) ", line)
         if not m:
             self.proc.kill()
             raise AssertionError(f"fdoctl web printed no URL: {line!r} {self.proc.stderr.read()}")
-        self.url = m.group(1)
-        self.host, port = re.match(r"http://([^/]+):(\d+)/", self.url).groups()
+        self.url = m.group(1) + "?token=" + m.group(2)
+        self.token = m.group(2)
+        self.host, port = re.match(r"http://([^/]+):(\d+)/", m.group(1)).groups()
         self.port = int(port)
 
-    def request(self, method, path, host=None):
+    def request(self, method, path, host=None, token=True):
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         c.putrequest(method, path, skip_host=True)
         c.putheader("Host", host or f"127.0.0.1:{self.port}")
+        if token:
+            c.putheader("X-Fdo-Token", self.token)
         c.endheaders()
         r = c.getresponse()
         body = r.read()
@@ -190,6 +193,8 @@ def main():
             if status >= 400 and path.startswith("/api"):
                 check(ctype == "application/json" and "error" in json.loads(body), (path, body))
         check(web.request("POST", "/api/overview")[0] == 405, "POST is refused")
+        check(web.request("GET", "/api/overview", token=False)[0] == 401, "no token, no data")
+        check(web.request("GET", "/")[0] == 200, "the page needs no token")
         check(web.request("GET", "/api/overview", host="rebind.example:80")[0] == 421,
               "a foreign Host is refused")
         status, ctype, body = web.request("GET", "/assets/chart.js")

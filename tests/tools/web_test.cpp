@@ -20,6 +20,7 @@ namespace {
 
 const std::string kPk(64, 'a');
 const std::string kIk(64, 'b');
+const std::string kToken = "0123456789abcdef0123456789abcdef";
 
 json profile_doc(std::uint64_t hot, std::uint64_t cold) {
   ProfileDoc d;
@@ -76,10 +77,11 @@ struct App {
   WebApp app{[this]() -> Expected<std::unique_ptr<Backend>> {
                return std::unique_ptr<Backend>(std::make_unique<FakeBackend>(calls));
              },
-             AssetOptions{dir.path().string()}, HostCheck::loopback_only};
+             AssetOptions{dir.path().string()}, HostCheck::loopback_only, kToken};
 
-  WebResponse get(const std::string& target, const std::string& host = "127.0.0.1:8080") {
-    return app.handle({"GET", target, host});
+  WebResponse get(const std::string& target, const std::string& host = "127.0.0.1:8080",
+                  const std::string& token = kToken) {
+    return app.handle({"GET", target, host, token});
   }
   json get_json(const std::string& target) {
     WebResponse r = get(target);
@@ -213,11 +215,32 @@ TEST_CASE("web: bad requests get clean 4xx answers", "[web]") {
   CHECK(bad.content_type == "application/json");
   CHECK_THAT(json::parse(bad.body)["error"].get<std::string>(), Catch::Contains("profile key"));
 
-  CHECK(t.app.handle({"POST", "/api/overview", "127.0.0.1:1"}).status == 405);
-  CHECK(t.app.handle({"DELETE", "/api/profile/" + kPk, "127.0.0.1:1"}).status == 405);
+  CHECK(t.app.handle({"POST", "/api/overview", "127.0.0.1:1", kToken}).status == 405);
+  CHECK(t.app.handle({"DELETE", "/api/profile/" + kPk, "127.0.0.1:1", kToken}).status == 405);
   // DNS rebinding: a page on another name pointed at 127.0.0.1.
   CHECK(t.get("/api/overview", "attacker.example:8080").status == 421);
   CHECK(t.calls.size() == 2); // only the two well-formed profile requests reached the backend
+}
+
+TEST_CASE("web: the API needs the run's token; the page does not", "[web]") {
+  App t;
+  for (const std::string& token : {std::string(), std::string("wrong"), kToken + "0"}) {
+    WebResponse r = t.get("/api/overview", "127.0.0.1:8080", token);
+    CHECK(r.status == 401);
+    CHECK_THAT(r.body, Catch::Contains("token"));
+  }
+  CHECK(t.calls.empty());
+  CHECK(t.get("/", "127.0.0.1:8080", "").status == 200);
+  CHECK(t.get("/assets/app.js", "127.0.0.1:8080", "").status == 200);
+  CHECK(t.get("/api/overview").status == 200);
+  // No token configured: nothing gets through.
+  std::vector<std::string> calls;
+  WebApp open(
+      [&]() -> Expected<std::unique_ptr<Backend>> {
+        return std::unique_ptr<Backend>(std::make_unique<FakeBackend>(calls));
+      },
+      AssetOptions{}, HostCheck::any, "");
+  CHECK(open.handle({"GET", "/api/overview", "x", ""}).status == 401);
 }
 
 TEST_CASE("web: the page and its assets", "[web]") {
@@ -245,8 +268,8 @@ TEST_CASE("web: the offline store shows profiles and says programs need the daem
       [&]() -> Expected<std::unique_ptr<Backend>> {
         return std::unique_ptr<Backend>(std::make_unique<FakeBackend>(calls, BackendKind::store));
       },
-      AssetOptions{}, HostCheck::loopback_only);
-  WebResponse r = app.handle({"GET", "/api/overview", "localhost:1"});
+      AssetOptions{}, HostCheck::loopback_only, kToken);
+  WebResponse r = app.handle({"GET", "/api/overview", "localhost:1", kToken});
   REQUIRE(r.status == 200);
   json doc = json::parse(r.body);
   CHECK(doc["backend"] == "store");
@@ -263,10 +286,10 @@ TEST_CASE("web: a backend that cannot be opened is a 503, retried next request",
         if (++opens == 1) return make_error(Errc::unavailable, "fdod is not running");
         return std::unique_ptr<Backend>(std::make_unique<FakeBackend>(calls));
       },
-      AssetOptions{}, HostCheck::any);
-  WebResponse down = app.handle({"GET", "/api/overview", "anything"});
+      AssetOptions{}, HostCheck::any, kToken);
+  WebResponse down = app.handle({"GET", "/api/overview", "anything", kToken});
   CHECK(down.status == 503);
   CHECK_THAT(down.body, Catch::Contains("fdod is not running"));
-  CHECK(app.handle({"GET", "/api/overview", "anything"}).status == 200);
+  CHECK(app.handle({"GET", "/api/overview", "anything", kToken}).status == 200);
   CHECK(opens == 2);
 }

@@ -65,7 +65,7 @@ asio::awaitable<void> serve_connection(tcp::socket socket, WebApp& app) {
     }
     const auto& req = parser.get();
     WebRequest wr{std::string(req.method_string()), std::string(req.target()),
-                  std::string(req[http::field::host])};
+                  std::string(req[http::field::host]), std::string(req["X-Fdo-Token"])};
     bool head = req.method() == http::verb::head;
     auto res = to_http(app.handle(wr), req.version(), req.keep_alive(), head);
     co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));

@@ -94,8 +94,10 @@ std::string key_error(std::string_view what, std::string_view text) {
 
 } // namespace
 
-WebApp::WebApp(BackendSource source, AssetOptions assets, HostCheck host_check)
-    : source_(std::move(source)), assets_(std::move(assets)), host_check_(host_check) {}
+WebApp::WebApp(BackendSource source, AssetOptions assets, HostCheck host_check,
+               std::string api_token)
+    : source_(std::move(source)), assets_(std::move(assets)), host_check_(host_check),
+      token_(std::move(api_token)) {}
 
 Expected<Backend*> WebApp::backend() {
   if (!backend_) {
@@ -130,7 +132,12 @@ WebResponse WebApp::handle(const WebRequest& request) {
 
     if (path == "/" || path == "/index.html") return asset("index.html");
     if (path.starts_with("/assets/")) return asset(path.substr(8));
-    if (path.starts_with("/api/")) return api(path.substr(4), query);
+    if (path.starts_with("/api/")) {
+      if (token_.empty() || request.token != token_)
+        return error_response(401, "the API needs the token of this fdoctl web run: open the URL "
+                                   "it printed (with its ?token=)");
+      return api(path.substr(4), query);
+    }
     return error_response(404, "no page " + std::string(path.substr(0, 200)));
   } catch (const std::exception& e) {
     return error_response(500, std::string("internal error: ") + e.what());

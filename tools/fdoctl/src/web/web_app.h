@@ -10,6 +10,8 @@
 //   /api/profile/PK/history
 //   /api/profile/PK/diff?v1=A&v2=B
 //   /api/program/IK            recorded stages (timeline, lineage)
+// Every /api request needs the run's token (X-Fdo-Token); the page and its
+// assets hold no data and need none.
 #pragma once
 
 #include "fdo/ctl/backend.h"
@@ -26,6 +28,7 @@ struct WebRequest {
   std::string method = "GET";
   std::string target; // path and query as sent
   std::string host;   // the Host header
+  std::string token;  // the X-Fdo-Token header
 };
 
 struct WebResponse {
@@ -47,7 +50,10 @@ public:
   // Opens a backend for a request (the daemon, or the store offline).
   using BackendSource = std::function<Expected<std::unique_ptr<Backend>>()>;
 
-  WebApp(BackendSource source, AssetOptions assets, HostCheck host_check);
+  // `api_token`: the secret every /api request must carry in X-Fdo-Token (the
+  // page reads it from the ?token= of the URL fdoctl web prints), so another
+  // local user who finds the loopback port cannot read your profiles.
+  WebApp(BackendSource source, AssetOptions assets, HostCheck host_check, std::string api_token);
 
   // Never throws; every failure is a 4xx/5xx with a JSON or text body.
   WebResponse handle(const WebRequest& request);
@@ -60,6 +66,7 @@ private:
   BackendSource source_;
   AssetOptions assets_;
   HostCheck host_check_;
+  std::string token_;
   std::unique_ptr<Backend> backend_; // kept between requests; reopened after a broken connection
 };
 

@@ -1,13 +1,30 @@
 #include "web_command.h"
 
+#include "fdo/util/hash.h"
 #include "http_server.h"
 #include "web_app.h"
 
 #include <CLI/CLI.hpp>
+#include <array>
+#include <cerrno>
+#include <cstring>
 #include <memory>
 #include <ostream>
+#include <sys/random.h>
 
 namespace fdo::ctl {
+
+namespace {
+
+// 128 random bits, hex: the API token of one run.
+Expected<std::string> random_token() {
+  std::array<std::uint8_t, 16> bytes{};
+  if (::getrandom(bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size()))
+    return make_error(Errc::io, std::string("getrandom: ") + std::strerror(errno));
+  return to_hex(bytes);
+}
+
+} // namespace
 
 Status cmd_web(Context& ctx, const WebOptions& options) {
   FDO_TRY(web::ListenAddress address, web::parse_listen(options.listen, options.remote));
@@ -15,6 +32,7 @@ Status cmd_web(Context& ctx, const WebOptions& options) {
   // --state-dir) fails the command instead of every page.
   FDO_TRY(std::unique_ptr<Backend> first, ctx.backend(Need::read));
   std::string source = first->describe();
+  FDO_TRY(std::string token, random_token());
   auto opened = std::make_shared<std::unique_ptr<Backend>>(std::move(first));
   web::WebApp app(
       [&ctx, opened]() -> Expected<std::unique_ptr<Backend>> {
@@ -22,10 +40,10 @@ Status cmd_web(Context& ctx, const WebOptions& options) {
         return ctx.backend(Need::read);
       },
       web::AssetOptions{options.chartjs_dir},
-      address.loopback ? web::HostCheck::loopback_only : web::HostCheck::any);
+      address.loopback ? web::HostCheck::loopback_only : web::HostCheck::any, token);
   FDO_TRY(std::unique_ptr<web::HttpServer> server, web::HttpServer::listen(address, app));
   ctx.io().out << "fdoctl web: serving a read-only view of " << source << " at " << server->url()
-               << " (Ctrl-C to stop)" << std::endl;
+               << "?token=" << token << " (Ctrl-C to stop)" << std::endl;
   return server->run();
 }
 

@@ -79,8 +79,11 @@ function colourFor(map, label) {
   return map.get(label);
 }
 
+// The run's API token, from the URL fdoctl web printed (?token=...).
+const token = new URLSearchParams(location.search).get('token') || '';
+
 async function api(path) {
-  const res = await fetch('/api' + path, { headers: { Accept: 'application/json' } });
+  const res = await fetch('/api' + path, { headers: { Accept: 'application/json', 'X-Fdo-Token': token } });
   let doc;
   try { doc = await res.json(); } catch (e) { doc = { error: `HTTP ${res.status}` }; }
   if (!res.ok) throw new Error(doc.error || `HTTP ${res.status}`);
