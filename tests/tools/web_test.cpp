@@ -222,7 +222,7 @@ TEST_CASE("web: bad requests get clean 4xx answers", "[web]") {
   CHECK(t.calls.size() == 2); // only the two well-formed profile requests reached the backend
 }
 
-TEST_CASE("web: the API needs the run's token; the page does not", "[web]") {
+TEST_CASE("web: the API needs the run's token but the page does not", "[web]") {
   App t;
   for (const std::string& token : {std::string(), std::string("wrong"), kToken + "0"}) {
     WebResponse r = t.get("/api/overview", "127.0.0.1:8080", token);
