@@ -3,7 +3,8 @@
 # embedded SQLite store in a temporary state dir, runs the example programs
 # through enough stages to show each profile being rewritten and the recompiled
 # code getting faster, shows one profile's history and the cache's reasons,
-# and stops the daemon cleanly.
+# prints the URL of `fdoctl web` (kept up for FDO_DEMO_WEB_SECONDS: 120 at a
+# terminal, Enter stops it sooner; 0 otherwise), and stops the daemon cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=$(cd "${FDO_BUILD_DIR:-build}" && pwd)
@@ -59,6 +60,38 @@ fdoctl explain "$prog"
 say "what this host can measure"
 echo "\$ fdoctl doctor"
 fdoctl doctor || true
+
+say "the same, to look at: fdoctl web"
+echo "\$ fdoctl web --listen 127.0.0.1:0"
+"$BUILD/fdoctl" --socket "$sock" web --listen 127.0.0.1:0 >"$tmp/web.out" 2>"$tmp/web.log" &
+web_pid=$!
+url=""
+for _ in $(seq 1 100); do
+  url=$(grep -o 'http://[^ ]*' "$tmp/web.out" 2>/dev/null || true)
+  [ -n "$url" ] && break
+  kill -0 "$web_pid" 2>/dev/null || break
+  sleep 0.05
+done
+if [ -n "$url" ]; then
+  echo "open ${url} — programs and profiles; each profile's functions by count, its history and"
+  echo "diffs; each program's stage timeline and cache-key lineage (read-only)"
+  # Up for FDO_DEMO_WEB_SECONDS (default: 120 at a terminal, where Enter
+  # stops it sooner; 0 otherwise, so the demo never waits for input).
+  secs=${FDO_DEMO_WEB_SECONDS:-}
+  if [ -z "$secs" ]; then if [ -t 0 ]; then secs=120; else secs=0; fi; fi
+  if [ "$secs" -gt 0 ]; then
+    if [ -t 0 ]; then
+      read -r -t "$secs" -p "the view stays up ${secs}s; press Enter to stop it sooner " _ || true
+      echo
+    else
+      sleep "$secs"
+    fi
+  fi
+else
+  cat "$tmp/web.log" >&2
+fi
+kill -TERM "$web_pid" 2>/dev/null || true
+wait "$web_pid" 2>/dev/null || true
 
 say "stopping fdod (SIGTERM drains and exits 0)"
 kill -TERM "$pid"

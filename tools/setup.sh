@@ -20,6 +20,8 @@ PACKAGES=(
   prometheus-cpp-dev
   # man pages generated from docs/ at build time (tools/packaging)
   pandoc
+  # `fdoctl web`: Chart.js for its charts; chromium for its headless-browser test
+  libjs-chart.js chromium
   # tests
   catch2 python3 python3-jsonschema sqlite3 systemd util-linux procps
   # packaging tests: man -l and groff on the man pages, dpkg-shlibdeps for cpack -G DEB

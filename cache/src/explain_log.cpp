@@ -60,6 +60,7 @@ nlohmann::json to_json(const ExplainRecord& r) {
                       {"mode", std::string(to_string(r.mode))},
                       {"compile_ms", r.compile_ms}};
   if (!r.error.empty()) j["error"] = r.error;
+  if (r.exec_ns) j["exec_ns"] = *r.exec_ns;
   return j;
 }
 
@@ -69,15 +70,29 @@ ExplainLog::ExplainLog(std::size_t records_per_program, std::size_t max_programs
     : records_per_program_(records_per_program == 0 ? 1 : records_per_program),
       programs_(max_programs) {}
 
-void ExplainLog::record(ExplainRecord r, const std::optional<Served>& now_serving) {
+std::uint64_t ExplainLog::record(ExplainRecord r, const std::optional<Served>& now_serving) {
   std::lock_guard lock(mu_);
-  r.sequence = ++sequence_;
+  const std::uint64_t sequence = ++sequence_;
+  r.sequence = sequence;
   r.unix_ms = unix_ms_now();
   Program& p = programs_.get_or_create(r.ik);
   if (now_serving) p.served = now_serving;
   p.log.push_back(std::move(r));
   while (p.log.size() > records_per_program_)
     p.log.pop_front();
+  return sequence;
+}
+
+void ExplainLog::set_exec_ns(const std::string& ik, std::uint64_t sequence, std::uint64_t exec_ns) {
+  std::lock_guard lock(mu_);
+  Program* p = programs_.find(ik);
+  if (p == nullptr) return;
+  // The stage's record is at (or next to) the back: search from there.
+  for (auto it = p->log.rbegin(); it != p->log.rend(); ++it)
+    if (it->sequence == sequence) {
+      it->exec_ns = exec_ns;
+      return;
+    }
 }
 
 std::optional<Served> ExplainLog::last_served(const std::string& ik) const {

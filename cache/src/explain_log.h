@@ -33,7 +33,10 @@ public:
   // Stamps the record's sequence and time and appends it to its IK's log,
   // dropping that log's oldest record past the bound. `now_serving`, when set,
   // becomes the program's last served entry.
-  void record(ExplainRecord r, const std::optional<Served>& now_serving);
+  // Returns the record's sequence.
+  std::uint64_t record(ExplainRecord r, const std::optional<Served>& now_serving);
+  // Sets exec_ns on IK's record with this sequence, if it is still kept.
+  void set_exec_ns(const std::string& ik, std::uint64_t sequence, std::uint64_t exec_ns);
   std::optional<Served> last_served(const std::string& ik) const;
   // Oldest first; empty for a program never seen (or forgotten).
   std::vector<ExplainRecord> records(const std::string& ik) const;

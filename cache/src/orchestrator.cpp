@@ -446,8 +446,9 @@ struct Orchestrator::Impl {
     r.reason = s.explanation.reason;
     r.text = s.explanation.text;
     r.compile_ms = s.compile_ms;
-    explain.record(std::move(r), Served{s.storage_key, s.entry->info.ck, s.profile_digest,
-                                        s.profile_version, s.mode});
+    s.explain_sequence =
+        explain.record(std::move(r), Served{s.storage_key, s.entry->info.ck, s.profile_digest,
+                                            s.profile_version, s.mode});
     return s;
   }
 
@@ -573,6 +574,11 @@ std::string Orchestrator::initial_key_for(const Program& program) const {
 
 std::vector<ExplainRecord> Orchestrator::explain(const std::string& ik) const {
   return impl_->explain.records(ik);
+}
+
+void Orchestrator::record_execution(const std::string& ik, std::uint64_t explain_sequence,
+                                    std::uint64_t exec_ns) {
+  impl_->explain.set_exec_ns(ik, explain_sequence, exec_ns);
 }
 
 Stats Orchestrator::stats() const {

@@ -77,3 +77,28 @@ TEST_CASE("explain log: beyond max_programs the least recently used program is f
   CHECK(log.records("a").size() == 1);
   CHECK(log.last_served("c"));
 }
+
+TEST_CASE("explain log: a stage's execution time lands on its own record", "[cache][explain_log]") {
+  ExplainLog log(2, 100);
+  std::uint64_t first = log.record(record_for("a", Outcome::compiled), std::nullopt);
+  std::uint64_t second = log.record(record_for("a", Outcome::memory_hit), std::nullopt);
+  std::uint64_t other = log.record(record_for("b", Outcome::compiled), std::nullopt);
+  CHECK(second > first);
+  log.set_exec_ns("a", first, 1500);
+  log.set_exec_ns("b", second, 99); // a sequence of another program changes nothing
+  auto a = log.records("a");
+  REQUIRE(a.size() == 2);
+  CHECK(a[0].sequence == first);
+  CHECK(a[0].exec_ns == std::optional<std::uint64_t>(1500));
+  CHECK_FALSE(a[1].exec_ns);
+  CHECK_FALSE(log.records("b")[0].exec_ns);
+  CHECK(to_json(a[0])["exec_ns"] == 1500);
+  CHECK_FALSE(to_json(a[1]).contains("exec_ns"));
+  // A record trimmed by the bound is gone: nothing to update, nothing breaks.
+  log.record(record_for("a", Outcome::memory_hit), std::nullopt);
+  log.set_exec_ns("a", first, 7);
+  for (const auto& r : log.records("a"))
+    CHECK(r.sequence != first);
+  log.set_exec_ns("b", other, 42);
+  CHECK(log.records("b")[0].exec_ns == std::optional<std::uint64_t>(42));
+}

@@ -94,6 +94,10 @@ TEST_CASE("stage 1 goes through VK and records IK->PK and CK->VK", "[cache][orch
   CHECK(log[0].storage_key == s.vk);
   CHECK(log[0].from_version == -1);
   CHECK(log[0].to_version == 0);
+  CHECK(log[0].sequence == s.explain_sequence);
+  CHECK_FALSE(log[0].exec_ns); // not executed yet
+  o->record_execution(s.ik, s.explain_sequence, 12345);
+  CHECK(o->explain(s.ik)[0].exec_ns == std::optional<std::uint64_t>(12345));
   auto stats = o->stats();
   CHECK(stats.compiles == 1);
   CHECK(stats.recompiles == 0);

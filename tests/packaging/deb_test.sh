@@ -41,7 +41,7 @@ for want in "Package: fdo" "Version: " "Architecture: " "Depends: " "Description
   grep -q "^ $want" <<<"$info" || fail "control lacks '$want'"
 done
 depends=$(grep '^ Depends:' <<<"$info")
-for dep in systemd libc6 libllvm16 libsqlite3-0 libsystemd0; do
+for dep in systemd libc6 libllvm16 libsqlite3-0 libsystemd0 libjs-chart.js; do
   grep -q "$dep" <<<"$depends" || fail "Depends lacks $dep: $depends"
 done
 for script in postinst prerm postrm conffiles; do

@@ -22,9 +22,10 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION devel)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 # Library dependencies from the binaries (dpkg-shlibdeps), plus systemd for
-# the units and the maintainer scripts (systemd-sysusers, systemctl).
+# the units and the maintainer scripts (systemd-sysusers, systemctl), and
+# libjs-chart.js for `fdoctl web`'s charts (/usr/share/javascript/chart.js).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "systemd")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "systemd, libjs-chart.js")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
     ${PROJECT_SOURCE_DIR}/tools/packaging/debian/postinst
     ${PROJECT_SOURCE_DIR}/tools/packaging/debian/prerm

@@ -7,16 +7,18 @@ _fdoctl() {
   cur=${COMP_WORDS[COMP_CWORD]}
   prev=${COMP_WORDS[COMP_CWORD-1]}
   local globals="--socket --state-dir --offline --json --timeout --help --version"
-  local commands="run programs program profiles profile backup restore gc cache explain status doctor metrics config"
+  local commands="run programs program profiles profile backup restore gc cache explain status doctor metrics config web"
   case $prev in
     --socket|--state-dir)
       mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-    --timeout|--stages|-n|--arg|-a|--buffer|-b|--name|--entry|-e|-v|--threshold|-t|--limit|-l|--wait-timeout|--max-age)
+    --timeout|--stages|-n|--arg|-a|--buffer|-b|--name|--entry|-e|-v|--threshold|-t|--limit|-l|--wait-timeout|--max-age|--listen)
       return ;;
     --format|-f)
       mapfile -t COMPREPLY < <(compgen -W "json profdata" -- "$cur"); return ;;
     --output|-o)
       mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+    --chartjs-dir)
+      mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return ;;
   esac
   cmd="" sub=""
   for ((i = 1; i < COMP_CWORD; i++)); do
@@ -48,6 +50,7 @@ _fdoctl() {
              words="$globals" ;;
     explain) [[ $cur != -* ]] && { mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return; }
              words="--limit $globals" ;;
+    web) words="--listen --allow-remote --chartjs-dir $globals" ;;
     *) words="$globals" ;;
   esac
   mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")

@@ -2,6 +2,7 @@
 
 #include "context.h"
 #include "fdo/version.h"
+#include "web/web_command.h"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -305,6 +306,8 @@ int run_cli(const std::vector<std::string>& args, Io& io) {
       "config", "fdod's effective configuration: every key, its value, its default and whether "
                 "SIGHUP changes it (root and the daemon's user)");
   config->callback([&] { action = [](Context& c) { return cmd_config(c); }; });
+
+  add_web_command(app, action);
 
   std::vector<std::string> rest(args.rbegin(), args.rend());
   if (!rest.empty()) rest.pop_back(); // argv[0]

@@ -95,6 +95,8 @@ struct StageOutput {
   Explanation explanation;
   bool compiled = false; // this request ran the compiler
   double compile_ms = 0; // its compile time, when compiled
+  // The stage's explain record, for Orchestrator::record_execution.
+  std::uint64_t explain_sequence = 0;
 };
 
 struct ExplainRecord {
@@ -112,6 +114,10 @@ struct ExplainRecord {
   CompileMode mode = CompileMode::plain; // mode of the target CK
   double compile_ms = 0;
   std::string error; // for Outcome::failed
+  // Wall time of the stage's execution, once the caller ran the output and
+  // said so (record_execution); unset for a compile-only stage, a failed one,
+  // a background tier-up's record, or an output run in the client's process.
+  std::optional<std::uint64_t> exec_ns;
 };
 nlohmann::json to_json(const ExplainRecord& r);
 
@@ -192,6 +198,10 @@ public:
   std::string initial_key_for(const Program& program) const;
   // The stage records kept for IK, oldest first (bounded).
   std::vector<ExplainRecord> explain(const std::string& ik) const;
+  // Notes how long the stage prepared as `explain_sequence` (StageOutput) took
+  // to execute, for its explain record; nothing when the record is gone.
+  void record_execution(const std::string& ik, std::uint64_t explain_sequence,
+                        std::uint64_t exec_ns);
   Stats stats() const;
   // Blocks until no tier-up is queued or running.
   void wait_idle();

@@ -26,6 +26,7 @@ json explain_record_json(const cache::ExplainRecord& r) {
           {"from_version", r.from_version},
           {"mode", std::string(to_string(r.mode))},
           {"compile_ms", r.compile_ms},
+          {"exec_ns", r.exec_ns ? json(*r.exec_ns) : json(nullptr)},
           {"error", r.error}};
 }
 

@@ -267,6 +267,7 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   // without a return value or counters (the process that held them is gone).
   if (auto exited = resp->header.find("exited"); exited != resp->header.end()) {
     const int status = exited->value("status", 0);
+    s.orch->record_execution(so.ik, so.explain_sequence, elapsed_ns);
     stage["exec_ns"] = elapsed_ns;
     stage["counters"] = {{"wall_ns", elapsed_ns}, {"thread_cpu_ns", 0}, {"events", json::array()}};
     stage["profile_rewritten"] = nullptr;
@@ -315,6 +316,7 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
         {"from", fo.rewritten->from}, {"to", fo.rewritten->to}, {"reason", fo.rewritten->reason}};
   result["output"] = output_json(output);
   const std::uint64_t exec_ns = measurement.value("wall_ns", std::uint64_t{0});
+  s.orch->record_execution(so.ik, so.explain_sequence, exec_ns);
   stage["exec_ns"] = exec_ns;
   stage["counters"] = std::move(measurement);
   stage["profile_rewritten"] = std::move(rewritten);
