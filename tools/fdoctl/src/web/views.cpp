@@ -27,25 +27,29 @@ std::uint64_t saturating_sum(const std::vector<std::uint64_t>& v) {
   return s;
 }
 
-// Sampled figures for one function: the numeric members of
-// hardware.functions[name] (keyed by PGO or source name) — time_share,
-// samples, branch_misses and whatever the sampler records. Empty when the
-// profile has none (instrumentation only, or no PMU and no sampling).
+// Sampled figures for one function from the profile's sampling record
+// (hardware.sampling, written with each version by the feedback loop;
+// docs/perf.md): its share of the clock samples (`time_share`) and its miss
+// samples per hardware event (e.g. `branch-misses`), keyed by PGO or source
+// name. Numbers only; empty when the profile has none (instrumentation only,
+// or sampling off).
 json sampled_figures(const json& hardware, const std::string& pgo_name,
                      const std::string& source_name) {
   json out = json::object();
-  if (!hardware.is_object() || !hardware.contains("functions") ||
-      !hardware["functions"].is_object())
-    return out;
-  const json& fns = hardware["functions"];
-  const json* f = nullptr;
-  if (fns.contains(pgo_name))
-    f = &fns[pgo_name];
-  else if (!source_name.empty() && fns.contains(source_name))
-    f = &fns[source_name];
-  if (f == nullptr || !f->is_object()) return out;
-  for (const auto& [k, v] : f->items())
-    if (v.is_number()) out[k] = v;
+  if (!hardware.is_object()) return out;
+  auto sampling = hardware.find("sampling");
+  if (sampling == hardware.end() || !sampling->is_object()) return out;
+  auto figure = [&](const json& table) -> const json* {
+    if (!table.is_object()) return nullptr;
+    auto it = table.find(pgo_name);
+    if (it == table.end() && !source_name.empty()) it = table.find(source_name);
+    return it != table.end() && it->is_number() ? &*it : nullptr;
+  };
+  if (auto t = sampling->find("time_share"); t != sampling->end())
+    if (const json* v = figure(*t)) out["time_share"] = *v;
+  if (auto m = sampling->find("misses"); m != sampling->end() && m->is_object())
+    for (const auto& [event, by_function] : m->items())
+      if (const json* v = figure(by_function)) out[event] = *v;
   return out;
 }
 
