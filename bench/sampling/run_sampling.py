@@ -5,7 +5,7 @@ Program: tests/e2e/fixtures/two_phase.ll, run(phase, n): phase 0 spends its
 time in phase_a, phase 1 in phase_b (docs/perf.md, "Drift").
 
 1. Overhead. Two fdods side by side, identical but for sampling.frequency_hz
-   (0 = off, and --frequency, default 1000 Hz as fdod; sampling.events at its
+   (0 = off, and --frequency, default 250 Hz as fdod; sampling.events at its
    default), each
    warmed on phase A until its stages are optimized memory hits. Then rounds,
    order alternating, one stage on each: the worker's thread CPU time and
@@ -143,7 +143,7 @@ def main():
     ap.add_argument("--iterations", type=int, default=40_000_000, help="loop iterations per stage")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--max-b-stages", type=int, default=12)
-    ap.add_argument("--frequency", type=int, default=1000,
+    ap.add_argument("--frequency", type=int, default=250,
                     help="sampling.frequency_hz of the sampled daemon in the overhead part (default: "
                     "fdod's default)")
     ap.add_argument("--quick", action="store_true", help="small counts: a smoke run")

@@ -102,7 +102,7 @@ policy.min_counts = 18446744073709551615
 TEST_CASE("config: sampling keys and the drift policy keys", "[config]") {
   Config d = Config::defaults();
   CHECK(d.get("sampling.events") == "cpu-clock,branch-misses,L1-icache-load-misses");
-  CHECK(d.get("sampling.frequency_hz") == "1000");
+  CHECK(d.get("sampling.frequency_hz") == "250");
   CHECK(d.get("policy.time_share_drift_threshold") == "0.3");
   auto c = Config::parse("sampling.events = task-clock , branch-misses\n"
                          "sampling.frequency_hz = 0\n"

@@ -55,7 +55,7 @@ using ConfigOverrides = std::vector<std::pair<std::string, std::string>>;
 // Sampling of each stage in the exec worker (sampling.* keys, docs/perf.md).
 struct SamplingConfig {
   std::vector<std::string> events = {"cpu-clock", "branch-misses", "L1-icache-load-misses"};
-  std::uint64_t frequency_hz = 1000; // 0: no sampling
+  std::uint64_t frequency_hz = 250; // 0: no sampling
   std::uint64_t max_samples = 4000;  // attributed per stage
 };
 
