@@ -46,7 +46,8 @@ BUILD_DIR = None  # --build-dir
 
 
 def daemon(config):
-    base = {"exec_timeout_ms": 60000, "policy.min_stages": 2, "tier_up": "sync"}
+    # The live A/B guard is off: these figures are sampling and drift alone.
+    base = {"exec_timeout_ms": 60000, "policy.min_stages": 2, "tier_up": "sync", "guard": "off"}
     base.update(config)
     return harness.Daemon(base, build_dir=BUILD_DIR, prefix="fdo-bench-sampling-").start()
 
