@@ -6,6 +6,7 @@
 #include "fdo/daemon/service.h"
 #include "fdo/daemon/tenant.h"
 #include "fdo/jit/compiler.h"
+#include "service_harness.h"
 #include "support/file_mode.h"
 #include "support/temp_dir.h"
 
@@ -24,38 +25,6 @@ using fdo::test_support::mode_of;
 using fdo::test_support::ScopedUmask;
 
 namespace {
-
-// A compile worker stand-in: the profile key is the BLAKE3 of the bytes (as
-// FakeAnalyzer), instrumented builds count one function "main".
-Expected<Message> fake_compile(const Message& req) {
-  Message out;
-  std::string op = req.header.value("op", "");
-  if (op == "analyze") {
-    out.header = {{"profile_key", blake3_hex(req.payload)},
-                  {"entries", {{{"name", "main"}, {"returns", "i64"}, {"params", json::array()}}}}};
-    return out;
-  }
-  if (op == "compile") {
-    jit::CompileResult r;
-    FDO_TRY(r.mode, parse_compile_mode(req.header.value("mode", "")));
-    r.profile_key = blake3_hex(req.payload);
-    r.entries.push_back(jit::EntryInfo{"main", "i64", {}, true});
-    if (r.mode == CompileMode::instrumented) r.counters_layout.push_back({"main", 0xfeed, 2});
-    out.header = jit::metadata_to_json(r);
-    out.payload = "object:" + std::string(to_string(r.mode));
-    return out;
-  }
-  return make_error(Errc::invalid_argument, "unknown op " + op);
-}
-
-Expected<Message> fake_exec(const Message& req) {
-  Message out;
-  out.header = {{"ret", 42}, {"measurement", {{"wall_ns", 1000}, {"events", json::array()}}}};
-  json counts = json::object();
-  if (req.payload.starts_with("object:instrumented")) counts["main"] = {900, 100};
-  out.header["counts"] = counts;
-  return out;
-}
 
 Config base_config(const std::string& state_dir) {
   Config c;
