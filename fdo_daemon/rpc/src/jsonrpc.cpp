@@ -173,7 +173,15 @@ const json& Request::response_id() const {
 }
 
 std::string_view to_string(MethodClass c) {
-  return c == MethodClass::control ? "control" : "work";
+  switch (c) {
+  case MethodClass::control:
+    return "control";
+  case MethodClass::immediate:
+    return "immediate";
+  case MethodClass::work:
+    break;
+  }
+  return "work";
 }
 
 void Dispatcher::add(std::string method, Handler handler, MethodClass method_class) {

@@ -223,7 +223,11 @@ void Session::start_call(Request req, Clock::time_point received) {
     return;
   }
   // An unknown method is answered at once by invoke(): nothing to protect.
-  MethodClass cls = srv_.dispatcher.method_class(req.method).value_or(MethodClass::control);
+  MethodClass cls = srv_.dispatcher.method_class(req.method).value_or(MethodClass::immediate);
+  if (cls == MethodClass::immediate) {
+    call_now(req, deadline);
+    return;
+  }
   TenantLimits::Lease slot;
   if (cls == MethodClass::work) {
     auto got = srv_.tenants.acquire(peer_.uid, TenantResource::inflight_request);
@@ -263,6 +267,23 @@ void Session::start_call(Request req, Clock::time_point received) {
       self->on_call_done(gen, std::move(response));
     });
   });
+}
+
+void Session::call_now(const Request& req, Clock::time_point deadline) {
+  CallContext ctx = peer_;
+  ctx.deadline = deadline;
+  std::optional<std::string> response;
+  try {
+    response = srv_.dispatcher.invoke(req, ctx);
+  } catch (const std::exception& e) {
+    // As in the pool job: allocation failure while building the response.
+    if (!req.is_notification())
+      response = rpc::error_response(req.response_id(), rpc::internal_error,
+                                     std::string("building the response failed: ") + e.what(),
+                                     to_string(Errc::internal));
+  }
+  if (response) queue_reply(std::move(*response));
+  next();
 }
 
 void Session::refuse_call(const Request& req, const Error& why) {

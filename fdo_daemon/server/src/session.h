@@ -54,6 +54,8 @@ private:
   void start_parse(std::string line, Clock::time_point received);
   void on_parsed(ParsedLine parsed, Clock::time_point received);
   void start_call(Request req, Clock::time_point received);
+  // An immediate method: invoked here on the io thread, its reply queued.
+  void call_now(const Request& req, Clock::time_point deadline);
   void refuse_call(const Request& req, const Error& why);
   void on_call_done(std::uint64_t gen, std::optional<std::string> response);
   void on_deadline(std::uint64_t gen, const error_code& ec);

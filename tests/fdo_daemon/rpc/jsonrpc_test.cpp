@@ -317,3 +317,13 @@ TEST_CASE("jsonrpc: methods carry a class - work unless added as control", "[jso
       MethodClass::control);
   REQUIRE(d.method_class("echo") == MethodClass::control);
 }
+
+TEST_CASE("jsonrpc: a method may be added as immediate", "[jsonrpc]") {
+  Dispatcher d;
+  d.add(
+      "ping", [](const json&, const CallContext&) -> Expected<json> { return json("pong"); },
+      MethodClass::immediate);
+  REQUIRE(d.method_class("ping") == MethodClass::immediate);
+  REQUIRE(to_string(MethodClass::immediate) == "immediate");
+  REQUIRE(respond(d, R"({"jsonrpc":"2.0","id":1,"method":"ping"})")["result"] == "pong");
+}

@@ -73,6 +73,19 @@ void add_methods(Dispatcher& d, Gate& gate) {
     gate.pass();
     return json{{"blocked", true}};
   });
+  d.add(
+      "block_control",
+      [&gate](const json&, const CallContext&) -> fdo::Expected<json> {
+        gate.pass();
+        return json{{"blocked", true}};
+      },
+      MethodClass::control);
+  d.add(
+      "ping",
+      [](const json&, const CallContext& ctx) -> fdo::Expected<json> {
+        return json{{"pong", true}, {"uid", ctx.uid}};
+      },
+      MethodClass::immediate);
   d.add("echo", [](const json& p, const CallContext&) -> fdo::Expected<json> { return p; });
   d.add("whoami", [](const json&, const CallContext& ctx) -> fdo::Expected<json> {
     return json{{"uid", ctx.uid}};
@@ -239,6 +252,56 @@ TEST_CASE("limits: control methods answer while every work thread is blocked", "
   json r = next_reply(w);
   require_ok(r);
   REQUIRE(r["result"]["n"] == 1);
+}
+
+TEST_CASE("limits: immediate methods answer while every handler and control thread is blocked",
+          "[server]") {
+  TempDir dir;
+  ServerOptions o = options_for(dir);
+  o.limits.max_inflight_per_uid = 4;
+  Running srv(o);
+  // Four blocked work handlers (the uid's whole in-flight allowance) and two
+  // blocked control handlers: no pool thread is free.
+  std::vector<RawClient> busy;
+  for (int i = 0; i < 4; ++i) {
+    busy.push_back(srv.client());
+    REQUIRE(busy.back().send(request("block", json::object(), i)));
+  }
+  for (int i = 0; i < 2; ++i) {
+    busy.push_back(srv.client());
+    REQUIRE(busy.back().send(request("block_control", json::object(), 10 + i)));
+  }
+  REQUIRE(srv.gate.entered_at_least(6));
+  // A work request is refused now: the limit really is reached.
+  RawClient c = srv.client();
+  require_limit_error(c.call("echo", json::object(), 1), "max_inflight_per_uid", 4);
+  for (int i = 0; i < 5; ++i) {
+    json r = c.call("ping", json::object(), 100 + i);
+    require_ok(r);
+    CHECK(r["result"]["pong"] == true);
+    CHECK(r["result"]["uid"] == ::getuid());
+  }
+  // An unknown method is answered at once too.
+  json unknown = c.call("no.such.method", json::object(), 7);
+  REQUIRE(unknown.contains("error"));
+  CHECK(unknown["error"]["code"] == rpc::method_not_found);
+  srv.gate.open();
+  for (auto& b : busy)
+    require_ok(next_reply(b));
+}
+
+TEST_CASE("limits: an immediate method waits its turn behind earlier requests on its connection",
+          "[server]") {
+  TempDir dir;
+  Running srv(options_for(dir));
+  RawClient c = srv.client();
+  REQUIRE(c.send(request("sleep", {{"ms", 200}}, 1) + request("ping", json::object(), 2) +
+                 request("echo", {{"n", 3}}, 3) + request("ping", json::object(), 4)));
+  for (int id = 1; id <= 4; ++id) {
+    json r = next_reply(c);
+    require_ok(r);
+    CHECK(r["id"] == id);
+  }
 }
 
 TEST_CASE("limits: work requests in flight are capped per uid across connections", "[server]") {

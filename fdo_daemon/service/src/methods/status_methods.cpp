@@ -1,6 +1,8 @@
 // health, capabilities, metrics, config. None of these touches the store, a
 // worker or the cache's locks beyond counters, so they answer while stages run
-// and are registered as control methods (the server's own small pool).
+// and are registered as control methods (the server's own small pool);
+// health and capabilities read only counters and fixed state, so they are
+// immediate: answered on the server's I/O thread without a hand-off.
 #include "fdo/jit/compiler.h"
 #include "methods.h"
 
@@ -167,8 +169,8 @@ std::vector<prometheus::MetricFamily> live_metrics(ServiceState& s) {
 }
 
 void add_status_methods(Dispatcher& d, ServiceState& s) {
-  bind(d, "health", s, health, MethodClass::control);
-  bind(d, "capabilities", s, capabilities, MethodClass::control);
+  bind(d, "health", s, health, MethodClass::immediate);
+  bind(d, "capabilities", s, capabilities, MethodClass::immediate);
   bind(d, "metrics", s, metrics, MethodClass::control);
   bind(d, "config", s, config, MethodClass::control);
 }

@@ -40,8 +40,12 @@ using Handler =
 // server gives them their own small pool and never counts them against a
 // tenant's in-flight limit: health stays answerable while every work thread is
 // blocked and a tenant at its limit can still ask how the daemon is.
-enum class MethodClass { work, control };
-std::string_view to_string(MethodClass c); // "work", "control"
+// Immediate methods are control methods cheap enough to answer on the
+// server's I/O thread as soon as their line is parsed, with no hand-off to a
+// pool: they must return in microseconds, take no lock that anything holds
+// across I/O or a compile, and never wait (health, capabilities).
+enum class MethodClass { work, control, immediate };
+std::string_view to_string(MethodClass c); // "work", "control", "immediate"
 
 namespace rpc {
 

@@ -6,7 +6,9 @@
 // sd_notify readiness/watchdog.
 //
 // Threads: run() drives one I/O thread (accepting, reading, writing, timers,
-// signals, watchdog pings); it never runs a handler. Work handlers and the
+// signals, watchdog pings); it runs no handler but immediate ones
+// (MethodClass::immediate: health, capabilities, unknown methods), answered
+// there as soon as their line is parsed, with no hand-off. Work handlers and the
 // parsing of large request lines run on `handler_threads` pool threads;
 // control handlers (MethodClass::control) and the parsing of small lines run
 // on `control_threads` threads of their own, so health answers while every
