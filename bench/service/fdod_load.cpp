@@ -46,14 +46,15 @@ namespace {
 constexpr const char* kUsage =
     R"(usage:
   fdod_load latency    --socket PATH --program ID [--entry NAME] [--samples N] [--warmup N]
-                       [--expect-mode M] [--expect-outcome O]
+                       [--expect-mode M] [--expect-outcome O] [--verbose 0|1]
   fdod_load throughput --socket PATH --program ID [--entry NAME] --clients N
                        [--duration-ms MS] [--warmup-ms MS] [--expect-mode M] [--expect-outcome O]
   fdod_load native     --ir FILE [--entry NAME] [--samples N] [--blocks N] [--batch N]
 
 The entry (default "add") must be i64(i64, i64) returning the sum of its arguments.
 --expect-mode (default optimized) and --expect-outcome (default memory_hit) are checked on
-every reply ("any" checks nothing). Defaults: --samples 1000, --warmup 20, --duration-ms 3000,
+every reply ("any" checks nothing). --verbose 1 asks for verbose replies (each counter's reason
+text: the reply shape before compact replies). Defaults: --samples 1000, --warmup 20, --duration-ms 3000,
 --warmup-ms 500; native: --samples 20000, --blocks 10, --batch 1000000.
 Prints JSON on stdout. Exit 0 ok (also --help), 1 daemon error or failed check, 2 bad arguments.
 )";
@@ -75,6 +76,9 @@ struct Options {
   long batch = 1'000'000;
   std::string expect_mode = "optimized";
   std::string expect_outcome = "memory_hit";
+  // Ask for verbose execute replies (every event's reason: the reply shape
+  // before replies became compact), to compare both in one run.
+  bool verbose = false;
 };
 
 struct UsageError {
@@ -135,6 +139,8 @@ Options parse_args(int argc, char** argv) {
       o.expect_mode = value;
     else if (flag == "--expect-outcome")
       o.expect_outcome = value;
+    else if (flag == "--verbose")
+      o.verbose = parse_count(flag, value, 0, 1) == 1;
     else
       throw UsageError{"unknown option '" + flag + "'"};
   }
@@ -243,7 +249,9 @@ struct ReplyCheck {
 json execute_params(const Options& o, std::uint64_t i, std::int64_t& expected) {
   auto [a, b] = args_for(i);
   expected = a + b;
-  return {{"program", o.program}, {"entry", o.entry}, {"args", {a, b}}};
+  json params = {{"program", o.program}, {"entry", o.entry}, {"args", {a, b}}};
+  if (o.verbose) params["verbose"] = true;
+  return params;
 }
 
 fdo::Expected<fdo::ctl::RpcClient> connect(const Options& o) {

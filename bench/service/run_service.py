@@ -325,18 +325,21 @@ def run(build, p, args):
             return None
 
         common = ["--socket", daemon.socket, "--program", program, "--entry", ENTRY]
-        lat_runs, nat_runs = [], []
+        lat_runs, verbose_runs, nat_runs = [], [], []
         results["latency_runs"] = lat_runs
+        results["latency_verbose_runs"] = verbose_runs
         results["native_runs"] = nat_runs
         for r in range(p["rounds"]):
-            order = ("latency", "native") if r % 2 == 0 else ("native", "latency")
+            order = (("latency", "verbose", "native") if r % 2 == 0 else
+                     ("native", "verbose", "latency"))
             for what in order:
                 progress(f"round {r + 1}/{p['rounds']}: {what}")
-                if what == "latency":
-                    out = measure(["latency", *common, "--samples", p["samples"], "--warmup", 20],
-                                  300, f"round {r + 1} latency")
+                if what in ("latency", "verbose"):
+                    out = measure(["latency", *common, "--samples", p["samples"], "--warmup", 20,
+                                   "--verbose", int(what == "verbose")],
+                                  300, f"round {r + 1} {what}")
                     if out is not None:
-                        lat_runs.append(out)
+                        (lat_runs if what == "latency" else verbose_runs).append(out)
                 else:
                     out = measure(["native", "--ir", ir_path, "--entry", ENTRY, "--samples",
                                    p["native_samples"], "--blocks", 10], 300,
@@ -473,6 +476,22 @@ Figures (microseconds; percentiles pool all rounds):
                          fmt_us(s["mean"]), s["n"]])
         rows.append(["client JSON codec", fmt_us(statistics.median(codec)), "", "", "",
                      f"{len(codec)} runs"])
+    verbose = results.get("latency_verbose_runs", [])
+    if verbose:
+        # The same executes asking for verbose replies: the reply shape before
+        # compact replies, measured beside the compact one in the same rounds.
+        summ["verbose_rtt_ns"] = summarize(pooled(verbose, "rtt_ns"))
+        summ["verbose_overhead"] = summarize([a - b for a, b in zip(
+            pooled(verbose, "rtt_ns"), pooled(verbose, "exec_ns"))])
+        for key, label in (("verbose_rtt_ns", "execute, verbose"),
+                           ("verbose_overhead", "  - exec, verbose")):
+            s = summ[key]
+            rows.append([label, fmt_us(s["p50"]), fmt_us(s["p90"]), fmt_us(s["p99"]),
+                         fmt_us(s["mean"]), s["n"]])
+        compact_bytes = [r["client_codec_ns"].get("reply_bytes") for r in lat]
+        verbose_bytes = [r["client_codec_ns"].get("reply_bytes") for r in verbose]
+        summ["reply_bytes"] = {"compact": compact_bytes[-1] if compact_bytes else None,
+                               "verbose": verbose_bytes[-1] if verbose_bytes else None}
     if nat:
         for key, label in (("thunk_ns", "native thunk"), ("direct_ns", "native direct"),
                            ("timer_ns", "clock pair alone")):
@@ -531,6 +550,12 @@ Figures (microseconds; percentiles pool all rounds):
         print(f"  health round trip p50 / execute p50               {ratios['health_p50_over_execute_p50']:10.4f}")
         print(f"  client JSON codec p50 / execute p50               {ratios['client_codec_share_of_round_trip_p50']:10.4f}")
         print(f"  service overhead p50 (round trip - exec_ns)       {ratios['overhead_p50_us']:10.1f} us")
+        if "verbose_rtt_ns" in summ:
+            ratios["verbose_p50_over_compact_p50"] = summ["verbose_rtt_ns"]["p50"] / rtt
+            rb = summ["reply_bytes"]
+            print(f"  execute p50 verbose / compact replies             "
+                  f"{ratios['verbose_p50_over_compact_p50']:10.3f}   "
+                  f"(reply {rb['verbose']} vs {rb['compact']} bytes)")
 
     if tp:
         by_level = {}

@@ -588,6 +588,12 @@ const std::vector<KeyDef>& key_defs() {
       d.get = [](const Config& c) { return c.metrics_listen; };
       v.push_back(std::move(d));
     }
+    v.push_back(uint_key<unsigned>(
+        "exec_object_cache_entries", R,
+        "Linked programs each exec worker keeps by storage key, least recently used dropped "
+        "first; an execute of one it holds is sent without the object (0 = the object with "
+        "every execute).",
+        [](Config& c) -> unsigned& { return c.exec_object_cache_entries; }, 0, 4096));
     return v;
   }();
   return defs;

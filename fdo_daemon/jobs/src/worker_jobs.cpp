@@ -68,6 +68,23 @@ json probe_sampling() {
           {"detail", event}};
 }
 
+// The measurement for the reply. Unless `verbose`, without the per-event
+// explanations (the same text every stage: "no PMU ..."), which capabilities
+// reports once, and an event that did not count is only its name, status and
+// errno (its counts and times are all zero).
+json measurement_json(const perf::Measurement& m, bool verbose) {
+  json j = perf::to_json(m);
+  if (verbose) return j;
+  j.erase("task_clock_reason");
+  for (json& e : j["events"]) {
+    e.erase("reason");
+    if (!e["value"].is_null()) continue;
+    for (const char* zero : {"raw", "enabled_ns", "running_ns", "running_ratio", "multiplexed"})
+      e.erase(zero);
+  }
+  return j;
+}
+
 Expected<std::string> header_string(const json& header, const char* key) {
   auto it = header.find(key);
   if (it == header.end() || !it->is_string())
@@ -134,37 +151,48 @@ Expected<Message> CompileJobs::handle(const Message& request) {
 struct ExecJobs::State {
   std::unique_ptr<jit::Loader> loader;
   // Recently used programs by storage key, most recent first: a stage of a
-  // program already linked in this worker skips the link.
+  // program already linked in this worker skips the link, and the daemon
+  // sends it without its object (the object travels once per worker).
   std::list<std::pair<std::string, std::unique_ptr<jit::LoadedProgram>>> programs;
   std::vector<std::string> group_events;
   std::optional<perf::CounterGroup> group;
   StageSampler sampler;
-  static constexpr std::size_t kMaxPrograms = 16;
+  // How many linked programs stay when a job does not say ("cache_entries").
+  static constexpr std::size_t kDefaultPrograms = 16;
 
   // The program to run for one execution. A program with writable globals is
   // linked afresh (and unloaded after the call: `fresh` owns it) so that every
   // stage starts from its initial state whichever worker runs it; others are
-  // kept linked for the next stage.
+  // kept linked for the next stage, at most `capacity` of them.
   struct Program {
     jit::LoadedProgram* program = nullptr;
     std::unique_ptr<jit::LoadedProgram> fresh;
   };
-  Expected<Program> program(const std::string& key, const std::string& object,
-                            const json& metadata) {
+  // The linked program kept under `key`, made most recent; nullptr if none.
+  jit::LoadedProgram* cached(const std::string& key) {
     for (auto it = programs.begin(); it != programs.end(); ++it)
       if (it->first == key) {
         programs.splice(programs.begin(), programs, it);
-        return Program{programs.front().second.get(), nullptr};
+        return programs.front().second.get();
       }
+    return nullptr;
+  }
+  void trim(std::size_t capacity) {
+    while (programs.size() > capacity)
+      programs.pop_back();
+  }
+  // Call trim(capacity) first: a program found here then stays kept.
+  Expected<Program> program(const std::string& key, std::string_view object, const json& metadata,
+                            std::size_t capacity) {
+    if (jit::LoadedProgram* p = cached(key)) return Program{p, nullptr};
     FDO_TRY(jit::CompileResult meta, jit::metadata_from_json(metadata));
     FDO_TRY(std::unique_ptr<jit::LoadedProgram> loaded, loader->load(object, meta));
-    if (meta.mutable_globals) {
+    if (meta.mutable_globals || capacity == 0) {
       jit::LoadedProgram* raw = loaded.get();
       return Program{raw, std::move(loaded)};
     }
     programs.emplace_front(key, std::move(loaded));
-    while (programs.size() > kMaxPrograms)
-      programs.pop_back();
+    trim(capacity);
     return Program{programs.front().second.get(), nullptr};
   }
 
@@ -211,7 +239,11 @@ Expected<Message> ExecJobs::handle(const Message& request) {
     return make_error(Errc::invalid_argument, "exec worker: unknown op '" + op + "'");
   FDO_TRY(std::string key, header_string(h, "key"));
   FDO_TRY(std::string entry, header_string(h, "entry"));
+  // No object_size: the daemon expects this worker to hold the key linked.
+  const bool object_attached = h.contains("object_size");
   std::uint64_t object_size = h.value("object_size", std::uint64_t{0});
+  const std::size_t capacity = h.value("cache_entries", State::kDefaultPrograms);
+  const bool verbose = h.value("verbose", false);
   std::vector<std::uint64_t> slots = h.value("slots", std::vector<std::uint64_t>{});
   std::vector<int> buffer_of_param = h.value("buffer_of_param", std::vector<int>{});
   std::vector<std::string> events = h.value("events", std::vector<std::string>{});
@@ -246,8 +278,18 @@ Expected<Message> ExecJobs::handle(const Message& request) {
     slots[i] = reinterpret_cast<std::uintptr_t>(buffers[b].data());
   }
 
-  std::string object = request.payload.substr(0, object_size);
-  FDO_TRY(State::Program held, state_->program(key, object, h.value("metadata", json::object())));
+  // A smaller cache_entries (a reload) applies now; 0 drops every program.
+  state_->trim(capacity);
+  if (!object_attached && state_->cached(key) == nullptr) {
+    // Never linked here, evicted, or this worker is new (a restart loses
+    // what the old one held): the daemon sends the job again with the object.
+    Message missing;
+    missing.header = {{"missing_object", key}};
+    return missing;
+  }
+  FDO_TRY(State::Program held,
+          state_->program(key, std::string_view(request.payload).substr(0, object_size),
+                          h.value("metadata", json::object()), capacity));
   jit::LoadedProgram* program = held.program;
   FDO_TRY(jit::ThunkFn thunk, program->thunk(entry));
   bool instrumented = !program->counters_layout().empty();
@@ -295,7 +337,7 @@ Expected<Message> ExecJobs::handle(const Message& request) {
   }
 
   Message out;
-  out.header = {{"ret", ret}, {"measurement", perf::to_json(m)}};
+  out.header = {{"ret", ret}, {"measurement", measurement_json(m, verbose)}};
   json counts = json::object();
   if (instrumented)
     for (auto& [name, values] : program->read_counters())

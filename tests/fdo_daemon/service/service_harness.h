@@ -45,8 +45,15 @@ inline Expected<Message> fake_compile(const Message& req) {
 }
 
 // An exec worker stand-in: returns 42; instrumented objects report counts.
+// An execute sent by key only (no object_size: worker_jobs.h) is answered
+// with missing_object, as by a worker that does not hold the key; the
+// service then sends it again with the object.
 inline Expected<Message> fake_exec(const Message& req) {
   Message out;
+  if (req.header.value("op", "") == "exec" && !req.header.contains("object_size")) {
+    out.header = {{"missing_object", req.header.value("key", "")}};
+    return out;
+  }
   out.header = {{"ret", 42}, {"measurement", {{"wall_ns", 1000}, {"events", json::array()}}}};
   json counts = json::object();
   if (req.payload.starts_with("object:instrumented")) counts["main"] = {900, 100};
@@ -72,15 +79,14 @@ struct Harness {
   std::unique_ptr<Service> service;
   Dispatcher dispatcher;
 
-  explicit Harness(Config c = base_config()) {
+  explicit Harness(Config c = base_config(), FakeRunner::Fn exec_fn = fake_exec) {
     c.state_dir = dir.str();
     auto s = ServiceBuilder(c)
-                 .runners([this](WorkerRole role, const Config&,
-                                 auto&&...) -> Expected<std::unique_ptr<JobRunner>> {
-                   auto r = std::make_unique<FakeRunner>(std::string(to_string(role)),
-                                                         role == WorkerRole::compile
-                                                             ? FakeRunner::Fn(fake_compile)
-                                                             : FakeRunner::Fn(fake_exec));
+                 .runners([this, exec_fn](WorkerRole role, const Config&,
+                                          auto&&...) -> Expected<std::unique_ptr<JobRunner>> {
+                   auto r = std::make_unique<FakeRunner>(
+                       std::string(to_string(role)),
+                       role == WorkerRole::compile ? FakeRunner::Fn(fake_compile) : exec_fn);
                    (role == WorkerRole::compile ? compile : exec) = r.get();
                    return std::unique_ptr<JobRunner>(std::move(r));
                  })

@@ -8,6 +8,8 @@
 #include <mutex>
 #include <set>
 #include <unistd.h>
+#include <utility>
+#include <vector>
 
 using namespace fdo;
 using namespace fdo::daemon;
@@ -299,4 +301,117 @@ TEST_CASE("service: programs and profiles are listed and deleted by their owner 
                                           "profile.delete 1000 ok"});
   CHECK(h.audit->records[2].program == ib);
   CHECK(h.audit->records[4].profile_key == pa);
+}
+
+namespace {
+
+// An exec worker stand-in that keeps what it was sent by key, like the real
+// one (worker_jobs.h), and records each job's header.
+struct KeepingExecWorker {
+  std::mutex mu;
+  std::set<std::string> held;
+  std::vector<json> jobs;
+
+  FakeRunner::Fn fn() {
+    return [this](const Message& req) -> Expected<Message> {
+      std::lock_guard lk(mu);
+      jobs.push_back(req.header);
+      std::string key = req.header.value("key", "");
+      if (req.header.contains("object_size")) {
+        if (req.header.value("cache_entries", 0) > 0) held.insert(key);
+      } else if (!held.contains(key)) {
+        Message m;
+        m.header = {{"missing_object", key}};
+        return m;
+      }
+      Message out;
+      out.header = {{"ret", 42},
+                    {"measurement", {{"wall_ns", 1000}, {"events", json::array()}}},
+                    {"counts", json::object()}};
+      return out;
+    };
+  }
+  std::vector<json> take() {
+    std::lock_guard lk(mu);
+    return std::exchange(jobs, {});
+  }
+};
+
+} // namespace
+
+TEST_CASE("service: an execute names its object by key - the object goes when a worker lacks it",
+          "[service]") {
+  KeepingExecWorker worker;
+  Harness h(Harness::base_config(), worker.fn());
+  auto reg = h.call("program.register", {{"ir", "program one"}});
+  REQUIRE(reg);
+  json params = {{"program", (*reg)["program"]}, {"entry", "main"}};
+
+  // First stage of a key: asked by key, refused, sent again with the object.
+  auto s0 = h.call("execute", params);
+  REQUIRE(s0);
+  CHECK((*s0)["value"] == 42);
+  std::string key = (*s0)["stage"]["storage_key"];
+  auto jobs = worker.take();
+  REQUIRE(jobs.size() == 2);
+  CHECK_FALSE(jobs[0].contains("object_size"));
+  CHECK_FALSE(jobs[0].contains("metadata"));
+  CHECK(jobs[0]["key"] == key);
+  CHECK(jobs[0]["cache_entries"] == 16);
+  CHECK(jobs[0]["verbose"] == false);
+  CHECK(jobs[1].contains("object_size"));
+  CHECK(jobs[1].contains("metadata"));
+  CHECK(jobs[1]["key"] == key);
+
+  // The same key again: one job, no object.
+  auto s1 = h.call("execute", params);
+  REQUIRE(s1);
+  REQUIRE((*s1)["stage"]["storage_key"] == key);
+  jobs = worker.take();
+  REQUIRE(jobs.size() == 1);
+  CHECK_FALSE(jobs[0].contains("object_size"));
+
+  // A restarted worker holds nothing: the object goes again, once.
+  {
+    std::lock_guard lk(worker.mu);
+    worker.held.clear();
+  }
+  params["verbose"] = true;
+  auto s2 = h.call("execute", params);
+  REQUIRE(s2);
+  jobs = worker.take();
+  REQUIRE(jobs.size() == 2);
+  CHECK(jobs[0]["verbose"] == true);
+  CHECK(jobs[1].contains("object_size"));
+}
+
+TEST_CASE("service: with exec_object_cache_entries 0 every execute carries its object",
+          "[service]") {
+  KeepingExecWorker worker;
+  Config c = Harness::base_config();
+  c.exec_object_cache_entries = 0;
+  Harness h(c, worker.fn());
+  auto reg = h.call("program.register", {{"ir", "program one"}});
+  REQUIRE(reg);
+  json params = {{"program", (*reg)["program"]}, {"entry", "main"}};
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(h.call("execute", params));
+    auto jobs = worker.take();
+    REQUIRE(jobs.size() == 1);
+    CHECK(jobs[0].contains("object_size"));
+    CHECK(jobs[0]["cache_entries"] == 0);
+  }
+}
+
+TEST_CASE("service: an execute the worker refuses even with its object is an error", "[service]") {
+  Harness h(Harness::base_config(), [](const Message& req) -> Expected<Message> {
+    Message m;
+    m.header = {{"missing_object", req.header.value("key", "")}};
+    return m;
+  });
+  auto reg = h.call("program.register", {{"ir", "program one"}});
+  REQUIRE(reg);
+  auto r = h.call("execute", {{"program", (*reg)["program"]}, {"entry", "main"}});
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error().message(), Catch::Contains("asked for the object"));
 }

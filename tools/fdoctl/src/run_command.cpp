@@ -184,7 +184,11 @@ Status cmd_run(Context& ctx, const RunOptions& o) {
     else
       std::snprintf(buf, sizeof buf, "stage %d/%d running", i + 1, o.stages);
     progress.show(buf);
-    json params = {{"program", reg["program"]}, {"entry", o.entry}, {"args", call_params.args}};
+    // verbose: a counter that did not count is shown with its reason.
+    json params = {{"program", reg["program"]},
+                   {"entry", o.entry},
+                   {"args", call_params.args},
+                   {"verbose", true}};
     if (!call_params.buffers.empty()) params["buffers"] = call_params.buffers;
     bool last = i + 1 >= o.stages; // with --wait-optimized, any stage may be the last
     if (o.show_buffers && last && !call_params.buffers.empty()) params["return_buffers"] = true;

@@ -61,23 +61,34 @@ Expected<BufferEncoding> buffer_encoding_param(const json& params) {
   return make_error(Errc::invalid_argument, "buffer_encoding must be \"array\" or \"base64\"");
 }
 
-Message exec_request(const cache::StageOutput& so, json metadata, const std::string& entry,
-                     const PreparedCall& call, bool return_buffers, const Config& c) {
+// Whether an exec job carries the compiled object (and its metadata) or only
+// names it by storage key for a worker that holds it linked.
+enum class ObjectSend { attached, by_key };
+
+// The exec job (worker_jobs.h): only what the call needs. The object and its
+// metadata travel only when attached: a worker keeps linked programs by key.
+Message exec_request(const cache::StageOutput& so, const json& metadata, const std::string& entry,
+                     const PreparedCall& call, bool return_buffers, bool verbose, ObjectSend send,
+                     const Config& c) {
   Message req;
   req.header = {{"op", "exec"},
                 {"key", so.storage_key},
-                {"metadata", std::move(metadata)},
                 {"entry", entry},
                 {"slots", call.slots},
                 {"buffer_of_param", call.buffer_of_param},
                 {"return_buffers", return_buffers},
                 {"events", c.perf_events},
-                {"object_size", so.entry->object.size()}};
+                {"cache_entries", c.exec_object_cache_entries},
+                {"verbose", verbose}};
   if (c.sampling.frequency_hz != 0)
     req.header["sampling"] = {{"events", c.sampling.events},
                               {"frequency_hz", c.sampling.frequency_hz},
                               {"max_samples", c.sampling.max_samples}};
-  req.payload = so.entry->object;
+  if (send == ObjectSend::attached) {
+    req.header["metadata"] = metadata;
+    req.header["object_size"] = so.entry->object.size();
+    req.payload = so.entry->object;
+  }
   json buffer_list = json::array();
   for (const Buffer& b : call.buffers) {
     buffer_list.push_back({{"elem", std::string(to_string(b.elem))}, {"size", b.bytes.size()}});
@@ -85,6 +96,28 @@ Message exec_request(const cache::StageOutput& so, json metadata, const std::str
   }
   req.header["buffers"] = std::move(buffer_list);
   return req;
+}
+
+// Runs the stage in an exec worker: by key first when workers keep linked
+// programs (and this one may be kept: no writable globals), then, if the
+// worker that took it does not hold the key, once more with the object.
+Expected<Message> run_exec(ServiceState& s, const cache::StageOutput& so, const json& metadata,
+                           bool mutable_globals, const std::string& entry, const PreparedCall& call,
+                           bool return_buffers, bool verbose, const JobOptions& options,
+                           const Config& c, JobOutput* output) {
+  ObjectSend send = c.exec_object_cache_entries == 0 || mutable_globals ? ObjectSend::attached
+                                                                        : ObjectSend::by_key;
+  for (;;) {
+    FDO_TRY(Message resp, s.exec_pool->run(exec_request(so, metadata, entry, call, return_buffers,
+                                                        verbose, send, c),
+                                           options, output));
+    if (!resp.header.contains("missing_object")) return resp;
+    if (send == ObjectSend::attached)
+      return make_error(Errc::internal,
+                        "exec worker asked for the object of " + so.storage_key + " it was sent");
+    send = ObjectSend::attached;
+    if (output != nullptr) *output = JobOutput{};
+  }
 }
 
 // Buffers larger than this go back as base64 even when arrays were asked
@@ -148,12 +181,17 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 // What the stage's sampling saw, for the reply: the events as the worker
 // opened them, and clock samples per function (PGO names) and outside the
-// program's code. null when the stage was not sampled.
-json stage_samples_summary(const StageSamples& samples, const json& reply) {
+// program's code. null when the stage was not sampled. Unless `verbose`, the
+// events without their reason text (capabilities.perf has it once).
+json stage_samples_summary(const StageSamples& samples, const json& reply, bool verbose) {
   auto raw = reply.find("samples");
   if (raw == reply.end() || !raw->is_object()) return nullptr;
+  json events = raw->value("events", json::array());
+  if (!verbose)
+    for (json& e : events)
+      if (e.is_object()) e.erase("reason");
   json out = {
-      {"events", raw->value("events", json::array())},
+      {"events", std::move(events)},
       {"recorded", raw->value("recorded", std::uint64_t{0})},
       {"attributed", raw->value("attributed", std::uint64_t{0})},
       {"lost_samples", raw->value("lost_samples", std::uint64_t{0})},
@@ -214,6 +252,7 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
           prepare_call(sig, params.value("args", json::array()), buffers_param, call_limits));
   FDO_TRY(bool return_buffers, optional_param<bool>(params, "return_buffers", false));
   FDO_TRY(BufferEncoding encoding, buffer_encoding_param(params));
+  FDO_TRY(bool verbose, optional_param<bool>(params, "verbose", false));
   if (std::chrono::steady_clock::now() >= ctx.deadline)
     return make_error(Errc::timeout, "request deadline passed before the stage started");
 
@@ -238,9 +277,9 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
 
   JobOutput output;
   const auto started = std::chrono::steady_clock::now();
-  auto resp = s.exec_pool->run(
-      exec_request(so, std::move(meta_json), entry_name, call, return_buffers, c),
-      JobOptions{exec_job_limits(c), sandbox_tenant(prog->program.scope)}, &output);
+  auto resp =
+      run_exec(s, so, meta_json, meta.mutable_globals, entry_name, call, return_buffers, verbose,
+               JobOptions{exec_job_limits(c), sandbox_tenant(prog->program.scope)}, c, &output);
   const auto elapsed_ns =
       static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                      std::chrono::steady_clock::now() - started)
@@ -293,7 +332,7 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   report.source_names = std::move(meta.source_names);
   report.feedback = stage_feedback_from(resp->header, report.cfg_hashes);
   report.samples = stage_samples_from(resp->header, report.source_names);
-  json samples_summary = stage_samples_summary(report.samples, resp->header);
+  json samples_summary = stage_samples_summary(report.samples, resp->header, verbose);
   FeedbackOutcome fo = s.feedback->fold(report, c.policy);
   GuardStage gs = s.guard->record(plan, so.profile_digest, report.feedback.exec_ns, stage_number,
                                   prog->ik, prog->owner, c.guard);

@@ -56,7 +56,7 @@ using ConfigOverrides = std::vector<std::pair<std::string, std::string>>;
 struct SamplingConfig {
   std::vector<std::string> events = {"cpu-clock", "branch-misses", "L1-icache-load-misses"};
   std::uint64_t frequency_hz = 250; // 0: no sampling
-  std::uint64_t max_samples = 4000;  // attributed per stage
+  std::uint64_t max_samples = 4000; // attributed per stage
 };
 
 struct Config {
@@ -113,6 +113,9 @@ struct Config {
   std::uint64_t max_unsent_bytes = 4u << 20;
   // Prometheus HTTP endpoint: "" = off; "PORT" = 127.0.0.1:PORT; "HOST:PORT".
   std::string metrics_listen;
+  // Linked programs an exec worker keeps by storage key (the object travels
+  // once per worker); 0 = the object is sent with every execute.
+  unsigned exec_object_cache_entries = 16;
 
   static Config defaults() { return Config{}; }
 

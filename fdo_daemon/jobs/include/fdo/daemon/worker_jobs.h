@@ -12,13 +12,22 @@
 //                                                      payload: program bytes
 //       -> jit metadata JSON (jit::metadata_to_json)   payload: object bytes
 //   exec role
-//     {"op":"exec", "key", "metadata", "entry", "slots":[u64], "buffer_of_param":[int],
+//     {"op":"exec", "key", "entry", "slots":[u64], "buffer_of_param":[int],
 //      "buffers":[{"elem","size"}], "return_buffers":bool, "events":[names],
-//      "sampling":{"events":[names], "frequency_hz", "max_samples"} (optional)}
-//                                   payload: object bytes, then each buffer's bytes
+//      "cache_entries":n, "verbose":bool,
+//      "sampling":{"events":[names], "frequency_hz", "max_samples"} (optional),
+//      "object_size", "metadata" (both only with the object attached)}
+//                                   payload: object bytes (if attached), then each
+//                                   buffer's bytes
 //       -> {"ret":u64, "measurement":{...}, "counts":{pgo name:[u64]},
 //           "function_ranges":[...], "samples":{...} (stage_sampling.h; when sampling
 //           was asked for)}                        payload: the buffers (if asked)
+//       -> {"missing_object": key}: sent without its object, and this worker
+//          does not hold `key` linked; the daemon sends it again with the object.
+//     The worker keeps up to cache_entries (default 16; 0: none) linked
+//     programs by key, least recently used dropped first; programs with
+//     writable globals are never kept. The measurement's per-event "reason"
+//     and "task_clock_reason" come only with verbose.
 //     {"op":"probe"} -> perf capabilities JSON
 #pragma once
 

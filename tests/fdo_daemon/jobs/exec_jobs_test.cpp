@@ -1,0 +1,151 @@
+// The exec role's compact job (worker_jobs.h): linked programs kept by
+// storage key so the daemon sends the object once per worker, a key the
+// worker does not hold answered with missing_object, and the measurement's
+// explanations only when asked for.
+#include "fdo/daemon/worker_jobs.h"
+#include "fdo/jit/compiler.h"
+
+#include <catch2/catch.hpp>
+
+using namespace fdo;
+using namespace fdo::daemon;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kAdd = R"(
+define i64 @add(i64 %a, i64 %b) {
+  %s = add i64 %a, %b
+  ret i64 %s
+}
+)";
+
+// A counter in a writable global: each stage must start from its initial value.
+constexpr const char* kCounter = R"(
+@n = global i64 0
+
+define i64 @bump(i64 %a) {
+  %v = load i64, ptr @n
+  %w = add i64 %v, %a
+  store i64 %w, ptr @n
+  ret i64 %w
+}
+)";
+
+jit::CompileResult compiled(const char* ir) {
+  jit::CompileRequest req;
+  req.mode = CompileMode::plain;
+  auto r = jit::compile(ir, req);
+  REQUIRE(r);
+  return std::move(*r);
+}
+
+// An execute of `entry` naming `key`; with `object`, the object and its
+// metadata are attached.
+Message exec_job(const std::string& key, const std::string& entry, std::vector<std::uint64_t> args,
+                 const jit::CompileResult* object, json extra = json::object()) {
+  Message m;
+  m.header = {{"op", "exec"},
+              {"key", key},
+              {"entry", entry},
+              {"slots", args},
+              {"buffer_of_param", std::vector<int>(args.size(), -1)},
+              {"events", json::array()}};
+  if (object != nullptr) {
+    m.header["metadata"] = jit::metadata_to_json(*object);
+    m.header["object_size"] = object->object.size();
+    m.payload = object->object;
+  }
+  for (auto& [k, v] : extra.items())
+    m.header[k] = v;
+  return m;
+}
+
+std::string missing(const Expected<Message>& reply) {
+  REQUIRE(reply);
+  return reply->header.value("missing_object", std::string());
+}
+
+std::uint64_t ret(const Expected<Message>& reply) {
+  REQUIRE(reply);
+  REQUIRE(reply->header.contains("ret"));
+  return reply->header["ret"].get<std::uint64_t>();
+}
+
+} // namespace
+
+TEST_CASE("exec job: a program is linked once and then named by key", "[jobs][exec]") {
+  auto jobs = ExecJobs::create();
+  REQUIRE(jobs);
+  jit::CompileResult add = compiled(kAdd);
+
+  // A fresh worker holds nothing: asked by key, it asks for the object.
+  CHECK(missing((*jobs)->handle(exec_job("k-add", "add", {2, 3}, nullptr))) == "k-add");
+  CHECK(ret((*jobs)->handle(exec_job("k-add", "add", {2, 3}, &add))) == 5);
+  // From now on the key is enough.
+  auto by_key = (*jobs)->handle(exec_job("k-add", "add", {40, 2}, nullptr));
+  CHECK(ret(by_key) == 42);
+  CHECK_FALSE(by_key->header.contains("missing_object"));
+
+  // Least recently used goes first once more than cache_entries are held.
+  jit::CompileResult other = compiled(kAdd);
+  json one = {{"cache_entries", 1}};
+  CHECK(ret((*jobs)->handle(exec_job("k-other", "add", {1, 1}, &other, one))) == 2);
+  CHECK(missing((*jobs)->handle(exec_job("k-add", "add", {1, 2}, nullptr, one))) == "k-add");
+  CHECK(ret((*jobs)->handle(exec_job("k-other", "add", {1, 2}, nullptr, one))) == 3);
+
+  // cache_entries 0: nothing is kept.
+  json none = {{"cache_entries", 0}};
+  CHECK(ret((*jobs)->handle(exec_job("k-add", "add", {1, 2}, &add, none))) == 3);
+  CHECK(missing((*jobs)->handle(exec_job("k-add", "add", {1, 2}, nullptr, none))) == "k-add");
+  CHECK(missing((*jobs)->handle(exec_job("k-other", "add", {1, 2}, nullptr, none))) == "k-other");
+}
+
+TEST_CASE("exec job: a program with writable globals is never kept", "[jobs][exec]") {
+  auto jobs = ExecJobs::create();
+  REQUIRE(jobs);
+  jit::CompileResult counter = compiled(kCounter);
+  REQUIRE(counter.mutable_globals);
+  // Linked afresh every time: each stage starts from @n = 0.
+  CHECK(ret((*jobs)->handle(exec_job("k-n", "bump", {5}, &counter))) == 5);
+  CHECK(ret((*jobs)->handle(exec_job("k-n", "bump", {5}, &counter))) == 5);
+  CHECK(missing((*jobs)->handle(exec_job("k-n", "bump", {5}, nullptr))) == "k-n");
+}
+
+TEST_CASE("exec job: the measurement explains an event only when verbose", "[jobs][exec]") {
+  auto jobs = ExecJobs::create();
+  REQUIRE(jobs);
+  jit::CompileResult add = compiled(kAdd);
+  json events = {{"events", {"instructions", "branch-misses"}}};
+
+  auto compact = (*jobs)->handle(exec_job("k", "add", {1, 2}, &add, events));
+  CHECK(ret(compact) == 3);
+  const json& m = compact->header["measurement"];
+  REQUIRE(m["events"].size() == 2);
+  CHECK_FALSE(m.contains("task_clock_reason"));
+  for (const json& e : m["events"]) {
+    CHECK(e.contains("status"));
+    CHECK(e.contains("value"));
+    CHECK_FALSE(e.contains("reason"));
+    // An event that did not count is its name, status and errno; nothing else.
+    if (e["value"].is_null()) {
+      CHECK(e.contains("errno"));
+      CHECK_FALSE(e.contains("raw"));
+      CHECK_FALSE(e.contains("enabled_ns"));
+    }
+  }
+
+  json verbose = events;
+  verbose["verbose"] = true;
+  auto full = (*jobs)->handle(exec_job("k", "add", {1, 2}, nullptr, verbose));
+  CHECK(ret(full) == 3);
+  const json& v = full->header["measurement"];
+  REQUIRE(v["events"].size() == 2);
+  CHECK(v.contains("task_clock_reason"));
+  for (const json& e : v["events"]) {
+    REQUIRE(e.contains("reason"));
+    CHECK(e.contains("raw"));
+    // An event that did not count says why (on a host without a PMU: all).
+    if (e["status"] != "available") CHECK_FALSE(e["reason"].get<std::string>().empty());
+  }
+}
