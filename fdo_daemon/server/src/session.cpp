@@ -17,6 +17,21 @@ constexpr std::size_t kControlParseMaxBytes = 64 * 1024;
 // microseconds at most), so a request pays no hand-off before its handler.
 constexpr std::size_t kInlineParseMaxBytes = 8 * 1024;
 
+// dispatcher.invoke() that cannot throw: invoke() catches handler
+// exceptions, so what gets here is allocation failure while building the
+// response (an exception escaping a pool job would end the daemon).
+std::optional<std::string> invoke_guarded(const Dispatcher& dispatcher, const Request& req,
+                                          const CallContext& ctx) {
+  try {
+    return dispatcher.invoke(req, ctx);
+  } catch (const std::exception& e) {
+    if (req.is_notification()) return std::nullopt;
+    return rpc::error_response(req.response_id(), rpc::internal_error,
+                               std::string("building the response failed: ") + e.what(),
+                               to_string(Errc::internal));
+  }
+}
+
 } // namespace
 
 Session::Session(Server::Impl& srv, stream::socket socket, CallContext peer, std::uint64_t id,
@@ -249,17 +264,7 @@ void Session::start_call(Request req, Clock::time_point received) {
   asio::thread_pool& pool = cls == MethodClass::control ? srv_.control : srv_.handlers;
   asio::post(pool, [self = shared_from_this(), gen, req = std::move(req), ctx,
                     slot = std::move(slot)]() mutable {
-    std::optional<std::string> response;
-    try {
-      response = self->srv_.dispatcher.invoke(req, ctx);
-    } catch (const std::exception& e) {
-      // invoke() catches handler exceptions; this is allocation failure
-      // while building the response.
-      if (!req.is_notification())
-        response = rpc::error_response(req.response_id(), rpc::internal_error,
-                                       std::string("building the response failed: ") + e.what(),
-                                       to_string(Errc::internal));
-    }
+    std::optional<std::string> response = invoke_guarded(self->srv_.dispatcher, req, ctx);
     // The thread is free again: so is the tenant's slot, even when its client
     // was sent a timeout long ago.
     slot.reset();
@@ -272,16 +277,7 @@ void Session::start_call(Request req, Clock::time_point received) {
 void Session::call_now(const Request& req, Clock::time_point deadline) {
   CallContext ctx = peer_;
   ctx.deadline = deadline;
-  std::optional<std::string> response;
-  try {
-    response = srv_.dispatcher.invoke(req, ctx);
-  } catch (const std::exception& e) {
-    // As in the pool job: allocation failure while building the response.
-    if (!req.is_notification())
-      response = rpc::error_response(req.response_id(), rpc::internal_error,
-                                     std::string("building the response failed: ") + e.what(),
-                                     to_string(Errc::internal));
-  }
+  std::optional<std::string> response = invoke_guarded(srv_.dispatcher, req, ctx);
   if (response) queue_reply(std::move(*response));
   next();
 }
