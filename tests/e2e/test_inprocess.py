@@ -1,0 +1,159 @@
+"""In-process execution against a real fdod (docs/runtimes.md): program.lease
+hands the compiled object over as a memfd (SCM_RIGHTS), feedback.submit
+rewrites the profile from a runtime's own counts, and a client killed while it
+holds leases leaves nothing behind in fdod."""
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import unittest
+
+from harness import Client, Daemon, RpcError, ir, validate
+
+
+class FdClient(Client):
+    """A Client that keeps the descriptors a reply carries."""
+
+    def call_fds(self, method, params):
+        rid = self.next_id
+        self.next_id += 1
+        self.send_raw((json.dumps(
+            {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}) + "\n").encode())
+        fds = []
+        while b"\n" not in self.buf:
+            data, got, _flags, _addr = socket.recv_fds(self.sock, 1 << 20, 8)
+            if not data:
+                raise ConnectionError("fdod closed the connection")
+            fds += got
+            self.buf += data
+        line, self.buf = self.buf.split(b"\n", 1)
+        resp = json.loads(line)
+        if "error" in resp:
+            for fd in fds:
+                os.close(fd)
+            raise RpcError(resp["error"])
+        errs = validate.errors(method, "result", resp["result"]) + \
+            validate.errors(method, "params", params)
+        if errs:
+            raise AssertionError("schema violations:\n" + "\n".join(errs))
+        return resp["result"], fds
+
+
+def plausible_counts(layout, scale):
+    return {f["function"]: [scale * (i + 1) for i in range(f["counters"])] for f in layout}
+
+
+class Leases(unittest.TestCase):
+    def setUp(self):
+        self.d = Daemon().start()
+        self.c = FdClient(self.d.socket)
+        reg = self.c.call("program.register", {"ir": ir("branchy.ll"), "name": "branchy"})
+        self.program = reg["program"]
+
+    def tearDown(self):
+        self.c.close()
+        self.d.cleanup()
+
+    def leases_open(self):
+        return self.c.call("health")["inprocess"]["leases"]
+
+    def test_lease_submit_rewrite_and_newer_code(self):
+        params = {"program": self.program, "entries": ["branchy", "run"]}
+        lease, fds = self.c.call_fds("program.lease", params)
+        self.assertEqual(len(fds), 1)
+        with os.fdopen(fds[0], "rb") as f:
+            obj = f.read()
+        self.assertEqual(obj[:4], b"\x7fELF")
+        self.assertEqual(len(obj), lease["object_size"])
+        self.assertEqual(lease["mode"], "instrumented")
+        self.assertTrue(lease["counters_layout"])
+        self.assertFalse(lease["sampling"]["available"])
+        self.assertEqual(self.leases_open(), 1)
+
+        batch = {"calls": 50, "exec_ns": 50000,
+                 "counts": plausible_counts(lease["counters_layout"], 100)}
+        first = self.c.call("feedback.submit", {"lease": lease["lease"], "batches": [batch]})
+        self.assertFalse(first["stale"])
+        # A count vector of the wrong length is refused and changes nothing.
+        bad = dict(batch, counts={lease["counters_layout"][0]["function"]: [1]})
+        with self.assertRaises(RpcError) as e:
+            self.c.call("feedback.submit", {"lease": lease["lease"], "batches": [bad]})
+        self.assertEqual(e.exception.code, -32602)
+        second = self.c.call("feedback.submit", {"lease": lease["lease"], "batches": [batch]})
+        self.assertIsNotNone(second["profile_rewritten"], second["policy"])
+        self.assertTrue(second["stale"])
+
+        newer, fds = self.c.call_fds("program.lease",
+                                     dict(params, unless_storage_key=lease["storage_key"]))
+        self.assertEqual(len(fds), 1)
+        os.close(fds[0])
+        self.assertFalse(newer["unchanged"])
+        self.assertEqual(newer["mode"], "optimized")
+        self.assertEqual(newer["profile_version"], second["profile_version"])
+        same, fds = self.c.call_fds("program.lease",
+                                    dict(params, unless_storage_key=newer["storage_key"]))
+        self.assertTrue(same["unchanged"])
+        self.assertEqual(fds, [])
+        # execute serves the same output the runtime now has.
+        stage = self.c.call("execute", {"program": self.program, "entry": "run"})["stage"]
+        self.assertEqual(stage["storage_key"], newer["storage_key"])
+
+        self.c.call("program.release", {"lease": lease["lease"]})
+        self.assertEqual(self.leases_open(), 1)
+
+    def test_other_connections_cannot_use_a_lease(self):
+        lease, fds = self.c.call_fds("program.lease", {"program": self.program,
+                                                       "entries": ["run"]})
+        for fd in fds:
+            os.close(fd)
+        other = Client(self.d.socket)
+        try:
+            with self.assertRaises(RpcError) as e:
+                other.call("feedback.submit", {"lease": lease["lease"],
+                                               "batches": [{"calls": 1, "exec_ns": 1}]})
+            self.assertEqual(e.exception.errc, "not_found")
+            with self.assertRaises(RpcError):
+                other.call("program.release", {"lease": lease["lease"]})
+        finally:
+            other.close()
+        self.assertEqual(self.leases_open(), 1)
+
+    def test_killed_client_frees_its_leases(self):
+        here = pathlib.Path(__file__).resolve().parent
+        script = textwrap.dedent(f"""
+            import os, sys, time
+            sys.path.insert(0, {str(here)!r})
+            from test_inprocess import FdClient
+            c = FdClient({self.d.socket!r})
+            for _ in range(3):
+                _, fds = c.call_fds("program.lease", {{"program": {self.program!r},
+                                                       "entries": ["run"]}})
+            print("leased", flush=True)
+            time.sleep(600)
+        """)
+        child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+        try:
+            self.assertEqual(child.stdout.readline().strip(), b"leased")
+            self.assertEqual(self.leases_open(), 3)
+            child.send_signal(signal.SIGKILL)
+            child.wait(30)
+            deadline = time.time() + 20
+            while self.leases_open() != 0 and time.time() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(self.leases_open(), 0)
+            health = self.c.call("health")
+            self.assertEqual(health["inprocess"]["leases_granted"], 3)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            child.stdout.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
