@@ -25,6 +25,10 @@ struct EntryStats {
   std::atomic<std::uint64_t> timed_ns{0};
 };
 
+// How long a swap waits for calls still inside the old generation before
+// submitting its last batch; calls that run longer are not reported.
+constexpr std::chrono::milliseconds kLateCallsWait{50};
+
 // Per-thread call counter choosing which calls are timed.
 thread_local std::uint32_t t_calls_until_timed = 0;
 
@@ -295,8 +299,12 @@ Expected<FlushResult> Engine::flush() {
   current_.store(next, std::memory_order_release);
   out.swapped = true;
   out.generation = next->number;
-  // Calls that entered the old generation before the swap are told too; its
-  // code stays mapped until the last of them returns (g and theirs).
+  // Calls that entered the old generation before the swap are told too: wait
+  // (briefly) for them to return, so that its last batch has them all. Its
+  // code stays mapped until the last of them returns, however long that is.
+  const auto until = std::chrono::steady_clock::now() + kLateCallsWait;
+  while (g.use_count() > 1 && std::chrono::steady_clock::now() < until)
+    std::this_thread::yield();
   if (auto late = submit(*g); !late)
     log::debug("in-process: last submit of generation " + std::to_string(g->number) + ": " +
                late.error().describe());
