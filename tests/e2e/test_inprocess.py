@@ -2,6 +2,7 @@
 hands the compiled object over as a memfd (SCM_RIGHTS), feedback.submit
 rewrites the profile from a runtime's own counts, and a client killed while it
 holds leases leaves nothing behind in fdod."""
+import ctypes
 import json
 import os
 import pathlib
@@ -10,10 +11,11 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import unittest
 
-from harness import Client, Daemon, RpcError, ir, validate
+from harness import BUILD, Client, Daemon, RpcError, ir, validate
 
 
 class FdClient(Client):
@@ -153,6 +155,134 @@ class Leases(unittest.TestCase):
                 child.kill()
                 child.wait()
             child.stdout.close()
+
+
+class InprocOptions(ctypes.Structure):
+    _fields_ = [("flushing", ctypes.c_int), ("flush_interval_ms", ctypes.c_uint32),
+                ("time_every", ctypes.c_uint32)]
+
+
+def load_libfdo():
+    lib = ctypes.CDLL(str(BUILD / "libfdo" / "libfdo.so.1"))
+    p, u64p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)
+    lib.fdo_connect.argtypes = [ctypes.c_char_p, ctypes.POINTER(p), ctypes.POINTER(p)]
+    lib.fdo_close.argtypes = [p]
+    lib.fdo_error_message.argtypes = [p]
+    lib.fdo_error_message.restype = ctypes.c_char_p
+    lib.fdo_inproc_open.argtypes = [p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p),
+                                    ctypes.c_size_t, ctypes.POINTER(InprocOptions),
+                                    ctypes.POINTER(p), ctypes.POINTER(p)]
+    lib.fdo_inproc_entry.argtypes = [p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t),
+                                     ctypes.POINTER(p)]
+    lib.fdo_inproc_call.argtypes = [p, ctypes.c_size_t, u64p, u64p]
+    lib.fdo_inproc_generation.argtypes = [p]
+    lib.fdo_inproc_generation.restype = ctypes.c_uint64
+    lib.fdo_inproc_close.argtypes = [p]
+    return lib
+
+
+def branchy(n):
+    """tests/e2e/fixtures/branchy.ll's @branchy, in Python."""
+    acc = 1
+    for i in range(n):
+        acc = (acc * 7 if i % 10 == 0 else acc + 3) & 0xFFFFFFFFFFFFFFFF
+    return acc
+
+
+class InProcessRuntime(unittest.TestCase):
+    """The must-show: a program runs in this (test) process through libfdo,
+    its profile is rewritten from its own calls, and the new code is swapped
+    in while four threads keep calling it (every result checked)."""
+
+    def setUp(self):
+        self.d = Daemon().start()  # policy: 2 stages, 100 counts
+        self.c = self.d.client()
+        self.lib = load_libfdo()
+
+    def tearDown(self):
+        self.c.close()
+        self.d.cleanup()
+
+    def check(self, rc, err):
+        if rc != 0:
+            self.fail(self.lib.fdo_error_message(err).decode())
+
+    def test_profile_rewritten_from_own_calls_and_new_code_swapped_in(self):
+        lib = self.lib
+        reg = self.c.call("program.register", {"ir": ir("branchy.ll"), "name": "branchy"})
+        conn, err, h = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+        self.check(lib.fdo_connect(self.d.socket.encode(), ctypes.byref(conn),
+                                   ctypes.byref(err)), err)
+        entries = (ctypes.c_char_p * 1)(b"branchy")
+        opts = InprocOptions(0, 50, 4)  # background flushes every 50 ms
+        self.check(lib.fdo_inproc_open(conn, reg["program"].encode(), entries, 1,
+                                       ctypes.byref(opts), ctypes.byref(h),
+                                       ctypes.byref(err)), err)
+        index = ctypes.c_size_t()
+        self.check(lib.fdo_inproc_entry(h, b"branchy", ctypes.byref(index),
+                                        ctypes.byref(err)), err)
+        self.assertEqual(lib.fdo_inproc_generation(h), 1)
+        first = self.c.call("health")["inprocess"]
+        self.assertEqual(first["leases"], 1)
+
+        expected = {n: branchy(n) for n in range(1, 64)}
+        stop = threading.Event()
+        seen = {"calls": 0, "wrong": [], "generations": set()}
+        lock = threading.Lock()
+
+        def caller(seed):
+            arg, ret = (ctypes.c_uint64 * 1)(), ctypes.c_uint64()
+            n = seed
+            while not stop.is_set():
+                n = n % 63 + 1
+                arg[0] = n
+                rc = lib.fdo_inproc_call(h, index.value, arg, ctypes.byref(ret))
+                gen = lib.fdo_inproc_generation(h)
+                with lock:
+                    seen["calls"] += 1
+                    seen["generations"].add(gen)
+                    if rc != 0 or ret.value != expected[n]:
+                        seen["wrong"].append((n, rc, ret.value))
+
+        threads = [threading.Thread(target=caller, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        try:
+            deadline = time.time() + 120
+            while lib.fdo_inproc_generation(h) < 2 and time.time() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(lib.fdo_inproc_generation(h), 2, self.d.log_text())
+            at_swap = seen["calls"]
+            while seen["calls"] < at_swap + 2000:
+                time.sleep(0.01)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        self.assertEqual(seen["wrong"], [])
+        self.assertEqual(seen["generations"], {1, 2})
+
+        # The profile was rewritten from the runtime's own counts: version 1,
+        # with branch counts for branchy, and the runtime now runs the
+        # optimized output that execute would serve.
+        prof = self.c.call("profile.get", {"profile_key": reg["profile_key"]})
+        self.assertGreaterEqual(prof["version"], 1)
+        self.assertIn("branchy", prof["profile"]["functions"])
+        self.assertGreater(sum(prof["profile"]["functions"]["branchy"]["counts"]), 100)
+        stage = self.c.call("execute", {"program": reg["program"], "entry": "branchy",
+                                        "args": [30]})
+        self.assertEqual(stage["value"], branchy(30))
+        self.assertEqual(stage["stage"]["mode"], "optimized")
+        health = self.c.call("health")["inprocess"]
+        self.assertEqual(health["leases"], 1)  # the old lease was released
+        self.assertGreaterEqual(health["batches"], 2)
+
+        lib.fdo_inproc_close(h)
+        lib.fdo_close(conn)
+        deadline = time.time() + 20
+        while self.c.call("health")["inprocess"]["leases"] != 0 and time.time() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(self.c.call("health")["inprocess"]["leases"], 0)
 
 
 if __name__ == "__main__":

@@ -84,6 +84,63 @@ FDO_API int fdo_connect(const char* socket_path, fdo_conn** out, fdo_error** err
  * progress on it. */
 FDO_API void fdo_close(fdo_conn* conn);
 
+/* -------------------------------------------------- in-process execution */
+
+/* Runs a program's compiled code inside this process (docs/runtimes.md,
+ * "In-process execution"): the library leases the program's current output
+ * from fdod (a sealed memfd over the socket), links it here, and hands back
+ * entries called natively. Counts flow back to fdod in batches; when fdod
+ * rewrites the profile the library links the newer code and swaps it in, and
+ * the old code is unloaded once no call is inside it any more. */
+typedef struct fdo_inproc fdo_inproc;
+
+typedef enum fdo_inproc_flushing {
+  FDO_INPROC_FLUSH_BACKGROUND = 0, /* a library thread flushes every flush_interval_ms */
+  FDO_INPROC_FLUSH_MANUAL = 1      /* only fdo_inproc_flush (and fdo_inproc_close) */
+} fdo_inproc_flushing;
+
+typedef struct fdo_inproc_options {
+  fdo_inproc_flushing flushing;
+  uint32_t flush_interval_ms; /* 0: 200 */
+  uint32_t time_every;        /* time one call in this many per thread; 0: 64 */
+} fdo_inproc_options;
+
+typedef struct fdo_inproc_flush_result {
+  uint32_t batches;        /* batches sent (0: no calls since the last flush) */
+  int stale;               /* fdod has a newer profile than the running code's */
+  int swapped;             /* newer code was linked and swapped in */
+  uint64_t generation;     /* the generation running after the flush (1, 2, ...) */
+  int64_t profile_version; /* the profile's version as fdod last reported it */
+} fdo_inproc_flush_result;
+
+/* Leases and links the program's current output. `program` is the id
+ * program.register returned; `entries` the n_entries entry names to call.
+ * options NULL: background flushing every 200 ms. The connection must stay
+ * open until fdo_inproc_close (the lease belongs to it); the library's daemon
+ * calls take the connection's lock. */
+FDO_API int fdo_inproc_open(fdo_conn* conn, const char* program, const char* const* entries,
+                            size_t n_entries, const fdo_inproc_options* options, fdo_inproc** out,
+                            fdo_error** err);
+/* The index of an entry named at open, for fdo_inproc_call. */
+FDO_API int fdo_inproc_entry(const fdo_inproc* inproc, const char* name, size_t* index,
+                             fdo_error** err);
+/* Calls entry `entry` with the thunk ABI (docs/jit.md): one 8-byte slot per
+ * parameter in args (integers and pointers as themselves, floats and doubles
+ * by their bits), the result in *ret (ret may be NULL for void entries).
+ * Thread-safe; the call holds the code it runs until it returns. Returns 0,
+ * or -1 without calling when inproc is NULL or entry is out of range. */
+FDO_API int fdo_inproc_call(const fdo_inproc* inproc, size_t entry, uint64_t* args,
+                            uint64_t* ret);
+/* Sends the counts since the last flush and swaps in newer code when fdod
+ * has it. result may be NULL. Thread-safe. */
+FDO_API int fdo_inproc_flush(fdo_inproc* inproc, fdo_inproc_flush_result* result,
+                             fdo_error** err);
+/* The generation running now: 1 after open, +1 per swap (0 for NULL). */
+FDO_API uint64_t fdo_inproc_generation(const fdo_inproc* inproc);
+/* Stops the flusher, flushes, releases the lease and unloads the code. No
+ * call may be running or start. NULL is fine. */
+FDO_API void fdo_inproc_close(fdo_inproc* inproc);
+
 #ifdef __cplusplus
 }
 #endif
