@@ -129,12 +129,10 @@ FDO_API int fdo_inproc_entry(const fdo_inproc* inproc, const char* name, size_t*
  * by their bits), the result in *ret (ret may be NULL for void entries).
  * Thread-safe; the call holds the code it runs until it returns. Returns 0,
  * or -1 without calling when inproc is NULL or entry is out of range. */
-FDO_API int fdo_inproc_call(const fdo_inproc* inproc, size_t entry, uint64_t* args,
-                            uint64_t* ret);
+FDO_API int fdo_inproc_call(const fdo_inproc* inproc, size_t entry, uint64_t* args, uint64_t* ret);
 /* Sends the counts since the last flush and swaps in newer code when fdod
  * has it. result may be NULL. Thread-safe. */
-FDO_API int fdo_inproc_flush(fdo_inproc* inproc, fdo_inproc_flush_result* result,
-                             fdo_error** err);
+FDO_API int fdo_inproc_flush(fdo_inproc* inproc, fdo_inproc_flush_result* result, fdo_error** err);
 /* The generation running now: 1 after open, +1 per swap (0 for NULL). */
 FDO_API uint64_t fdo_inproc_generation(const fdo_inproc* inproc);
 /* Stops the flusher, flushes, releases the lease and unloads the code. No
