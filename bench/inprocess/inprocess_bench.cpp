@@ -1,10 +1,11 @@
 // inprocess_bench: what in-process execution costs, measured side by side in
 // one run (rounds rotate the variants, each figure is the median of rounds):
-//   - per call, for a small optimized entry (x * 3 + 1 down one of two
-//     branches): a native direct call (the same function compiled into this
-//     binary, not inlined), the raw thunk of the linked object, and
-//     Engine::call (generation reference, call count, 1-in-64 timing);
-//     ratios to native;
+//   - per call, for a small entry compiled plain (-O2, no profile; x * 3 + 1
+//     down one of two branches): a native direct call (the same function
+//     compiled into this binary, not inlined), the raw thunk of the linked
+//     object, Engine::call (generation reference, call count, 1-in-64
+//     timing) and Hold::call (a hold taken per round, counts kept in the
+//     hold); ratios to native;
 //   - swap latency: a flush that learns of newer code, leases it, links it
 //     and swaps it in (the object comes from memory here, not over a socket);
 //   - flush cost: a flush of an instrumented generation with new counts, and
@@ -94,9 +95,10 @@ public:
       return r;
     }
     if (method == "feedback.submit")
-      return LinkReply{{{"profile_version", current->version},
-                        {"stale", leased[params["lease"].get<std::uint64_t>()] != current->version}},
-                       {}};
+      return LinkReply{
+          {{"profile_version", current->version},
+           {"stale", leased[params["lease"].get<std::uint64_t>()] != current->version}},
+          {}};
     return LinkReply{{{"released", true}}, {}};
   }
   std::mutex mu;
@@ -112,9 +114,11 @@ Output compile(CompileMode mode, std::string key, std::int64_t version) {
 }
 
 std::unique_ptr<Engine> open(const std::shared_ptr<MemoryLink>& link) {
-  return must(Engine::open(link, EngineOptions{"bench", {"f"}, Flushing::manual,
-                                               std::chrono::milliseconds(200), 64}),
-              "open");
+  return must(
+      Engine::open(
+          link,
+          EngineOptions{"bench", {"f"}, Flushing::manual, std::chrono::milliseconds(200), 64}),
+      "open");
 }
 
 } // namespace
@@ -133,7 +137,7 @@ int main(int argc, char** argv) {
   auto raw = must(loader->load(plain_a.result.object, plain_a.result), "load");
   jit::ThunkFn thunk = must(raw->thunk("f"), "thunk");
 
-  std::vector<double> native_ns, thunk_ns, engine_ns;
+  std::vector<double> native_ns, thunk_ns, engine_ns, hold_ns;
   std::uint64_t sink = 0;
   for (int r = 0; r < rounds; ++r) {
     auto t0 = Clock::now();
@@ -152,6 +156,16 @@ int main(int argc, char** argv) {
       sink += ret;
     }
     auto t3 = Clock::now();
+    {
+      Hold hold = engine->hold();
+      for (std::uint64_t x = 0; x < n; ++x) {
+        std::uint64_t a = x, ret = 0;
+        hold.call(0, &a, &ret);
+        sink += ret;
+      }
+    }
+    auto t4 = Clock::now();
+    hold_ns.push_back(std::chrono::duration<double, std::nano>(t4 - t3).count() / n);
     native_ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / n);
     thunk_ns.push_back(std::chrono::duration<double, std::nano>(t2 - t1).count() / n);
     engine_ns.push_back(std::chrono::duration<double, std::nano>(t3 - t2).count() / n);
@@ -186,16 +200,17 @@ int main(int argc, char** argv) {
     }
     auto t0 = Clock::now();
     must(ie->flush(), "flush");
-    flush_us.push_back(
-        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    flush_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
 
-  const double nat = median(native_ns), th = median(thunk_ns), en = median(engine_ns);
+  const double nat = median(native_ns), th = median(thunk_ns), en = median(engine_ns),
+               ho = median(hold_ns);
   std::printf("in-process execution, %llu calls per round, %d rounds (medians)\n",
               static_cast<unsigned long long>(n), rounds);
   std::printf("  native direct call      %8.2f ns/call   1.00x\n", nat);
   std::printf("  linked object, thunk    %8.2f ns/call   %.2fx native\n", th, th / nat);
   std::printf("  Engine::call            %8.2f ns/call   %.2fx native\n", en, en / nat);
+  std::printf("  Hold::call              %8.2f ns/call   %.2fx native\n", ho, ho / nat);
   std::printf("swap (flush that leases, links and swaps new code): %.1f us\n", median(swap_us));
   std::printf("flush of an instrumented generation (counts read, batch built, submitted to an "
               "in-memory link): %.1f us = %.4f%% of a 200 ms flush interval\n",

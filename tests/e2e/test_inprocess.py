@@ -178,6 +178,11 @@ def load_libfdo():
     lib.fdo_inproc_generation.argtypes = [p]
     lib.fdo_inproc_generation.restype = ctypes.c_uint64
     lib.fdo_inproc_close.argtypes = [p]
+    lib.fdo_inproc_hold_open.argtypes = [p, ctypes.POINTER(p), ctypes.POINTER(p)]
+    lib.fdo_inproc_hold_call.argtypes = [p, ctypes.c_size_t, u64p, u64p]
+    lib.fdo_inproc_hold_generation.argtypes = [p]
+    lib.fdo_inproc_hold_generation.restype = ctypes.c_uint64
+    lib.fdo_inproc_hold_close.argtypes = [p]
     return lib
 
 
@@ -231,18 +236,31 @@ class InProcessRuntime(unittest.TestCase):
         lock = threading.Lock()
 
         def caller(seed):
+            # Thread 0 calls through holds of 50 calls (closed at its "safe
+            # points"), the others one call at a time.
             arg, ret = (ctypes.c_uint64 * 1)(), ctypes.c_uint64()
-            n = seed
+            n, hold, held = seed, ctypes.c_void_p(), 0
             while not stop.is_set():
                 n = n % 63 + 1
                 arg[0] = n
-                rc = lib.fdo_inproc_call(h, index.value, arg, ctypes.byref(ret))
-                gen = lib.fdo_inproc_generation(h)
+                if seed == 0:
+                    if not hold:
+                        self.assertEqual(lib.fdo_inproc_hold_open(h, ctypes.byref(hold), None), 0)
+                    rc = lib.fdo_inproc_hold_call(hold, index.value, arg, ctypes.byref(ret))
+                    gen = lib.fdo_inproc_hold_generation(hold)
+                    held += 1
+                    if held % 50 == 0:
+                        lib.fdo_inproc_hold_close(hold)
+                        hold = ctypes.c_void_p()
+                else:
+                    rc = lib.fdo_inproc_call(h, index.value, arg, ctypes.byref(ret))
+                    gen = lib.fdo_inproc_generation(h)
                 with lock:
                     seen["calls"] += 1
                     seen["generations"].add(gen)
                     if rc != 0 or ret.value != expected[n]:
                         seen["wrong"].append((n, rc, ret.value))
+            lib.fdo_inproc_hold_close(hold)
 
         threads = [threading.Thread(target=caller, args=(s,)) for s in range(4)]
         for t in threads:

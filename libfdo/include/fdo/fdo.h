@@ -133,6 +133,21 @@ FDO_API int fdo_inproc_call(const fdo_inproc* inproc, size_t entry, uint64_t* ar
 /* Sends the counts since the last flush and swaps in newer code when fdod
  * has it. result may be NULL. Thread-safe. */
 FDO_API int fdo_inproc_flush(fdo_inproc* inproc, fdo_inproc_flush_result* result, fdo_error** err);
+/* A hold on the code running now, for a run of calls from one thread (a
+ * query, a batch): its calls skip the per-call reference fdo_inproc_call
+ * takes and are counted in the hold, reported when it is closed. A swap does
+ * not reach a hold: it keeps running (and keeps linked) the code it started
+ * with, so close holds at the runtime's safe points, and within 50 ms of a
+ * swap for their calls to be reported. Not thread-safe; one per thread. */
+typedef struct fdo_inproc_hold fdo_inproc_hold;
+FDO_API int fdo_inproc_hold_open(const fdo_inproc* inproc, fdo_inproc_hold** out, fdo_error** err);
+/* As fdo_inproc_call. */
+FDO_API int fdo_inproc_hold_call(fdo_inproc_hold* hold, size_t entry, uint64_t* args,
+                                 uint64_t* ret);
+FDO_API uint64_t fdo_inproc_hold_generation(const fdo_inproc_hold* hold);
+/* Reports the hold's calls and lets its code go; NULL is fine. Before
+ * fdo_inproc_close. */
+FDO_API void fdo_inproc_hold_close(fdo_inproc_hold* hold);
 /* The generation running now: 1 after open, +1 per swap (0 for NULL). */
 FDO_API uint64_t fdo_inproc_generation(const fdo_inproc* inproc);
 /* Stops the flusher, flushes, releases the lease and unloads the code. No

@@ -31,6 +31,11 @@ struct fdo_inproc {
   std::unique_ptr<inprocess::Engine> engine;
 };
 
+struct fdo_inproc_hold {
+  inprocess::Hold hold;
+  std::size_t entries;
+};
+
 extern "C" {
 
 int fdo_inproc_open(fdo_conn* conn, const char* program, const char* const* entries,
@@ -103,6 +108,30 @@ int fdo_inproc_flush(fdo_inproc* inproc, fdo_inproc_flush_result* result, fdo_er
 
 uint64_t fdo_inproc_generation(const fdo_inproc* inproc) {
   return inproc ? inproc->engine->generation() : 0;
+}
+
+int fdo_inproc_hold_open(const fdo_inproc* inproc, fdo_inproc_hold** out, fdo_error** err) {
+  return capi::guarded(err, [&] {
+    if (!inproc || !out)
+      return capi::fail(err, Errc::invalid_argument,
+                        "fdo_inproc_hold_open: inproc and out are required");
+    *out = new fdo_inproc_hold{inproc->engine->hold(), inproc->engine->entry_count()};
+    return 0;
+  });
+}
+
+int fdo_inproc_hold_call(fdo_inproc_hold* hold, size_t entry, uint64_t* args, uint64_t* ret) {
+  if (!hold || entry >= hold->entries) return -1;
+  hold->hold.call(entry, args, ret);
+  return 0;
+}
+
+uint64_t fdo_inproc_hold_generation(const fdo_inproc_hold* hold) {
+  return hold ? hold->hold.generation() : 0;
+}
+
+void fdo_inproc_hold_close(fdo_inproc_hold* hold) {
+  delete hold;
 }
 
 void fdo_inproc_close(fdo_inproc* inproc) {

@@ -118,22 +118,83 @@ std::optional<std::size_t> Engine::entry_index(std::string_view name) const {
   return std::nullopt;
 }
 
+namespace {
+// Calls `thunk`, timing one call in `time_every` on this thread; adds the
+// time to *timed_ns and one to *timed_calls when it timed.
+template <class Counter>
+void run_call(jit::ThunkFn thunk, std::uint64_t* args, std::uint64_t* ret, std::uint32_t time_every,
+              Counter&& timed) {
+  if (t_calls_until_timed == 0) {
+    t_calls_until_timed = time_every - 1;
+    std::uint64_t t0 = now_ns();
+    thunk(args, ret);
+    timed(now_ns() - t0);
+  } else {
+    --t_calls_until_timed;
+    thunk(args, ret);
+  }
+}
+} // namespace
+
 void Engine::call(std::size_t entry, std::uint64_t* args, std::uint64_t* ret) const {
   // The reference keeps the generation's code mapped until this returns,
   // even when a flush swaps a newer one in meanwhile.
   std::shared_ptr<Generation> g = current_.load(std::memory_order_acquire);
   EntryStats& st = g->stats[entry];
-  if (t_calls_until_timed == 0) {
-    t_calls_until_timed = options_.time_every - 1;
-    std::uint64_t t0 = now_ns();
-    g->thunks[entry](args, ret);
-    st.timed_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+  run_call(g->thunks[entry], args, ret, options_.time_every, [&st](std::uint64_t ns) {
+    st.timed_ns.fetch_add(ns, std::memory_order_relaxed);
     st.timed_calls.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    --t_calls_until_timed;
-    g->thunks[entry](args, ret);
-  }
+  });
   st.calls.fetch_add(1, std::memory_order_relaxed);
+}
+
+Hold Engine::hold() const {
+  return Hold(current_.load(std::memory_order_acquire), options_.time_every);
+}
+
+Hold::Hold(std::shared_ptr<Generation> g, std::uint32_t time_every)
+    : g_(std::move(g)), time_every_(time_every), calls_(g_->thunks.size(), 0),
+      timed_calls_(g_->thunks.size(), 0), timed_ns_(g_->thunks.size(), 0) {}
+
+Hold& Hold::operator=(Hold&& other) noexcept {
+  if (this != &other) {
+    hand_over();
+    g_ = std::move(other.g_);
+    time_every_ = other.time_every_;
+    calls_ = std::move(other.calls_);
+    timed_calls_ = std::move(other.timed_calls_);
+    timed_ns_ = std::move(other.timed_ns_);
+  }
+  return *this;
+}
+
+Hold::~Hold() {
+  hand_over();
+}
+
+void Hold::call(std::size_t entry, std::uint64_t* args, std::uint64_t* ret) {
+  run_call(g_->thunks[entry], args, ret, time_every_, [this, entry](std::uint64_t ns) {
+    timed_ns_[entry] += ns;
+    ++timed_calls_[entry];
+  });
+  ++calls_[entry];
+}
+
+std::uint64_t Hold::generation() const {
+  return g_ ? g_->number : 0;
+}
+
+// Counts go to the generation before the reference is dropped, so the swap's
+// wait for callers (use_count) sees them.
+void Hold::hand_over() {
+  if (!g_) return;
+  for (std::size_t i = 0; i < calls_.size(); ++i) {
+    if (calls_[i] == 0) continue;
+    g_->stats[i].timed_ns.fetch_add(timed_ns_[i], std::memory_order_relaxed);
+    g_->stats[i].timed_calls.fetch_add(timed_calls_[i], std::memory_order_relaxed);
+    g_->stats[i].calls.fetch_add(calls_[i], std::memory_order_relaxed);
+  }
+  g_.reset();
 }
 
 std::uint64_t Engine::generation() const {

@@ -72,6 +72,33 @@ struct FlushResult {
 
 class Generation;
 struct LoaderBox;
+class Engine;
+
+// A hold on the generation current when it was taken, for a run of calls
+// from one thread (a query, a batch, an interpreter's trace): its calls skip
+// the per-call generation reference and count into the hold, which hands its
+// counts to the generation when it is released. A swap does not reach a
+// hold: newer code runs from the next hold on, so release holds at the
+// runtime's safe points. Not thread-safe; movable.
+class Hold {
+public:
+  Hold(Hold&&) noexcept = default;
+  Hold& operator=(Hold&& other) noexcept;
+  ~Hold();
+
+  // As Engine::call, for entry < the engine's entry_count().
+  void call(std::size_t entry, std::uint64_t* args, std::uint64_t* ret);
+  std::uint64_t generation() const;
+
+private:
+  friend class Engine;
+  Hold(std::shared_ptr<Generation> g, std::uint32_t time_every);
+  void hand_over();
+
+  std::shared_ptr<Generation> g_;
+  std::uint32_t time_every_ = 1;
+  std::vector<std::uint64_t> calls_, timed_calls_, timed_ns_;
+};
 
 class Engine {
 public:
@@ -96,6 +123,9 @@ public:
   // the result goes to *ret (may be null for void entries). Thread-safe; holds
   // the current generation for the duration of the call.
   void call(std::size_t entry, std::uint64_t* args, std::uint64_t* ret) const;
+  // A hold on the current generation (see Hold): the cheapest way to make
+  // many calls.
+  Hold hold() const;
 
   // Submits the counts and times since the last flush; swaps in newer code
   // when fdod reports it. Thread-safe (flushes are serialised).

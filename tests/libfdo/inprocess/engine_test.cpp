@@ -218,3 +218,46 @@ TEST_CASE("engine: a rewritten profile swaps in the new generation under concurr
   std::lock_guard lk(daemon->mu);
   CHECK(daemon->calls == made.load());
 }
+
+TEST_CASE("engine: a hold keeps its generation across a swap and reports its calls on release",
+          "[inprocess]") {
+  auto daemon = std::make_shared<FakeDaemon>();
+  daemon->current = compiled(CompileMode::instrumented, "key-a", 0);
+  auto e = Engine::open(daemon, options(Flushing::manual));
+  REQUIRE(e);
+  Engine& engine = **e;
+  {
+    Hold hold = engine.hold();
+    for (std::uint64_t x = 0; x < 100; ++x) {
+      std::uint64_t a = x, ret = 0;
+      hold.call(0, &a, &ret);
+      REQUIRE(ret == x + 1);
+    }
+    // Not handed over yet: nothing to send.
+    auto f = engine.flush();
+    REQUIRE(f);
+    CHECK(f->batches == 0);
+  }
+  REQUIRE(engine.flush());
+  CHECK(daemon->calls == 100);
+
+  Hold old = engine.hold();
+  {
+    std::lock_guard lk(daemon->mu);
+    daemon->current = compiled(CompileMode::plain, "key-b", 1);
+  }
+  inc(engine, 1); // a call to report, so the flush hears the news
+  auto f = engine.flush();
+  REQUIRE(f);
+  CHECK(f->swapped);
+  CHECK(engine.generation() == 2);
+  // The hold still runs generation 1's code, which stays linked for it.
+  CHECK(old.generation() == 1);
+  CHECK(engine.generations_loaded() == 2);
+  std::uint64_t a = 41, ret = 0;
+  old.call(0, &a, &ret);
+  CHECK(ret == 42);
+  old = engine.hold(); // released at a safe point: the next hold runs the new code
+  CHECK(old.generation() == 2);
+  CHECK(engine.generations_loaded() == 1);
+}
