@@ -585,7 +585,7 @@ fdo::Fd memfd_with(std::string_view text) {
 
 } // namespace
 
-TEST_CASE("a reply carries the handler's fds on its first byte; a failed one carries none",
+TEST_CASE("a reply carries the handler's fds on its first byte, a failed one carries none",
           "[server][fds]") {
   TempDir dir;
   std::mutex mu;
