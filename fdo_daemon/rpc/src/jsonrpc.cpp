@@ -301,11 +301,13 @@ std::optional<std::string> Dispatcher::invoke(const Request& req, const CallCont
   try {
     Expected<json> result = (*handler)(req.params, ctx);
     if (req.is_notification()) {
+      if (ctx.reply_fds) ctx.reply_fds->clear(); // no reply to carry them
       if (!result)
         log::debug("notification '" + req.method + "' failed: " + result.error().describe());
       return std::nullopt;
     }
     if (result) return rpc::result_response(rid, *result);
+    if (ctx.reply_fds) ctx.reply_fds->clear();
     return rpc::error_response(rid, result.error());
   } catch (const std::exception& e) {
     failure = e.what();
@@ -313,6 +315,7 @@ std::optional<std::string> Dispatcher::invoke(const Request& req, const CallCont
     failure = "unknown exception";
   }
   log::error("method '" + req.method + "' threw: " + failure);
+  if (ctx.reply_fds) ctx.reply_fds->clear();
   if (req.is_notification()) return std::nullopt;
   return rpc::error_response(rid, rpc::internal_error,
                              "internal error in '" + req.method + "': " + failure,
@@ -327,6 +330,27 @@ std::optional<std::string> Dispatcher::handle_line(std::string_view line,
     return std::move(p.response);
   }
   return invoke(*p.request, ctx);
+}
+
+void Dispatcher::on_disconnect(std::function<void(std::uint64_t)> hook) {
+  auto h = std::make_shared<const std::function<void(std::uint64_t)>>(std::move(hook));
+  std::unique_lock lk(mu_);
+  disconnect_hooks_.push_back(std::move(h));
+}
+
+void Dispatcher::disconnected(std::uint64_t connection) const {
+  std::vector<std::shared_ptr<const std::function<void(std::uint64_t)>>> hooks;
+  {
+    std::shared_lock lk(mu_);
+    hooks = disconnect_hooks_;
+  }
+  for (const auto& h : hooks) {
+    try {
+      (*h)(connection);
+    } catch (const std::exception& e) {
+      log::error(std::string("disconnect hook threw: ") + e.what());
+    }
+  }
 }
 
 // --- typed params ---------------------------------------------------------

@@ -2,6 +2,9 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <cerrno>
+#include <cstring>
+#include <sys/socket.h>
 
 namespace fdo::daemon {
 
@@ -36,9 +39,14 @@ std::optional<std::string> invoke_guarded(const Dispatcher& dispatcher, const Re
 
 Session::Session(Server::Impl& srv, stream::socket socket, CallContext peer, std::uint64_t id,
                  TenantLimits::Lease connection)
-    : srv_(srv), socket_(std::move(socket)), deadline_timer_(srv.io), read_timer_(srv.io),
-      write_timer_(srv.io), peer_(peer), id_(id), connection_(std::move(connection)),
-      parser_(srv.limits.max_request_bytes), read_buf_(kReadChunk) {}
+    : srv_(srv), dispatcher_(srv.dispatcher), socket_(std::move(socket)), deadline_timer_(srv.io),
+      read_timer_(srv.io), write_timer_(srv.io), peer_(peer), id_(id),
+      connection_(std::move(connection)), parser_(srv.limits.max_request_bytes),
+      read_buf_(kReadChunk) {}
+
+Session::~Session() {
+  dispatcher_.disconnected(id_);
+}
 
 std::string Session::who() const {
   return "connection " + std::to_string(id_) + " (uid " + std::to_string(peer_.uid) + ")";
@@ -261,22 +269,29 @@ void Session::start_call(Request req, Clock::time_point received) {
       [self = shared_from_this(), gen](const error_code& ec) { self->on_deadline(gen, ec); });
   CallContext ctx = peer_;
   ctx.deadline = deadline;
+  ctx.connection = id_;
   asio::thread_pool& pool = cls == MethodClass::control ? srv_.control : srv_.handlers;
   asio::post(pool, [self = shared_from_this(), gen, req = std::move(req), ctx,
                     slot = std::move(slot)]() mutable {
-    std::optional<std::string> response = invoke_guarded(self->srv_.dispatcher, req, ctx);
+    std::optional<std::string> response;
+    std::vector<Fd> fds;
+    ctx.reply_fds = &fds;
+    response = invoke_guarded(self->srv_.dispatcher, req, ctx);
     // The thread is free again: so is the tenant's slot, even when its client
     // was sent a timeout long ago.
     slot.reset();
-    asio::post(self->srv_.io, [self, gen, response = std::move(response)]() mutable {
-      self->on_call_done(gen, std::move(response));
-    });
+    if (!response) fds.clear();
+    asio::post(self->srv_.io,
+               [self, gen, response = std::move(response), fds = std::move(fds)]() mutable {
+                 self->on_call_done(gen, std::move(response), std::move(fds));
+               });
   });
 }
 
 void Session::call_now(const Request& req, Clock::time_point deadline) {
   CallContext ctx = peer_;
   ctx.deadline = deadline;
+  ctx.connection = id_;
   std::optional<std::string> response = invoke_guarded(srv_.dispatcher, req, ctx);
   if (response) queue_reply(std::move(*response));
   next();
@@ -296,7 +311,8 @@ void Session::refuse_call(const Request& req, const Error& why) {
   next();
 }
 
-void Session::on_call_done(std::uint64_t gen, std::optional<std::string> response) {
+void Session::on_call_done(std::uint64_t gen, std::optional<std::string> response,
+                           std::vector<Fd> fds) {
   --srv_.running_handlers;
   srv_.stats.running.fetch_sub(1, std::memory_order_relaxed);
   if (gen != call_gen_ || stage_ != Stage::calling) {
@@ -306,7 +322,7 @@ void Session::on_call_done(std::uint64_t gen, std::optional<std::string> respons
   }
   error_code ignored;
   deadline_timer_.cancel(ignored);
-  if (response) queue_reply(std::move(*response));
+  if (response) queue_reply(std::move(*response), std::move(fds));
   next();
 }
 
@@ -326,10 +342,10 @@ void Session::timed_out(const char* when) {
   next();
 }
 
-void Session::queue_reply(std::string response) {
+void Session::queue_reply(std::string response, std::vector<Fd> fds) {
   response.push_back('\n');
   unsent_bytes_ += response.size();
-  outbox_.push_back(std::move(response));
+  outbox_.push_back({std::move(response), std::move(fds)});
   if (!writing_) start_write();
 }
 
@@ -339,11 +355,67 @@ void Session::start_write() {
   write_timer_.async_wait([self = shared_from_this(), gen = ++write_gen_](const error_code& ec) {
     self->on_write_timer(gen, ec);
   });
+  if (!outbox_.front().fds.empty()) {
+    socket_.async_wait(
+        stream::socket::wait_write,
+        [self = shared_from_this()](const error_code& ec) { self->on_writable_for_fds(ec); });
+    return;
+  }
   // The front string stays put while it is written: deque::push_back never
   // moves existing elements.
   asio::async_write(
-      socket_, asio::buffer(outbox_.front()),
+      socket_, asio::buffer(outbox_.front().line),
       [self = shared_from_this()](const error_code& ec, std::size_t) { self->on_written(ec); });
+}
+
+void Session::on_writable_for_fds(const error_code& ec) {
+  if (stage_ == Stage::closed) return;
+  if (ec) {
+    writing_ = false;
+    close("write: " + ec.message(), log::Level::debug);
+    return;
+  }
+  Outgoing& out = outbox_.front();
+  const std::size_t n = out.fds.size();
+  std::vector<char> control(CMSG_SPACE(n * sizeof(int)), 0);
+  char first = out.line.front();
+  iovec iov{&first, 1};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.data();
+  msg.msg_controllen = control.size();
+  cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(n * sizeof(int));
+  for (std::size_t i = 0; i < n; ++i) {
+    int fd = out.fds[i].get();
+    std::memcpy(CMSG_DATA(cm) + i * sizeof(int), &fd, sizeof(int));
+  }
+  ssize_t sent;
+  do
+    sent = ::sendmsg(socket_.native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  while (sent < 0 && errno == EINTR);
+  if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    socket_.async_wait(
+        stream::socket::wait_write,
+        [self = shared_from_this()](const error_code& e) { self->on_writable_for_fds(e); });
+    return;
+  }
+  if (sent < 0) {
+    writing_ = false;
+    close(std::string("sendmsg (reply with fds): ") + std::strerror(errno), log::Level::debug);
+    return;
+  }
+  // The fds are the client's now (closing ours does not close theirs); the
+  // rest of the line follows as plain bytes.
+  out.fds.clear();
+  out.line.erase(0, 1);
+  --unsent_bytes_;
+  asio::async_write(
+      socket_, asio::buffer(out.line),
+      [self = shared_from_this()](const error_code& e, std::size_t) { self->on_written(e); });
 }
 
 void Session::on_written(const error_code& ec) {
@@ -356,7 +428,7 @@ void Session::on_written(const error_code& ec) {
     close("write: " + ec.message(), log::Level::debug);
     return;
   }
-  unsent_bytes_ -= outbox_.front().size();
+  unsent_bytes_ -= outbox_.front().line.size();
   outbox_.pop_front();
   if (!outbox_.empty()) start_write();
   if (stage_ == Stage::waiting_for_writes) {
@@ -373,7 +445,7 @@ void Session::on_written(const error_code& ec) {
 void Session::on_write_timer(std::uint64_t gen, const error_code& ec) {
   if (ec || gen != write_gen_ || !writing_) return;
   srv_.stats.write_timeouts.fetch_add(1, std::memory_order_relaxed);
-  close("a " + std::to_string(outbox_.front().size()) +
+  close("a " + std::to_string(outbox_.front().line.size()) +
             "-byte reply was not taken within write_timeout_ms (" +
             ms_text(srv_.limits.write_timeout) + "); " + std::to_string(outbox_.size()) +
             " reply(ies), " + std::to_string(unsent_bytes_) + " bytes unsent",

@@ -21,6 +21,9 @@ class Session : public std::enable_shared_from_this<Session> {
 public:
   Session(Server::Impl& srv, stream::socket socket, CallContext peer, std::uint64_t id,
           TenantLimits::Lease connection);
+  // Tells the dispatcher's disconnect hooks: no handler of this connection
+  // runs any more (each holds a reference to its session).
+  ~Session();
 
   void start() { next(); }
 
@@ -57,11 +60,14 @@ private:
   // An immediate method: invoked here on the io thread, its reply queued.
   void call_now(const Request& req, Clock::time_point deadline);
   void refuse_call(const Request& req, const Error& why);
-  void on_call_done(std::uint64_t gen, std::optional<std::string> response);
+  void on_call_done(std::uint64_t gen, std::optional<std::string> response, std::vector<Fd> fds);
   void on_deadline(std::uint64_t gen, const error_code& ec);
   void timed_out(const char* when);
-  void queue_reply(std::string response);
+  void queue_reply(std::string response, std::vector<Fd> fds = {});
   void start_write();
+  // The front reply carries fds: its first byte goes out alone with them
+  // (sendmsg, SCM_RIGHTS) once the socket is writable, then the rest.
+  void on_writable_for_fds(const error_code& ec);
   void on_written(const error_code& ec);
   void on_write_timer(std::uint64_t gen, const error_code& ec);
   // Closes now if nothing waits to be sent, else once the outbox is empty.
@@ -70,6 +76,7 @@ private:
   std::string who() const; // "connection 7 (uid 1000)"
 
   Server::Impl& srv_;
+  Dispatcher& dispatcher_; // outlives the server, so every session
   stream::socket socket_;
   asio::steady_timer deadline_timer_; // the running request's request_timeout
   asio::steady_timer read_timer_;     // read_timeout while a line is begun, else idle_timeout
@@ -92,9 +99,14 @@ private:
   Clock::duration line_waited_{};
   std::uint64_t read_gen_ = 0;
 
-  // Replies in order, each with its "\n"; the front one is being written
-  // while writing_. unsent_bytes_ is their total.
-  std::deque<std::string> outbox_;
+  // Replies in order, each with its "\n" and the fds its handler attached;
+  // the front one is being written while writing_. unsent_bytes_ is their
+  // total.
+  struct Outgoing {
+    std::string line;
+    std::vector<Fd> fds; // sent with the line's first byte
+  };
+  std::deque<Outgoing> outbox_;
   std::size_t unsent_bytes_ = 0;
   bool writing_ = false;
   std::uint64_t write_gen_ = 0;

@@ -12,6 +12,7 @@
 #include "fdo/daemon/guard.h"
 #include "fdo/daemon/isolation.h"
 #include "fdo/daemon/job_runner.h"
+#include "fdo/daemon/leases.h"
 #include "fdo/daemon/metrics.h"
 #include "fdo/daemon/program_registry.h"
 #include "fdo/daemon/tenant.h"
@@ -54,6 +55,7 @@ private:
 struct ServiceCounters {
   std::atomic<std::uint64_t> stages{0};
   std::atomic<std::uint64_t> stage_failures{0};
+  std::atomic<std::uint64_t> inprocess_batches{0}; // feedback.submit batches folded
 };
 
 struct ServiceState {
@@ -78,6 +80,7 @@ struct ServiceState {
   std::unique_ptr<ProgramRegistry> programs;
   std::unique_ptr<FeedbackLoop> feedback;
   std::unique_ptr<Guard> guard;
+  std::unique_ptr<LeaseTable> leases = std::make_unique<LeaseTable>(); // in-process leases
   std::unique_ptr<cache::Orchestrator> orch; // its tier-up threads use the parts above
   std::unique_ptr<ServiceMetrics> metrics;   // its live figures read the parts above
   // The HTTP endpoint (metrics_listen), or null; its threads read `metrics`.

@@ -10,6 +10,8 @@
 #include <fcntl.h>
 #include <future>
 #include <grp.h>
+#include <mutex>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
@@ -533,4 +535,115 @@ TEST_CASE("server: another uid is identified by SO_PEERCRED - mode 0660 keeps st
   // Give the socket's group to 65534: now it may, and is seen as uid 65534.
   REQUIRE(::chown(path.c_str(), 0, kGid) == 0);
   REQUIRE(run_child(false) == 0);
+}
+
+namespace {
+
+// One reply line read with recvmsg, with the descriptors that came with it.
+struct LineWithFds {
+  std::string line;
+  std::vector<fdo::Fd> fds;
+};
+
+std::optional<LineWithFds> read_line_with_fds(int sock) {
+  LineWithFds out;
+  for (;;) {
+    if (auto nl = out.line.find('\n'); nl != std::string::npos) {
+      out.line.resize(nl);
+      return out;
+    }
+    pollfd p{sock, POLLIN, 0};
+    if (::poll(&p, 1, 20000) <= 0) return std::nullopt;
+    // One byte at a time keeps this reader from running into the next reply.
+    char c;
+    iovec iov{&c, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(8 * sizeof(int))];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    ssize_t n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    if (n <= 0) return std::nullopt;
+    for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm))
+      if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+        for (std::size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
+          int fd;
+          std::memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+          out.fds.emplace_back(fd);
+        }
+    out.line.push_back(c);
+  }
+}
+
+fdo::Fd memfd_with(std::string_view text) {
+  fdo::Fd fd(::memfd_create("server-test", MFD_CLOEXEC));
+  REQUIRE(fd);
+  REQUIRE(fdo::write_all(fd.get(), text));
+  return fd;
+}
+
+} // namespace
+
+TEST_CASE("a reply carries the handler's fds on its first byte, a failed one carries none",
+          "[server][fds]") {
+  TempDir dir;
+  std::mutex mu;
+  std::vector<std::uint64_t> closed;
+  Running r(options_for(dir), false);
+  r.dispatcher.add("memfd", [](const json& p, const CallContext& ctx) -> fdo::Expected<json> {
+    if (!ctx.reply_fds) return fdo::make_error(fdo::Errc::unsupported, "no fd transport");
+    ctx.reply_fds->push_back(memfd_with(p.value("text", "")));
+    return json{{"fds", 1}, {"connection", ctx.connection}};
+  });
+  r.dispatcher.add("memfd_fail", [](const json&, const CallContext& ctx) -> fdo::Expected<json> {
+    ctx.reply_fds->push_back(memfd_with("never sent"));
+    return fdo::make_error(fdo::Errc::invalid_argument, "refused after attaching an fd");
+  });
+  r.dispatcher.on_disconnect([&](std::uint64_t c) {
+    std::lock_guard lk(mu);
+    closed.push_back(c);
+  });
+  auto c = r.client();
+  auto call = [&](const std::string& method, const json& params) {
+    json req = {{"jsonrpc", "2.0"}, {"id", 1}, {"method", method}, {"params", params}};
+    REQUIRE(c.send(req.dump() + "\n"));
+    auto got = read_line_with_fds(c.fd());
+    REQUIRE(got);
+    return std::move(*got);
+  };
+
+  LineWithFds ok = call("memfd", {{"text", "compiled object bytes"}});
+  json reply = json::parse(ok.line);
+  REQUIRE(reply.contains("result"));
+  REQUIRE(ok.fds.size() == 1);
+  char buf[64] = {};
+  REQUIRE(::pread(ok.fds[0].get(), buf, sizeof buf, 0) == 21);
+  CHECK(std::string(buf) == "compiled object bytes");
+  const std::uint64_t connection = reply["result"]["connection"];
+  CHECK(connection != 0);
+
+  LineWithFds failed = call("memfd_fail", json::object());
+  CHECK(json::parse(failed.line).contains("error"));
+  CHECK(failed.fds.empty());
+  // Plain replies after it still arrive whole, without fds.
+  LineWithFds again = call("memfd", {{"text", "x"}});
+  CHECK(again.fds.size() == 1);
+  {
+    std::lock_guard lk(mu);
+    CHECK(closed.empty());
+  }
+
+  c.shutdown_write();
+  REQUIRE(c.closed_by_peer());
+  // The hook runs once the session is gone, which may be just after EOF.
+  for (int i = 0; i < 200; ++i) {
+    {
+      std::lock_guard lk(mu);
+      if (!closed.empty()) break;
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  std::lock_guard lk(mu);
+  CHECK(closed == std::vector<std::uint64_t>{connection});
 }

@@ -10,8 +10,6 @@
 
 namespace fdo::daemon::methods {
 
-namespace {
-
 Expected<jit::EntryInfo> find_entry(const ProgramRecord& p, const std::string& name) {
   for (const auto& e : p.entries)
     if (e.name == name) return e;
@@ -21,6 +19,8 @@ Expected<jit::EntryInfo> find_entry(const ProgramRecord& p, const std::string& n
   return make_error(Errc::not_found, "program " + p.ik.substr(0, 12) + " has no entry '" + name +
                                          "' (entries: " + (known.empty() ? "none" : known) + ")");
 }
+
+namespace {
 
 Expected<ScalarType> scalar_of(const std::string& text) {
   FDO_TRY(jit::AbiType t, jit::parse_abi_type(text));

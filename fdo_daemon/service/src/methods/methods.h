@@ -25,6 +25,9 @@ void add_cache_methods(Dispatcher& d, ServiceState& s);
 void add_lifecycle_methods(Dispatcher& d, ServiceState& s);
 // gc, store.restore (maintenance_methods.cpp)
 void add_maintenance_methods(Dispatcher& d, ServiceState& s);
+// program.lease, feedback.submit, program.release, and the disconnect hook
+// that ends a connection's leases (inprocess_methods.cpp)
+void add_inprocess_methods(Dispatcher& d, ServiceState& s);
 
 // --- shared by the families ---------------------------------------------
 
@@ -38,6 +41,8 @@ Expected<std::string> program_source(const json& params);
 inline bool is_operator(const CallContext& ctx) {
   return ctx.uid == 0 || ctx.uid == ::geteuid();
 }
+// The entry `name` of a program, or Errc::not_found listing its entries.
+Expected<jit::EntryInfo> find_entry(const ProgramRecord& p, const std::string& name);
 // The "cache" object of a stage: outcome, reason, detail.
 json cache_outcome_json(const cache::StageOutput& so);
 

@@ -35,7 +35,11 @@ Expected<json> health(ServiceState& s, const json&, const CallContext&) {
       {"pid", static_cast<std::int64_t>(::getpid())},
       {"uptime_s", up},
       {"workers", {{"compile", s.compile_pool->stats().live}, {"exec", s.exec_pool->stats().live}}},
-      {"object_cache_remote", remote_tier_state(s, false)}};
+      {"object_cache_remote", remote_tier_state(s, false)},
+      {"inprocess",
+       {{"leases", s.leases->size()},
+        {"leases_granted", s.leases->granted()},
+        {"batches", s.counters.inprocess_batches.load()}}}};
 }
 
 Expected<json> capabilities(ServiceState& s, const json&, const CallContext&) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "fdo/util/expected.h"
+#include "fdo/util/fd.h"
 
 #include <chrono>
 #include <cstddef>
@@ -29,6 +30,15 @@ struct CallContext {
   // Past this point the client has already been sent a timeout error; a
   // handler that can stop early (e.g. before starting a compile) should.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // The server's id of the connection the request came on (0 outside a
+  // server): state a handler ties to a connection (in-process leases) is
+  // dropped by the Dispatcher's disconnect hooks when it closes.
+  std::uint64_t connection = 0;
+  // Where a handler puts file descriptors to send with its reply (SCM_RIGHTS
+  // on the reply's first byte, docs/fdod-protocol.md). Null when the
+  // transport cannot pass fds; a handler that needs to send one must then
+  // fail. Dropped (closed) when the handler fails.
+  std::vector<Fd>* reply_fds = nullptr;
 };
 
 using Handler =
@@ -133,6 +143,12 @@ public:
   // and for callers without deadlines.
   std::optional<std::string> handle_line(std::string_view line, const CallContext& ctx) const;
 
+  // Called with CallContext::connection once a connection has closed and no
+  // handler of its is running any more (the server calls disconnected()).
+  // Hooks must be cheap and must not throw; they may run on any thread.
+  void on_disconnect(std::function<void(std::uint64_t connection)> hook);
+  void disconnected(std::uint64_t connection) const;
+
 private:
   struct Entry {
     std::shared_ptr<const Handler> handler;
@@ -142,6 +158,7 @@ private:
 
   mutable std::shared_mutex mu_;
   std::unordered_map<std::string, Entry> handlers_;
+  std::vector<std::shared_ptr<const std::function<void(std::uint64_t)>>> disconnect_hooks_;
 };
 
 // Typed access to named params for handlers. Errors are Errc::invalid_argument

@@ -1,0 +1,79 @@
+// In-process leases (docs/runtimes.md, "In-process execution"): a runtime that
+// links a program's compiled output into its own process holds a lease on it.
+// The lease records what fdod handed out — which tenant and connection hold
+// it, the output's profile key and version, and the counter layout of
+// instrumented code — so that feedback.submit can check every number a client
+// sends against it. Leases live as long as their connection: the server's
+// disconnect hook drops them all.
+//
+// Thread-safe; one lock over the table, held only for map operations.
+#pragma once
+
+#include "fdo/daemon/program_registry.h"
+#include "fdo/util/expected.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <sys/types.h>
+#include <unordered_map>
+#include <vector>
+
+namespace fdo::daemon {
+
+struct ProgramLease {
+  std::uint64_t id = 0;
+  uid_t uid = 0;
+  std::uint64_t connection = 0;
+  ProgramRef program;
+  std::string pk;
+  std::int64_t profile_version = 0;        // what the leased output was compiled with
+  std::int64_t target_profile_version = 0; // the current version when it was leased
+  std::string storage_key;
+  std::string mode; // compile mode of the leased output
+  std::vector<std::string> entries;
+  // Instrumented functions of the output: PGO name -> CFG hash and number of
+  // counters. feedback.submit accepts counts for exactly these, of exactly
+  // these lengths.
+  std::map<std::string, std::uint64_t> cfg_hashes;
+  std::map<std::string, std::uint32_t> counter_sizes;
+  std::map<std::string, std::string> function_fingerprints;
+  std::map<std::string, std::string> source_names;
+};
+
+using LeaseRef = std::shared_ptr<const ProgramLease>;
+
+struct LeaseLimits {
+  std::size_t max_per_connection = 64;
+};
+
+class LeaseTable {
+public:
+  // Assigns the lease its id. Errc::resource_exhausted when its connection
+  // already holds max_per_connection leases.
+  Expected<LeaseRef> add(ProgramLease lease, const LeaseLimits& limits);
+  // The lease `id` when `uid` holds it on `connection`; Errc::not_found
+  // otherwise — the same answer whether the lease does not exist or is
+  // another connection's, so ids reveal nothing about other clients.
+  Expected<LeaseRef> find(std::uint64_t id, uid_t uid, std::uint64_t connection) const;
+  // Drops one lease (same rule as find). Returns it.
+  Expected<LeaseRef> release(std::uint64_t id, uid_t uid, std::uint64_t connection);
+  // Drops every lease of a closed connection; returns how many.
+  std::size_t release_connection(std::uint64_t connection);
+
+  std::size_t size() const;
+  std::size_t count_for(uid_t uid) const;
+  std::uint64_t granted() const; // leases ever added
+
+private:
+  mutable std::mutex mu_;
+  std::uint64_t next_id_ = 1;
+  std::uint64_t granted_ = 0;
+  std::unordered_map<std::uint64_t, LeaseRef> leases_;
+  std::unordered_map<std::uint64_t, std::size_t> per_connection_;
+};
+
+} // namespace fdo::daemon

@@ -1,0 +1,263 @@
+// In-process execution (docs/runtimes.md): program.lease hands a runtime the
+// program's current compiled output as a sealed memfd with the metadata its
+// loader needs; feedback.submit folds what the runtime measured into the same
+// feedback loop as exec-worker stages; program.release ends a lease. Leases
+// belong to their connection (leases.h) and end with it.
+//
+// Trust: the object is the tenant's own compiled output, which fdod would
+// otherwise run for it in an exec worker; nothing of fdod's or of another
+// tenant's is exposed. Everything feedback.submit carries is a number checked
+// against the lease's layout before anything is folded.
+#include "fdo/daemon/leases.h"
+#include "fdo/jit/compiler.h"
+#include "methods.h"
+
+#include <cerrno>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace fdo::daemon::methods {
+
+namespace {
+
+constexpr std::size_t kMaxLeaseEntries = 256;
+constexpr std::size_t kMaxBatchesPerSubmit = 64;
+// Per batch: a count or time past these is not a measurement (2^56 calls of a
+// nanosecond each is over two years), and capping them keeps the running
+// sums far from overflow.
+constexpr std::uint64_t kMaxCount = std::uint64_t{1} << 56;
+constexpr std::uint64_t kMaxExecNs = std::uint64_t{1} << 56;
+
+// The object as a memfd no one can change: sealed against writes, growth and
+// shrinking, and handed out through a read-only descriptor of the same file.
+Expected<Fd> sealed_object(const std::string& bytes) {
+  Fd fd(::memfd_create("fdo-lease-object", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd) return Error::from_errno("memfd_create", errno);
+  FDO_TRY_STATUS(write_all(fd.get(), bytes));
+  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
+    return Error::from_errno("fcntl(F_ADD_SEALS)", errno);
+  // A read-only open of the same file; where /proc is not there the sealed
+  // descriptor itself goes (its contents cannot change either way).
+  const std::string self = "/proc/self/fd/" + std::to_string(fd.get());
+  Fd ro(::open(self.c_str(), O_RDONLY | O_CLOEXEC));
+  return ro ? std::move(ro) : std::move(fd);
+}
+
+Expected<std::vector<std::string>> entries_param(const json& params, const ProgramRecord& prog) {
+  FDO_TRY(json list, require_param<json>(params, "entries"));
+  if (!list.is_array() || list.empty() || list.size() > kMaxLeaseEntries)
+    return make_error(Errc::invalid_argument, "entries must be an array of 1 to " +
+                                                  std::to_string(kMaxLeaseEntries) +
+                                                  " entry names");
+  std::vector<std::string> out;
+  for (const json& e : list) {
+    if (!e.is_string())
+      return make_error(Errc::invalid_argument, "entries must hold strings, got " + e.dump());
+    FDO_TRY(jit::EntryInfo info, find_entry(prog, e.get<std::string>()));
+    out.push_back(info.name);
+  }
+  return out;
+}
+
+Expected<std::uint64_t> lease_param(const json& params) {
+  return require_param<std::uint64_t>(params, "lease");
+}
+
+// What in-process sampling can do here; reported with every lease.
+json sampling_state() {
+  return {{"available", false},
+          {"reason", "fdod does not yet sample in-process runtimes (perf_event_open on the "
+                     "runtime's threads); only the counts and times the library submits feed "
+                     "the profile"}};
+}
+
+Expected<json> program_lease(ServiceState& s, const json& params, const CallContext& ctx) {
+  if (ctx.reply_fds == nullptr)
+    return make_error(Errc::unsupported, "program.lease sends the object as a file descriptor "
+                                         "(SCM_RIGHTS); this transport cannot carry one");
+  FDO_TRY(std::string ik, require_param<std::string>(params, "program"));
+  FDO_TRY(std::string unless, optional_param<std::string>(params, "unless_storage_key", ""));
+  FDO_TRY(ProgramRef prog, s.programs->find(ik, ctx.uid, s.sharing()));
+  FDO_TRY(std::vector<std::string> entries, entries_param(params, *prog));
+  std::shared_ptr<const Config> cfg = s.config.get();
+  if (std::chrono::steady_clock::now() >= ctx.deadline)
+    return make_error(Errc::timeout, "request deadline passed before the lease started");
+
+  // Exactly what an execute stage would serve now (same keys, same tier-up):
+  // the guard's live A/B trials run on execute stages only.
+  FDO_TRY(cache::StageOutput so, s.orch->prepare(prog->program, cfg->tier_up));
+  json out = {{"program", so.ik},
+              {"profile_key", so.pk},
+              {"profile_version", so.profile_version},
+              {"target_profile_version", so.target_profile_version},
+              {"storage_key", so.storage_key},
+              {"cache_key", so.ck},
+              {"mode", std::string(to_string(so.mode))},
+              {"cache", cache_outcome_json(so)},
+              {"sampling", sampling_state()}};
+  if (!unless.empty() && unless == so.storage_key) {
+    out["unchanged"] = true;
+    out["lease"] = nullptr;
+    return out;
+  }
+  json meta_json = json::parse(so.entry->metadata, nullptr, false);
+  if (meta_json.is_discarded())
+    return make_error(Errc::corrupt, "cached entry " + so.storage_key + " has corrupt metadata");
+  FDO_TRY(jit::CompileResult meta, jit::metadata_from_json(meta_json));
+
+  ProgramLease lease;
+  lease.uid = ctx.uid;
+  lease.connection = ctx.connection;
+  lease.program = prog;
+  lease.pk = so.pk;
+  lease.profile_version = so.profile_version;
+  lease.target_profile_version = so.target_profile_version;
+  lease.storage_key = so.storage_key;
+  lease.mode = std::string(to_string(so.mode));
+  lease.entries = entries;
+  json layout = json::array();
+  for (const auto& f : meta.counters_layout) {
+    lease.cfg_hashes[f.pgo_name] = f.cfg_hash;
+    lease.counter_sizes[f.pgo_name] = f.num_counters;
+    layout.push_back({{"function", f.pgo_name}, {"counters", f.num_counters}});
+  }
+  lease.function_fingerprints = std::move(meta.function_fingerprints);
+  lease.source_names = std::move(meta.source_names);
+
+  FDO_TRY(Fd object, sealed_object(so.entry->object));
+  FDO_TRY(LeaseRef ref, s.leases->add(std::move(lease), LeaseLimits{}));
+  ctx.reply_fds->push_back(std::move(object));
+  out["lease"] = ref->id;
+  out["unchanged"] = false;
+  out["entries"] = entries;
+  out["object_size"] = so.entry->object.size();
+  out["fds"] = 1;
+  out["counters_layout"] = std::move(layout);
+  out["metadata"] = std::move(meta_json);
+  return out;
+}
+
+// One batch of feedback.submit, checked against the lease: every count
+// belongs to an instrumented function of the leased output and has exactly
+// its number of counters.
+Expected<StageFeedback> batch_feedback(const json& b, const ProgramLease& lease,
+                                       std::size_t index) {
+  const std::string at = "batches[" + std::to_string(index) + "]";
+  if (!b.is_object()) return make_error(Errc::invalid_argument, at + " must be an object");
+  for (auto it = b.begin(); it != b.end(); ++it)
+    if (it.key() != "calls" && it.key() != "exec_ns" && it.key() != "counts")
+      return make_error(Errc::invalid_argument, at + " has an unknown member '" + it.key() + "'");
+  FDO_TRY(std::uint64_t calls, require_param<std::uint64_t>(b, "calls"));
+  FDO_TRY(std::uint64_t exec_ns, require_param<std::uint64_t>(b, "exec_ns"));
+  if (calls == 0 || calls > kMaxCount)
+    return make_error(Errc::invalid_argument,
+                      at + ".calls must be 1.." + std::to_string(kMaxCount));
+  if (exec_ns > kMaxExecNs)
+    return make_error(Errc::invalid_argument,
+                      at + ".exec_ns must be at most " + std::to_string(kMaxExecNs));
+  StageFeedback fb;
+  fb.exec_ns = exec_ns;
+  FDO_TRY(json counts, optional_param<json>(b, "counts", json::object()));
+  if (!counts.is_object())
+    return make_error(Errc::invalid_argument, at + ".counts must be an object");
+  for (auto it = counts.begin(); it != counts.end(); ++it) {
+    auto size = lease.counter_sizes.find(it.key());
+    if (size == lease.counter_sizes.end())
+      return make_error(Errc::invalid_argument,
+                        at + ".counts names '" + it.key() +
+                            "', which is not an instrumented function of lease " +
+                            std::to_string(lease.id) + " (see its counters_layout)");
+    if (!it->is_array() || it->size() != size->second)
+      return make_error(Errc::invalid_argument, at + ".counts['" + it.key() +
+                                                    "'] must be an array of " +
+                                                    std::to_string(size->second) + " counts");
+    FunctionCounts fc{lease.cfg_hashes.at(it.key()), {}, {}, {}};
+    fc.counts.reserve(size->second);
+    for (const json& v : *it) {
+      if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0))
+        return make_error(Errc::invalid_argument, at + ".counts['" + it.key() + "'] holds " +
+                                                      v.dump() + ", not a non-negative integer");
+      auto n = v.get<std::uint64_t>();
+      if (n > kMaxCount)
+        return make_error(Errc::invalid_argument, at + ".counts['" + it.key() + "'] holds " +
+                                                      v.dump() + ", past the cap of " +
+                                                      std::to_string(kMaxCount));
+      fc.counts.push_back(n);
+    }
+    fb.counts[it.key()] = std::move(fc);
+  }
+  return fb;
+}
+
+Expected<json> feedback_submit(ServiceState& s, const json& params, const CallContext& ctx) {
+  FDO_TRY(std::uint64_t id, lease_param(params));
+  FDO_TRY(LeaseRef lease, s.leases->find(id, ctx.uid, ctx.connection));
+  FDO_TRY(json batches, require_param<json>(params, "batches"));
+  if (!batches.is_array() || batches.empty() || batches.size() > kMaxBatchesPerSubmit)
+    return make_error(Errc::invalid_argument, "batches must be an array of 1 to " +
+                                                  std::to_string(kMaxBatchesPerSubmit) +
+                                                  " batches");
+  // All checked before any is folded: a rejected submit changes nothing.
+  std::vector<StageFeedback> checked;
+  checked.reserve(batches.size());
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    FDO_TRY(StageFeedback fb, batch_feedback(batches[i], *lease, i));
+    checked.push_back(std::move(fb));
+  }
+  std::shared_ptr<const Config> cfg = s.config.get();
+  json rewritten = nullptr;
+  std::string policy;
+  std::uint64_t calls = 0;
+  for (std::size_t i = 0; i < checked.size(); ++i) {
+    calls += batches[i]["calls"].get<std::uint64_t>();
+    StageReport report;
+    report.pk = lease->pk;
+    report.program = lease->program->ik;
+    report.owner = lease->program->owner;
+    report.stage = lease->program->stages.fetch_add(1);
+    report.profile_version = lease->profile_version;
+    report.target_profile_version = lease->target_profile_version;
+    report.feedback = std::move(checked[i]);
+    report.cfg_hashes = lease->cfg_hashes;
+    report.function_fingerprints = lease->function_fingerprints;
+    report.source_names = lease->source_names;
+    FeedbackOutcome fo = s.feedback->fold(report, cfg->policy);
+    policy = fo.policy;
+    if (fo.rewritten)
+      rewritten = {
+          {"from", fo.rewritten->from}, {"to", fo.rewritten->to}, {"reason", fo.rewritten->reason}};
+  }
+  s.counters.inprocess_batches += checked.size();
+  FDO_TRY(auto current, s.feedback_store->current(lease->pk));
+  const std::int64_t version = current ? current->version : 0;
+  return json{{"lease", lease->id},
+              {"accepted", checked.size()},
+              {"calls", calls},
+              {"profile_version", version},
+              {"leased_profile_version", lease->profile_version},
+              {"stale", version != lease->profile_version},
+              {"profile_rewritten", std::move(rewritten)},
+              {"policy", policy}};
+}
+
+Expected<json> program_release(ServiceState& s, const json& params, const CallContext& ctx) {
+  FDO_TRY(std::uint64_t id, lease_param(params));
+  FDO_TRY(LeaseRef lease, s.leases->release(id, ctx.uid, ctx.connection));
+  return json{{"lease", lease->id}, {"released", true}};
+}
+
+} // namespace
+
+void add_inprocess_methods(Dispatcher& d, ServiceState& s) {
+  bind(d, "program.lease", s, program_lease);
+  bind(d, "feedback.submit", s, feedback_submit);
+  bind(d, "program.release", s, program_release, MethodClass::control);
+  d.on_disconnect([&s](std::uint64_t connection) {
+    if (std::size_t n = s.leases->release_connection(connection))
+      log::debug("connection " + std::to_string(connection) + " closed: " + std::to_string(n) +
+                 " in-process lease(s) released");
+  });
+}
+
+} // namespace fdo::daemon::methods

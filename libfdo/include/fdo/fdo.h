@@ -1,0 +1,161 @@
+/* libfdo: the C API of fdo's client library.
+ *
+ * A runtime links this (pkg-config --cflags --libs fdo, or find_package(fdo)
+ * and target fdo::fdo) to talk to fdod, the feedback-directed optimization
+ * daemon: connect with a protocol handshake, register programs, execute them
+ * in the daemon and read their profiles. docs/runtimes.md walks through it.
+ *
+ * Conventions
+ * - Every fallible function returns 0 on success and -1 on failure. Its last
+ *   parameter `fdo_error** err` may be NULL; otherwise on failure *err is set
+ *   to a new error the caller frees with fdo_error_free (on success it is left
+ *   untouched).
+ * - Strings are NUL-terminated UTF-8. Strings the library returns are owned by
+ *   the object they came from unless a function says the caller frees them
+ *   (with fdo_string_free).
+ * - Only fdo_* symbols are exported; the ABI is versioned by the SONAME
+ *   (libfdo.so.1).
+ */
+#ifndef FDO_FDO_H
+#define FDO_FDO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(FDO_BUILDING_LIBRARY)
+#define FDO_API __attribute__((visibility("default")))
+#else
+#define FDO_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- errors */
+
+/* The class of a failure: the project's error codes (the daemon's
+ * error.data.code names them, e.g. "not_found"). */
+typedef enum fdo_error_code {
+  FDO_ERR_INVALID_ARGUMENT = 1, /* the caller passed something malformed */
+  FDO_ERR_NOT_FOUND,            /* a program, profile or key that does not exist */
+  FDO_ERR_ALREADY_EXISTS,
+  FDO_ERR_CONFLICT, /* a concurrent change; the caller may retry */
+  FDO_ERR_IO,       /* a system call or the connection failed */
+  FDO_ERR_CORRUPT,  /* stored data or a reply failed a check */
+  FDO_ERR_PARSE,    /* IR or JSON text could not be parsed */
+  FDO_ERR_VERIFY,   /* the LLVM verifier rejected the module */
+  FDO_ERR_COMPILE,
+  FDO_ERR_LINK, /* an unresolved symbol at load time */
+  FDO_ERR_TIMEOUT,
+  FDO_ERR_CRASHED,            /* the program or a worker died */
+  FDO_ERR_RESOURCE_EXHAUSTED, /* a size, memory or rate limit */
+  FDO_ERR_PERMISSION_DENIED,
+  FDO_ERR_UNSUPPORTED, /* e.g. an incompatible protocol version */
+  FDO_ERR_UNAVAILABLE, /* fdod cannot be reached */
+  FDO_ERR_PINNED,
+  FDO_ERR_INTERNAL
+} fdo_error_code;
+
+typedef struct fdo_error fdo_error;
+
+FDO_API fdo_error_code fdo_error_get_code(const fdo_error* e);
+/* "not_found", "io", ... */
+FDO_API const char* fdo_error_code_name(fdo_error_code code);
+/* What went wrong, in words (the daemon's error.message for daemon errors). */
+FDO_API const char* fdo_error_message(const fdo_error* e);
+/* The JSON-RPC error.code when the daemon answered with an error (e.g. -32602
+ * for bad params); 0 when the failure happened on this side (connect, I/O,
+ * a malformed reply, bad arguments to a libfdo function). */
+FDO_API int64_t fdo_error_rpc_code(const fdo_error* e);
+/* The daemon's error.data as JSON text ("null" when it sent none or the
+ * failure happened on this side). */
+FDO_API const char* fdo_error_data_json(const fdo_error* e);
+FDO_API void fdo_error_free(fdo_error* e);
+
+/* ------------------------------------------------------------ connection */
+
+typedef struct fdo_conn fdo_conn;
+
+/* Connects to fdod. socket_path NULL or "" means $FDO_SOCKET, else
+ * /run/fdod/fdod.sock. */
+FDO_API int fdo_connect(const char* socket_path, fdo_conn** out, fdo_error** err);
+/* Closes the connection and frees it; NULL is fine. No call may be in
+ * progress on it. */
+FDO_API void fdo_close(fdo_conn* conn);
+
+/* -------------------------------------------------- in-process execution */
+
+/* Runs a program's compiled code inside this process (docs/runtimes.md,
+ * "In-process execution"): the library leases the program's current output
+ * from fdod (a sealed memfd over the socket), links it here, and hands back
+ * entries called natively. Counts flow back to fdod in batches; when fdod
+ * rewrites the profile the library links the newer code and swaps it in, and
+ * the old code is unloaded once no call is inside it any more. */
+typedef struct fdo_inproc fdo_inproc;
+
+typedef enum fdo_inproc_flushing {
+  FDO_INPROC_FLUSH_BACKGROUND = 0, /* a library thread flushes every flush_interval_ms */
+  FDO_INPROC_FLUSH_MANUAL = 1      /* only fdo_inproc_flush (and fdo_inproc_close) */
+} fdo_inproc_flushing;
+
+typedef struct fdo_inproc_options {
+  fdo_inproc_flushing flushing;
+  uint32_t flush_interval_ms; /* 0: 200 */
+  uint32_t time_every;        /* time one call in this many per thread; 0: 64 */
+} fdo_inproc_options;
+
+typedef struct fdo_inproc_flush_result {
+  uint32_t batches;        /* batches sent (0: no calls since the last flush) */
+  int stale;               /* fdod has a newer profile than the running code's */
+  int swapped;             /* newer code was linked and swapped in */
+  uint64_t generation;     /* the generation running after the flush (1, 2, ...) */
+  int64_t profile_version; /* the profile's version as fdod last reported it */
+} fdo_inproc_flush_result;
+
+/* Leases and links the program's current output. `program` is the id
+ * program.register returned; `entries` the n_entries entry names to call.
+ * options NULL: background flushing every 200 ms. The connection must stay
+ * open until fdo_inproc_close (the lease belongs to it); the library's daemon
+ * calls take the connection's lock. */
+FDO_API int fdo_inproc_open(fdo_conn* conn, const char* program, const char* const* entries,
+                            size_t n_entries, const fdo_inproc_options* options, fdo_inproc** out,
+                            fdo_error** err);
+/* The index of an entry named at open, for fdo_inproc_call. */
+FDO_API int fdo_inproc_entry(const fdo_inproc* inproc, const char* name, size_t* index,
+                             fdo_error** err);
+/* Calls entry `entry` with the thunk ABI (docs/jit.md): one 8-byte slot per
+ * parameter in args (integers and pointers as themselves, floats and doubles
+ * by their bits), the result in *ret (ret may be NULL for void entries).
+ * Thread-safe; the call holds the code it runs until it returns. Returns 0,
+ * or -1 without calling when inproc is NULL or entry is out of range. */
+FDO_API int fdo_inproc_call(const fdo_inproc* inproc, size_t entry, uint64_t* args, uint64_t* ret);
+/* Sends the counts since the last flush and swaps in newer code when fdod
+ * has it. result may be NULL. Thread-safe. */
+FDO_API int fdo_inproc_flush(fdo_inproc* inproc, fdo_inproc_flush_result* result, fdo_error** err);
+/* A hold on the code running now, for a run of calls from one thread (a
+ * query, a batch): its calls skip the per-call reference fdo_inproc_call
+ * takes and are counted in the hold, reported when it is closed. A swap does
+ * not reach a hold: it keeps running (and keeps linked) the code it started
+ * with, so close holds at the runtime's safe points, and within 50 ms of a
+ * swap for their calls to be reported. Not thread-safe; one per thread. */
+typedef struct fdo_inproc_hold fdo_inproc_hold;
+FDO_API int fdo_inproc_hold_open(const fdo_inproc* inproc, fdo_inproc_hold** out, fdo_error** err);
+/* As fdo_inproc_call. */
+FDO_API int fdo_inproc_hold_call(fdo_inproc_hold* hold, size_t entry, uint64_t* args,
+                                 uint64_t* ret);
+FDO_API uint64_t fdo_inproc_hold_generation(const fdo_inproc_hold* hold);
+/* Reports the hold's calls and lets its code go; NULL is fine. Before
+ * fdo_inproc_close. */
+FDO_API void fdo_inproc_hold_close(fdo_inproc_hold* hold);
+/* The generation running now: 1 after open, +1 per swap (0 for NULL). */
+FDO_API uint64_t fdo_inproc_generation(const fdo_inproc* inproc);
+/* Stops the flusher, flushes, releases the lease and unloads the code. No
+ * call may be running or start. NULL is fine. */
+FDO_API void fdo_inproc_close(fdo_inproc* inproc);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FDO_FDO_H */

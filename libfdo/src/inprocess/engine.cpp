@@ -1,0 +1,392 @@
+#include "engine.h"
+
+#include "fdo/jit/compiler.h"
+#include "fdo/util/log.h"
+
+#include <sys/stat.h>
+
+namespace fdo::inprocess {
+
+using nlohmann::json;
+
+// The ORC loader, shared by every generation: loads and unloads are
+// serialised (a Loader is used from one thread at a time), and a generation
+// dropped by its last caller on any thread unloads under the same lock.
+struct LoaderBox {
+  std::mutex mu;
+  std::unique_ptr<jit::Loader> loader;
+  std::atomic<int> loaded{0}; // generations alive
+};
+
+namespace {
+struct EntryStats {
+  std::atomic<std::uint64_t> calls{0};
+  std::atomic<std::uint64_t> timed_calls{0};
+  std::atomic<std::uint64_t> timed_ns{0};
+};
+
+// How long a swap waits for calls still inside the old generation before
+// submitting its last batch; calls that run longer are not reported.
+constexpr std::chrono::milliseconds kLateCallsWait{50};
+
+// Per-thread call counter choosing which calls are timed.
+thread_local std::uint32_t t_calls_until_timed = 0;
+
+std::uint64_t now_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+} // namespace
+
+// One linked lease. Calls hold a shared_ptr to it; the last one to let go
+// unloads the code.
+class Generation {
+public:
+  Generation(std::shared_ptr<LoaderBox> loader, std::size_t entries)
+      : loader_(std::move(loader)), stats(entries), sent_calls(entries, 0),
+        sent_timed_calls(entries, 0), sent_timed_ns(entries, 0) {
+    ++loader_->loaded;
+  }
+  ~Generation() {
+    {
+      std::lock_guard lk(loader_->mu);
+      program.reset();
+    }
+    --loader_->loaded;
+  }
+
+  std::uint64_t number = 0;
+  std::uint64_t lease = 0;
+  std::string storage_key;
+  std::int64_t profile_version = 0;
+  std::unique_ptr<jit::LoadedProgram> program;
+  std::vector<jit::ThunkFn> thunks; // by the engine's entry index
+
+private:
+  std::shared_ptr<LoaderBox> loader_;
+
+public:
+  std::vector<EntryStats> stats;
+  // What earlier flushes already submitted (flush_mu_).
+  std::vector<std::uint64_t> sent_calls, sent_timed_calls, sent_timed_ns;
+  std::map<std::string, std::vector<std::uint64_t>> sent_counts;
+  bool released = false;
+};
+
+Engine::Engine(std::shared_ptr<DaemonLink> link, EngineOptions options)
+    : link_(std::move(link)), options_(std::move(options)), entry_names_(options_.entries),
+      loader_(std::make_shared<LoaderBox>()) {
+  if (options_.time_every == 0) options_.time_every = 1;
+}
+
+Expected<std::unique_ptr<Engine>> Engine::open(std::shared_ptr<DaemonLink> link,
+                                               EngineOptions options) {
+  if (!link) return make_error(Errc::invalid_argument, "in-process engine: no daemon connection");
+  if (options.program.empty())
+    return make_error(Errc::invalid_argument, "in-process engine: no program id");
+  if (options.entries.empty())
+    return make_error(Errc::invalid_argument, "in-process engine: no entries named");
+  std::unique_ptr<Engine> e(new Engine(std::move(link), std::move(options)));
+  FDO_TRY(std::unique_ptr<jit::Loader> loader, jit::Loader::create());
+  e->loader_->loader = std::move(loader);
+  FDO_TRY(std::shared_ptr<Generation> g, e->lease_generation(""));
+  e->last_profile_version_ = g->profile_version;
+  e->current_.store(std::move(g));
+  if (e->options_.flushing == Flushing::background)
+    e->flusher_ = std::jthread([raw = e.get()](std::stop_token st) { raw->flusher_loop(st); });
+  return e;
+}
+
+Engine::~Engine() {
+  if (flusher_.joinable()) {
+    flusher_.request_stop();
+    wake_.notify_all();
+    flusher_.join();
+  }
+  if (auto r = flush(); !r) log::warning("in-process: final flush: " + r.error().describe());
+  std::shared_ptr<Generation> g = current_.exchange(nullptr);
+  if (g) {
+    std::lock_guard lk(flush_mu_);
+    if (auto st = release(*g); !st) log::debug("in-process: release: " + st.error().describe());
+  }
+}
+
+std::optional<std::size_t> Engine::entry_index(std::string_view name) const {
+  for (std::size_t i = 0; i < entry_names_.size(); ++i)
+    if (entry_names_[i] == name) return i;
+  return std::nullopt;
+}
+
+namespace {
+// Calls `thunk`, timing one call in `time_every` on this thread; adds the
+// time to *timed_ns and one to *timed_calls when it timed.
+template <class Counter>
+void run_call(jit::ThunkFn thunk, std::uint64_t* args, std::uint64_t* ret, std::uint32_t time_every,
+              Counter&& timed) {
+  if (t_calls_until_timed == 0) {
+    t_calls_until_timed = time_every - 1;
+    std::uint64_t t0 = now_ns();
+    thunk(args, ret);
+    timed(now_ns() - t0);
+  } else {
+    --t_calls_until_timed;
+    thunk(args, ret);
+  }
+}
+} // namespace
+
+void Engine::call(std::size_t entry, std::uint64_t* args, std::uint64_t* ret) const {
+  // The reference keeps the generation's code mapped until this returns,
+  // even when a flush swaps a newer one in meanwhile.
+  std::shared_ptr<Generation> g = current_.load(std::memory_order_acquire);
+  EntryStats& st = g->stats[entry];
+  run_call(g->thunks[entry], args, ret, options_.time_every, [&st](std::uint64_t ns) {
+    st.timed_ns.fetch_add(ns, std::memory_order_relaxed);
+    st.timed_calls.fetch_add(1, std::memory_order_relaxed);
+  });
+  st.calls.fetch_add(1, std::memory_order_relaxed);
+}
+
+Hold Engine::hold() const {
+  return Hold(current_.load(std::memory_order_acquire), options_.time_every);
+}
+
+Hold::Hold(std::shared_ptr<Generation> g, std::uint32_t time_every)
+    : g_(std::move(g)), time_every_(time_every), calls_(g_->thunks.size(), 0),
+      timed_calls_(g_->thunks.size(), 0), timed_ns_(g_->thunks.size(), 0) {}
+
+Hold& Hold::operator=(Hold&& other) noexcept {
+  if (this != &other) {
+    hand_over();
+    g_ = std::move(other.g_);
+    time_every_ = other.time_every_;
+    calls_ = std::move(other.calls_);
+    timed_calls_ = std::move(other.timed_calls_);
+    timed_ns_ = std::move(other.timed_ns_);
+  }
+  return *this;
+}
+
+Hold::~Hold() {
+  hand_over();
+}
+
+void Hold::call(std::size_t entry, std::uint64_t* args, std::uint64_t* ret) {
+  run_call(g_->thunks[entry], args, ret, time_every_, [this, entry](std::uint64_t ns) {
+    timed_ns_[entry] += ns;
+    ++timed_calls_[entry];
+  });
+  ++calls_[entry];
+}
+
+std::uint64_t Hold::generation() const {
+  return g_ ? g_->number : 0;
+}
+
+// Counts go to the generation before the reference is dropped, so the swap's
+// wait for callers (use_count) sees them.
+void Hold::hand_over() {
+  if (!g_) return;
+  for (std::size_t i = 0; i < calls_.size(); ++i) {
+    if (calls_[i] == 0) continue;
+    g_->stats[i].timed_ns.fetch_add(timed_ns_[i], std::memory_order_relaxed);
+    g_->stats[i].timed_calls.fetch_add(timed_calls_[i], std::memory_order_relaxed);
+    g_->stats[i].calls.fetch_add(calls_[i], std::memory_order_relaxed);
+  }
+  g_.reset();
+}
+
+std::uint64_t Engine::generation() const {
+  auto g = current_.load();
+  return g ? g->number : 0;
+}
+
+int Engine::generations_loaded() const {
+  return loader_->loaded.load();
+}
+
+std::uint64_t Engine::lease() const {
+  auto g = current_.load();
+  return g ? g->lease : 0;
+}
+
+std::string Engine::storage_key() const {
+  auto g = current_.load();
+  return g ? g->storage_key : std::string();
+}
+
+std::string Engine::last_error() const {
+  std::lock_guard lk(error_mu_);
+  return last_error_;
+}
+
+Expected<std::shared_ptr<Generation>>
+Engine::lease_generation(const std::string& unless_storage_key) {
+  json params = {{"program", options_.program}, {"entries", entry_names_}};
+  if (!unless_storage_key.empty()) params["unless_storage_key"] = unless_storage_key;
+  FDO_TRY(LinkReply reply, link_->call("program.lease", params));
+  const json& r = reply.result;
+  if (r.value("unchanged", false)) return std::shared_ptr<Generation>();
+  auto g = std::make_shared<Generation>(loader_, entry_names_.size());
+  g->lease = r.value("lease", std::uint64_t{0});
+  g->storage_key = r.value("storage_key", "");
+  g->profile_version = r.value("profile_version", std::int64_t{0});
+  // From here on the lease is ours: a failure below gives it back.
+  auto fail = [&](Error err) -> Error {
+    if (g->lease != 0) (void)link_->call("program.release", {{"lease", g->lease}});
+    g->released = true;
+    return err;
+  };
+  if (reply.fds.size() != 1)
+    return fail(make_error(Errc::corrupt, "program.lease reply carried " +
+                                              std::to_string(reply.fds.size()) +
+                                              " file descriptors; expected the object's one"));
+  struct stat sb {};
+  if (::fstat(reply.fds[0].get(), &sb) != 0)
+    return fail(Error::from_errno("fstat (leased object)", errno));
+  const auto size = static_cast<std::size_t>(sb.st_size);
+  if (size == 0 || size != r.value("object_size", std::size_t{0}))
+    return fail(make_error(Errc::corrupt, "leased object is " + std::to_string(size) +
+                                              " bytes; the reply said " +
+                                              std::to_string(r.value("object_size", 0))));
+  auto mapped = Mapping::map_file(reply.fds[0], size, Protection::read_only);
+  if (!mapped) return fail(std::move(mapped).error());
+  auto meta = jit::metadata_from_json(r.value("metadata", json::object()));
+  if (!meta) return fail(std::move(meta).error().context("lease metadata"));
+  {
+    std::lock_guard lk(loader_->mu);
+    auto loaded = loader_->loader->load(
+        std::string_view(static_cast<const char*>(mapped->data()), size), *meta);
+    if (!loaded) return fail(std::move(loaded).error().context("linking the leased object"));
+    g->program = std::move(*loaded);
+  }
+  for (const std::string& name : entry_names_) {
+    auto thunk = g->program->thunk(name);
+    if (!thunk) return fail(std::move(thunk).error());
+    g->thunks.push_back(*thunk);
+  }
+  if (entry_info_.empty()) {
+    for (const std::string& name : entry_names_)
+      for (const jit::EntryInfo& e : g->program->entries())
+        if (e.name == name) entry_info_.push_back(e);
+  } else {
+    // Same program, so the same entries; anything else is not swapped in.
+    for (std::size_t i = 0; i < entry_names_.size(); ++i)
+      for (const jit::EntryInfo& e : g->program->entries())
+        if (e.name == entry_names_[i] && !(e == entry_info_[i]))
+          return fail(make_error(Errc::corrupt,
+                                 "entry '" + e.name + "' changed its signature between leases"));
+  }
+  g->number = ++generations_made_;
+  return g;
+}
+
+// The calls, time and counter increments of `g` since its last submit, as
+// one batch; nullopt when nothing was called.
+Expected<std::optional<json>> Engine::submit(Generation& g) {
+  std::uint64_t calls = 0;
+  double exec_ns = 0;
+  std::vector<std::uint64_t> now_calls(g.stats.size()), now_timed(g.stats.size()),
+      now_ns_(g.stats.size());
+  for (std::size_t i = 0; i < g.stats.size(); ++i) {
+    now_calls[i] = g.stats[i].calls.load(std::memory_order_relaxed);
+    now_timed[i] = g.stats[i].timed_calls.load(std::memory_order_relaxed);
+    now_ns_[i] = g.stats[i].timed_ns.load(std::memory_order_relaxed);
+    const std::uint64_t dc = now_calls[i] - g.sent_calls[i];
+    if (dc == 0) continue;
+    calls += dc;
+    // Untimed calls cost what the timed ones did, on average: over this
+    // batch when it timed some, else over the generation's life.
+    std::uint64_t dt = now_timed[i] - g.sent_timed_calls[i], dns = now_ns_[i] - g.sent_timed_ns[i];
+    if (dt == 0) {
+      dt = now_timed[i];
+      dns = now_ns_[i];
+    }
+    if (dt != 0) exec_ns += static_cast<double>(dns) / static_cast<double>(dt) * dc;
+  }
+  if (calls == 0) return std::optional<json>();
+  json counts = json::object();
+  std::map<std::string, std::vector<std::uint64_t>> read = g.program->read_counters();
+  for (auto& [fn, values] : read) {
+    std::vector<std::uint64_t>& sent = g.sent_counts[fn];
+    sent.resize(values.size(), 0);
+    json delta = json::array();
+    bool any = false;
+    for (std::size_t k = 0; k < values.size(); ++k) {
+      // Counters only grow; a smaller one (wrapped) counts from zero.
+      std::uint64_t d = values[k] >= sent[k] ? values[k] - sent[k] : values[k];
+      any = any || d != 0;
+      delta.push_back(d);
+    }
+    if (any) counts[fn] = std::move(delta);
+  }
+  json batch = {{"calls", calls},
+                {"exec_ns", static_cast<std::uint64_t>(exec_ns)},
+                {"counts", std::move(counts)}};
+  FDO_TRY(LinkReply reply,
+          link_->call("feedback.submit", {{"lease", g.lease}, {"batches", json::array({batch})}}));
+  g.sent_calls = std::move(now_calls);
+  g.sent_timed_calls = std::move(now_timed);
+  g.sent_timed_ns = std::move(now_ns_);
+  g.sent_counts = std::move(read);
+  calls_submitted_ += calls;
+  return std::optional<json>(std::move(reply.result));
+}
+
+Status Engine::release(const Generation& g) {
+  if (g.released || g.lease == 0) return {};
+  FDO_TRY(LinkReply ignored, link_->call("program.release", {{"lease", g.lease}}));
+  (void)ignored;
+  return {};
+}
+
+Expected<FlushResult> Engine::flush() {
+  std::lock_guard lk(flush_mu_);
+  FlushResult out;
+  std::shared_ptr<Generation> g = current_.load();
+  if (!g) return out;
+  out.generation = g->number;
+  FDO_TRY(std::optional<json> reply, submit(*g));
+  if (reply) {
+    out.batches = 1;
+    last_profile_version_ = reply->value("profile_version", last_profile_version_);
+    out.stale = reply->value("stale", false);
+  }
+  out.profile_version = last_profile_version_;
+  if (!out.stale) return out;
+  FDO_TRY(std::shared_ptr<Generation> next, lease_generation(g->storage_key));
+  if (!next) return out; // same output (a bookkeeping-only version): nothing to swap
+  current_.store(next, std::memory_order_release);
+  out.swapped = true;
+  out.generation = next->number;
+  // Calls that entered the old generation before the swap are told too: wait
+  // (briefly) for them to return, so that its last batch has them all. Its
+  // code stays mapped until the last of them returns, however long that is.
+  const auto until = std::chrono::steady_clock::now() + kLateCallsWait;
+  while (g.use_count() > 1 && std::chrono::steady_clock::now() < until)
+    std::this_thread::yield();
+  if (auto late = submit(*g); !late)
+    log::debug("in-process: last submit of generation " + std::to_string(g->number) + ": " +
+               late.error().describe());
+  if (auto st = release(*g); !st)
+    log::debug("in-process: release of lease " + std::to_string(g->lease) + ": " +
+               st.error().describe());
+  g->released = true;
+  return out;
+}
+
+void Engine::flusher_loop(std::stop_token stop) {
+  while (!stop.stop_requested()) {
+    {
+      std::unique_lock lk(wake_mu_);
+      wake_.wait_for(lk, stop, options_.flush_interval, [] { return false; });
+    }
+    if (stop.stop_requested()) break;
+    auto r = flush();
+    std::lock_guard lk(error_mu_);
+    last_error_ = r ? std::string() : r.error().describe();
+  }
+}
+
+} // namespace fdo::inprocess

@@ -1,0 +1,173 @@
+// The in-process engine (docs/runtimes.md, "In-process execution"): leases a
+// program's compiled output from fdod (program.lease: metadata plus the
+// object as a sealed memfd), links it into this process with the project's
+// ORC loader, and calls its entries natively. Calls are counted per entry (one
+// in `time_every` is also timed); a flush — on a background thread or
+// explicit — reads the instrumentation counters and submits what changed
+// since the last flush (feedback.submit). When fdod says the profile moved on
+// (stale), the engine leases the new output, links it as a new generation and
+// swaps it in; a call holds a reference on the generation it entered, so the
+// old one is unloaded when its last caller returns.
+//
+// Internal to libfdo (the C API in fdo/fdo.h wraps it); not installed.
+#pragma once
+
+#include "fdo/jit/loader.h"
+#include "fdo/util/expected.h"
+#include "fdo/util/fd.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace fdo::inprocess {
+
+// A reply with the descriptors that came with it (SCM_RIGHTS).
+struct LinkReply {
+  nlohmann::json result;
+  std::vector<Fd> fds;
+};
+
+// The engine's connection to fdod. The engine makes one call at a time
+// (under its own lock); an implementation shared with other users must
+// serialise with them itself. Leases belong to the connection: it must stay
+// open as long as the engine.
+class DaemonLink {
+public:
+  virtual ~DaemonLink() = default;
+  virtual Expected<LinkReply> call(std::string_view method, const nlohmann::json& params) = 0;
+};
+
+enum class Flushing {
+  background, // a thread flushes every flush_interval
+  manual,     // only Engine::flush() (and the engine's destructor)
+};
+
+struct EngineOptions {
+  std::string program;              // program id (IK) from program.register
+  std::vector<std::string> entries; // the entries to call, by name
+  Flushing flushing = Flushing::background;
+  std::chrono::milliseconds flush_interval{200};
+  // One call in this many (per thread) is timed: two clock reads cost more
+  // than a small entry, so the rest are estimated from the timed ones.
+  std::uint32_t time_every = 64;
+};
+
+struct FlushResult {
+  std::size_t batches = 0; // batches submitted (0: no calls since the last flush)
+  bool stale = false;      // fdod has a newer profile than the running code's
+  bool swapped = false;    // a new generation was linked and swapped in
+  std::uint64_t generation = 0;
+  std::int64_t profile_version = 0; // the profile's version as fdod last reported it
+};
+
+class Generation;
+struct LoaderBox;
+class Engine;
+
+// A hold on the generation current when it was taken, for a run of calls
+// from one thread (a query, a batch, an interpreter's trace): its calls skip
+// the per-call generation reference and count into the hold, which hands its
+// counts to the generation when it is released. A swap does not reach a
+// hold: newer code runs from the next hold on, so release holds at the
+// runtime's safe points. Not thread-safe; movable.
+class Hold {
+public:
+  Hold(Hold&&) noexcept = default;
+  Hold& operator=(Hold&& other) noexcept;
+  ~Hold();
+
+  // As Engine::call, for entry < the engine's entry_count().
+  void call(std::size_t entry, std::uint64_t* args, std::uint64_t* ret);
+  std::uint64_t generation() const;
+
+private:
+  friend class Engine;
+  Hold(std::shared_ptr<Generation> g, std::uint32_t time_every);
+  void hand_over();
+
+  std::shared_ptr<Generation> g_;
+  std::uint32_t time_every_ = 1;
+  std::vector<std::uint64_t> calls_, timed_calls_, timed_ns_;
+};
+
+class Engine {
+public:
+  // Leases and links the current output. Errors: the daemon's (program not
+  // found, entry unknown, ...), link errors naming the symbol, corrupt when
+  // the lease reply does not carry exactly one object fd.
+  static Expected<std::unique_ptr<Engine>> open(std::shared_ptr<DaemonLink> link,
+                                                EngineOptions options);
+  // Stops the flusher, submits what is left, releases the lease (best
+  // effort: errors are logged). No call may be running or start.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Index of an entry named in the options, or nullopt.
+  std::optional<std::size_t> entry_index(std::string_view name) const;
+  std::size_t entry_count() const { return entry_names_.size(); }
+  // The entry's ABI (parameter and return types, docs/jit.md "Thunk ABI").
+  const jit::EntryInfo& entry_info(std::size_t entry) const { return entry_info_[entry]; }
+
+  // Calls entry `entry` (< entry_count()) with one 8-byte slot per parameter;
+  // the result goes to *ret (may be null for void entries). Thread-safe; holds
+  // the current generation for the duration of the call.
+  void call(std::size_t entry, std::uint64_t* args, std::uint64_t* ret) const;
+  // A hold on the current generation (see Hold): the cheapest way to make
+  // many calls.
+  Hold hold() const;
+
+  // Submits the counts and times since the last flush; swaps in newer code
+  // when fdod reports it. Thread-safe (flushes are serialised).
+  Expected<FlushResult> flush();
+
+  std::uint64_t generation() const;
+  // Generations whose code is linked now: the current one plus any an
+  // unfinished call still holds.
+  int generations_loaded() const;
+  std::uint64_t lease() const;
+  std::string storage_key() const;
+  // Calls fdod has been told of (feedback.submit), all generations.
+  std::uint64_t calls_submitted() const { return calls_submitted_.load(); }
+  // The background flusher's most recent error ("" when its last flush worked).
+  std::string last_error() const;
+
+private:
+  Engine(std::shared_ptr<DaemonLink> link, EngineOptions options);
+  Expected<std::shared_ptr<Generation>> lease_generation(const std::string& unless_storage_key);
+  Expected<std::optional<nlohmann::json>> submit(Generation& g);
+  Status release(const Generation& g);
+  void flusher_loop(std::stop_token stop);
+
+  std::shared_ptr<DaemonLink> link_;
+  EngineOptions options_;
+  std::vector<std::string> entry_names_;
+  std::vector<jit::EntryInfo> entry_info_;
+  std::shared_ptr<LoaderBox> loader_;
+
+  std::atomic<std::shared_ptr<Generation>> current_;
+  std::atomic<std::uint64_t> calls_submitted_{0};
+
+  std::mutex flush_mu_; // one flush (and so one daemon call) at a time
+  std::uint64_t generations_made_ = 0;
+  std::int64_t last_profile_version_ = 0;
+
+  mutable std::mutex error_mu_;
+  std::string last_error_;
+
+  std::mutex wake_mu_;
+  std::condition_variable_any wake_;
+  std::jthread flusher_; // last: stopped and joined first
+};
+
+} // namespace fdo::inprocess

@@ -1,0 +1,307 @@
+"""In-process execution against a real fdod (docs/runtimes.md): program.lease
+hands the compiled object over as a memfd (SCM_RIGHTS), feedback.submit
+rewrites the profile from a runtime's own counts, and a client killed while it
+holds leases leaves nothing behind in fdod."""
+import ctypes
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import unittest
+
+from harness import BUILD, Client, Daemon, RpcError, ir, validate
+
+
+class FdClient(Client):
+    """A Client that keeps the descriptors a reply carries."""
+
+    def call_fds(self, method, params):
+        rid = self.next_id
+        self.next_id += 1
+        self.send_raw((json.dumps(
+            {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}) + "\n").encode())
+        fds = []
+        while b"\n" not in self.buf:
+            data, got, _flags, _addr = socket.recv_fds(self.sock, 1 << 20, 8)
+            if not data:
+                raise ConnectionError("fdod closed the connection")
+            fds += got
+            self.buf += data
+        line, self.buf = self.buf.split(b"\n", 1)
+        resp = json.loads(line)
+        if "error" in resp:
+            for fd in fds:
+                os.close(fd)
+            raise RpcError(resp["error"])
+        errs = validate.errors(method, "result", resp["result"]) + \
+            validate.errors(method, "params", params)
+        if errs:
+            raise AssertionError("schema violations:\n" + "\n".join(errs))
+        return resp["result"], fds
+
+
+def plausible_counts(layout, scale):
+    return {f["function"]: [scale * (i + 1) for i in range(f["counters"])] for f in layout}
+
+
+class Leases(unittest.TestCase):
+    def setUp(self):
+        self.d = Daemon().start()
+        self.c = FdClient(self.d.socket)
+        reg = self.c.call("program.register", {"ir": ir("branchy.ll"), "name": "branchy"})
+        self.program = reg["program"]
+
+    def tearDown(self):
+        self.c.close()
+        self.d.cleanup()
+
+    def leases_open(self):
+        return self.c.call("health")["inprocess"]["leases"]
+
+    def test_lease_submit_rewrite_and_newer_code(self):
+        params = {"program": self.program, "entries": ["branchy", "run"]}
+        lease, fds = self.c.call_fds("program.lease", params)
+        self.assertEqual(len(fds), 1)
+        with os.fdopen(fds[0], "rb") as f:
+            obj = f.read()
+        self.assertEqual(obj[:4], b"\x7fELF")
+        self.assertEqual(len(obj), lease["object_size"])
+        self.assertEqual(lease["mode"], "instrumented")
+        self.assertTrue(lease["counters_layout"])
+        self.assertFalse(lease["sampling"]["available"])
+        self.assertEqual(self.leases_open(), 1)
+
+        batch = {"calls": 50, "exec_ns": 50000,
+                 "counts": plausible_counts(lease["counters_layout"], 100)}
+        first = self.c.call("feedback.submit", {"lease": lease["lease"], "batches": [batch]})
+        self.assertFalse(first["stale"])
+        # A count vector of the wrong length is refused and changes nothing.
+        bad = dict(batch, counts={lease["counters_layout"][0]["function"]: [1]})
+        with self.assertRaises(RpcError) as e:
+            self.c.call("feedback.submit", {"lease": lease["lease"], "batches": [bad]})
+        self.assertEqual(e.exception.code, -32602)
+        second = self.c.call("feedback.submit", {"lease": lease["lease"], "batches": [batch]})
+        self.assertIsNotNone(second["profile_rewritten"], second["policy"])
+        self.assertTrue(second["stale"])
+
+        newer, fds = self.c.call_fds("program.lease",
+                                     dict(params, unless_storage_key=lease["storage_key"]))
+        self.assertEqual(len(fds), 1)
+        os.close(fds[0])
+        self.assertFalse(newer["unchanged"])
+        self.assertEqual(newer["mode"], "optimized")
+        self.assertEqual(newer["profile_version"], second["profile_version"])
+        same, fds = self.c.call_fds("program.lease",
+                                    dict(params, unless_storage_key=newer["storage_key"]))
+        self.assertTrue(same["unchanged"])
+        self.assertEqual(fds, [])
+        # execute serves the same output the runtime now has.
+        stage = self.c.call("execute", {"program": self.program, "entry": "run"})["stage"]
+        self.assertEqual(stage["storage_key"], newer["storage_key"])
+
+        self.c.call("program.release", {"lease": lease["lease"]})
+        self.assertEqual(self.leases_open(), 1)
+
+    def test_other_connections_cannot_use_a_lease(self):
+        lease, fds = self.c.call_fds("program.lease", {"program": self.program,
+                                                       "entries": ["run"]})
+        for fd in fds:
+            os.close(fd)
+        other = Client(self.d.socket)
+        try:
+            with self.assertRaises(RpcError) as e:
+                other.call("feedback.submit", {"lease": lease["lease"],
+                                               "batches": [{"calls": 1, "exec_ns": 1}]})
+            self.assertEqual(e.exception.errc, "not_found")
+            with self.assertRaises(RpcError):
+                other.call("program.release", {"lease": lease["lease"]})
+        finally:
+            other.close()
+        self.assertEqual(self.leases_open(), 1)
+
+    def test_killed_client_frees_its_leases(self):
+        here = pathlib.Path(__file__).resolve().parent
+        script = textwrap.dedent(f"""
+            import os, sys, time
+            sys.path.insert(0, {str(here)!r})
+            from test_inprocess import FdClient
+            c = FdClient({self.d.socket!r})
+            for _ in range(3):
+                _, fds = c.call_fds("program.lease", {{"program": {self.program!r},
+                                                       "entries": ["run"]}})
+            print("leased", flush=True)
+            time.sleep(600)
+        """)
+        child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+        try:
+            self.assertEqual(child.stdout.readline().strip(), b"leased")
+            self.assertEqual(self.leases_open(), 3)
+            child.send_signal(signal.SIGKILL)
+            child.wait(30)
+            deadline = time.time() + 20
+            while self.leases_open() != 0 and time.time() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(self.leases_open(), 0)
+            health = self.c.call("health")
+            self.assertEqual(health["inprocess"]["leases_granted"], 3)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            child.stdout.close()
+
+
+class InprocOptions(ctypes.Structure):
+    _fields_ = [("flushing", ctypes.c_int), ("flush_interval_ms", ctypes.c_uint32),
+                ("time_every", ctypes.c_uint32)]
+
+
+def load_libfdo():
+    lib = ctypes.CDLL(str(BUILD / "libfdo" / "libfdo.so.1"))
+    p, u64p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)
+    lib.fdo_connect.argtypes = [ctypes.c_char_p, ctypes.POINTER(p), ctypes.POINTER(p)]
+    lib.fdo_close.argtypes = [p]
+    lib.fdo_error_message.argtypes = [p]
+    lib.fdo_error_message.restype = ctypes.c_char_p
+    lib.fdo_inproc_open.argtypes = [p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p),
+                                    ctypes.c_size_t, ctypes.POINTER(InprocOptions),
+                                    ctypes.POINTER(p), ctypes.POINTER(p)]
+    lib.fdo_inproc_entry.argtypes = [p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t),
+                                     ctypes.POINTER(p)]
+    lib.fdo_inproc_call.argtypes = [p, ctypes.c_size_t, u64p, u64p]
+    lib.fdo_inproc_generation.argtypes = [p]
+    lib.fdo_inproc_generation.restype = ctypes.c_uint64
+    lib.fdo_inproc_close.argtypes = [p]
+    lib.fdo_inproc_hold_open.argtypes = [p, ctypes.POINTER(p), ctypes.POINTER(p)]
+    lib.fdo_inproc_hold_call.argtypes = [p, ctypes.c_size_t, u64p, u64p]
+    lib.fdo_inproc_hold_generation.argtypes = [p]
+    lib.fdo_inproc_hold_generation.restype = ctypes.c_uint64
+    lib.fdo_inproc_hold_close.argtypes = [p]
+    return lib
+
+
+def branchy(n):
+    """tests/e2e/fixtures/branchy.ll's @branchy, in Python."""
+    acc = 1
+    for i in range(n):
+        acc = (acc * 7 if i % 10 == 0 else acc + 3) & 0xFFFFFFFFFFFFFFFF
+    return acc
+
+
+class InProcessRuntime(unittest.TestCase):
+    """The must-show: a program runs in this (test) process through libfdo,
+    its profile is rewritten from its own calls, and the new code is swapped
+    in while four threads keep calling it (every result checked)."""
+
+    def setUp(self):
+        self.d = Daemon().start()  # policy: 2 stages, 100 counts
+        self.c = self.d.client()
+        self.lib = load_libfdo()
+
+    def tearDown(self):
+        self.c.close()
+        self.d.cleanup()
+
+    def check(self, rc, err):
+        if rc != 0:
+            self.fail(self.lib.fdo_error_message(err).decode())
+
+    def test_profile_rewritten_from_own_calls_and_new_code_swapped_in(self):
+        lib = self.lib
+        reg = self.c.call("program.register", {"ir": ir("branchy.ll"), "name": "branchy"})
+        conn, err, h = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+        self.check(lib.fdo_connect(self.d.socket.encode(), ctypes.byref(conn),
+                                   ctypes.byref(err)), err)
+        entries = (ctypes.c_char_p * 1)(b"branchy")
+        opts = InprocOptions(0, 50, 4)  # background flushes every 50 ms
+        self.check(lib.fdo_inproc_open(conn, reg["program"].encode(), entries, 1,
+                                       ctypes.byref(opts), ctypes.byref(h),
+                                       ctypes.byref(err)), err)
+        index = ctypes.c_size_t()
+        self.check(lib.fdo_inproc_entry(h, b"branchy", ctypes.byref(index),
+                                        ctypes.byref(err)), err)
+        self.assertEqual(lib.fdo_inproc_generation(h), 1)
+        first = self.c.call("health")["inprocess"]
+        self.assertEqual(first["leases"], 1)
+
+        expected = {n: branchy(n) for n in range(1, 64)}
+        stop = threading.Event()
+        seen = {"calls": 0, "wrong": [], "generations": set()}
+        lock = threading.Lock()
+
+        def caller(seed):
+            # Thread 0 calls through holds of 50 calls (closed at its "safe
+            # points"), the others one call at a time.
+            arg, ret = (ctypes.c_uint64 * 1)(), ctypes.c_uint64()
+            n, hold, held = seed, ctypes.c_void_p(), 0
+            while not stop.is_set():
+                n = n % 63 + 1
+                arg[0] = n
+                if seed == 0:
+                    if not hold:
+                        self.assertEqual(lib.fdo_inproc_hold_open(h, ctypes.byref(hold), None), 0)
+                    rc = lib.fdo_inproc_hold_call(hold, index.value, arg, ctypes.byref(ret))
+                    gen = lib.fdo_inproc_hold_generation(hold)
+                    held += 1
+                    if held % 50 == 0:
+                        lib.fdo_inproc_hold_close(hold)
+                        hold = ctypes.c_void_p()
+                else:
+                    rc = lib.fdo_inproc_call(h, index.value, arg, ctypes.byref(ret))
+                    gen = lib.fdo_inproc_generation(h)
+                with lock:
+                    seen["calls"] += 1
+                    seen["generations"].add(gen)
+                    if rc != 0 or ret.value != expected[n]:
+                        seen["wrong"].append((n, rc, ret.value))
+            lib.fdo_inproc_hold_close(hold)
+
+        threads = [threading.Thread(target=caller, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        try:
+            deadline = time.time() + 120
+            while lib.fdo_inproc_generation(h) < 2 and time.time() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(lib.fdo_inproc_generation(h), 2, self.d.log_text())
+            at_swap = seen["calls"]
+            while seen["calls"] < at_swap + 2000:
+                time.sleep(0.01)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        self.assertEqual(seen["wrong"], [])
+        self.assertEqual(seen["generations"], {1, 2})
+
+        # The profile was rewritten from the runtime's own counts: version 1,
+        # with branch counts for branchy, and the runtime now runs the
+        # optimized output that execute would serve.
+        prof = self.c.call("profile.get", {"profile_key": reg["profile_key"]})
+        self.assertGreaterEqual(prof["version"], 1)
+        self.assertIn("branchy", prof["profile"]["functions"])
+        self.assertGreater(sum(prof["profile"]["functions"]["branchy"]["counts"]), 100)
+        stage = self.c.call("execute", {"program": reg["program"], "entry": "branchy",
+                                        "args": [30]})
+        self.assertEqual(stage["value"], branchy(30))
+        self.assertEqual(stage["stage"]["mode"], "optimized")
+        health = self.c.call("health")["inprocess"]
+        self.assertEqual(health["leases"], 1)  # the old lease was released
+        self.assertGreaterEqual(health["batches"], 2)
+
+        lib.fdo_inproc_close(h)
+        lib.fdo_close(conn)
+        deadline = time.time() + 20
+        while self.c.call("health")["inprocess"]["leases"] != 0 and time.time() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(self.c.call("health")["inprocess"]["leases"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

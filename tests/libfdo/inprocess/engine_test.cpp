@@ -1,0 +1,263 @@
+// The in-process engine over a fake daemon: program.lease hands out objects
+// compiled here (a memfd, as fdod does), feedback.submit records what the
+// engine reports and says when the test has "rewritten the profile". Checks
+// linking and calling, the batches a flush sends, and the swap to a new
+// generation while other threads keep calling (run it under TSan with
+// tools/test.sh --sanitize=thread).
+#include "engine.h"
+#include "fdo/jit/compiler.h"
+
+#include <catch2/catch.hpp>
+#include <mutex>
+#include <sys/mman.h>
+#include <thread>
+
+using namespace fdo;
+using namespace fdo::inprocess;
+using nlohmann::json;
+
+namespace {
+
+// Returns x + 1 down either branch, so every generation answers the same.
+constexpr const char* kIr = R"(
+define i64 @inc(i64 %x) {
+entry:
+  %c = icmp sgt i64 %x, 10
+  br i1 %c, label %big, label %small
+big:
+  %a = add i64 %x, 1
+  ret i64 %a
+small:
+  %b = add i64 1, %x
+  ret i64 %b
+}
+)";
+
+struct Output {
+  std::string storage_key;
+  std::string object;
+  json metadata;
+  std::int64_t version = 0;
+};
+
+Output compiled(CompileMode mode, std::string key, std::int64_t version) {
+  jit::CompileRequest req;
+  req.mode = mode;
+  auto r = jit::compile(kIr, req);
+  REQUIRE(r);
+  return {std::move(key), r->object, jit::metadata_to_json(*r), version};
+}
+
+class FakeDaemon : public DaemonLink {
+public:
+  Expected<LinkReply> call(std::string_view method, const json& params) override {
+    std::lock_guard lk(mu);
+    if (method == "program.lease") {
+      if (params.value("unless_storage_key", "") == current.storage_key)
+        return LinkReply{{{"unchanged", true}, {"lease", nullptr}}, {}};
+      Fd fd(::memfd_create("fake-lease", MFD_CLOEXEC));
+      FDO_TRY_STATUS(write_all(fd.get(), current.object));
+      LinkReply r{{{"lease", next_lease},
+                   {"unchanged", false},
+                   {"storage_key", current.storage_key},
+                   {"profile_version", current.version},
+                   {"object_size", current.object.size()},
+                   {"metadata", current.metadata}},
+                  {}};
+      if (!withhold_fd) r.fds.push_back(std::move(fd));
+      leases[next_lease] = current.version;
+      ++next_lease;
+      return r;
+    }
+    if (method == "feedback.submit") {
+      const std::uint64_t lease = params["lease"];
+      if (!leases.contains(lease)) return make_error(Errc::not_found, "no lease");
+      for (const json& b : params["batches"]) {
+        calls += b["calls"].get<std::uint64_t>();
+        for (auto& [fn, counts] : b["counts"].items())
+          for (const json& c : counts)
+            counted += c.get<std::uint64_t>();
+      }
+      ++submits;
+      return LinkReply{
+          {{"profile_version", current.version}, {"stale", current.version != leases[lease]}}, {}};
+    }
+    if (method == "program.release") {
+      const std::uint64_t lease = params["lease"];
+      if (leases.erase(lease) == 0) return make_error(Errc::not_found, "no lease");
+      released.push_back(lease);
+      return LinkReply{{{"released", true}}, {}};
+    }
+    return make_error(Errc::not_found, "method not found");
+  }
+
+  std::mutex mu;
+  Output current;
+  bool withhold_fd = false;
+  std::uint64_t next_lease = 1;
+  std::map<std::uint64_t, std::int64_t> leases; // lease -> version leased
+  std::vector<std::uint64_t> released;
+  std::uint64_t calls = 0, counted = 0, submits = 0;
+};
+
+EngineOptions options(Flushing flushing) {
+  return EngineOptions{"program-id", {"inc"}, flushing, std::chrono::milliseconds(5), 4};
+}
+
+std::uint64_t inc(const Engine& e, std::uint64_t x) {
+  std::uint64_t ret = 0;
+  e.call(0, &x, &ret);
+  return ret;
+}
+
+} // namespace
+
+TEST_CASE("engine: links the leased object, counts calls and submits the counters", "[inprocess]") {
+  auto daemon = std::make_shared<FakeDaemon>();
+  daemon->current = compiled(CompileMode::instrumented, "key-a", 0);
+  auto e = Engine::open(daemon, options(Flushing::manual));
+  REQUIRE(e);
+  Engine& engine = **e;
+  CHECK(engine.generation() == 1);
+  CHECK(engine.lease() == 1);
+  CHECK(engine.entry_index("inc") == 0);
+  CHECK_FALSE(engine.entry_index("dec"));
+  CHECK(engine.entry_info(0).param_types == std::vector<std::string>{"i64"});
+  for (std::uint64_t x = 0; x < 100; ++x)
+    REQUIRE(inc(engine, x) == x + 1);
+  auto f = engine.flush();
+  REQUIRE(f);
+  CHECK(f->batches == 1);
+  CHECK_FALSE(f->stale);
+  CHECK(daemon->calls == 100);
+  CHECK(daemon->counted >= 100); // each call passes at least one counted edge
+  // Nothing new: nothing sent.
+  auto idle = engine.flush();
+  REQUIRE(idle);
+  CHECK(idle->batches == 0);
+  CHECK(daemon->submits == 1);
+  // Only what changed since the last flush goes out.
+  const std::uint64_t before = daemon->counted;
+  for (std::uint64_t x = 0; x < 10; ++x)
+    inc(engine, x);
+  REQUIRE(engine.flush());
+  CHECK(daemon->calls == 110);
+  CHECK(daemon->counted - before >= 10);
+  CHECK(daemon->counted - before < 100);
+  CHECK(engine.calls_submitted() == 110);
+}
+
+TEST_CASE("engine: a lease reply without the object fd is an error that gives the lease back",
+          "[inprocess]") {
+  auto daemon = std::make_shared<FakeDaemon>();
+  daemon->current = compiled(CompileMode::plain, "key-a", 0);
+  daemon->withhold_fd = true;
+  auto e = Engine::open(daemon, options(Flushing::manual));
+  REQUIRE_FALSE(e);
+  CHECK(e.error().code() == Errc::corrupt);
+  CHECK(daemon->released == std::vector<std::uint64_t>{1});
+}
+
+TEST_CASE("engine: a rewritten profile swaps in the new generation under concurrent calls",
+          "[inprocess]") {
+  auto daemon = std::make_shared<FakeDaemon>();
+  daemon->current = compiled(CompileMode::instrumented, "key-a", 0);
+  const bool background = GENERATE(false, true);
+  auto e = Engine::open(daemon, options(background ? Flushing::background : Flushing::manual));
+  REQUIRE(e);
+  Engine& engine = **e;
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> wrong{0}, made{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t)
+    callers.emplace_back([&, t] {
+      std::uint64_t x = static_cast<std::uint64_t>(t) * 1000;
+      while (!stop.load(std::memory_order_relaxed)) {
+        if (inc(engine, x) != x + 1) ++wrong;
+        ++x;
+        ++made;
+      }
+    });
+  while (made.load() < 1000)
+    std::this_thread::yield();
+  if (!background) REQUIRE(engine.flush());
+  {
+    std::lock_guard lk(daemon->mu);
+    daemon->current = compiled(CompileMode::plain, "key-b", 1);
+  }
+  // The next flush learns the profile moved on and swaps.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (engine.generation() != 2 && std::chrono::steady_clock::now() < until) {
+    if (!background) {
+      auto f = engine.flush();
+      REQUIRE(f);
+      if (f->swapped) CHECK(f->generation == 2);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  REQUIRE(engine.generation() == 2);
+  CHECK(engine.storage_key() == "key-b");
+  const std::uint64_t at_swap = made.load();
+  while (made.load() < at_swap + 1000)
+    std::this_thread::yield();
+  stop = true;
+  for (auto& t : callers)
+    t.join();
+  CHECK(wrong.load() == 0);
+  // After this flush (serialised with the background one) the swap is done:
+  // the old lease is released and the old code unloaded.
+  REQUIRE(engine.flush());
+  CHECK(engine.generations_loaded() == 1);
+  {
+    std::lock_guard lk(daemon->mu);
+    CHECK(daemon->released == std::vector<std::uint64_t>{1});
+  }
+  CHECK(engine.last_error().empty());
+  // Every call is reported, those still inside the old generation at the
+  // swap included (the swap waits for them before its last batch).
+  std::lock_guard lk(daemon->mu);
+  CHECK(daemon->calls == made.load());
+}
+
+TEST_CASE("engine: a hold keeps its generation across a swap and reports its calls on release",
+          "[inprocess]") {
+  auto daemon = std::make_shared<FakeDaemon>();
+  daemon->current = compiled(CompileMode::instrumented, "key-a", 0);
+  auto e = Engine::open(daemon, options(Flushing::manual));
+  REQUIRE(e);
+  Engine& engine = **e;
+  {
+    Hold hold = engine.hold();
+    for (std::uint64_t x = 0; x < 100; ++x) {
+      std::uint64_t a = x, ret = 0;
+      hold.call(0, &a, &ret);
+      REQUIRE(ret == x + 1);
+    }
+    // Not handed over yet: nothing to send.
+    auto f = engine.flush();
+    REQUIRE(f);
+    CHECK(f->batches == 0);
+  }
+  REQUIRE(engine.flush());
+  CHECK(daemon->calls == 100);
+
+  Hold old = engine.hold();
+  {
+    std::lock_guard lk(daemon->mu);
+    daemon->current = compiled(CompileMode::plain, "key-b", 1);
+  }
+  inc(engine, 1); // a call to report, so the flush hears the news
+  auto f = engine.flush();
+  REQUIRE(f);
+  CHECK(f->swapped);
+  CHECK(engine.generation() == 2);
+  // The hold still runs generation 1's code, which stays linked for it.
+  CHECK(old.generation() == 1);
+  CHECK(engine.generations_loaded() == 2);
+  std::uint64_t a = 41, ret = 0;
+  old.call(0, &a, &ret);
+  CHECK(ret == 42);
+  old = engine.hold(); // released at a safe point: the next hold runs the new code
+  CHECK(old.generation() == 2);
+  CHECK(engine.generations_loaded() == 1);
+}
