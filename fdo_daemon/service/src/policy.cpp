@@ -241,6 +241,34 @@ PolicyDecision decide(const PolicyConfig& config, const PolicyInput& input) {
                       " branches unpredictable");
     }
   }
+  // Branch misses sampled onto one branch (block_samples.h): the branch the
+  // predictor keeps missing, named, with no module-wide rate needed.
+  if (input.branch_stats != nullptr) {
+    std::vector<std::string> marked;
+    for (const auto& [fn, stats] : *input.branch_stats) {
+      auto it = next.functions.find(fn);
+      if (it == next.functions.end()) continue;
+      std::set<std::uint32_t> have(it->second.unpredictable.begin(),
+                                   it->second.unpredictable.end());
+      for (const BranchStat& b : stats) {
+        const std::uint64_t n = b.taken + b.not_taken;
+        if (b.misses < config.branch_miss_min_samples || n < 100) continue;
+        const double minority =
+            static_cast<double>(std::min(b.taken, b.not_taken)) / static_cast<double>(n);
+        if (minority < 0.3 || !have.insert(b.index).second) continue;
+        marked.push_back(display_name(fn, it->second) + " branch " + std::to_string(b.index) +
+                         " (" + std::to_string(b.misses) + " miss samples, taken " +
+                         fmt_double(static_cast<double>(b.taken) / static_cast<double>(n)) + ")");
+      }
+      it->second.unpredictable.assign(have.begin(), have.end());
+    }
+    if (!marked.empty()) {
+      std::string text = "sampled branch misses marked unpredictable: " + marked.front();
+      for (std::size_t i = 1; i < marked.size(); ++i)
+        text += ", " + marked[i];
+      why.push_back(std::move(text));
+    }
+  }
   auto icache = counter(fb, "L1-icache-load-misses");
   auto instructions = counter(fb, "instructions");
   if (icache && instructions && *instructions > 0) {
