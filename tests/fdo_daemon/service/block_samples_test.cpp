@@ -24,23 +24,14 @@ TEST_CASE("block and branch tallies are read from the exec reply and summed", "[
   CHECK(t.branches["run"][1]["cpu-clock"] == 80);
 
   // Malformed parts are skipped, the rest kept; no samples at all is empty.
+  json branches_bad = {{"run", {{"7", 3}, {"8", {{"branch-misses", -2}}}}}};
   json bad = reply_with({{"cpu-clock", {{"run", {{"x", 1}, {"-1", 1}, {"4", "many"}, {"5", 2}}}}}},
-                        {
-    {
-      "run", {
-        {"7", 3}, {
-          "8", {
-            { "branch-misses", -2 }
-          }
-        }
-      }
-    }}
-});
-BlockTallies b = block_tallies_from(bad);
-CHECK(b.blocks["cpu-clock"]["run"].size() == 1);
-CHECK(b.blocks["cpu-clock"]["run"][5] == 2);
-CHECK(b.branches.empty());
-CHECK(block_tallies_from(json::object()).empty());
+                        branches_bad);
+  BlockTallies b = block_tallies_from(bad);
+  CHECK(b.blocks["cpu-clock"]["run"].size() == 1);
+  CHECK(b.blocks["cpu-clock"]["run"][5] == 2);
+  CHECK(b.branches.empty());
+  CHECK(block_tallies_from(json::object()).empty());
 }
 
 TEST_CASE("branch statistics join the compile's weights with the sampled misses",
