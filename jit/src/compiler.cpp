@@ -1,5 +1,6 @@
 #include "fdo/jit/compiler.h"
 
+#include "block_map.h"
 #include "fdo/util/strings.h"
 #include "fingerprint.h"
 #include "llvm_support.h"
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <llvm/Analysis/TargetLibraryInfo.h>
 #include <llvm/Config/llvm-config.h>
+#include <llvm/IR/DebugInfo.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Object/ObjectFile.h>
@@ -19,6 +21,7 @@
 #include <llvm/Support/FileSystem.h>
 #include <llvm/Support/PGOOptions.h>
 #include <llvm/Support/raw_ostream.h>
+#include <llvm/Transforms/Utils/Cloning.h>
 
 namespace fdo::jit {
 
@@ -187,6 +190,7 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
     for (std::string& w : warnings)
       diagnostics.add_warning(std::move(w));
   }
+  add_block_locations(m);
   // PGO runs inside the O-level pipeline, as clang's -fprofile-generate /
   // -fprofile-use: a pre-inliner and early cleanup, then
   // PGOInstrumentationGen (and its lowering) or PGOInstrumentationUse +
@@ -214,6 +218,11 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
   bool layout_read = false;
   pic.registerAfterPassCallback(
       [&](llvm::StringRef pass, llvm::Any ir, const llvm::PreservedAnalyses&) {
+        if (pass == "PGOInstrumentationUse") {
+          if (const auto* mod = llvm::any_cast<const llvm::Module*>(&ir))
+            result.branch_weights = read_branch_weights(**mod);
+          return;
+        }
         if (pass != "PGOInstrumentationGen" || layout_read) return;
         if (const auto* mod = llvm::any_cast<const llvm::Module*>(&ir)) {
           result.counters_layout = read_layout(**mod);
@@ -258,8 +267,12 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
   if (!diagnostics.errors().empty())
     return make_error(Errc::compile, join(diagnostics.errors(), "; "));
   if (request.keep_ir) {
+    // Without the synthetic block locations, which say nothing to a reader
+    // that the block's position does not (block_map.h).
+    std::unique_ptr<llvm::Module> shown = llvm::CloneModule(m);
+    llvm::StripDebugInfo(*shown);
     llvm::raw_string_ostream os(result.ir);
-    m.print(os, nullptr);
+    shown->print(os, nullptr);
   }
 
   start = Clock::now();
@@ -267,6 +280,9 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
   if (!object) return to_fdo_error(object.takeError(), Errc::compile, "codegen");
   result.object = std::move(*object);
   result.code_size = executable_bytes(result.object);
+  auto blocks = read_block_map(result.object);
+  if (!blocks) return to_fdo_error(blocks.takeError(), Errc::internal, "block map");
+  result.block_map = std::move(*blocks);
   result.times.codegen = micros_since(start);
   if (!diagnostics.errors().empty())
     return make_error(Errc::compile, join(diagnostics.errors(), "; "));

@@ -195,7 +195,16 @@ Expected<std::unique_ptr<Loader>> Loader::create() {
 
 Expected<std::unique_ptr<LoadedProgram>> Loader::load(std::string_view object,
                                                       const CompileResult& metadata) {
-  return load(object, metadata.entries, metadata.counters_layout);
+  FDO_TRY(std::unique_ptr<LoadedProgram> program,
+          load(object, metadata.entries, metadata.counters_layout));
+  // The block map's offsets are from each symbol's start, so it holds at
+  // whatever address this link put the code.
+  std::map<std::string_view, const FunctionBlocks*> by_symbol;
+  for (const FunctionBlocks& fb : metadata.block_map)
+    by_symbol.emplace(fb.symbol, &fb);
+  for (FunctionRange& r : program->ranges_)
+    if (auto it = by_symbol.find(r.name); it != by_symbol.end()) r.blocks = it->second->ranges;
+  return program;
 }
 
 Expected<std::unique_ptr<LoadedProgram>>

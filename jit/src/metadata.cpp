@@ -54,6 +54,88 @@ Expected<std::map<std::string, std::string>> get_string_map(const json& obj, con
   return out;
 }
 
+json blocks_to_json(const std::vector<FunctionBlocks>& map) {
+  json out = json::array();
+  for (const FunctionBlocks& fb : map) {
+    // [offset, size, function, block, branch]: compact, as there is one per block.
+    json ranges = json::array();
+    for (const BlockRange& r : fb.ranges)
+      ranges.push_back(json::array({r.offset, r.size, r.function, r.block, r.branch}));
+    out.push_back({{"symbol", fb.symbol}, {"ranges", std::move(ranges)}});
+  }
+  return out;
+}
+
+Expected<std::vector<FunctionBlocks>> blocks_from_json(const json& j) {
+  std::vector<FunctionBlocks> out;
+  const json* v = member(j, "block_map");
+  if (!v) return out; // metadata written before the block map existed
+  if (!v->is_array()) return corrupt("block_map", "must be an array");
+  for (std::size_t i = 0; i < v->size(); ++i) {
+    const json& f = (*v)[i];
+    const std::string path = "block_map[" + std::to_string(i) + "].";
+    if (!f.is_object()) return corrupt(path, "must be an object");
+    FunctionBlocks fb;
+    FDO_TRY(fb.symbol, get_string(f, "symbol", path));
+    const json* ranges = member(f, "ranges");
+    if (!ranges || !ranges->is_array()) return corrupt(path + "ranges", "must be an array");
+    std::uint64_t end = 0;
+    for (const json& r : *ranges) {
+      if (!r.is_array() || r.size() != 5 || !r[0].is_number_unsigned() ||
+          !r[1].is_number_unsigned() || !r[2].is_string() || !r[3].is_number_unsigned() ||
+          !r[4].is_number_integer())
+        return corrupt(path + "ranges",
+                       "must hold [offset, size, function, block, branch] entries");
+      BlockRange b;
+      const std::uint64_t offset = r[0].get<std::uint64_t>(), size = r[1].get<std::uint64_t>();
+      const std::uint64_t block = r[3].get<std::uint64_t>();
+      const std::int64_t branch = r[4].get<std::int64_t>();
+      if (offset > UINT32_MAX || size == 0 || size > UINT32_MAX || block > UINT32_MAX ||
+          branch < -1 || branch > INT32_MAX || offset < end)
+        return corrupt(path + "ranges", "out of range or not sorted by offset");
+      end = offset + size;
+      b.offset = static_cast<std::uint32_t>(offset);
+      b.size = static_cast<std::uint32_t>(size);
+      b.function = r[2].get<std::string>();
+      b.block = static_cast<std::uint32_t>(block);
+      b.branch = static_cast<std::int32_t>(branch);
+      fb.ranges.push_back(std::move(b));
+    }
+    out.push_back(std::move(fb));
+  }
+  return out;
+}
+
+json weights_to_json(const std::map<std::string, std::vector<BranchWeight>>& weights) {
+  json out = json::object();
+  for (const auto& [fn, list] : weights) {
+    json a = json::array();
+    for (const BranchWeight& w : list)
+      a.push_back(json::array({w.index, w.taken, w.not_taken}));
+    out[fn] = std::move(a);
+  }
+  return out;
+}
+
+Expected<std::map<std::string, std::vector<BranchWeight>>> weights_from_json(const json& j) {
+  std::map<std::string, std::vector<BranchWeight>> out;
+  const json* v = member(j, "branch_weights");
+  if (!v) return out; // metadata written before branch weights were reported
+  if (!v->is_object()) return corrupt("branch_weights", "must be an object");
+  for (const auto& [fn, list] : v->items()) {
+    if (!list.is_array()) return corrupt("branch_weights." + fn, "must be an array");
+    for (const json& w : list) {
+      if (!w.is_array() || w.size() != 3 || !w[0].is_number_unsigned() ||
+          !w[1].is_number_unsigned() || !w[2].is_number_unsigned() ||
+          w[0].get<std::uint64_t>() > UINT32_MAX)
+        return corrupt("branch_weights." + fn, "must hold [index, taken, not_taken] entries");
+      out[fn].push_back({static_cast<std::uint32_t>(w[0].get<std::uint64_t>()),
+                         w[1].get<std::uint64_t>(), w[2].get<std::uint64_t>()});
+    }
+  }
+  return out;
+}
+
 } // namespace
 
 json metadata_to_json(const CompileResult& r) {
@@ -86,7 +168,9 @@ json metadata_to_json(const CompileResult& r) {
               {"codegen", r.times.codegen}}},
             {"code_size", r.code_size},
             {"mutable_globals", r.mutable_globals},
-            {"diagnostics", r.diagnostics}};
+            {"diagnostics", r.diagnostics},
+            {"block_map", blocks_to_json(r.block_map)},
+            {"branch_weights", weights_to_json(r.branch_weights)}};
   if (!r.ir.empty()) j["ir"] = r.ir;
   return j;
 }
@@ -187,6 +271,8 @@ Expected<CompileResult> metadata_from_json(const json& j) {
       r.diagnostics.push_back(s.get<std::string>());
     }
   }
+  FDO_TRY(r.block_map, blocks_from_json(j));
+  FDO_TRY(r.branch_weights, weights_from_json(j));
   if (const json* ir = member(j, "ir")) {
     if (!ir->is_string()) return corrupt("ir", "must be a string");
     r.ir = ir->get<std::string>();

@@ -322,6 +322,7 @@ class ConfigReload(unittest.TestCase):
         "policy.max_recompiles_per_hour": 3, "policy.branch_miss_unpredictable_rate": 0.3,
         "policy.icache_mpki_size_threshold": 25, "policy.time_share_drift_threshold": 0.4,
         "policy.time_share_window_stages": 4, "policy.time_share_min_samples": 80,
+        "policy.branch_miss_min_samples": 33,
         "sampling.events": "cpu-clock", "sampling.frequency_hz": 500, "sampling.max_samples": 900,
         "sandbox_filesystem": "mount_namespace",
         "sandbox_uid_base": 1879048193, "sandbox_uid_count": 65537, "job_output_bytes": 32768,

@@ -271,6 +271,57 @@ TEST_CASE("compile metadata round-trips through JSON", "[jit][metadata]") {
   CHECK(back->mutable_globals == r.mutable_globals);
   CHECK(back->diagnostics == r.diagnostics);
   CHECK(back->ir == r.ir);
+  CHECK_FALSE(r.block_map.empty());
+  CHECK(back->block_map == r.block_map);
+  CHECK(back->branch_weights == r.branch_weights);
+}
+
+TEST_CASE("the block map and branch weights travel in the metadata", "[jit][metadata][blocks]") {
+  // (An optimized compile's weights: branch_feedback_tests.)
+  const std::string program = fixture("loop_branch.ll");
+  CompileResult plain = compile_or_throw(program, request(CompileMode::plain));
+  CHECK(plain.branch_weights.empty()); // no profile, no weights
+  // Every symbol's ranges are sorted, inside the symbol and name a block.
+  for (const FunctionBlocks& fb : plain.block_map) {
+    std::uint64_t end = 0;
+    for (const BlockRange& r : fb.ranges) {
+      CHECK(r.offset >= end);
+      CHECK(r.size > 0);
+      CHECK_FALSE(r.function.empty());
+      end = r.offset + r.size;
+    }
+    CHECK(find_block(fb.ranges, end) == nullptr);
+    if (!fb.ranges.empty())
+      CHECK(find_block(fb.ranges, fb.ranges.front().offset) == &fb.ranges.front());
+  }
+
+  nlohmann::json good = metadata_to_json(plain);
+  // Metadata from before the fields existed loads, with neither.
+  nlohmann::json old = good;
+  old.erase("block_map");
+  old.erase("branch_weights");
+  auto back = metadata_from_json(old);
+  REQUIRE(back.has_value());
+  CHECK(back->block_map.empty());
+  CHECK(back->branch_weights.empty());
+
+  auto broken = [&](auto mutate) {
+    nlohmann::json j = good;
+    mutate(j);
+    return metadata_from_json(j);
+  };
+  auto a = broken([](nlohmann::json& j) { j["block_map"] = "everywhere"; });
+  REQUIRE_FALSE(a.has_value());
+  CHECK(a.error().code() == Errc::corrupt);
+  CHECK(contains(a.error().message(), "block_map"));
+  auto b = broken([](nlohmann::json& j) {
+    j["block_map"][0]["ranges"] = {{0, 4, "f", 0, -1}, {2, 4, "f", 1, -1}}; // overlapping
+  });
+  REQUIRE_FALSE(b.has_value());
+  CHECK(contains(b.error().message(), "block_map[0].ranges"));
+  auto c = broken([](nlohmann::json& j) { j["branch_weights"] = {{"f", {{0, -3, 1}}}}; });
+  REQUIRE_FALSE(c.has_value());
+  CHECK(contains(c.error().message(), "branch_weights.f"));
 }
 
 TEST_CASE("writable globals are reported - constants and PGO counters are not", "[jit][metadata]") {

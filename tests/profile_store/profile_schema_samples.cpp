@@ -53,6 +53,16 @@ int main() {
                                {{"branch-misses", {{"fdo:fdo.local.1", 40}}},
                                 {"L1-icache-load-misses", nlohmann::json::object()}}}};
     docs.push_back(d);
+    // With per-block and per-branch tallies (block_samples.h: blocks_record,
+    // branches_record).
+    d.hardware["sampling"]["blocks"] = {
+        {"cpu-clock", {{"fdo:fdo.local.1", {{"0", 3}, {"2", 470}}}}},
+        {"branch-misses", {{"fdo:fdo.local.1", {{"2", 40}}}}}};
+    d.hardware["sampling"]["branches"] = {
+        {"fdo:fdo.local.1",
+         {{"1", {{"misses", {{"branch-misses", 40}}}, {"taken", 5120}, {"not_taken", 4880}}},
+          {"0", {{"misses", {{"branch-misses", 2}}}}}}}};
+    docs.push_back(d);
   }
   std::mt19937_64 rng(0x5c4e3a);
   for (int i = 0; i < 200; ++i)

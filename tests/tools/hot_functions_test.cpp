@@ -43,3 +43,41 @@ TEST_CASE("profile show: hottest functions by sampled time share, with their mis
   CHECK(one.find("\nmain ") == std::string::npos);
   CHECK_THAT(one, Catch::Contains("(2 more functions)"));
 }
+
+TEST_CASE("profile show: the hot functions' most-missed branches, marked ones flagged",
+          "[fdoctl][sampling][blocks]") {
+  ProfileDoc doc;
+  doc.functions["fdo:fdo.local.1"].source_name = "interp.c:step";
+  doc.functions["fdo:fdo.local.1"].unpredictable = {4};
+  doc.functions["main"];
+  doc.hardware["sampling"] = {
+      {"event", "cpu-clock"},
+      {"stages", 3},
+      {"samples", 200},
+      {"outside_samples", 0},
+      {"time_share", {{"main", 0.25}, {"fdo:fdo.local.1", 0.75}}},
+      {"misses", json::object()},
+      {"branches",
+       {{"fdo:fdo.local.1",
+         {{"4", {{"misses", {{"branch-misses", 40}}}, {"taken", 510}, {"not_taken", 490}}},
+          {"2", {{"misses", {{"branch-misses", 3}}}}}}},
+        {"main", {{"0", {{"misses", {{"branch-misses", 1}}}}}}}}}};
+  std::string out = render_hot_functions(doc);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("sampled branch misses of the hottest functions"));
+  const auto marked = out.find("interp.c:step (fdo:fdo.local.1) #4");
+  const auto other = out.find("interp.c:step (fdo:fdo.local.1) #2");
+  REQUIRE(marked != std::string::npos);
+  REQUIRE(other != std::string::npos);
+  CHECK(marked < other); // most missed first
+  CHECK(out.find("!unpredictable", marked) < other);
+  CHECK_THAT(out, Catch::Contains("51.0%"));
+  CHECK_THAT(out, Catch::Contains("main #0"));
+
+  // Only the listed (hottest) functions' branches.
+  std::string one = render_hot_functions(doc, 1);
+  CHECK(one.find("main #0") == std::string::npos);
+  // Documents without the member show no such table.
+  doc.hardware["sampling"].erase("branches");
+  CHECK(render_hot_functions(doc).find("sampled branch misses") == std::string::npos);
+}

@@ -488,6 +488,12 @@ const std::vector<KeyDef>& key_defs() {
         "Clock samples in program code the window needs before time-share drift is judged.",
         [](Config& c) -> std::uint64_t& { return c.policy.time_share_min_samples; }, 1,
         100'000'000));
+    v.push_back(uint_key<std::uint64_t>(
+        "policy.branch_miss_min_samples", R,
+        "Sampled branch misses a near-50/50 conditional branch needs before it is marked "
+        "!unpredictable in the next compile (PMU hosts).",
+        [](Config& c) -> std::uint64_t& { return c.policy.branch_miss_min_samples; }, 1,
+        100'000'000));
     {
       KeyDef d{"guard", R,
                "on: A/B-test each new profile (and knob variants) against the incumbent build on "

@@ -2,6 +2,8 @@
 
 #include "fdo/perf/attribution.h"
 
+#include <algorithm>
+
 namespace fdo::daemon {
 
 using nlohmann::json;
@@ -61,6 +63,48 @@ json per_event(const perf::FunctionAttribution& f, const std::vector<std::string
     if (f.events[i].samples != 0) out[events[i]] = f.events[i].samples;
   return out;
 }
+// The block of the program's code at `ip`, if the compile's block map covers it.
+const jit::BlockRange* block_at(const std::vector<jit::FunctionRange>& ranges, std::uint64_t ip) {
+  auto it =
+      std::upper_bound(ranges.begin(), ranges.end(), ip,
+                       [](std::uint64_t a, const jit::FunctionRange& r) { return a < r.start; });
+  if (it == ranges.begin()) return nullptr;
+  --it;
+  if (ip - it->start >= it->size || it->blocks.empty()) return nullptr;
+  return jit::find_block(it->blocks, ip - it->start);
+}
+
+// Where a sample counts for branches: a sample with a branch stack names the
+// branch the hardware saw mispredicted (its newest mispredicted entry's
+// source); without one, the sample's own address, which may have skidded
+// past the branch into one of its successors (docs/perf.md).
+std::uint64_t branch_address(const perf::Sample& s) {
+  for (const perf::BranchEntry& b : s.branches)
+    if (b.mispredicted) return b.from;
+  return s.ip;
+}
+
+// Per-block and per-branch tallies: "blocks" {event: {fn: {block: n}}},
+// "branches" {fn: {branch: {event: n}}} (functions by PGO name).
+void block_tallies(const perf::SampleSet& set, const std::vector<jit::FunctionRange>& ranges,
+                   json& out) {
+  json blocks = json::object();
+  json branches = json::object();
+  for (const perf::Sample& s : set.samples) {
+    if (s.event >= set.events.size()) continue;
+    const std::string& event = set.events[s.event];
+    if (const jit::BlockRange* b = block_at(ranges, s.ip)) {
+      json& n = blocks[event][b->function][std::to_string(b->block)];
+      n = n.is_null() ? 1 : n.get<std::uint64_t>() + 1;
+    }
+    const jit::BlockRange* b = block_at(ranges, branch_address(s));
+    if (b == nullptr || b->branch < 0) continue;
+    json& n = branches[b->function][std::to_string(b->branch)][event];
+    n = n.is_null() ? 1 : n.get<std::uint64_t>() + 1;
+  }
+  out["blocks"] = std::move(blocks);
+  out["branches"] = std::move(branches);
+}
 } // namespace
 
 Expected<json> stage_samples_json(const std::vector<perf::SamplerEvent>& events,
@@ -87,6 +131,7 @@ Expected<json> stage_samples_json(const std::vector<perf::SamplerEvent>& events,
     if (f.samples != 0) functions[f.name] = per_event(f, a.events);
   out["functions"] = std::move(functions);
   out["outside_jit"] = per_event(a.outside_jit, a.events);
+  block_tallies(set, ranges, out);
   return out;
 }
 

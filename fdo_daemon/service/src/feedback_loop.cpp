@@ -120,6 +120,8 @@ void FeedbackLoop::queue_row(const StageReport& stage) {
 void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage) {
   st.acc = FeedbackAccumulator();
   st.window.clear();
+  st.blocks = {};
+  st.branch_weights.clear();
   st.version = stage.profile_version;
   if (stage.profile_version <= 0) return;
   auto totals = store_.feedback(stage.pk, stage.profile_version);
@@ -157,6 +159,8 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
     st.window.add(stage.samples, static_cast<std::size_t>(policy.time_share_window_stages));
     st.clock_event = stage.samples.clock_event;
   }
+  st.blocks.add(stage.blocks);
+  if (!stage.branch_weights.empty()) st.branch_weights = stage.branch_weights;
 
   auto current = store_.current(stage.pk);
   if (!current) {
@@ -170,6 +174,9 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   in.feedback = &st.acc;
   in.now = std::chrono::system_clock::now();
   in.recent_rewrites = &st.rewrites;
+  const std::map<std::string, std::vector<BranchStat>> branches =
+      branch_stats(st.branch_weights, st.blocks);
+  if (!branches.empty()) in.branch_stats = &branches;
   if (in.current_version != stage.profile_version) {
     out.policy =
         "profile changed under this stage (now version " + std::to_string(in.current_version) + ")";
@@ -180,8 +187,14 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   out.policy = d.reason;
   if (d.action != PolicyAction::rewrite) return out;
   // The sampled shares the new version is made from: what drift is judged against.
-  if (st.window.stages() != 0)
-    d.profile.hardware["sampling"] = sampling_record(st.window, st.clock_event);
+  if (st.window.stages() != 0) {
+    json& record = d.profile.hardware["sampling"];
+    record = sampling_record(st.window, st.clock_event);
+    if (!st.blocks.empty()) {
+      record["blocks"] = blocks_record(st.blocks);
+      record["branches"] = branches_record(st.blocks, st.branch_weights);
+    }
+  }
   for (auto& [name, f] : d.profile.functions) {
     if (auto fp = stage.function_fingerprints.find(name); fp != stage.function_fingerprints.end())
       f.fingerprint = fp->second;
@@ -210,6 +223,7 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   st.version = *written;
   st.acc = FeedbackAccumulator();
   st.window.clear();
+  st.blocks = {};
   out.rewritten = Rewrite{in.current_version, *written, d.reason};
   const std::string owner = std::to_string(stage.owner), version = std::to_string(*written);
   log::record(log::Level::info,

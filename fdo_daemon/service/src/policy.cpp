@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace fdo::daemon {
@@ -80,6 +81,35 @@ std::string fmt_double(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3f", v);
   return buf;
+}
+// A branch whose minority direction takes at least this share of its
+// executions is near-50/50.
+constexpr double kNearEven = 0.3;
+
+// The minority direction's share of a branch's profiled executions, when it
+// ran often enough to tell.
+std::optional<double> minority_share(const BranchStat& b) {
+  const std::uint64_t n = b.taken + b.not_taken;
+  if (n < 100) return std::nullopt;
+  return static_cast<double>(std::min(b.taken, b.not_taken)) / static_cast<double>(n);
+}
+
+// Marks !unpredictable, in `next`, the branches of its functions that `choose`
+// picks; returns those not marked before, with their function.
+template <typename Choose>
+std::vector<std::pair<std::string, BranchStat>>
+mark_branches(ProfileDoc& next, const std::map<std::string, std::vector<BranchStat>>& stats,
+              Choose choose) {
+  std::vector<std::pair<std::string, BranchStat>> marked;
+  for (const auto& [fn, list] : stats) {
+    auto it = next.functions.find(fn);
+    if (it == next.functions.end()) continue;
+    std::set<std::uint32_t> have(it->second.unpredictable.begin(), it->second.unpredictable.end());
+    for (const BranchStat& b : list)
+      if (choose(b) && have.insert(b.index).second) marked.emplace_back(fn, b);
+    it->second.unpredictable.assign(have.begin(), have.end());
+  }
+  return marked;
 }
 } // namespace
 
@@ -218,27 +248,36 @@ PolicyDecision decide(const PolicyConfig& config, const PolicyInput& input) {
     double rate = static_cast<double>(*misses) / static_cast<double>(*branches);
     next.hardware["branch_miss_rate"] = rate;
     if (rate >= config.branch_miss_unpredictable_rate) {
-      int marked = 0;
-      for (const auto& [fn, stats] : *input.branch_stats) {
-        auto it = next.functions.find(fn);
-        if (it == next.functions.end()) continue;
-        std::set<std::uint32_t> have(it->second.unpredictable.begin(),
-                                     it->second.unpredictable.end());
-        for (const BranchStat& b : stats) {
-          std::uint64_t n = b.taken + b.not_taken;
-          if (n < 100) continue;
-          double minority =
-              static_cast<double>(std::min(b.taken, b.not_taken)) / static_cast<double>(n);
-          // Near-50/50 branches are the ones a predictor cannot learn from
-          // bias alone; with a high measured miss rate, stop the optimiser
-          // from turning them into hard-to-predict control flow.
-          if (minority >= 0.3 && have.insert(b.index).second) ++marked;
-        }
-        it->second.unpredictable.assign(have.begin(), have.end());
+      // Near-50/50 branches are the ones a predictor cannot learn from bias
+      // alone; with a high measured miss rate, stop the optimiser from
+      // turning them into hard-to-predict control flow.
+      auto marked = mark_branches(next, *input.branch_stats, [](const BranchStat& b) {
+        auto m = minority_share(b);
+        return m && *m >= kNearEven;
+      });
+      if (!marked.empty())
+        why.push_back("branch miss rate " + fmt_double(rate) + " marked " +
+                      std::to_string(marked.size()) + " branches unpredictable");
+    }
+  }
+  // Branch misses sampled onto one branch (block_samples.h): the branch the
+  // predictor keeps missing, named, with no module-wide rate needed.
+  if (input.branch_stats != nullptr) {
+    auto marked = mark_branches(next, *input.branch_stats, [&](const BranchStat& b) {
+      auto m = minority_share(b);
+      return b.misses >= config.branch_miss_min_samples && m && *m >= kNearEven;
+    });
+    if (!marked.empty()) {
+      std::string text = "sampled branch misses marked unpredictable: ";
+      for (std::size_t i = 0; i < marked.size(); ++i) {
+        const auto& [fn, b] = marked[i];
+        const double taken =
+            static_cast<double>(b.taken) / static_cast<double>(b.taken + b.not_taken);
+        text += (i == 0 ? "" : ", ") + display_name(fn, next.functions.at(fn)) + " branch " +
+                std::to_string(b.index) + " (" + std::to_string(b.misses) +
+                " miss samples, taken " + fmt_double(taken) + ")";
       }
-      if (marked > 0)
-        why.push_back("branch miss rate " + fmt_double(rate) + " marked " + std::to_string(marked) +
-                      " branches unpredictable");
+      why.push_back(std::move(text));
     }
   }
   auto icache = counter(fb, "L1-icache-load-misses");

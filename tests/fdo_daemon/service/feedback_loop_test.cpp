@@ -285,3 +285,47 @@ TEST_CASE("feedback loop: value profiles and source names reach the written prof
   CHECK(f.memop_sizes == std::vector<ValueSite>{{{8, 15}, {16, 1}, {17, 1}, {18, 1}}});
   CHECK(f.source_name == "/src/loop.c:loop");
 }
+
+TEST_CASE("feedback loop: sampled misses on one branch mark it !unpredictable once",
+          "[service][feedback][blocks]") {
+  FakeFeedbackStore store;
+  FeedbackLoop loop(store, "h");
+  for (int i = 0; i < 3; ++i)
+    loop.fold(stage(kPk, 0, 500, 480, i), policy());
+  REQUIRE(store.keys[kPk].versions.size() == 1);
+
+  // Optimized stages of v1: no counts, clock samples, and branch misses on
+  // branch 0 of "loop", whose profiled split is near even.
+  auto optimized = [&](std::int64_t version, std::int64_t number) {
+    StageReport r = stage(kPk, version, 0, 0, number);
+    r.feedback.counts.clear();
+    r.samples.present = true;
+    r.samples.clock_event = "cpu-clock";
+    r.samples.clock["loop"] = 10;
+    r.samples.functions = {"loop"};
+    r.blocks.branches["loop"][0]["branch-misses"] = 8;
+    r.blocks.branches["loop"][1]["branch-misses"] = 1;
+    r.blocks.blocks["cpu-clock"]["loop"][2] = 10;
+    r.branch_weights["loop"] = {BranchStat{0, 500, 480}, BranchStat{1, 980, 20}};
+    return r;
+  };
+  std::optional<Rewrite> marked;
+  int stages = 0;
+  while (!marked && stages < 10)
+    marked = loop.fold(optimized(1, 10 + stages++), policy()).rewritten;
+  REQUIRE(marked);
+  CHECK(stages == 3); // 24 miss samples: past the default 20 at the third stage
+  CHECK_THAT(marked->reason, Catch::Contains("loop branch 0 (24 miss samples"));
+  const ProfileDoc& d2 = store.keys[kPk].versions.back().doc;
+  CHECK(d2.functions.at("loop").unpredictable == std::vector<std::uint32_t>{0});
+  const auto& rec = d2.hardware.at("sampling");
+  CHECK(rec["branches"]["loop"]["0"]["misses"]["branch-misses"] == 24);
+  CHECK(rec["branches"]["loop"]["0"]["taken"] == 500);
+  CHECK(rec["branches"]["loop"]["1"]["misses"]["branch-misses"] == 3);
+  CHECK(rec["blocks"]["cpu-clock"]["loop"]["2"] == 30);
+
+  // The branch keeps missing under v2: already marked, so nothing is rewritten.
+  for (int i = 0; i < 6; ++i)
+    CHECK_FALSE(loop.fold(optimized(2, 20 + i), policy()).rewritten);
+  CHECK(store.keys[kPk].versions.size() == 2);
+}

@@ -24,6 +24,54 @@ std::uint64_t count_of(const json& v) {
     return static_cast<std::uint64_t>(v.get<std::int64_t>());
   return 0;
 }
+// The hot functions' branches with sampled misses (hardware.sampling.branches),
+// most missed first, a few per function.
+std::string render_branch_misses(const ProfileDoc& doc, const json& rec,
+                                 const std::vector<std::string>& functions) {
+  constexpr std::size_t kPerFunction = 3;
+  auto b = rec.find("branches");
+  if (b == rec.end() || !b->is_object()) return "";
+  Table t({{"branch"}, {"miss samples", Align::right}, {"taken", Align::right}, {"marked"}});
+  bool any = false;
+  for (const std::string& fn : functions) {
+    auto f = b->find(fn);
+    if (f == b->end() || !f->is_object()) continue;
+    struct Row {
+      std::uint64_t misses;
+      std::string index;
+      const json* entry;
+    };
+    std::vector<Row> rows;
+    for (auto it = f->begin(); it != f->end(); ++it) {
+      if (!it->is_object()) continue;
+      std::uint64_t n = 0;
+      if (auto m = it->find("misses"); m != it->end() && m->is_object())
+        for (const json& v : *m)
+          n += count_of(v);
+      rows.push_back({n, it.key(), &*it});
+    }
+    std::stable_sort(rows.begin(), rows.end(),
+                     [](const Row& x, const Row& y) { return x.misses > y.misses; });
+    const auto fp = doc.functions.find(fn);
+    for (std::size_t i = 0; i < rows.size() && i < kPerFunction; ++i) {
+      const json& e = *rows[i].entry;
+      const std::uint64_t taken = count_of(e.value("taken", json(0)));
+      const std::uint64_t not_taken = count_of(e.value("not_taken", json(0)));
+      std::string split =
+          taken + not_taken == 0
+              ? "-"
+              : format_percent(static_cast<double>(taken) / static_cast<double>(taken + not_taken));
+      bool marked = false;
+      if (fp != doc.functions.end())
+        for (std::uint32_t u : fp->second.unpredictable)
+          marked = marked || std::to_string(u) == rows[i].index;
+      t.add_row({source_name_of(doc, fn) + " #" + rows[i].index, format_count(rows[i].misses),
+                 split, marked ? "!unpredictable" : ""});
+      any = true;
+    }
+  }
+  return any ? "\nsampled branch misses of the hottest functions:\n" + t.render() : "";
+}
 } // namespace
 
 std::string render_hot_functions(const ProfileDoc& doc, std::size_t limit) {
@@ -75,6 +123,10 @@ std::string render_hot_functions(const ProfileDoc& doc, std::size_t limit) {
   out += t.render();
   if (order.size() > limit)
     out += "(" + std::to_string(order.size() - limit) + " more functions)\n";
+  std::vector<std::string> shown;
+  for (std::size_t i = 0; i < order.size() && i < limit; ++i)
+    shown.push_back(order[i].second);
+  out += render_branch_misses(doc, rec, shown);
   return out;
 }
 

@@ -332,6 +332,10 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   report.source_names = std::move(meta.source_names);
   report.feedback = stage_feedback_from(resp->header, report.cfg_hashes);
   report.samples = stage_samples_from(resp->header, report.source_names);
+  report.blocks = block_tallies_from(resp->header);
+  for (const auto& [fn, weights] : meta.branch_weights)
+    for (const jit::BranchWeight& w : weights)
+      report.branch_weights[fn].push_back({w.index, w.taken, w.not_taken});
   json samples_summary = stage_samples_summary(report.samples, resp->header, verbose);
   FeedbackOutcome fo = s.feedback->fold(report, c.policy);
   GuardStage gs = s.guard->record(plan, so.profile_digest, report.feedback.exec_ns, stage_number,

@@ -25,7 +25,8 @@ namespace fdo::jit {
 // layout changes, so outputs cached under an older identity miss.
 // 2: PGO counters promoted out of loops. 3: PGO inside the O-level pipeline
 // (pre-inliner and early cleanup first, as clang), value profiling on.
-inline constexpr int kPipelineVersion = 3;
+// 4: synthetic block locations and their DWARF line table in the object.
+inline constexpr int kPipelineVersion = 4;
 inline constexpr std::string_view kFdoVersion = "0.1.0";
 
 struct CompilerIdentity {
@@ -94,6 +95,12 @@ struct CompileResult {
   // LLVM warnings met while compiling (e.g. stale-profile notices).
   std::vector<std::string> diagnostics;
   std::string ir; // final IR text when CompileRequest::keep_ir
+  // Per function symbol, where each canonical IR block's code lies (from the
+  // object's line table; docs/perf.md, "Attribution to IR branches").
+  std::vector<FunctionBlocks> block_map;
+  // Optimized mode: per function (PGO name), the weights the profile gave
+  // its conditional branches, by the index `unpredictable` uses.
+  std::map<std::string, std::vector<BranchWeight>> branch_weights;
 };
 
 Expected<CompileResult> compile(std::string_view program_bytes, const CompileRequest& request);

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -82,11 +83,52 @@ struct PhaseTimes {
   bool operator==(const PhaseTimes&) const = default;
 };
 
+// Where the code of one IR block lies inside a function symbol of the object
+// (docs/perf.md, "Attribution to IR branches"). Read back at compile time from
+// the object's line table, where every instruction carries a synthetic
+// location naming its block; offsets are from the symbol's start, so the map
+// holds wherever the loader links the object.
+struct BlockRange {
+  std::uint32_t offset = 0; // from the start of the function symbol
+  std::uint32_t size = 0;
+  // The IR function the block belongs to, by PGO name: the symbol's own
+  // function, or a function inlined into it.
+  std::string function;
+  std::uint32_t block = 0; // block index in the canonical function, in function order
+  // Index of the block's conditional branch among the function's conditional
+  // branches (the index ProfileDoc's `unpredictable` and mark_unpredictable
+  // use); -1: the block ends in no conditional branch.
+  std::int32_t branch = -1;
+  bool operator==(const BlockRange&) const = default;
+};
+
+// The block ranges of one function symbol, sorted by offset, not overlapping.
+struct FunctionBlocks {
+  std::string symbol; // as FunctionRange::name
+  std::vector<BlockRange> ranges;
+  bool operator==(const FunctionBlocks&) const = default;
+};
+
+// The block at `offset` from the symbol's start in `ranges` (one symbol's,
+// sorted by offset), if they cover it.
+const BlockRange* find_block(std::span<const BlockRange> ranges, std::uint64_t offset);
+
+// A conditional branch's weights as the profile annotated them.
+struct BranchWeight {
+  std::uint32_t index = 0; // as BlockRange::branch
+  std::uint64_t taken = 0; // first successor
+  std::uint64_t not_taken = 0;
+  bool operator==(const BranchWeight&) const = default;
+};
+
 // A loaded function's code, for attributing hardware samples to functions.
 struct FunctionRange {
   std::string name; // symbol name in the object (canonical name for local functions)
   std::uint64_t start = 0;
   std::uint64_t size = 0;
+  // Its IR blocks, when the compile metadata carried a block map (empty for
+  // objects compiled before it existed).
+  std::vector<BlockRange> blocks{};
   bool operator==(const FunctionRange&) const = default;
 };
 

@@ -30,6 +30,10 @@ struct PolicyConfig {
   // code they need before drift is judged.
   int time_share_window_stages = 3;
   std::uint64_t time_share_min_samples = 50;
+  // A near-50/50 conditional branch with at least this many sampled branch
+  // misses attributed to it (since the profile version) is marked
+  // !unpredictable in the next compile (docs/perf.md, PMU hosts).
+  std::uint64_t branch_miss_min_samples = 20;
 };
 
 } // namespace fdo::daemon

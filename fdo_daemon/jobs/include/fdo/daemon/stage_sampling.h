@@ -39,8 +39,12 @@ std::vector<perf::Sample> thin_samples(std::vector<perf::Sample> samples, std::u
 // The stage's samples as the exec reply's "samples" member:
 //   {"events":[{name,status,errno,reason,branch_stack}], "frequency_hz",
 //    "recorded", "attributed", "lost_samples", "lost_records", "throttles",
-//    "functions":{symbol:{event:samples}}, "outside_jit":{event:samples}}
-// Only functions with at least one sample are listed.
+//    "functions":{symbol:{event:samples}}, "outside_jit":{event:samples},
+//    "blocks":{event:{fn:{block:samples}}}, "branches":{fn:{branch:{event:samples}}}}
+// Only functions with at least one sample are listed. Blocks and branches
+// (docs/perf.md, "Attribution to IR branches") name IR functions by PGO name,
+// blocks and conditional branches by their index in the canonical IR, from
+// the ranges' block maps; `ranges` are sorted by start, as the loader gives them.
 Expected<nlohmann::json> stage_samples_json(const std::vector<perf::SamplerEvent>& events,
                                             const StageSamplingRequest& request,
                                             perf::SampleSet set,

@@ -10,6 +10,7 @@
 // settles races with other writers (fdoctl, another daemon).
 #pragma once
 
+#include "fdo/daemon/block_samples.h"
 #include "fdo/daemon/policy.h"
 #include "fdo/daemon/time_share.h"
 #include "fdo/profile_store/profile_store.h"
@@ -61,6 +62,10 @@ struct StageReport {
   std::map<std::string, std::string> source_names;
   // Sampled during the stage (time_share.h); present=false when not sampled.
   StageSamples samples;
+  // Its samples per IR block and branch (block_samples.h), and the served
+  // compile's branch weights by PGO name (optimized compiles; misses 0).
+  BlockTallies blocks;
+  std::map<std::string, std::vector<BranchStat>> branch_weights;
 };
 
 struct Rewrite {
@@ -101,6 +106,10 @@ private:
     // restart the window fills again before drift is judged).
     TimeShareWindow window;
     std::string clock_event;
+    // Block and branch samples of every stage under `version`, and the branch
+    // weights of the compile that served them.
+    BlockTallies blocks;
+    std::map<std::string, std::vector<BranchStat>> branch_weights;
     std::deque<std::chrono::system_clock::time_point> rewrites;
   };
 

@@ -26,11 +26,13 @@ struct FunctionCounts {
 };
 
 // Per-branch taken/not-taken figures the compiler reported for a function
-// (from the profile-annotated IR), used to choose unpredictable branches.
+// (from the profile-annotated IR), used to choose unpredictable branches,
+// and the branch-miss samples attributed to the branch (block_samples.h).
 struct BranchStat {
   std::uint32_t index = 0;
   std::uint64_t taken = 0;
   std::uint64_t not_taken = 0;
+  std::uint64_t misses = 0; // sampled branch misses under the current version
 };
 
 // What one execution produced.

@@ -1,0 +1,245 @@
+// The per-branch loop end to end, on a recorded sample stream fed through the
+// perf syscall seam (this kind of host has no PMU): branch-miss samples land
+// on one branch of a profiled program -> the policy marks exactly that branch
+// !unpredictable -> the next optimized object's code for it changes.
+#include "../../perf/perf_fixtures.h"
+#include "fdo/daemon/block_samples.h"
+#include "fdo/daemon/policy.h"
+#include "fdo/daemon/stage_sampling.h"
+#include "fdo/jit/compiler.h"
+#include "fdo/jit/loader.h"
+
+#include <catch2/catch.hpp>
+#include <llvm/MC/MCAsmInfo.h>
+#include <llvm/MC/MCContext.h>
+#include <llvm/MC/MCDisassembler/MCDisassembler.h>
+#include <llvm/MC/MCInst.h>
+#include <llvm/MC/MCInstrInfo.h>
+#include <llvm/MC/MCRegisterInfo.h>
+#include <llvm/MC/MCSubtargetInfo.h>
+#include <llvm/MC/MCTargetOptions.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Object/ELFObjectFile.h>
+#include <llvm/Object/ObjectFile.h>
+#include <llvm/Support/Host.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <random>
+
+using namespace fdo;
+using namespace fdo::daemon;
+using namespace fdo::perf::testing;
+using nlohmann::json;
+
+namespace {
+// Branch 0 (in %loop) tests two independent loaded values: about half the
+// elements pass, in no learnable order. Branch 1 (the latch) is the loop's
+// exit test. Instruction selection splits branch 0's `and` into two
+// conditional jumps unless the branch is !unpredictable, when it keeps one
+// jump on the combined condition (LLVM 16's SelectionDAGBuilder::visitBr).
+constexpr const char* kProgram = R"(
+define i64 @run(ptr %a, ptr %b, ptr %o, i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i.next, %latch ]
+  %pa = getelementptr i64, ptr %a, i64 %i
+  %pb = getelementptr i64, ptr %b, i64 %i
+  %v = load i64, ptr %pa
+  %w = load i64, ptr %pb
+  %c1 = icmp sgt i64 %v, 100
+  %c2 = icmp slt i64 %w, 1000
+  %c = and i1 %c1, %c2
+  br i1 %c, label %then, label %latch
+then:
+  %po = getelementptr i64, ptr %o, i64 %i
+  store i64 %v, ptr %po
+  br label %latch
+latch:
+  %i.next = add i64 %i, 1
+  %done = icmp eq i64 %i.next, %n
+  br i1 %done, label %out, label %loop
+out:
+  ret i64 0
+}
+)";
+
+// Conditional jumps in the code of `symbol` in `object`.
+int conditional_jumps(const std::string& object, const std::string& symbol) {
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetDisassembler();
+  const std::string triple = llvm::sys::getProcessTriple();
+  std::string error;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, error);
+  REQUIRE(target != nullptr);
+  std::unique_ptr<llvm::MCRegisterInfo> mri(target->createMCRegInfo(triple));
+  llvm::MCTargetOptions options;
+  std::unique_ptr<llvm::MCAsmInfo> mai(target->createMCAsmInfo(*mri, triple, options));
+  std::unique_ptr<llvm::MCSubtargetInfo> sti(target->createMCSubtargetInfo(triple, "", ""));
+  std::unique_ptr<llvm::MCInstrInfo> mii(target->createMCInstrInfo());
+  llvm::MCContext ctx(llvm::Triple(triple), mai.get(), mri.get(), sti.get());
+  std::unique_ptr<llvm::MCDisassembler> dis(target->createMCDisassembler(*sti, ctx));
+  REQUIRE(dis != nullptr);
+
+  auto file = llvm::object::ObjectFile::createObjectFile(
+      llvm::MemoryBufferRef(llvm::StringRef(object), "object"));
+  REQUIRE(bool(file));
+  for (const auto& sym : (*file)->symbols()) {
+    auto name = sym.getName();
+    if (!name || *name != symbol) continue;
+    const std::uint64_t start = llvm::cantFail(sym.getValue());
+    const std::uint64_t size = llvm::object::ELFSymbolRef(sym).getSize();
+    auto section = llvm::cantFail(sym.getSection());
+    llvm::StringRef contents = llvm::cantFail(section->getContents());
+    llvm::ArrayRef<std::uint8_t> code(
+        reinterpret_cast<const std::uint8_t*>(contents.data()) + start, size);
+    int jumps = 0;
+    for (std::uint64_t at = 0; at < code.size();) {
+      llvm::MCInst inst;
+      std::uint64_t length = 0;
+      if (dis->getInstruction(inst, length, code.slice(at), at, llvm::nulls()) !=
+          llvm::MCDisassembler::Success) {
+        ++at;
+        continue;
+      }
+      if (mii->get(inst.getOpcode()).isConditionalBranch()) ++jumps;
+      at += length;
+    }
+    return jumps;
+  }
+  FAIL("no symbol " << symbol);
+  return -1;
+}
+
+// Runs the instrumented program over inputs where branch 0 goes either way
+// about half the time, and returns the profile its counters make.
+ProfileDoc profile_from_a_run() {
+  jit::CompileRequest req;
+  req.mode = CompileMode::instrumented;
+  auto instrumented = jit::compile(kProgram, req);
+  REQUIRE(instrumented);
+  auto loader = jit::Loader::create();
+  REQUIRE(loader);
+  auto program = (*loader)->load(instrumented->object, *instrumented);
+  REQUIRE(program);
+  constexpr std::size_t n = 4000;
+  std::vector<std::int64_t> a(n), b(n), o(n);
+  std::mt19937_64 rng(7);
+  for (std::size_t i = 0; i < n; ++i) {
+    a[i] = rng() % 2 ? 500 : 0;  // passes c1 half the time
+    b[i] = rng() % 8 ? 0 : 5000; // passes c2 7/8 of the time
+  }
+  auto r = (*program)->call(
+      "run", std::vector<std::uint64_t>{reinterpret_cast<std::uintptr_t>(a.data()),
+                                        reinterpret_cast<std::uintptr_t>(b.data()),
+                                        reinterpret_cast<std::uintptr_t>(o.data()), n});
+  REQUIRE(r);
+  ProfileDoc doc;
+  auto counters = (*program)->read_counters();
+  for (const auto& f : (*program)->counters_layout())
+    doc.functions[f.pgo_name] =
+        FunctionProfile{.cfg_hash = f.cfg_hash, .counts = counters[f.pgo_name]};
+  return doc;
+}
+
+const jit::BlockRange* range_of_branch(const jit::FunctionRange& f, std::int32_t branch) {
+  for (const auto& b : f.blocks)
+    if (b.function == "run" && b.branch == branch) return &b;
+  return nullptr;
+}
+} // namespace
+
+TEST_CASE("branch-miss samples on one branch mark exactly it !unpredictable and change its code",
+          "[jobs][sampling][blocks]") {
+  const ProfileDoc profile = profile_from_a_run();
+  jit::CompileRequest req;
+  req.mode = CompileMode::optimized;
+  req.profile = &profile;
+  auto optimized = jit::compile(kProgram, req);
+  REQUIRE(optimized);
+
+  // The optimized compile reports the profile's weights by branch index.
+  REQUIRE(optimized->branch_weights.count("run") == 1);
+  std::map<std::string, std::vector<BranchStat>> weights;
+  for (const auto& w : optimized->branch_weights.at("run"))
+    weights["run"].push_back({w.index, w.taken, w.not_taken});
+  REQUIRE(weights["run"].size() == 2);
+  const BranchStat& even = weights["run"][0];
+  CHECK(even.index == 0);
+  CHECK(std::min(even.taken, even.not_taken) * 10 > (even.taken + even.not_taken) * 3);
+
+  auto loader = jit::Loader::create();
+  REQUIRE(loader);
+  auto program = (*loader)->load(optimized->object, *optimized);
+  REQUIRE(program);
+  const auto& ranges = (*program)->function_ranges();
+  auto run = std::find_if(ranges.begin(), ranges.end(),
+                          [](const jit::FunctionRange& f) { return f.name == "run"; });
+  REQUIRE(run != ranges.end());
+  const jit::BlockRange* b0 = range_of_branch(*run, 0);
+  const jit::BlockRange* b1 = range_of_branch(*run, 1);
+  REQUIRE(b0 != nullptr);
+  REQUIRE(b1 != nullptr);
+
+  // A recorded stream, as the kernel would write it: the sampler reads it out
+  // of its rings through the syscall seam, exactly as in the exec worker.
+  FakeSyscalls fake;
+  fake.fail_branch_stack(EOPNOTSUPP);
+  StageSampler stage_sampler(fake);
+  StageSamplingRequest request{{"cpu-clock", "branch-misses"}, 1000, 4000};
+  auto sampler = stage_sampler.get(request);
+  REQUIRE(sampler);
+  REQUIRE((*sampler)->active_events() == 2);
+  (void)(*sampler)->drain();
+  (*sampler)->start();
+  RingWriter clock(fake.mapping_for(fake.opened[0].fd), perf::page_size());
+  RingWriter misses(fake.mapping_for(fake.opened[1].fd), perf::page_size());
+  for (int i = 0; i < 40; ++i)
+    misses.append(sample_record(run->start + b0->offset + (i % b0->size), 100));
+  for (int i = 0; i < 5; ++i) // the latch: too few to matter
+    misses.append(sample_record(run->start + b1->offset, 100));
+  for (int i = 0; i < 30; ++i)
+    clock.append(sample_record(run->start + b0->offset, 1000000));
+  (*sampler)->stop();
+  auto samples = stage_samples_json((*sampler)->events(), request, (*sampler)->drain(), ranges);
+  REQUIRE(samples);
+  const json reply = {{"samples", *samples}};
+
+  // The service's side: tallies per branch, with the compile's weights.
+  const BlockTallies tallies = block_tallies_from(reply);
+  CHECK(tallies.branches.at("run").at(0).at("branch-misses") == 40);
+  CHECK(tallies.branches.at("run").at(1).at("branch-misses") == 5);
+  CHECK(tallies.blocks.at("cpu-clock").at("run").at(b0->block) == 30);
+  const auto stats = branch_stats(weights, tallies);
+
+  PolicyConfig cfg;
+  cfg.min_stages = 1;
+  ProfileDoc current = profile;
+  FeedbackAccumulator fb;
+  fb.add(StageFeedback{{}, 1000, {}}); // an optimized stage: no counts, no PMU counters
+  PolicyInput in;
+  in.current = &current;
+  in.current_version = 1;
+  in.feedback = &fb;
+  in.branch_stats = &stats;
+  in.now = std::chrono::system_clock::now();
+  PolicyDecision d = decide(cfg, in);
+  INFO(d.reason);
+  REQUIRE(d.action == PolicyAction::rewrite);
+  CHECK(d.profile.functions.at("run").unpredictable == std::vector<std::uint32_t>{0});
+  CHECK_THAT(d.reason, Catch::Contains("run branch 0 (40 miss samples"));
+
+  // Fewer samples than the threshold: nothing is marked.
+  cfg.branch_miss_min_samples = 41;
+  CHECK(decide(cfg, in).action == PolicyAction::keep);
+
+  // The next compile carries the mark, and the branch's code changed: one
+  // conditional jump on the combined condition instead of two.
+  req.profile = &d.profile;
+  auto marked = jit::compile(kProgram, req);
+  REQUIRE(marked);
+  const int before = conditional_jumps(optimized->object, "run");
+  const int after = conditional_jumps(marked->object, "run");
+  INFO("conditional jumps before " << before << ", after " << after);
+  CHECK(after == before - 1);
+}
