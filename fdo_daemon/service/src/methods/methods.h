@@ -25,6 +25,8 @@ void add_cache_methods(Dispatcher& d, ServiceState& s);
 void add_lifecycle_methods(Dispatcher& d, ServiceState& s);
 // gc, store.restore (maintenance_methods.cpp)
 void add_maintenance_methods(Dispatcher& d, ServiceState& s);
+// program.source (program_source_method.cpp)
+void add_program_source_method(Dispatcher& d, ServiceState& s);
 
 // --- shared by the families ---------------------------------------------
 
