@@ -5,7 +5,7 @@
 #include "fdo/profile_store/profile_store.h"
 #include "fdo/util/base64.h"
 #include "fdo/util/fd.h"
-#include "fdo/util/time.h"
+#include "fdo/util/ir_format.h"
 
 #include <ctime>
 #include <filesystem>
@@ -119,12 +119,7 @@ struct StoreBackend::Impl {
     FDO_TRY(std::vector<ps::ProgramInfo> all, store.programs());
     json out = json::array();
     for (const auto& p : all)
-      out.push_back({{"program", p.ik},
-                     {"name", p.name},
-                     {"size", p.size},
-                     {"profile_key", p.pk.empty() ? json(nullptr) : json(p.pk)},
-                     {"first_seen", rfc3339_ms(p.first_seen)},
-                     {"last_used", rfc3339_ms(p.last_used)}});
+      out.push_back(ps::program_to_json(p));
     return json{{"programs", std::move(out)}};
   }
 
@@ -153,15 +148,12 @@ struct StoreBackend::Impl {
     if (info->program_hash.empty() || cache::program_hash(scope, bytes) != info->program_hash)
       return make_error(Errc::corrupt, file + " does not hold the bytes registered as program " +
                                            ik + " (or their hash was never recorded)");
-    const bool bitcode =
-        std::string_view(bytes).starts_with(std::string_view("BC\xC0\xDE", 4)) ||
-        std::string_view(bytes).starts_with(std::string_view("\xDE\xC0\x17\x0B", 4));
     return json{{"program", ik},
                 {"profile_key", info->pk},
                 {"name", info->name},
                 {"owner", info->owner},
                 {"size", static_cast<std::int64_t>(bytes.size())},
-                {"format", bitcode ? "bitcode" : "text"},
+                {"format", is_llvm_bitcode(bytes) ? "bitcode" : "text"},
                 {"ir_base64", base64_encode(bytes)}};
   }
 };

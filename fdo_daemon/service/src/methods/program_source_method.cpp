@@ -2,17 +2,12 @@
 // operators), so `fdoctl profile annotate` can annotate it in the caller's
 // own process. fdod itself never parses it (docs/security.md, "Annotated IR").
 #include "fdo/util/base64.h"
+#include "fdo/util/ir_format.h"
 #include "methods.h"
 
 namespace fdo::daemon::methods {
 
 namespace {
-
-// LLVM bitcode, bare or in its wrapper header.
-bool is_bitcode(std::string_view bytes) {
-  return bytes.starts_with(std::string_view("BC\xC0\xDE", 4)) ||
-         bytes.starts_with(std::string_view("\xDE\xC0\x17\x0B", 4));
-}
 
 Expected<json> program_source_method(ServiceState& s, const json& p, const CallContext& ctx) {
   FDO_TRY(std::string ik, require_param<std::string>(p, "program"));
@@ -30,7 +25,7 @@ Expected<json> program_source_method(ServiceState& s, const json& p, const CallC
            {"size", static_cast<std::int64_t>(bytes.size())}};
   // Base64 either way: IR text may hold bytes that are not UTF-8 (quoted
   // names), which a JSON string cannot carry.
-  out["format"] = is_bitcode(bytes) ? "bitcode" : "text";
+  out["format"] = is_llvm_bitcode(bytes) ? "bitcode" : "text";
   out["ir_base64"] = base64_encode(bytes);
   return out;
 }
