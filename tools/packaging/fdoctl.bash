@@ -41,7 +41,9 @@ _fdoctl() {
         diff) words="--threshold --all $globals" ;;
         annotate) words="--function --trust-ir $globals" ;;
         export) words="--all --format --output $globals" ;;
-        import) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+        import)
+          [[ $cur != -* ]] && { mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return; }
+          words="--program $globals" ;;
         *) words="$globals" ;;
       esac ;;
     program) [[ -z $sub ]] && words="delete" || words="$globals" ;;
