@@ -58,10 +58,10 @@ say "why each interpreter stage hit or missed the cache"
 echo "\$ fdoctl explain ${prog:0:16}"
 fdoctl explain "$prog"
 say "the interpreter's dispatch loop, block by block, with the counts of its profile"
-echo "\$ fdoctl profile annotate ${prog:0:16} --function interp_run"
-fdoctl profile annotate "$prog" --function interp_run >"$tmp/annotate.out" || true
-head -n 24 "$tmp/annotate.out"
-echo "  ... ($(wc -l <"$tmp/annotate.out") lines)"
+echo "\$ fdoctl profile annotate ${prog:0:16} --function execute   # block labels and counts only"
+fdoctl profile annotate "$prog" --function execute >"$tmp/annotate.out" || true
+grep -E '^; function|; count' "$tmp/annotate.out" | head -n 24 || true
+echo "  ... ($(wc -l <"$tmp/annotate.out") lines of annotated IR)"
 say "what this host can measure"
 echo "\$ fdoctl doctor"
 fdoctl doctor || true
