@@ -57,6 +57,11 @@ fdoctl profile history "$pk"
 say "why each interpreter stage hit or missed the cache"
 echo "\$ fdoctl explain ${prog:0:16}"
 fdoctl explain "$prog"
+say "the interpreter's dispatch loop, block by block, with the counts of its profile"
+echo "\$ fdoctl profile annotate ${prog:0:16} --function execute   # block labels and counts only"
+fdoctl profile annotate "$prog" --function execute >"$tmp/annotate.out" || true
+grep -E '^; function|; count' "$tmp/annotate.out" | head -n 24 || true
+echo "  ... ($(wc -l <"$tmp/annotate.out") lines of annotated IR)"
 say "what this host can measure"
 echo "\$ fdoctl doctor"
 fdoctl doctor || true
@@ -73,8 +78,9 @@ for _ in $(seq 1 100); do
   sleep 0.05
 done
 if [ -n "$url" ]; then
-  echo "open ${url} — programs and profiles; each profile's functions by count, its history and"
-  echo "diffs; each program's stage timeline and cache-key lineage (read-only)"
+  echo "open ${url} — programs and profiles; each profile's functions by count (each one's IR"
+  echo "shaded by block counts), its history and diffs; each program's stage timeline by profile"
+  echo "version and variant, and its cache-key lineage (read-only)"
   # Up for FDO_DEMO_WEB_SECONDS (default: 120 at a terminal, where Enter
   # stops it sooner; 0 otherwise, so the demo never waits for input).
   secs=${FDO_DEMO_WEB_SECONDS:-}

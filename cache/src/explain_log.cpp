@@ -61,6 +61,7 @@ nlohmann::json to_json(const ExplainRecord& r) {
                       {"compile_ms", r.compile_ms}};
   if (!r.error.empty()) j["error"] = r.error;
   if (r.exec_ns) j["exec_ns"] = *r.exec_ns;
+  if (!r.variant_role.empty()) j["variant"] = {{"role", r.variant_role}, {"name", r.variant_name}};
   return j;
 }
 
@@ -83,16 +84,29 @@ std::uint64_t ExplainLog::record(ExplainRecord r, const std::optional<Served>& n
   return sequence;
 }
 
-void ExplainLog::set_exec_ns(const std::string& ik, std::uint64_t sequence, std::uint64_t exec_ns) {
+void ExplainLog::update(const std::string& ik, std::uint64_t sequence,
+                        const std::function<void(ExplainRecord&)>& change) {
   std::lock_guard lock(mu_);
   Program* p = programs_.find(ik);
   if (p == nullptr) return;
   // The stage's record is at (or next to) the back: search from there.
   for (auto it = p->log.rbegin(); it != p->log.rend(); ++it)
     if (it->sequence == sequence) {
-      it->exec_ns = exec_ns;
+      change(*it);
       return;
     }
+}
+
+void ExplainLog::set_exec_ns(const std::string& ik, std::uint64_t sequence, std::uint64_t exec_ns) {
+  update(ik, sequence, [&](ExplainRecord& r) { r.exec_ns = exec_ns; });
+}
+
+void ExplainLog::set_variant(const std::string& ik, std::uint64_t sequence, std::string role,
+                             std::string name) {
+  update(ik, sequence, [&](ExplainRecord& r) {
+    r.variant_role = std::move(role);
+    r.variant_name = std::move(name);
+  });
 }
 
 std::optional<Served> ExplainLog::last_served(const std::string& ik) const {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -37,11 +38,17 @@ public:
   std::uint64_t record(ExplainRecord r, const std::optional<Served>& now_serving);
   // Sets exec_ns on IK's record with this sequence, if it is still kept.
   void set_exec_ns(const std::string& ik, std::uint64_t sequence, std::uint64_t exec_ns);
+  // Sets the variant (the live A/B guard's role and name) the stage ran.
+  void set_variant(const std::string& ik, std::uint64_t sequence, std::string role,
+                   std::string name);
   std::optional<Served> last_served(const std::string& ik) const;
   // Oldest first; empty for a program never seen (or forgotten).
   std::vector<ExplainRecord> records(const std::string& ik) const;
 
 private:
+  // Applies `change` to IK's record with this sequence, if it is still kept.
+  void update(const std::string& ik, std::uint64_t sequence,
+              const std::function<void(ExplainRecord&)>& change);
   struct Program {
     std::optional<Served> served;
     std::deque<ExplainRecord> log;

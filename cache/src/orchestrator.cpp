@@ -581,6 +581,11 @@ void Orchestrator::record_execution(const std::string& ik, std::uint64_t explain
   impl_->explain.set_exec_ns(ik, explain_sequence, exec_ns);
 }
 
+void Orchestrator::record_variant(const std::string& ik, std::uint64_t explain_sequence,
+                                  std::string role, std::string name) {
+  impl_->explain.set_variant(ik, explain_sequence, std::move(role), std::move(name));
+}
+
 Stats Orchestrator::stats() const {
   const Impl& d = *impl_;
   Stats s;

@@ -6,6 +6,7 @@
 #include "llvm_support.h"
 #include "module_prep.h"
 #include "pgo.h"
+#include "pipeline_options.h"
 #include "thunks.h"
 
 #include <algorithm>
@@ -34,41 +35,6 @@ using Clock = std::chrono::steady_clock;
 std::uint64_t micros_since(Clock::time_point start) {
   return static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
-}
-
-// Knobs -> PassBuilder level. Os/Oz are O2 with a size bias in LLVM, so a
-// size level wins over opt_level (except O0).
-llvm::OptimizationLevel optimization_level(const fdo::Knobs& k) {
-  if (k.opt_level <= 0) return llvm::OptimizationLevel::O0;
-  if (k.size_level == 1) return llvm::OptimizationLevel::Os;
-  if (k.size_level >= 2) return llvm::OptimizationLevel::Oz;
-  if (k.opt_level == 1) return llvm::OptimizationLevel::O1;
-  if (k.opt_level == 2) return llvm::OptimizationLevel::O2;
-  return llvm::OptimizationLevel::O3;
-}
-
-llvm::CodeGenOpt::Level codegen_level(const fdo::Knobs& k) {
-  if (k.opt_level <= 0) return llvm::CodeGenOpt::None;
-  if (k.opt_level == 1) return llvm::CodeGenOpt::Less;
-  if (k.opt_level == 2 || k.size_level > 0) return llvm::CodeGenOpt::Default;
-  return llvm::CodeGenOpt::Aggressive;
-}
-
-// Mirrors clang's defaults (unrolling and vectorisation from -O2, no
-// vectorisation at -Oz), then lets the knobs switch them off.
-llvm::PipelineTuningOptions tuning_options(const fdo::Knobs& k) {
-  llvm::PipelineTuningOptions pto;
-  const bool o2_or_more = k.opt_level >= 2;
-  pto.LoopUnrolling = k.unroll && o2_or_more;
-  pto.LoopInterleaving = k.unroll && o2_or_more;
-  pto.LoopVectorization = k.vectorize && o2_or_more && k.size_level < 2;
-  pto.SLPVectorization = k.vectorize && o2_or_more && k.size_level < 2;
-  if (k.inline_threshold) pto.InlinerThreshold = *k.inline_threshold;
-  // The call-graph profile only guides a static linker's function ordering,
-  // and its section (.llvm.call-graph-profile, SHT_REL relocations) is one
-  // JITLink refuses.
-  pto.CallGraphProfile = false;
-  return pto;
 }
 
 llvm::Expected<std::string> emit_object(llvm::Module& m, llvm::TargetMachine& tm) {

@@ -21,4 +21,13 @@ nlohmann::json version_to_json(const StoredProfile& p) {
           {"program", p.program}, {"source", std::string(to_string(p.source))}};
 }
 
+nlohmann::json program_to_json(const ProgramInfo& p) {
+  return {{"program", p.ik},
+          {"name", p.name},
+          {"size", p.size},
+          {"profile_key", p.pk.empty() ? nlohmann::json(nullptr) : nlohmann::json(p.pk)},
+          {"first_seen", rfc3339_ms(p.first_seen)},
+          {"last_used", rfc3339_ms(p.last_used)}};
+}
+
 } // namespace fdo::profile_store

@@ -98,6 +98,14 @@ TEST_CASE("stage 1 goes through VK and records IK->PK and CK->VK", "[cache][orch
   CHECK_FALSE(log[0].exec_ns); // not executed yet
   o->record_execution(s.ik, s.explain_sequence, 12345);
   CHECK(o->explain(s.ik)[0].exec_ns == std::optional<std::uint64_t>(12345));
+  CHECK(o->explain(s.ik)[0].variant_role.empty()); // no variant said yet
+  o->record_variant(s.ik, s.explain_sequence, "candidate", "plain O3");
+  CHECK(o->explain(s.ik)[0].variant_role == "candidate");
+  CHECK(o->explain(s.ik)[0].variant_name == "plain O3");
+  CHECK(to_json(o->explain(s.ik)[0])["variant"] ==
+        nlohmann::json{{"role", "candidate"}, {"name", "plain O3"}});
+  o->record_variant(s.ik, s.explain_sequence + 100, "incumbent", "x"); // no such record: ignored
+  CHECK(o->explain(s.ik)[0].variant_role == "candidate");
   auto stats = o->stats();
   CHECK(stats.compiles == 1);
   CHECK(stats.recompiles == 0);

@@ -1,13 +1,16 @@
 // The PGO round trip without compiler-rt: instrumented compile, counters read
 // back through the loader, the profile fed to the optimized compile.
+#include "fdo/jit/annotate.h"
 #include "fdo/jit/compiler.h"
 #include "fdo/jit/loader.h"
 #include "fdo/jit/profdata.h"
 #include "jit_test_util.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <llvm/ProfileData/InstrProfReader.h>
 #include <llvm/Support/MemoryBuffer.h>
+#include <map>
 #include <regex>
 
 using namespace fdo;
@@ -427,4 +430,82 @@ TEST_CASE("a clang-made .profdata of the same source seeds the profile", "[jit][
   auto junk = seed_profile("not a profile", fixture("clang_pgo.ll"));
   REQUIRE_FALSE(junk.has_value());
   CHECK(junk.error().code() == Errc::invalid_argument);
+}
+
+TEST_CASE("annotate: each block's count comes from the profile's counters",
+          "[jit][pgo][annotate]") {
+  Instrumented i = load_instrumented("loop_branch.ll");
+  REQUIRE(i.program->call("run", std::vector<std::uint64_t>{1000}).has_value());
+  REQUIRE(i.program->call("run", std::vector<std::uint64_t>{10}).has_value());
+  ProfileDoc profile = profile_from(i);
+
+  auto annotated = annotate(fixture("loop_branch.ll"), profile);
+  REQUIRE(annotated.has_value());
+  std::map<std::string, const AnnotatedFunction*> by_name;
+  for (const AnnotatedFunction& f : annotated->functions)
+    by_name[f.symbol] = &f;
+  REQUIRE(by_name.count("run"));
+  const AnnotatedFunction& run = *by_name["run"];
+  CHECK(run.entry_count == std::optional<std::uint64_t>(2));
+  CHECK_FALSE(run.approximate);
+  std::map<std::string, std::uint64_t> counts;
+  for (const AnnotatedBlock& b : run.blocks) {
+    INFO(b.label);
+    REQUIRE(b.count.has_value());
+    counts[b.label] = *b.count;
+  }
+  // 1010 iterations over two calls: 909 to %hot, 101 to %cold, each once
+  // through %latch; the loop header once per iteration, the exit once a call.
+  CHECK(counts.at("entry") == 2);
+  CHECK(counts.at("loop") == 1010);
+  CHECK(counts.at("hot") == 909);
+  CHECK(counts.at("cold") == 101);
+  CHECK(counts.at("latch") == 1010);
+  CHECK(counts.at("exit") == 2);
+  CHECK(by_name.at("on_hot")->entry_count == std::optional<std::uint64_t>(909));
+  CHECK(by_name.at("cold_total")->entry_count == std::optional<std::uint64_t>(0));
+  // Block text is the block's instructions; the signature its define line.
+  CHECK_THAT(run.signature, Catch::StartsWith("define i64 @run("));
+  auto hot = std::find_if(run.blocks.begin(), run.blocks.end(),
+                          [](const AnnotatedBlock& b) { return b.label == "hot"; });
+  REQUIRE(hot != run.blocks.end());
+  REQUIRE(hot->lines.size() == 2);
+  CHECK_THAT(hot->lines[0], Catch::StartsWith("call void @on_hot()"));
+  CHECK_THAT(hot->lines[1], Catch::StartsWith("br label %latch"));
+
+  SECTION("a profile without counts is refused, naming why") {
+    auto empty = annotate(fixture("loop_branch.ll"), ProfileDoc{});
+    REQUIRE_FALSE(empty.has_value());
+    CHECK(empty.error().code() == Errc::invalid_argument);
+    CHECK_THAT(empty.error().message(), Catch::Contains("no counts"));
+  }
+  SECTION("malformed IR is a parse error") {
+    auto bad = annotate(fixture("malformed.ll"), profile);
+    REQUIRE_FALSE(bad.has_value());
+    CHECK(bad.error().code() == Errc::parse);
+  }
+}
+
+TEST_CASE("annotate: local functions show their source names", "[jit][pgo][annotate]") {
+  ProfileDoc o0; // keep the helper out of line, to see its count
+  o0.knobs.opt_level = 0;
+  Instrumented i = load_instrumented("fp_base.ll", &o0);
+  REQUIRE(i.program->call("compute", std::vector<std::uint64_t>{8}).value_or(0) == 60);
+  ProfileDoc profile = profile_from(i);
+  profile.knobs.opt_level = 0;
+  auto annotated = annotate(fixture("fp_base.ll"), profile);
+  REQUIRE(annotated.has_value());
+  bool helper_seen = false;
+  for (const AnnotatedFunction& f : annotated->functions) {
+    CHECK(f.symbol.find("fdo.local") == std::string::npos);
+    for (const AnnotatedBlock& b : f.blocks)
+      for (const std::string& line : b.lines)
+        CHECK(line.find("@fdo.local") == std::string::npos);
+    if (f.pgo_name == "fdo:fdo.local.1") {
+      helper_seen = true;
+      CHECK(f.entry_count == std::optional<std::uint64_t>(8));
+      CHECK(f.source_name != f.pgo_name);
+    }
+  }
+  CHECK(helper_seen);
 }

@@ -33,4 +33,17 @@ for c in $commands; do
     grep -qx -- "$o" <<<"$got" || { echo "completion of '$c' lacks '$o'"; fail=1; }
   done
 done
+# The command groups' subcommands, and each subcommand's long options.
+for g in profile program cache; do
+  subs=$("$fdoctl" "$g" --help | awk '/^Subcommands:/{on=1; next} on && /^  [a-z]/{print $1} on && /^$/{exit}')
+  got=$(complete_words "$g" "")
+  for s in $subs; do
+    grep -qx -- "$s" <<<"$got" || { echo "completion of '$g' lacks '$s'"; fail=1; }
+    opts=$("$fdoctl" "$g" "$s" --help | grep -oE -- '--[a-z][a-z-]+' | sort -u | grep -vx -- '--help' || true)
+    sgot=$(complete_words "$g" "$s" "--")
+    for o in $opts; do
+      grep -qx -- "$o" <<<"$sgot" || { echo "completion of '$g $s' lacks '$o'"; fail=1; }
+    done
+  done
+done
 exit $fail

@@ -228,6 +228,18 @@ def main():
         changed = [f.get("source_name") or f["name"] for f in diff["functions"]
                    if f["change"] == "changed"]
         check(changed, diff)
+        # The hottest function's IR as `profile annotate` gives it: the block
+        # counts the function view must show.
+        annotated = json_of(daemon, "profile", "annotate", sort_pk, "--function", hottest)
+        check(len(annotated["functions"]) == 1, annotated)
+        hot_fn = annotated["functions"][0]
+        block_counts = [b["count"] for b in hot_fn["blocks"] if b["count"] is not None]
+        check(hot_fn["entry_count"] and block_counts, hot_fn)
+        # The variants the stages ran, as the timeline must name them.
+        variants = sorted({f"v{r['profile_version']} {r['variant']['role']}"
+                           + (f": {r['variant']['name']}" if r["variant"]["name"] else "")
+                           for r in explain["records"] if r.get("variant")})
+        check(variants, f"cache.explain names the variant of each executed stage: {explain['records']}")
         views = {
             "overview": ("#/", ["sort", "interp", sort_pk[:16], sort_ik[:16]], 900),
             "profile": (f"#/profile/{sort_pk}",
@@ -239,7 +251,12 @@ def main():
             "program": (f"#/program/{sort_ik}",
                         ["Stage timeline", "Cache key lineage", "IK (program", "VK (first stage",
                          "CK profile v1 optimized", "instrumented", "new_program",
-                         "profile_rewritten"], 1200),
+                         "profile_rewritten", 'id="timeline-legend"', "▲"] + variants, 1200),
+            "function": (f"#/profile/{sort_pk}/function/{hottest}",
+                         [f"Function {hot_fn['source_name']}", fmt_int(hot_fn["entry_count"]),
+                          'id="annotated-ir"', hot_fn["signature"].split("(")[0].split("@")[-1] + "("]
+                         + [f'data-count="{c}"' for c in block_counts]
+                         + [f"count {fmt_int(c)}" for c in block_counts], 1400),
         }
         for name, (route, expected, height) in views.items():
             url = web.url + route
@@ -261,7 +278,14 @@ def main():
         rows = re.findall(r"<tr><td class=\"num\">(\d+)</td>", dom)
         check(len(rows) == len(explain["records"]), (rows, len(explain["records"])))
         check("execution time per stage" in dom, "the timeline is of execution times")
-        print(f"ok: 5 views checked; screenshots in {ARTIFACTS}")
+        # The functions chart and table link to each function's annotated IR.
+        dom = (ARTIFACTS / "profile.html").read_text()
+        check(f'href="#/profile/{sort_pk}/function/' in dom, "the profile links its functions' IR")
+        # One shaded block per block of the function, in order.
+        dom = (ARTIFACTS / "function.html").read_text()
+        shown = [int(c) for c in re.findall(r'class="block" data-label="[^"]*" data-count="(\d+)"', dom)]
+        check(shown == block_counts, (shown, block_counts))
+        print(f"ok: 6 views checked; screenshots in {ARTIFACTS}")
         return 0
     finally:
         for w in webs:

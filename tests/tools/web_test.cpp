@@ -145,7 +145,7 @@ TEST_CASE("web: the read-only gate passes reads and refuses every write", "[web]
   std::vector<std::string> calls;
   ReadOnlyBackend gate(std::make_unique<FakeBackend>(calls));
   for (const char* m : {"profile.list", "profile.get", "profile.history", "program.list",
-                        "cache.explain", "cache.stats", "health"}) {
+                        "cache.explain", "cache.stats", "health", "program.source"}) {
     CHECK(is_read_method(m));
     CHECK(gate.call(m, {{"profile_key", kPk}}));
   }
@@ -157,7 +157,7 @@ TEST_CASE("web: the read-only gate passes reads and refuses every write", "[web]
     REQUIRE_FALSE(r);
     CHECK(r.error().code() == Errc::permission_denied);
   }
-  CHECK(calls.size() == 7); // the refused ones never reached the backend
+  CHECK(calls.size() == 8); // the refused ones never reached the backend
 }
 
 TEST_CASE("web: every view answers from read methods only", "[web]") {
@@ -212,6 +212,9 @@ TEST_CASE("web: bad requests get clean 4xx answers", "[web]") {
   CHECK(status("/api/profile/" + kPk + "?version=x") == 400);
   CHECK(status("/api/profile/" + kPk + "/diff?v1=1") == 400);
   CHECK(status("/api/profile/" + kPk + "/diff?v1=1&v2=-2") == 400);
+  CHECK(status("/api/profile/" + kPk + "/annotate?function=%zz") == 400);
+  CHECK(status("/api/profile/" + kPk + "/annotate?function=ab%2") == 400);
+  CHECK(status("/api/profile/zzz/annotate") == 400);
   CHECK(status("/assets/../../etc/passwd") == 400);
   CHECK(status("/assets/%2e%2e/%2e%2e/etc/passwd") == 400);
   CHECK(status("/assets/..%2f..%2fetc%2fpasswd") == 400);

@@ -36,11 +36,14 @@ _fdoctl() {
          [[ $cur != -* ]] && { mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return; } ;;
     profile)
       case $sub in
-        "") words="show history diff pin unpin reset delete export import" ;;
+        "") words="show history diff pin unpin reset delete export import annotate" ;;
         show) words="--version --counts $globals" ;;
         diff) words="--threshold --all $globals" ;;
+        annotate) words="--function --trust-ir $globals" ;;
         export) words="--all --format --output $globals" ;;
-        import) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+        import)
+          [[ $cur != -* ]] && { mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return; }
+          words="--program $globals" ;;
         *) words="$globals" ;;
       esac ;;
     program) [[ -z $sub ]] && words="delete" || words="$globals" ;;

@@ -1,7 +1,11 @@
 #include "fdo/ctl/backend.h"
 
+#include "fdo/cache/keys.h"
 #include "fdo/profile_store/json_view.h"
 #include "fdo/profile_store/profile_store.h"
+#include "fdo/util/base64.h"
+#include "fdo/util/fd.h"
+#include "fdo/util/ir_format.h"
 
 #include <ctime>
 #include <filesystem>
@@ -29,12 +33,12 @@ Expected<std::string> string_param(const json& params, const char* key) {
   return params[key].get<std::string>();
 }
 
-
 } // namespace
 
 struct StoreBackend::Impl {
   std::string path;
   ps::ProfileStore store;
+  std::string state_dir;
 
   // history() is not_found for an unknown key; say which key.
   Expected<std::vector<ps::StoredProfile>> history(const std::string& pk) {
@@ -109,6 +113,49 @@ struct StoreBackend::Impl {
     FDO_TRY(json bundle, store.export_bundle(pks));
     return json{{"format", "json"}, {"bundle", std::move(bundle)}};
   }
+
+  // Every tenant's programs: the store is the operator's.
+  Expected<json> programs() {
+    FDO_TRY(std::vector<ps::ProgramInfo> all, store.programs());
+    json out = json::array();
+    for (const auto& p : all)
+      out.push_back(ps::program_to_json(p));
+    return json{{"programs", std::move(out)}};
+  }
+
+  // programs/<IK>.prog, trusted only as far as its row's program hash
+  // vouches for it (as fdod does when it loads the file).
+  Expected<json> program_source(const json& params) {
+    FDO_TRY(std::string ik, string_param(params, "program"));
+    FDO_TRY(std::optional<ps::ProgramInfo> info, store.program(ik));
+    if (!info) return make_error(Errc::not_found, "no program " + ik + " in " + path);
+    const std::string file =
+        (std::filesystem::path(state_dir) / "programs" / (ik + ".prog")).string();
+    auto contents = read_file(file);
+    if (!contents)
+      return make_error(Errc::not_found,
+                        "program " + ik +
+                            " is registered but its IR is missing: " + contents.error().message());
+    std::string scope;
+    std::string bytes = std::move(*contents);
+    if (std::string_view(bytes).starts_with(cache::kScopeTag)) {
+      std::size_t nl = bytes.find('\n', cache::kScopeTag.size());
+      if (nl == std::string::npos)
+        return make_error(Errc::corrupt, file + ": a scope header without its end");
+      scope = bytes.substr(cache::kScopeTag.size(), nl - cache::kScopeTag.size());
+      bytes.erase(0, nl + 1);
+    }
+    if (info->program_hash.empty() || cache::program_hash(scope, bytes) != info->program_hash)
+      return make_error(Errc::corrupt, file + " does not hold the bytes registered as program " +
+                                           ik + " (or their hash was never recorded)");
+    return json{{"program", ik},
+                {"profile_key", info->pk},
+                {"name", info->name},
+                {"owner", info->owner},
+                {"size", static_cast<std::int64_t>(bytes.size())},
+                {"format", is_llvm_bitcode(bytes) ? "bitcode" : "text"},
+                {"ir_base64", base64_encode(bytes)}};
+  }
 };
 
 StoreBackend::StoreBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -124,7 +171,7 @@ Expected<std::unique_ptr<StoreBackend>> StoreBackend::open(const std::string& st
   options.mode = ps::OpenMode::read_only;
   auto store = ps::ProfileStore::open(path, options);
   if (!store) return std::move(store).error().context("open " + path + " read-only");
-  auto impl = std::unique_ptr<Impl>(new Impl{path, std::move(*store)});
+  auto impl = std::unique_ptr<Impl>(new Impl{path, std::move(*store), state_dir});
   return std::unique_ptr<StoreBackend>(new StoreBackend(std::move(impl)));
 }
 
@@ -137,11 +184,13 @@ Expected<json> StoreBackend::call(std::string_view method, const json& params) {
   if (method == "profile.get") return impl_->get(params);
   if (method == "profile.history") return impl_->history_json(params);
   if (method == "profile.export") return impl_->export_json(params);
+  if (method == "program.list") return impl_->programs();
+  if (method == "program.source") return impl_->program_source(params);
   return make_error(Errc::unsupported,
                     std::string(method) +
                         " needs a running fdod: without the daemon fdoctl can only read profiles "
-                        "from the store (profiles, profile show/history/diff, profile export "
-                        "--format json)");
+                        "from the store (profiles, programs, profile show/history/diff/annotate, "
+                        "profile export --format json)");
 }
 
 } // namespace fdo::ctl

@@ -1,5 +1,6 @@
 #include "fdo/ctl/cli.h"
 
+#include "annotate.h"
 #include "context.h"
 #include "fdo/version.h"
 #include "web/web_command.h"
@@ -247,6 +248,26 @@ int run_cli(const std::vector<std::string>& args, Io& io) {
         return cmd_profile_import_profdata(c, import_file, import_program);
       return cmd_profile_import(c, import_file);
     };
+  });
+
+  AnnotateRequest annotate;
+  bool trust_ir = false;
+  auto* annotate_cmd = profile_cmd->add_subcommand(
+      "annotate", "A program's IR with each block's execution count from its current profile, "
+                  "in source names");
+  annotate_cmd
+      ->add_option("PROGRAM", annotate.target,
+                   "program id (or a unique prefix), program name, or profile key (or a unique "
+                   "prefix)")
+      ->required();
+  annotate_cmd->add_option("--function,-f", annotate.function,
+                           "only this function (source or canonical name)");
+  annotate_cmd->add_flag("--trust-ir", trust_ir,
+                         "annotate another uid's program (its IR is parsed by LLVM in this "
+                         "process)");
+  annotate_cmd->callback([&] {
+    annotate.foreign = trust_ir ? ForeignIr::trust : ForeignIr::refuse;
+    action = [&](Context& c) { return cmd_profile_annotate(c, annotate); };
   });
 
   // backup, restore

@@ -113,5 +113,7 @@ Status cmd_status(Context& ctx);
 Status cmd_doctor(Context& ctx);
 Status cmd_metrics(Context& ctx);
 Status cmd_config(Context& ctx);
+struct AnnotateRequest;
+Status cmd_profile_annotate(Context& ctx, const AnnotateRequest& request); // annotate.cpp
 
 } // namespace fdo::ctl

@@ -6,6 +6,7 @@
 #include "fdo/ctl/table.h"
 #include "fdo/util/base64.h"
 #include "fdo/util/fd.h"
+#include "fdo/util/ir_format.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -23,12 +24,6 @@ namespace {
 
 // --wait-optimized runs at most this many stages past --stages.
 constexpr int kMaxWaitStages = 100000;
-
-// Bitcode starts with 'BC' 0xC0DE, or with the wrapper magic 0x0B17C0DE.
-bool is_bitcode(std::string_view bytes) {
-  return bytes.starts_with(std::string_view("BC\xC0\xDE", 4)) ||
-         bytes.starts_with(std::string_view("\xDE\xC0\x17\x0B", 4));
-}
 
 // A status line on the terminal, redrawn in place with the time spent so far
 // (a stage can compile for a minute) and erased before the next table row.
@@ -122,7 +117,7 @@ Status cmd_run(Context& ctx, const RunOptions& o) {
   Progress progress(ctx.io(), !ctx.json_output() && ctx.io().out_is_tty && ctx.io().err_is_tty);
 
   progress.show("registering " + o.file + " (" + format_bytes(bytes->size()) +
-                (is_bitcode(*bytes) ? " of bitcode" : " of IR text") + ")");
+                (is_llvm_bitcode(*bytes) ? " of bitcode" : " of IR text") + ")");
   // Text and bitcode alike travel as base64: the daemon keys the exact bytes,
   // and base64 keeps them exact whatever the text's encoding.
   auto registered =

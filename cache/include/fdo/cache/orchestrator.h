@@ -118,6 +118,10 @@ struct ExplainRecord {
   // said so (record_execution); unset for a compile-only stage, a failed one,
   // a background tier-up's record, or an output run in the client's process.
   std::optional<std::uint64_t> exec_ns;
+  // The compiled variant the stage ran, as the live A/B guard named it
+  // (record_variant): role current/incumbent/candidate and e.g. "plain O2";
+  // empty where nothing said (compile-only, in-process, tier-up records).
+  std::string variant_role, variant_name;
 };
 nlohmann::json to_json(const ExplainRecord& r);
 
@@ -202,6 +206,9 @@ public:
   // to execute, for its explain record; nothing when the record is gone.
   void record_execution(const std::string& ik, std::uint64_t explain_sequence,
                         std::uint64_t exec_ns);
+  // Notes which variant that stage ran (docs/guard.md), for the same record.
+  void record_variant(const std::string& ik, std::uint64_t explain_sequence, std::string role,
+                      std::string name);
   Stats stats() const;
   // Blocks until no tier-up is queued or running.
   void wait_idle();

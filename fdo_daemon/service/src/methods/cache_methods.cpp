@@ -27,6 +27,9 @@ json explain_record_json(const cache::ExplainRecord& r) {
           {"mode", std::string(to_string(r.mode))},
           {"compile_ms", r.compile_ms},
           {"exec_ns", r.exec_ns ? json(*r.exec_ns) : json(nullptr)},
+          {"variant", r.variant_role.empty()
+                          ? json(nullptr)
+                          : json{{"role", r.variant_role}, {"name", r.variant_name}}},
           {"error", r.error}};
 }
 

@@ -360,6 +360,9 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   result["output"] = output_json(output);
   const std::uint64_t exec_ns = measurement.value("wall_ns", std::uint64_t{0});
   s.orch->record_execution(so.ik, so.explain_sequence, exec_ns);
+  const json& ran = stage["variant"];
+  s.orch->record_variant(so.ik, so.explain_sequence, ran.value("role", ""),
+                         ran["name"].is_string() ? ran["name"].get<std::string>() : "");
   stage["exec_ns"] = exec_ns;
   stage["counters"] = std::move(measurement);
   stage["profile_rewritten"] = std::move(rewritten);

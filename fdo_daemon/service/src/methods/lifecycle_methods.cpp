@@ -2,6 +2,7 @@
 // how to remove it. A tenant sees and deletes only its own programs and
 // profiles; another tenant's id or key is "not found", exactly like one that
 // does not exist. Both deletes leave an audit record (audit.h).
+#include "fdo/profile_store/json_view.h"
 #include "fdo/util/hash.h"
 #include "fdo/util/time.h"
 #include "methods.h"
@@ -16,12 +17,7 @@ Expected<json> program_list(ServiceState& s, const json&, const CallContext& ctx
   FDO_TRY(std::vector<ps::ProgramInfo> all, s.store->programs(static_cast<std::int64_t>(ctx.uid)));
   json out = json::array();
   for (const auto& p : all)
-    out.push_back({{"program", p.ik},
-                   {"name", p.name},
-                   {"size", p.size},
-                   {"profile_key", p.pk.empty() ? json(nullptr) : json(p.pk)},
-                   {"first_seen", rfc3339_ms(p.first_seen)},
-                   {"last_used", rfc3339_ms(p.last_used)}});
+    out.push_back(ps::program_to_json(p));
   return json{{"programs", std::move(out)}};
 }
 

@@ -28,6 +28,8 @@ void add_maintenance_methods(Dispatcher& d, ServiceState& s);
 // program.lease, feedback.submit, program.release, and the disconnect hook
 // that ends a connection's leases (inprocess_methods.cpp)
 void add_inprocess_methods(Dispatcher& d, ServiceState& s);
+// program.source (program_source_method.cpp)
+void add_program_source_method(Dispatcher& d, ServiceState& s);
 
 // --- shared by the families ---------------------------------------------
 

@@ -1,5 +1,5 @@
-// The JSON views of stored profiles that fdod's profile.list / profile.history
-// return (schemas/methods/) and that fdoctl prints from the database when the
+// The JSON views of stored profiles that fdod's profile.list / profile.history /
+// program.list return (schemas/methods/) and that fdoctl prints from the database when the
 // daemon is down: one definition, so both say the same thing.
 #pragma once
 
@@ -13,5 +13,7 @@ namespace fdo::profile_store {
 nlohmann::json summary_to_json(const ProfileSummary& summary);
 // {version, digest, reason, created_at, stage, host, program, source}
 nlohmann::json version_to_json(const StoredProfile& profile);
+// {program, name, size, profile_key (null when unknown), first_seen, last_used}
+nlohmann::json program_to_json(const ProgramInfo& program);
 
 } // namespace fdo::profile_store

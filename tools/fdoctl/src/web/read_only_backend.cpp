@@ -6,9 +6,9 @@
 namespace fdo::ctl::web {
 
 namespace {
-constexpr std::array<std::string_view, 7> kReadMethods = {
+constexpr std::array<std::string_view, 8> kReadMethods = {
     "profile.list",  "profile.get", "profile.history", "program.list",
-    "cache.explain", "cache.stats", "health"};
+    "cache.explain", "cache.stats", "health",          "program.source"};
 } // namespace
 
 bool is_read_method(std::string_view method) {

@@ -1,5 +1,6 @@
 #include "web_app.h"
 
+#include "../annotate.h"
 #include "embedded_assets.h"
 #include "fdo/util/hash.h"
 #include "listen.h"
@@ -70,6 +71,26 @@ std::optional<std::string_view> query_param(std::string_view query, std::string_
       return eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
   }
   return std::nullopt;
+}
+
+// %XX escapes and '+' (a space) of a query value; nullopt for a broken escape.
+std::optional<std::string> percent_decode(std::string_view text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '+') {
+      out += ' ';
+    } else if (text[i] != '%') {
+      out += text[i];
+    } else {
+      unsigned v = 0;
+      if (i + 2 >= text.size()) return std::nullopt;
+      auto [end, ec] = std::from_chars(text.data() + i + 1, text.data() + i + 3, v, 16);
+      if (ec != std::errc() || end != text.data() + i + 3) return std::nullopt;
+      out += static_cast<char>(v);
+      i += 2;
+    }
+  }
+  return out;
 }
 
 // A version number from the query: absent -> nullopt; present it must be an
@@ -198,6 +219,18 @@ WebResponse WebApp::api(std::string_view path, std::string_view query) {
       if (!v1 || !v2) return error_response(400, (v1 ? v2 : v1).error().message());
       if (!*v1 || !*v2) return error_response(400, "diff needs ?v1=A&v2=B (version numbers)");
       return run([&](Backend& b) { return diff_view(b, pk, **v1, **v2); });
+    }
+    if (parts.size() == 3 && parts[2] == "annotate") {
+      // The IR of one of the caller's programs with this profile, annotated
+      // here (annotate.h); only the caller's own programs (ForeignIr::refuse).
+      AnnotateRequest request;
+      request.target = pk;
+      if (auto fn = query_param(query, "function")) {
+        auto name = percent_decode(*fn);
+        if (!name) return error_response(400, "function: a broken %-escape");
+        request.function = std::move(*name);
+      }
+      return run([&](Backend& b) { return annotate_program(b, request); });
     }
   }
   if (parts.size() == 2 && parts[0] == "program") {

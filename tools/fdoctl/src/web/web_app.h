@@ -9,6 +9,7 @@
 //   /api/profile/PK[?version=N]
 //   /api/profile/PK/history
 //   /api/profile/PK/diff?v1=A&v2=B
+//   /api/profile/PK/annotate[?function=NAME]  IR of a program with that profile, block counts
 //   /api/program/IK            recorded stages (timeline, lineage)
 // Every /api request needs the run's token (X-Fdo-Token); the page and its
 // assets hold no data and need none.

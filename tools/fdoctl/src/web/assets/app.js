@@ -4,6 +4,7 @@
 //   #/profile/PK[/vN]          a profile's functions by count (and sampled time share)
 //   #/profile/PK/history       versions with the reason for each rewrite
 //   #/profile/PK/diff/A/B      what changed between two versions
+//   #/profile/PK/function/NAME a function's IR, each block shaded by its count
 //   #/program/IK               stage timeline and key lineage (IK -> VK -> CK)
 'use strict';
 
@@ -152,10 +153,13 @@ async function profile(pk, version) {
     datasets.push({ label: 'share of time', data: top.map((f) => (f.sampled.time_share || 0) * 100),
       backgroundColor: '#4e79a7', xAxisID: 'x' });
   out.push(h('h2', {}, 'Functions by count (hottest first)'));
+  out.push(h('p', { class: 'muted' }, 'Click a bar or a name for the function\'s IR with each block\'s count.'));
+  const fnHref = (f) => `#/profile/${pk}/function/${encodeURIComponent(f.name)}`;
   out.push(chartBox('functions-chart', Math.max(120, 28 * top.length + 60), {
     type: 'bar',
     data: { labels: top.map((f) => f.display_name), datasets },
     options: { indexAxis: 'y', maintainAspectRatio: false,
+      onClick: (ev, elements) => { if (elements.length) location.hash = fnHref(top[elements[0].index]); },
       scales: { x: { title: { display: true, text: '% of the profile' }, beginAtZero: true } },
       plugins: { legend: { display: datasets.length > 1 } } },
   }));
@@ -167,7 +171,8 @@ async function profile(pk, version) {
     const strip = h('div', { class: 'heat' }, shown.map((c, i) =>
       h('span', { style: { background: heat(c / max) }, title: `counter ${i}: ${fmtInt(c)}` }, fmtInt(c))),
     f.counts.length > shown.length ? h('span', { class: 'muted' }, `+${f.counts.length - shown.length} more`) : null);
-    return [h('span', { title: f.name }, f.display_name, f.display_name !== f.name ? h('div', { class: 'muted key' }, f.name) : null),
+    return [h('span', { title: f.name }, h('a', { href: fnHref(f), class: 'fn-link' }, f.display_name),
+      f.display_name !== f.name ? h('div', { class: 'muted key' }, f.name) : null),
       fmtInt(f.total), pct(f.share),
       ...sampled.map((s) => (s in f.sampled ? (s.includes('share') ? pct(f.sampled[s]) : fmtInt(f.sampled[s])) : '')),
       strip, f.unpredictable.join(', ') || '-'];
@@ -268,21 +273,25 @@ async function program(ik) {
   }
   const withExec = doc.records.some((r) => typeof r.exec_ns === 'number');
   const colours = new Map();
-  const label = (r) => `v${r.profile_version < 0 ? '?' : r.profile_version} ${r.mode}`;
+  // The variant the live A/B guard ran (role and name, docs/guard.md), else
+  // the compile mode for records that name none (compile-only, older fdod).
+  const variantOf = (r) => (r.variant ? `${r.variant.role}${r.variant.name ? ': ' + r.variant.name : ''}` : r.mode);
+  const label = (r) => `v${r.profile_version < 0 ? '?' : r.profile_version} ${variantOf(r)}`;
   const groups = [...new Set(doc.records.map(label))];
   const stages = doc.records.map((r) => String(r.stage));
   const datasets = groups.map((g) => ({
     type: 'bar', label: g, backgroundColor: colourFor(colours, g), stack: 'time',
     data: doc.records.map((r) => (label(r) === g ? (withExec ? (r.exec_ns || 0) / 1e6 : r.compile_ms || 0) : null)),
   }));
-  datasets.push({ type: 'scatter', label: 'compile', pointStyle: 'triangle', pointRadius: 7,
+  datasets.push({ type: 'scatter', label: 'compile event', pointStyle: 'triangle', pointRadius: 7,
     backgroundColor: '#222',
     data: doc.records.map((r, i) => (r.compile_ms > 0 ? { x: stages[i], y: r.compile_ms } : null)).filter(Boolean),
     yAxisID: 'compile' });
   out.push(h('h2', {}, 'Stage timeline'));
   out.push(h('p', { class: 'muted' }, withExec
-    ? 'Bars: execution time per stage, coloured by the profile version and variant (mode) it ran; triangles: compiles (right axis).'
-    : 'Bars: compile time per stage, coloured by the profile version and variant (mode) it ran; triangles: compiles. ' +
+    ? 'Bars: execution time per stage, coloured by the profile version and the variant it ran (the A/B guard\'s ' +
+      'role and variant name; the compile mode where no variant was recorded); triangles: compile events (right axis).'
+    : 'Bars: compile time per stage, coloured by the profile version and variant it ran; triangles: compile events. ' +
       'This fdod does not report per-stage execution times in cache.explain.'));
   out.push(chartBox('timeline-chart', 300, {
     data: { labels: stages, datasets },
@@ -292,15 +301,49 @@ async function program(ik) {
       compile: { position: 'right', beginAtZero: true, grid: { drawOnChartArea: false },
         title: { display: true, text: 'compile ms' } } } },
   }));
+  out.push(h('ul', { class: 'legend', id: 'timeline-legend' }, groups.map((g) =>
+    h('li', { 'data-group': g }, h('span', { class: 'swatch', style: { background: colourFor(colours, g) } }), g))));
   out.push(h('h2', {}, 'Cache key lineage'));
   out.push(lineage(doc));
   out.push(h('h2', {}, 'Stages'));
-  out.push(table([{ label: 'stage', num: true }, 'time', 'outcome', 'reason', 'profile', 'mode',
+  out.push(table([{ label: 'stage', num: true }, 'time', 'outcome', 'reason', 'profile', 'mode', 'variant',
     ...(withExec ? [{ label: 'exec', num: true }] : []), { label: 'compile ms', num: true }, 'why'],
   doc.records.map((r) => [r.stage, r.time, r.outcome, r.reason,
     r.from_version >= 0 && r.from_version !== r.profile_version ? `v${r.from_version}→v${r.profile_version}` : 'v' + r.profile_version,
-    r.mode, ...(withExec ? [fmtNs(r.exec_ns)] : []), r.compile_ms > 0 ? r.compile_ms.toFixed(1) : '-',
+    r.mode, r.variant ? h('span', { class: 'variant' }, variantOf(r)) : '-',
+    ...(withExec ? [fmtNs(r.exec_ns)] : []), r.compile_ms > 0 ? h('span', { class: 'compiled' }, '▲ ' + r.compile_ms.toFixed(1)) : '-',
     r.detail + (r.error ? ` [error: ${r.error}]` : '')]), { id: 'stages' }));
+  return out;
+}
+
+async function fn(pk, name) {
+  crumbs({ text: 'overview', href: '#/' }, { text: 'profile ' + short(pk), href: `#/profile/${pk}` },
+    { text: 'function' });
+  const doc = await api(`/profile/${pk}/annotate?function=${encodeURIComponent(name)}`);
+  const out = [];
+  for (const f of doc.functions) {
+    out.push(h('h1', {}, `Function ${f.source_name}`));
+    out.push(facts([
+      ['program', [h('a', { href: `#/program/${doc.program}` }, doc.program_name || short(doc.program)), ' ',
+        h('span', { class: 'key muted' }, short(doc.program))]],
+      ['profile', [keyLink('profile', doc.profile_key), ` v${doc.profile_version}`]],
+      ['canonical name', h('span', { class: 'key' }, f.pgo_name)],
+      ['entry count', f.entry_count === null ? 'no counts in the profile' : h('span', { id: 'entry-count' }, fmtInt(f.entry_count))],
+    ]));
+    if (f.approximate) out.push(h('p', { class: 'note' }, 'Counts past 2^32: LLVM scaled the branch weights, so block counts are proportional, not exact.'));
+    out.push(h('p', { class: 'muted' }, 'The IR as the profile\'s counters saw it (after the pre-inliner and early cleanup), ' +
+      'each block shaded by its execution count; "per call" is the count over the entry count.'));
+    const max = Math.max(1, ...f.blocks.map((b) => b.count || 0));
+    out.push(h('div', { class: 'ir', id: 'annotated-ir' },
+      h('div', { class: 'sig' }, f.signature),
+      f.blocks.map((b) => h('div', { class: 'block', 'data-label': b.label, 'data-count': b.count === null ? '' : String(b.count),
+        style: { background: b.count === null ? '#fff' : heat(b.count / max) } },
+      h('div', { class: 'label' }, h('b', {}, b.label + ':'), b.count === null ? h('span', { class: 'muted' }, ' count unknown')
+        : h('span', { class: 'count' }, ` count ${fmtInt(b.count)}` + (b.per_call === null ? '' : ` · ${b.per_call.toFixed(2)} per call`))),
+      b.lines.map((l) => h('div', { class: 'line' }, l)))),
+      h('div', { class: 'sig' }, '}')));
+  }
+  for (const d of doc.diagnostics) out.push(h('p', { class: 'note' }, 'LLVM: ' + d));
   return out;
 }
 
@@ -309,6 +352,7 @@ const KEY = '([0-9a-f]{64})';
 const routes = [
   [new RegExp(`^/profile/${KEY}/history$`), (m) => history(m[1]), 'history'],
   [new RegExp(`^/profile/${KEY}/diff/(\\d+)/(\\d+)$`), (m) => diff(m[1], m[2], m[3]), 'diff'],
+  [new RegExp(`^/profile/${KEY}/function/(.+)$`), (m) => fn(m[1], m[2]), 'function'],
   [new RegExp(`^/profile/${KEY}(?:/v(\\d+))?$`), (m) => profile(m[1], m[2]), 'profile'],
   [new RegExp(`^/program/${KEY}$`), (m) => program(m[1]), 'program'],
   [/^\/?$/, () => overview(), 'overview'],
