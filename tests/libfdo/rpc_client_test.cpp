@@ -1,11 +1,18 @@
-#include "fake_daemon.h"
-#include "fdo/ctl/client.h"
+#include "fdo/client/rpc_client.h"
+#include "tools/fake_daemon.h"
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <thread>
+#include <unistd.h>
 
-using namespace fdo::ctl;
+using namespace fdo::client;
+namespace test = fdo::ctl::test;
 using fdo::Errc;
 using nlohmann::json;
 
@@ -30,7 +37,7 @@ TEST_CASE("decode_reply: results and daemon errors") {
   CHECK(params->answer.error().code() == Errc::invalid_argument);
   auto unknown = decode_reply(
       R"({"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"method not found"}})", 1,
-      "profile.frobnicate");
+      "profile.frobnicate", "fdoctl");
   REQUIRE(unknown);
   CHECK(unknown->answer.error().code() == Errc::unsupported);
   CHECK_THAT(unknown->answer.error().message(), Catch::Contains("older than fdoctl"));
@@ -155,4 +162,171 @@ TEST_CASE("no reply within the timeout") {
   REQUIRE_FALSE(r);
   CHECK(r.error().code() == Errc::timeout);
   CHECK_THAT(r.error().message(), Catch::Contains("--timeout"));
+}
+
+namespace {
+
+// Open descriptors of this process (the test's own socket ends included).
+std::size_t open_fd_count() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd"))
+    ++n;
+  return n;
+}
+
+// A memfd holding `text`.
+fdo::Fd memfd_with(const std::string& text) {
+  fdo::Fd fd(::memfd_create("rpc-client-test", MFD_CLOEXEC));
+  REQUIRE(fd);
+  REQUIRE(::write(fd.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  return fd;
+}
+
+std::string read_all(int fd) {
+  std::string out;
+  char buf[256];
+  ssize_t n;
+  off_t off = 0;
+  while ((n = ::pread(fd, buf, sizeof buf, off)) > 0) {
+    out.append(buf, static_cast<std::size_t>(n));
+    off += n;
+  }
+  return out;
+}
+
+// Sends `bytes` with `fds` attached as SCM_RIGHTS in one sendmsg.
+void send_with_fds(int sock, const std::string& bytes, const std::vector<int>& fds) {
+  iovec iov{const_cast<char*>(bytes.data()), bytes.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
+  if (!fds.empty()) {
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  REQUIRE(::sendmsg(sock, &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
+}
+
+// Reads one request line from the server end.
+json read_request(int sock) {
+  std::string line;
+  char ch;
+  while (::read(sock, &ch, 1) == 1 && ch != '\n')
+    line += ch;
+  return json::parse(line);
+}
+
+struct SocketPair {
+  fdo::Fd client, server;
+  SocketPair() {
+    int sv[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    client.reset(sv[0]);
+    server.reset(sv[1]);
+  }
+};
+
+} // namespace
+
+TEST_CASE("file descriptors sent with a reply come back with it") {
+  SocketPair sp;
+  int server = sp.server.get();
+  auto c = RpcClient::adopt(std::move(sp.client), "socketpair");
+  const std::size_t baseline = open_fd_count();
+  std::thread daemon([server] {
+    // Reply 1: two memfds with the whole line.
+    json req = read_request(server);
+    fdo::Fd a = memfd_with("object-a"), b = memfd_with("object-b");
+    std::string line = json{{"jsonrpc", "2.0"}, {"id", req["id"]}, {"result", {{"n", 2}}}}.dump();
+    send_with_fds(server, line + "\n", {a.get(), b.get()});
+    // Reply 2: the line in two writes, the descriptor with the second.
+    req = read_request(server);
+    fdo::Fd d = memfd_with("object-d");
+    line = json{{"jsonrpc", "2.0"}, {"id", req["id"]}, {"result", {{"n", 1}}}}.dump();
+    send_with_fds(server, line.substr(0, 10), {});
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    send_with_fds(server, line.substr(10) + "\n", {d.get()});
+    // Reply 3: a descriptor the caller of call() does not want is closed.
+    req = read_request(server);
+    fdo::Fd e = memfd_with("object-e");
+    line = json{{"jsonrpc", "2.0"}, {"id", req["id"]}, {"result", 0}}.dump();
+    send_with_fds(server, line + "\n", {e.get()});
+  });
+  auto r1 = c.call_with_fds("object.fetch", {{"k", 1}});
+  REQUIRE(r1);
+  CHECK(r1->result["n"] == 2);
+  REQUIRE(r1->fds.size() == 2);
+  CHECK(read_all(r1->fds[0].get()) == "object-a");
+  CHECK(read_all(r1->fds[1].get()) == "object-b");
+  CHECK((::fcntl(r1->fds[0].get(), F_GETFD) & FD_CLOEXEC) != 0);
+  auto r2 = c.call_with_fds("object.fetch");
+  REQUIRE(r2);
+  REQUIRE(r2->fds.size() == 1);
+  CHECK(read_all(r2->fds[0].get()) == "object-d");
+  auto r3 = c.call("health");
+  daemon.join();
+  REQUIRE(r3);
+  r1->fds.clear();
+  r2->fds.clear();
+  CHECK(open_fd_count() == baseline);
+}
+
+TEST_CASE("descriptors with no request waiting for them are closed") {
+  SocketPair sp;
+  int server = sp.server.get();
+  auto c = RpcClient::adopt(std::move(sp.client), "socketpair");
+  const std::size_t baseline = open_fd_count();
+  std::thread daemon([server] {
+    json req = read_request(server);
+    std::string line = json{{"jsonrpc", "2.0"}, {"id", req["id"]}, {"result", 1}}.dump();
+    send_with_fds(server, line + "\n", {});
+    // Unasked for: a stale answer to request 1 with a descriptor.
+    fdo::Fd stray = memfd_with("stray");
+    send_with_fds(server, line + "\n", {stray.get()});
+    read_request(server);
+  });
+  auto r1 = c.call_with_fds("health");
+  REQUIRE(r1);
+  CHECK(r1->fds.empty());
+  // The next call reads the stale line: a protocol error, the connection is
+  // dropped and the stray descriptor closed.
+  auto r2 = c.call_with_fds("health");
+  daemon.join();
+  REQUIRE_FALSE(r2);
+  CHECK(r2.error().code() == Errc::corrupt);
+  CHECK_FALSE(c.connected());
+  // The client's own socket end is gone too now.
+  CHECK(open_fd_count() == baseline - 1);
+}
+
+TEST_CASE("a daemon error keeps its JSON-RPC code - message and data") {
+  SocketPair sp;
+  int server = sp.server.get();
+  auto c = RpcClient::adopt(std::move(sp.client), "socketpair");
+  std::thread daemon([server] {
+    json req = read_request(server);
+    json reply = {{"jsonrpc", "2.0"},
+                  {"id", req["id"]},
+                  {"error",
+                   {{"code", -32010},
+                    {"message", "protocol 9.0 is not 1.x"},
+                    {"data", {{"code", "unsupported"}, {"server", {{"major", 1}}}}}}}};
+    send_with_fds(server, reply.dump() + "\n", {});
+  });
+  auto r = c.exchange("hello", {{"client", "t"}});
+  daemon.join();
+  REQUIRE(r);
+  REQUIRE_FALSE(r->answer);
+  CHECK(r->answer.error().code() == Errc::unsupported);
+  REQUIRE(r->failure);
+  CHECK(r->failure->code == -32010);
+  CHECK(r->failure->message == "protocol 9.0 is not 1.x");
+  CHECK(r->failure->data["server"]["major"] == 1);
+  CHECK(c.connected());
 }

@@ -1,4 +1,4 @@
-#include "fdo/ctl/client.h"
+#include "fdo/client/rpc_client.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -8,7 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-namespace fdo::ctl {
+namespace fdo::client {
 
 using nlohmann::json;
 
@@ -71,7 +71,7 @@ Errc errc_from_rpc_code(std::int64_t code) {
 } // namespace
 
 Expected<Reply> decode_reply(std::string_view line, std::int64_t expected_id,
-                             std::string_view method) {
+                             std::string_view method, std::string_view client_name) {
   std::string what = "reply to " + std::string(method);
   json reply = json::parse(line, nullptr, false);
   if (reply.is_discarded() || !reply.is_object())
@@ -93,23 +93,24 @@ Expected<Reply> decode_reply(std::string_view line, std::int64_t expected_id,
                             ? e["code"].get<std::int64_t>()
                             : -32603;
     Errc errc = errc_from_rpc_code(code);
-    if (e.contains("data") && e["data"].is_object() && e["data"].contains("code") &&
-        e["data"]["code"].is_string())
-      if (auto named = errc_from_name(e["data"]["code"].get<std::string>())) errc = *named;
+    json data = e.contains("data") ? e["data"] : json(nullptr);
+    if (data.is_object() && data.contains("code") && data["code"].is_string())
+      if (auto named = errc_from_name(data["code"].get<std::string>())) errc = *named;
+    RpcFailure failure{code, message, std::move(data)};
     if (code == -32601)
-      message +=
-          " (this fdod does not know '" + std::string(method) + "': is it older than fdoctl?)";
+      message += " (this fdod does not know '" + std::string(method) + "': is it older than " +
+                 std::string(client_name) + "?)";
     // id null: the daemon could not read our request (e.g. over its size
     // limit); still an answer to it, as we send one request at a time.
     if (!id.is_null() && id != json(expected_id))
       return make_error(Errc::corrupt, what + " carries id " + id.dump() + ", expected " +
                                            std::to_string(expected_id));
-    return Reply{make_error(errc, message)};
+    return Reply{make_error(errc, message), std::move(failure), {}};
   }
   if (id != json(expected_id))
     return make_error(Errc::corrupt, what + " carries id " + id.dump() + ", expected " +
                                          std::to_string(expected_id));
-  return Reply{std::move(reply["result"])};
+  return Reply{std::move(reply["result"]), std::nullopt, {}};
 }
 
 Expected<RpcClient> RpcClient::connect(const std::string& socket_path, ClientOptions options) {
@@ -132,13 +133,76 @@ Expected<RpcClient> RpcClient::connect(const std::string& socket_path, ClientOpt
   return RpcClient(std::move(fd), socket_path, options);
 }
 
-Expected<std::string> RpcClient::read_line(std::string_view method,
-                                           std::chrono::steady_clock::time_point deadline) {
+namespace {
+
+// Most descriptors one recvmsg takes (the kernel's SCM_MAX_FD).
+constexpr std::size_t kMaxFdsPerMessage = 253;
+
+} // namespace
+
+Expected<std::size_t> RpcClient::receive(std::string_view method) {
+  char chunk[65536];
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)];
+  iovec iov{chunk, sizeof chunk};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t got = ::recvmsg(fd_.get(), &msg, MSG_CMSG_CLOEXEC);
+  if (got < 0) {
+    if (errno == EINTR || errno == EAGAIN) return std::size_t(0);
+    return Error::from_errno("read reply to " + std::string(method), errno);
+  }
+  // Take ownership of every descriptor first, so none leaks on any path.
+  std::vector<Fd> fds;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    std::size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < n; ++i) {
+      int raw;
+      std::memcpy(&raw, CMSG_DATA(c) + i * sizeof(int), sizeof raw);
+      fds.emplace_back(raw);
+    }
+  }
+  if ((msg.msg_flags & MSG_CTRUNC) != 0)
+    return make_error(Errc::corrupt, "reply to " + std::string(method) + " carried more than " +
+                                         std::to_string(kMaxFdsPerMessage) +
+                                         " file descriptors; the rest were dropped");
+  if (got == 0)
+    return make_error(Errc::io, "fdod closed the connection before answering " +
+                                    std::string(method) +
+                                    " (did it stop or crash? see "
+                                    "`journalctl -u fdod`)");
+  // The kernel ends a read after the message that carried descriptors, so
+  // they came with the chunk's last byte: they belong to that byte's line
+  // (a sender attaches them to the line they go with).
+  if (!fds.empty())
+    pending_fds_.push_back(
+        Arrived{pending_.size() + static_cast<std::size_t>(got) - 1, std::move(fds)});
+  pending_.append(chunk, static_cast<std::size_t>(got));
+  return static_cast<std::size_t>(got);
+}
+
+Expected<RpcClient::Line> RpcClient::read_line(std::string_view method,
+                                               std::chrono::steady_clock::time_point deadline) {
   std::size_t scanned = 0;
   while (true) {
     if (auto nl = pending_.find('\n', scanned); nl != std::string::npos) {
-      std::string line = pending_.substr(0, nl);
+      Line line{pending_.substr(0, nl), {}};
       pending_.erase(0, nl + 1);
+      // Descriptors that came with this line's bytes are its; later ones
+      // move with the bytes they came with.
+      std::vector<Arrived> later;
+      for (auto& a : pending_fds_) {
+        if (a.at <= nl) {
+          for (auto& fd : a.fds)
+            line.fds.push_back(std::move(fd));
+        } else {
+          later.push_back(Arrived{a.at - (nl + 1), std::move(a.fds)});
+        }
+      }
+      pending_fds_ = std::move(later);
       return line;
     }
     scanned = pending_.size();
@@ -159,26 +223,18 @@ Expected<std::string> RpcClient::read_line(std::string_view method,
       return Error::from_errno("poll", errno);
     }
     if (n == 0) continue;
-    char chunk[65536];
-    ssize_t got = ::recv(fd_.get(), chunk, sizeof chunk, 0);
-    if (got < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return Error::from_errno("read reply to " + std::string(method), errno);
-    }
-    if (got == 0)
-      return make_error(Errc::io, "fdod closed the connection before answering " +
-                                      std::string(method) +
-                                      " (did it stop or crash? see "
-                                      "`journalctl -u fdod`)");
-    pending_.append(chunk, static_cast<std::size_t>(got));
+    if (auto got = receive(method); !got) return std::move(got).error();
   }
 }
 
-Expected<json> RpcClient::call(std::string_view method, const json& params) {
+Expected<Reply> RpcClient::exchange(std::string_view method, const json& params) {
   if (!fd_)
     return make_error(Errc::io, "the connection to fdod at " + path_ +
                                     " broke on an earlier request; not sending " +
                                     std::string(method));
+  // Bytes or descriptors left from before no request is waiting for: a
+  // well-behaved daemon sends none, and they must not pass for this reply's.
+  pending_fds_.clear();
   std::int64_t id = next_id_++;
   json request = {{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}};
   std::string line = request.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -199,14 +255,32 @@ Expected<json> RpcClient::call(std::string_view method, const json& params) {
   if (!reply) {
     // A late reply would be taken for the next request's: drop the connection.
     fd_.reset();
+    pending_.clear();
+    pending_fds_.clear();
     return std::move(reply).error();
   }
-  auto decoded = decode_reply(*reply, id, method);
+  auto decoded = decode_reply(reply->text, id, method, options_.client_name);
   if (!decoded) {
     fd_.reset();
+    pending_.clear();
+    pending_fds_.clear();
     return std::move(decoded).error();
   }
-  return std::move(decoded->answer);
+  decoded->fds = std::move(reply->fds);
+  return decoded;
 }
 
-} // namespace fdo::ctl
+Expected<json> RpcClient::call(std::string_view method, const json& params) {
+  auto reply = exchange(method, params);
+  if (!reply) return std::move(reply).error();
+  return std::move(reply->answer);
+}
+
+Expected<ReplyWithFds> RpcClient::call_with_fds(std::string_view method, const json& params) {
+  auto reply = exchange(method, params);
+  if (!reply) return std::move(reply).error();
+  if (!reply->answer) return std::move(reply->answer).error();
+  return ReplyWithFds{std::move(*reply->answer), std::move(reply->fds)};
+}
+
+} // namespace fdo::client

@@ -1,0 +1,47 @@
+// What the C API's translation units share: the opaque objects' definitions
+// and the error plumbing. Not installed.
+#pragma once
+
+#include "fdo/client/rpc_client.h"
+#include "fdo/fdo.h"
+
+#include <exception>
+#include <mutex>
+#include <new>
+#include <string>
+
+struct fdo_error {
+  fdo_error_code code = FDO_ERR_INTERNAL;
+  std::string message;
+  std::int64_t rpc_code = 0;
+  std::string data = "null";
+};
+
+// One connection. Calls from several threads are serialised by `mu`: the
+// protocol answers one request at a time per connection.
+struct fdo_conn {
+  explicit fdo_conn(fdo::client::RpcClient c) : client(std::move(c)) {}
+  std::mutex mu;
+  fdo::client::RpcClient client;
+};
+
+namespace fdo::capi {
+
+fdo_error_code to_c(Errc code);
+// Sets *err (when err is not NULL) and returns -1.
+int fail(fdo_error** err, const Error& e, const client::RpcFailure* failure = nullptr);
+int fail(fdo_error** err, Errc code, std::string message);
+
+// Runs an API function's body so no C++ exception crosses into C: running
+// out of memory or a library throwing becomes an error.
+template <class F> int guarded(fdo_error** err, F&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return fail(err, Errc::resource_exhausted, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(err, Errc::internal, std::string("libfdo: ") + e.what());
+  }
+}
+
+} // namespace fdo::capi
