@@ -64,6 +64,7 @@ void Service::register_methods(Dispatcher& d) {
   methods::add_cache_methods(d, *state_);
   methods::add_lifecycle_methods(d, *state_);
   methods::add_maintenance_methods(d, *state_);
+  methods::add_handshake_methods(d, *state_);
 }
 
 Status Service::flush_feedback() {

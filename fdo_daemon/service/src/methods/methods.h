@@ -25,6 +25,8 @@ void add_cache_methods(Dispatcher& d, ServiceState& s);
 void add_lifecycle_methods(Dispatcher& d, ServiceState& s);
 // gc, store.restore (maintenance_methods.cpp)
 void add_maintenance_methods(Dispatcher& d, ServiceState& s);
+// hello: the protocol handshake (handshake_methods.cpp)
+void add_handshake_methods(Dispatcher& d, ServiceState& s);
 
 // --- shared by the families ---------------------------------------------
 
