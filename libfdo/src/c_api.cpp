@@ -187,6 +187,21 @@ int fdo_conn_has_capability(const fdo_conn* conn, const char* name) {
   return 0;
 }
 
+int fdo_conn_set_timeout_ms(fdo_conn* conn, int64_t ms, fdo_error** err) {
+  return guarded(err, [&]() -> int {
+    if (conn == nullptr)
+      return fail(err, fdo::Errc::invalid_argument, "fdo_conn_set_timeout_ms: conn is NULL");
+    constexpr int64_t kYearMs = int64_t(365) * 24 * 3600 * 1000;
+    if (ms < 1 || ms > kYearMs)
+      return fail(err, fdo::Errc::invalid_argument,
+                  "fdo_conn_set_timeout_ms: " + std::to_string(ms) +
+                      " ms is outside 1..31536000000 (a year)");
+    std::lock_guard lock(conn->mu);
+    conn->client.set_timeout(std::chrono::milliseconds(ms));
+    return 0;
+  });
+}
+
 void fdo_string_free(char* s) {
   std::free(s);
 }

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -294,4 +295,30 @@ TEST_CASE("one connection shared by threads: calls are serialised and each gets 
   CHECK(failed == 0);
   CHECK(wrong == 0);
   CHECK(d.requests().size() == 1 + kThreads * kCalls);
+}
+
+TEST_CASE("a reply later than the connection's timeout fails the call and closes it") {
+  test::TempDir dir;
+  test::FakeDaemon d(dir.file("s.sock"), [](const json& r) {
+    if (r["method"] == "slow") std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    return fake_fdod(r);
+  });
+  Conn conn;
+  REQUIRE(fdo_connect(dir.file("s.sock").c_str(), &conn.c, nullptr) == 0);
+  fdo_error* err = nullptr;
+  REQUIRE(fdo_conn_set_timeout_ms(conn.c, 0, &err) == -1);
+  CHECK(fdo_error_get_code(err) == FDO_ERR_INVALID_ARGUMENT);
+  fdo_error_free(err);
+  err = nullptr;
+  REQUIRE(fdo_conn_set_timeout_ms(conn.c, 50, nullptr) == 0);
+  char* out = nullptr;
+  REQUIRE(fdo_call_json(conn.c, "slow", nullptr, &out, &err) == -1);
+  CHECK(fdo_error_get_code(err) == FDO_ERR_TIMEOUT);
+  CHECK(fdo_error_rpc_code(err) == 0);
+  fdo_error_free(err);
+  err = nullptr;
+  REQUIRE(fdo_call_json(conn.c, "echo", nullptr, &out, &err) == -1);
+  CHECK(fdo_error_get_code(err) == FDO_ERR_IO);
+  CHECK_THAT(fdo_error_message(err), Catch::Contains("broke on an earlier request"));
+  fdo_error_free(err);
 }

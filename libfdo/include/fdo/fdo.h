@@ -107,6 +107,12 @@ FDO_API const char* fdo_conn_server_version(const fdo_conn* conn);
 FDO_API int fdo_conn_protocol_minor(const fdo_conn* conn);
 FDO_API int fdo_conn_has_capability(const fdo_conn* conn, const char* name);
 
+/* The longest wait for one reply, in milliseconds (default 300000: compiles
+ * and executions happen inside a request). A call that waits longer fails with
+ * FDO_ERR_TIMEOUT and closes the connection (a late reply must not pass for the
+ * next one's). ms must be 1..31536000000 (a year). */
+FDO_API int fdo_conn_set_timeout_ms(fdo_conn* conn, int64_t ms, fdo_error** err);
+
 /* Any method by name with params as JSON text (NULL: {}); *result_json gets
  * the result as JSON text, freed with fdo_string_free. For methods this API
  * has no function for (schemas/methods/). */

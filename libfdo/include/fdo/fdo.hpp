@@ -117,6 +117,9 @@ public:
   bool has_capability(const std::string& name) const {
     return fdo_conn_has_capability(conn_.get(), name.c_str()) != 0;
   }
+  void set_timeout_ms(std::int64_t ms) {
+    detail::check([&](fdo_error** e) { return fdo_conn_set_timeout_ms(conn_.get(), ms, e); });
+  }
 
   Program register_program(std::string_view ir, fdo_ir_format format = FDO_IR_TEXT,
                            const std::string& name = "") {

@@ -94,6 +94,8 @@ public:
 
   const std::string& socket_path() const { return path_; }
   bool connected() const { return fd_.valid(); }
+  // The longest wait for each later reply.
+  void set_timeout(std::chrono::milliseconds timeout) { options_.timeout = timeout; }
 
   // Wraps a connected stream socket (e.g. one end of a socketpair in tests).
   static RpcClient adopt(Fd fd, std::string name, ClientOptions options = {}) {
