@@ -17,6 +17,8 @@ import unittest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 import harness  # noqa: E402
+sys.path.insert(0, str(ROOT / "schemas"))
+import validate  # noqa: E402
 
 SITE = tempfile.mkdtemp(prefix="fdo-python-site-")
 
@@ -116,6 +118,13 @@ class RoundTrip(unittest.TestCase):
             self.assertEqual(c.protocol_minor, fdo.PROTOCOL_MINOR)
             self.assertIn("execute", c.capabilities)
             self.assertTrue(c.server_version)
+            # hello's params and result as the schema describes them.
+            hello = {"client": "python-test", "protocol": {"major": fdo.PROTOCOL_MAJOR,
+                                                           "minor": fdo.PROTOCOL_MINOR}}
+            reply = c.call("hello", hello)
+            self.assertEqual(validate.errors("hello", "params", hello), [])
+            self.assertEqual(validate.errors("hello", "result", reply), [])
+            self.assertEqual(reply["server_version"], c.server_version)
             prog = c.register(KERNELS, name="kernels")
             self.assertEqual(len(prog.id), 64)
             self.assertEqual({e["name"] for e in prog.entries}, {"sum", "scale", "bytesum"})
