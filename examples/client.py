@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A minimal fdod client using only the Python standard library (socket + json).
+"""A minimal fdod client on the standard-library-only Python package `fdo`.
 
 Proof that any runtime can talk to fdod: it registers a program, executes an
 entry that takes buffers, and prints what each stage did (cache outcome,
@@ -13,74 +13,38 @@ examples/examples.json (matched by the IR file's name), and the returned value
 and buffers are checked against the expected ones there (exit 1 on mismatch).
 With --entry NAME the entry is called with no arguments.
 
-Protocol (docs/fdod-protocol.md): JSON-RPC 2.0 over a Unix stream socket, one
-JSON object per line. Exit status: 0 ok, 1 fdod returned an error or a wrong
+It talks to fdod through the `fdo` package (python/, standard library only;
+docs/runtimes.md), installed or from this source tree. Exit status: 0 ok, 1 fdod returned an error or a wrong
 result, 2 usage, 3 cannot connect.
 """
 import argparse
-import base64
+import array
 import json
-import os
 import pathlib
-import socket
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
-
-
-class RpcError(Exception):
-    def __init__(self, method, error):
-        data = error.get("data") or {}
-        super().__init__(f"{method}: {error.get('message')} ({data.get('code', error.get('code'))})")
-        self.error = error
-
-
-class Fdod:
-    """One connection to fdod; one request at a time."""
-
-    def __init__(self, path, timeout=300):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        self.sock.connect(path)
-        self.buf = b""
-        self.next_id = 1
-
-    def close(self):
-        self.sock.close()
-
-    def call(self, method, params=None):
-        rid = self.next_id
-        self.next_id += 1
-        request = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params or {}}
-        self.sock.sendall(json.dumps(request).encode() + b"\n")
-        while b"\n" not in self.buf:
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError(f"fdod closed the connection before answering {method}")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        reply = json.loads(line)
-        if reply.get("id") not in (rid, None):
-            raise ConnectionError(f"reply to {method} carries id {reply.get('id')}, expected {rid}")
-        if "error" in reply:
-            raise RpcError(method, reply["error"])
-        return reply["result"]
+try:
+    import fdo
+except ImportError:  # not installed: use the package from the source tree
+    sys.path.insert(0, str(HERE.parent / "python"))
+    import fdo
 
 
 def buffer_call(example):
-    """examples.json's buffer_example -> execute's args and buffers params."""
-    args, buffers = [], []
+    """examples.json's buffer_example -> execute's args (buffers as arrays)."""
+    args = []
     for a in example["args"]:
         if isinstance(a, dict):
+            typecode = fdo.buffers.ELEM_TYPES[a["buffer"]][1]
             if "text" in a:
                 raw = a["text"].encode("utf-8")
-                buffers.append({"type": a["buffer"], "base64": base64.b64encode(raw).decode()})
+                args.append(array.array(typecode, raw) if typecode in "bB" else raw)
             else:
-                buffers.append({"type": a["buffer"], "data": a["data"]})
-            args.append({"buffer": len(buffers) - 1})
+                args.append(array.array(typecode, a["data"]))
         else:
             args.append(a)
-    return args, buffers
+    return args
 
 
 def find_example(ir_path, manifest):
@@ -101,7 +65,7 @@ def fmt_ns(ns):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("ir", help="LLVM IR (.ll) or bitcode (.bc), e.g. build/examples/sort.ll")
-    ap.add_argument("--socket", default=os.environ.get("FDO_SOCKET") or "/run/fdod/fdod.sock",
+    ap.add_argument("--socket", default=fdo.default_socket_path(),
                     help="fdod's socket (default: $FDO_SOCKET, else /run/fdod/fdod.sock)")
     ap.add_argument("--entry", help="call this no-argument entry instead of the buffer example")
     ap.add_argument("--stages", type=int, default=3, help="stages to execute (default 3)")
@@ -117,7 +81,7 @@ def main():
         return 2
     example = None
     if opts.entry:
-        entry, args, buffers, expect = opts.entry, [], [], None
+        entry, args, expect = opts.entry, [], None
     else:
         manifest = json.loads(pathlib.Path(opts.manifest).read_text())
         prog = find_example(opts.ir, manifest)
@@ -127,35 +91,33 @@ def main():
             return 2
         example = prog["buffer_example"]
         entry = example["entry"]
-        args, buffers = buffer_call(example)
+        args = buffer_call(example)
         expect = example
 
     try:
-        fdod = Fdod(opts.socket)
-    except OSError as e:
-        print(f"client.py: cannot connect to {opts.socket}: {e.strerror or e}; is fdod running? "
-              "try `systemctl status fdod`, or pass --socket", file=sys.stderr)
+        fdod = fdo.connect(opts.socket, client_name="examples/client.py")
+    except fdo.TransportError as e:
+        print(f"client.py: {e}", file=sys.stderr)
         return 3
+    except fdo.FdoError as e:
+        print(f"client.py: {e}", file=sys.stderr)
+        return 1
 
     try:
-        reg = fdod.call("program.register", {
-            "ir_base64": base64.b64encode(ir).decode(),
-            "name": pathlib.Path(opts.ir).stem,
-        })
-        print(f"registered {reg['name']}: program {reg['program'][:16]}..., "
-              f"profile key {reg['profile_key'][:16]}..., {reg['size']} bytes")
-        for e in reg["entries"]:
+        reg = fdod.register(ir, name=pathlib.Path(opts.ir).stem)
+        print(f"registered {reg.name}: program {reg.id[:16]}..., "
+              f"profile key {reg.profile_key[:16]}..., {len(ir)} bytes")
+        for e in reg.entries:
             print(f"  entry {e['returns']} {e['name']}({', '.join(e['params'])})")
-        print(f"calling {entry}({json.dumps(args)}) with {len(buffers)} buffer(s)\n")
+        shown = [a if isinstance(a, (int, float)) else f"<{len(a)}-element buffer>" for a in args]
+        nbuf = sum(1 for a in args if not isinstance(a, (int, float)))
+        print(f"calling {entry}({', '.join(map(str, shown))}) with {nbuf} buffer(s)\n")
         print(f"{'stage':>5}  {'cache':<15}  {'reason':<18}  {'profile':>7}  {'mode':<12}  "
               f"{'compile':>9}  {'exec':>10}  note")
         result = None
         for _ in range(opts.stages):
-            result = fdod.call("execute", {
-                "program": reg["program"], "entry": entry, "args": args,
-                "buffers": buffers, "return_buffers": True,
-            })
-            st = result["stage"]
+            result = fdod.execute(reg, entry, args, return_buffers=True)
+            st = result.stage
             note = ""
             if st["profile_rewritten"]:
                 rw = st["profile_rewritten"]
@@ -165,21 +127,25 @@ def main():
                     f"{'v' + str(st['profile_version']):>7}  {st['mode']:<12}  {compile_ms:>9}  "
                     f"{fmt_ns(st['exec_ns']):>10}  {note}")
             print(line.rstrip())
-    except (RpcError, ConnectionError, OSError) as e:
+    except fdo.FdoError as e:
         print(f"client.py: {e}", file=sys.stderr)
         return 1
     finally:
         fdod.close()
 
-    print(f"\nreturned {result['value']}")
-    for i, b in enumerate(result.get("buffers", [])):
-        print(f"  buffer {i} ({b['type']}): {b.get('data', b.get('base64'))}")
+    print(f"\nreturned {result.value}")
+    for i, b in enumerate(result.buffers):
+        print(f"  buffer {i}: {list(b)}")
     if expect is None:
         return 0
-    ok = result["value"] == expect["expected_return"]
+    ok = result.value == expect["expected_return"]
+    # Returned buffers are in argument order, one per buffer argument.
+    buffer_index = {}
+    for i, a in enumerate(args):
+        if not isinstance(a, (int, float)):
+            buffer_index[i] = len(buffer_index)
     for index, want in expect["expected_buffers"].items():
-        param = args[int(index)]
-        got = result["buffers"][param["buffer"]].get("data") or []
+        got = list(result.buffers[buffer_index[int(index)]])
         floats = any(isinstance(w, float) for w in want)
         if floats:  # doubles: allow the last-bit differences of another code path
             ok = ok and len(got) == len(want) and all(

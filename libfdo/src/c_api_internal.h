@@ -9,6 +9,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <vector>
 
 struct fdo_error {
   fdo_error_code code = FDO_ERR_INTERNAL;
@@ -23,6 +24,10 @@ struct fdo_conn {
   explicit fdo_conn(fdo::client::RpcClient c) : client(std::move(c)) {}
   std::mutex mu;
   fdo::client::RpcClient client;
+  // From the handshake; read-only afterwards.
+  std::string server_version;
+  int protocol_minor = 0;
+  std::vector<std::string> capabilities;
 };
 
 namespace fdo::capi {
@@ -31,6 +36,14 @@ fdo_error_code to_c(Errc code);
 // Sets *err (when err is not NULL) and returns -1.
 int fail(fdo_error** err, const Error& e, const client::RpcFailure* failure = nullptr);
 int fail(fdo_error** err, Errc code, std::string message);
+
+// One request on a connection, serialised with the connection's other
+// callers. A daemon error becomes *err with its JSON-RPC code and data.
+fdo::Expected<nlohmann::json> call(fdo_conn* conn, std::string_view method,
+                                   const nlohmann::json& params, fdo_error** err, int* rc);
+
+// Copies a C string the caller frees with fdo_string_free.
+char* dup_string(const std::string& s);
 
 // Runs an API function's body so no C++ exception crosses into C: running
 // out of memory or a library throwing becomes an error.

@@ -28,7 +28,7 @@ std::optional<Errc> errc_from_name(std::string_view name) {
 namespace {
 
 // What to try, by the reason connect(2) failed.
-std::string connect_advice(const std::string& path, int err) {
+std::string connect_advice(const std::string& path, int err, const std::string& hint) {
   std::string why;
   switch (err) {
   case ENOENT:
@@ -47,9 +47,7 @@ std::string connect_advice(const std::string& path, int err) {
   }
   return "cannot connect to " + path + ": " + why +
          "; is fdod running? try `systemctl status fdod` (or start one with `fdod --socket " +
-         path +
-         " --state-dir DIR`), or pass --socket PATH / set FDO_SOCKET; to read profiles while the "
-         "daemon is down pass --state-dir DIR";
+         path + " --state-dir DIR`)" + (hint.empty() ? std::string() : "; " + hint);
 }
 
 // The JSON-RPC code of a standard error -> the closest Errc (for replies
@@ -129,7 +127,8 @@ Expected<RpcClient> RpcClient::connect(const std::string& socket_path, ClientOpt
   do {
     rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
   } while (rc != 0 && errno == EINTR);
-  if (rc != 0) return make_error(Errc::unavailable, connect_advice(socket_path, errno));
+  if (rc != 0)
+    return make_error(Errc::unavailable, connect_advice(socket_path, errno, options.connect_hint));
   return RpcClient(std::move(fd), socket_path, options);
 }
 
@@ -214,8 +213,8 @@ Expected<RpcClient::Line> RpcClient::read_line(std::string_view method,
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0)
       return make_error(Errc::timeout, "no reply from fdod to " + std::string(method) + " within " +
-                                           std::to_string(options_.timeout.count() / 1000) +
-                                           " s (raise --timeout for long compiles or executions)");
+                                           std::to_string(options_.timeout.count()) + " ms (" +
+                                           options_.timeout_hint + ")");
     pollfd p{fd_.get(), POLLIN, 0};
     int n = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 1 << 30)));
     if (n < 0) {

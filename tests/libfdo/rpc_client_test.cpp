@@ -75,7 +75,14 @@ TEST_CASE("connecting to a missing socket says what to try") {
   CHECK(c.error().code() == Errc::unavailable);
   CHECK_THAT(c.error().message(), Catch::Contains("cannot connect to " + dir.file("fdod.sock")));
   CHECK_THAT(c.error().message(), Catch::Contains("systemctl status fdod"));
-  CHECK_THAT(c.error().message(), Catch::Contains("--state-dir"));
+  CHECK_THAT(c.error().message(), Catch::Contains("set FDO_SOCKET"));
+  // A command line adds its flags to the advice.
+  ClientOptions cli;
+  cli.connect_hint = "pass --socket PATH; to read profiles while the daemon is down pass "
+                     "--state-dir DIR";
+  auto from_cli = RpcClient::connect(dir.file("fdod.sock"), cli);
+  REQUIRE_FALSE(from_cli);
+  CHECK_THAT(from_cli.error().message(), Catch::Contains("--state-dir"));
   auto too_long = RpcClient::connect("/tmp/" + std::string(200, 'x'));
   REQUIRE_FALSE(too_long);
   CHECK(too_long.error().code() == Errc::invalid_argument);
@@ -161,7 +168,8 @@ TEST_CASE("no reply within the timeout") {
   auto r = c->call("execute");
   REQUIRE_FALSE(r);
   CHECK(r.error().code() == Errc::timeout);
-  CHECK_THAT(r.error().message(), Catch::Contains("--timeout"));
+  CHECK_THAT(r.error().message(),
+             Catch::Contains("within 50 ms") && Catch::Contains("raise the connection's timeout"));
 }
 
 namespace {

@@ -32,7 +32,16 @@ want=(
   usr/share/doc/fdo/fdod.md usr/share/doc/fdo/fdod-config.md usr/share/doc/fdo/security.md
   usr/share/doc/fdo/README.systemd.md
   usr/share/bash-completion/completions/fdoctl
+  # libfdo (docs/runtimes.md): the library, its headers, pkg-config and CMake package
+  usr/include/fdo/fdo.h usr/include/fdo/fdo.hpp
 )
+libdir=$(cd "$dest/usr" && ls -d lib/*/pkgconfig/fdo.pc lib/pkgconfig/fdo.pc 2>/dev/null | head -1)
+[[ -n $libdir ]] || fail "not installed: fdo.pc"
+libdir=${libdir%/pkgconfig/fdo.pc}
+for f in "$libdir/libfdo.so.1" "$libdir/libfdo.so" "$libdir/cmake/fdo/fdoConfig.cmake" \
+         "$libdir/cmake/fdo/fdoConfigVersion.cmake" "$libdir/cmake/fdo/fdoTargets.cmake"; do
+  [[ -e $dest/usr/$f ]] || fail "not installed: /usr/$f"
+done
 for f in "${want[@]}"; do [[ -f $dest/$f ]] || fail "not installed: /$f"; done
 for f in usr/sbin/fdod usr/bin/fdoctl usr/libexec/fdo/fdo-worker; do
   [[ -x $dest/$f ]] || fail "/$f is not executable"

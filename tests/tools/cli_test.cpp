@@ -82,6 +82,7 @@ TEST_CASE("cli: an unreachable socket gives the helpful error and exit 3") {
     CHECK(r.code == 3);
     CHECK_THAT(r.err, Catch::Contains("cannot connect to " + dir.file("none.sock")));
     CHECK_THAT(r.err, Catch::Contains("is fdod running? try `systemctl status fdod`"));
+    CHECK_THAT(r.err, Catch::Contains("pass --socket PATH") && Catch::Contains("--state-dir DIR"));
     CHECK(r.out.empty());
   }
 }

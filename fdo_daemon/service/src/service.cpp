@@ -66,6 +66,7 @@ void Service::register_methods(Dispatcher& d) {
   methods::add_maintenance_methods(d, *state_);
   methods::add_inprocess_methods(d, *state_);
   methods::add_program_source_method(d, *state_);
+  methods::add_handshake_methods(d, *state_);
 }
 
 Status Service::flush_feedback() {

@@ -73,16 +73,143 @@ FDO_API int64_t fdo_error_rpc_code(const fdo_error* e);
 FDO_API const char* fdo_error_data_json(const fdo_error* e);
 FDO_API void fdo_error_free(fdo_error* e);
 
+/* Frees a string the library returned for the caller to free; NULL is fine. */
+FDO_API void fdo_string_free(char* s);
+
+/* The protocol version this library speaks (docs/fdod-protocol.md). */
+#define FDO_PROTOCOL_MAJOR 1
+#define FDO_PROTOCOL_MINOR 0
+
 /* ------------------------------------------------------------ connection */
 
+/* Threading: a connection may be shared between threads. Calls on one
+ * connection are serialised (a mutex; the daemon answers one request at a
+ * time per connection), so threads that want to run stages in parallel open
+ * a connection each. fdo_close must not race with a call on the same
+ * connection. Errors are per call and never shared. */
 typedef struct fdo_conn fdo_conn;
 
-/* Connects to fdod. socket_path NULL or "" means $FDO_SOCKET, else
- * /run/fdod/fdod.sock. */
+/* Connects to fdod and performs the handshake (method `hello`): a daemon of
+ * another major protocol version is refused with FDO_ERR_UNSUPPORTED and a
+ * message naming both versions. socket_path NULL or "" means $FDO_SOCKET,
+ * else /run/fdod/fdod.sock. client_name (NULL: "libfdo") names the runtime in
+ * the daemon's view of the connection. */
 FDO_API int fdo_connect(const char* socket_path, fdo_conn** out, fdo_error** err);
-/* Closes the connection and frees it; NULL is fine. No call may be in
- * progress on it. */
+FDO_API int fdo_connect_as(const char* socket_path, const char* client_name, fdo_conn** out,
+                           fdo_error** err);
+/* Closes the connection and frees it; NULL is fine. */
 FDO_API void fdo_close(fdo_conn* conn);
+
+/* What the handshake learned: the daemon's version ("0.1.0"), its protocol
+ * minor version, and whether it offers a capability ("execute",
+ * "buffers.base64", ...: hello's result in schemas/methods/hello.json). */
+FDO_API const char* fdo_conn_server_version(const fdo_conn* conn);
+FDO_API int fdo_conn_protocol_minor(const fdo_conn* conn);
+FDO_API int fdo_conn_has_capability(const fdo_conn* conn, const char* name);
+
+/* The longest wait for one reply, in milliseconds (default 300000: compiles
+ * and executions happen inside a request). A call that waits longer fails with
+ * FDO_ERR_TIMEOUT and closes the connection (a late reply must not pass for the
+ * next one's). ms must be 1..31536000000 (a year). */
+FDO_API int fdo_conn_set_timeout_ms(fdo_conn* conn, int64_t ms, fdo_error** err);
+
+/* Any method by name with params as JSON text (NULL: {}); *result_json gets
+ * the result as JSON text, freed with fdo_string_free. For methods this API
+ * has no function for (schemas/methods/). */
+FDO_API int fdo_call_json(fdo_conn* conn, const char* method, const char* params_json,
+                          char** result_json, fdo_error** err);
+
+/* -------------------------------------------------------------- programs */
+
+typedef enum fdo_ir_format {
+  FDO_IR_TEXT = 0,   /* LLVM IR assembly */
+  FDO_IR_BITCODE = 1 /* LLVM bitcode */
+} fdo_ir_format;
+
+/* A program's id (its initial key) and profile key: 64 hex digits + NUL. */
+#define FDO_KEY_SIZE 65
+
+/* Registers a program (program.register). name may be NULL. On success
+ * program_id gets the id to execute it by and profile_key (may be NULL) the
+ * key its profile is kept under. */
+FDO_API int fdo_program_register(fdo_conn* conn, const char* name, const void* ir, size_t ir_size,
+                                 fdo_ir_format format, char program_id[FDO_KEY_SIZE],
+                                 char profile_key[FDO_KEY_SIZE], fdo_error** err);
+
+/* ------------------------------------------------------ execute in fdod */
+
+/* The type of an argument or a return value. Integer parameters narrower than
+ * 32 bits take FDO_I32 values; pointer parameters take FDO_BUFFER. */
+typedef enum fdo_type {
+  FDO_VOID = 0, /* a return only */
+  FDO_I32,
+  FDO_I64, /* also a pointer return (the address, in the exec worker) */
+  FDO_F32,
+  FDO_F64,
+  FDO_BUFFER /* an argument only: the index of a buffer in fdo_call.buffers */
+} fdo_type;
+
+typedef struct fdo_value {
+  fdo_type type;
+  union {
+    int32_t i32;
+    int64_t i64;
+    float f32;
+    double f64;
+    size_t buffer;
+  } as;
+} fdo_value;
+
+/* A buffer's element type. */
+typedef enum fdo_elem {
+  FDO_ELEM_I8 = 0,
+  FDO_ELEM_U8,
+  FDO_ELEM_I16,
+  FDO_ELEM_U16,
+  FDO_ELEM_I32,
+  FDO_ELEM_U32,
+  FDO_ELEM_I64,
+  FDO_ELEM_U64,
+  FDO_ELEM_F32,
+  FDO_ELEM_F64
+} fdo_elem;
+
+/* A buffer passed to a pointer parameter: `count` elements at `data`. */
+typedef struct fdo_buffer {
+  fdo_elem elem;
+  void* data;
+  size_t count;
+} fdo_buffer;
+
+/* fdo_call.flags */
+#define FDO_CALL_COPY_BACK 1u /* write the buffers as the program left them back into data */
+
+typedef struct fdo_call {
+  const char* entry;
+  const fdo_value* args;
+  size_t nargs;
+  fdo_buffer* buffers;
+  size_t nbuffers;
+  unsigned flags;
+} fdo_call;
+
+/* Runs one stage of a registered program in the daemon (method execute).
+ * ret (may be NULL) gets the return value (FDO_VOID for void, and when the
+ * program called exit()); stage_json (may be NULL) gets the whole result as
+ * JSON text (stage keys, cache outcome, counters, output, exit_status), freed
+ * with fdo_string_free. */
+FDO_API int fdo_execute(fdo_conn* conn, const char* program_id, const fdo_call* call,
+                        fdo_value* ret, char** stage_json, fdo_error** err);
+
+/* -------------------------------------------------------------- profiles */
+
+/* The profile under profile_key (profile.get; version 0: the current one) and
+ * its retained versions (profile.history), as JSON text freed with
+ * fdo_string_free (schemas/methods/profile.get.json, profile.history.json). */
+FDO_API int fdo_profile_get(fdo_conn* conn, const char* profile_key, int64_t version, char** json,
+                            fdo_error** err);
+FDO_API int fdo_profile_history(fdo_conn* conn, const char* profile_key, char** json,
+                                fdo_error** err);
 
 /* -------------------------------------------------- in-process execution */
 

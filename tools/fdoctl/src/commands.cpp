@@ -36,8 +36,7 @@ Expected<std::unique_ptr<Backend>> Context::backend(Need need) {
     FDO_TRY(std::unique_ptr<StoreBackend> store, StoreBackend::open(g_.state_dir));
     return std::unique_ptr<Backend>(std::move(store));
   }
-  ClientOptions options;
-  options.client_name = "fdoctl";
+  ClientOptions options = cli_client_options();
   // --timeout 0: no limit (ten years is as good as none and cannot overflow
   // the clock's arithmetic); the option is checked to be 0..a year.
   options.timeout = g_.timeout_s == 0

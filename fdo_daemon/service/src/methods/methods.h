@@ -30,6 +30,8 @@ void add_maintenance_methods(Dispatcher& d, ServiceState& s);
 void add_inprocess_methods(Dispatcher& d, ServiceState& s);
 // program.source (program_source_method.cpp)
 void add_program_source_method(Dispatcher& d, ServiceState& s);
+// hello: the protocol handshake (handshake_methods.cpp)
+void add_handshake_methods(Dispatcher& d, ServiceState& s);
 
 // --- shared by the families ---------------------------------------------
 

@@ -37,6 +37,11 @@ struct ClientOptions {
   // Named in messages about a daemon that does not know a method
   // ("is it older than <client_name>?").
   std::string client_name = "libfdo";
+  // Advice added to a failed connect's message (after "is fdod running? try
+  // `systemctl status fdod`") and to a timeout's: a command line names its
+  // flags, a library the calls that change the setting.
+  std::string connect_hint = "pass the socket path or set FDO_SOCKET";
+  std::string timeout_hint = "raise the connection's timeout for long compiles or executions";
 };
 
 // A daemon's JSON-RPC error exactly as it came: error.code, error.message and
@@ -94,6 +99,8 @@ public:
 
   const std::string& socket_path() const { return path_; }
   bool connected() const { return fd_.valid(); }
+  // The longest wait for each later reply.
+  void set_timeout(std::chrono::milliseconds timeout) { options_.timeout = timeout; }
 
   // Wraps a connected stream socket (e.g. one end of a socketpair in tests).
   static RpcClient adopt(Fd fd, std::string name, ClientOptions options = {}) {

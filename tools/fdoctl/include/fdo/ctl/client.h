@@ -15,4 +15,14 @@ using client::Reply;
 using client::RpcClient;
 using client::RpcFailure;
 
+// ClientOptions for fdoctl: its name and its flags in the advice.
+inline ClientOptions cli_client_options() {
+  ClientOptions o;
+  o.client_name = "fdoctl";
+  o.connect_hint = "pass --socket PATH / set FDO_SOCKET; to read profiles while the daemon is "
+                   "down pass --state-dir DIR";
+  o.timeout_hint = "raise --timeout for long compiles or executions";
+  return o;
+}
+
 } // namespace fdo::ctl
