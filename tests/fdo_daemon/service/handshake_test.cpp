@@ -21,7 +21,7 @@ TEST_CASE("hello: the same major protocol version is welcome", "[service][hello]
   REQUIRE((*r)["capabilities"].is_array());
   CHECK(std::find((*r)["capabilities"].begin(), (*r)["capabilities"].end(), "execute") !=
         (*r)["capabilities"].end());
-  CHECK(h.dispatcher.method_class("hello") == MethodClass::control);
+  CHECK(h.dispatcher.method_class("hello") == MethodClass::immediate);
 }
 
 TEST_CASE("hello: another major version is refused naming both versions", "[service][hello]") {

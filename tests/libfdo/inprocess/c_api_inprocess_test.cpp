@@ -51,6 +51,11 @@ TEST_CASE("fdo_inproc_open: the daemon's refusal and a reply without the object"
   const std::string sock = dir.file("fdod.sock");
   test::FakeDaemon daemon(sock, [](const json& req) -> json {
     const std::string method = req["method"];
+    if (method == "hello") // fdo_connect's handshake
+      return {{"result",
+               {{"server_version", "9.9.9"},
+                {"protocol", {{"major", 1}, {"minor", 0}}},
+                {"capabilities", json::array()}}}};
     if (method == "program.lease" && req["params"]["program"] == "unknown")
       return {
           {"error",

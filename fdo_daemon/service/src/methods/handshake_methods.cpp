@@ -17,6 +17,9 @@ const std::vector<std::string>& capability_names() {
       "execute",         // execution in the daemon's sandboxed exec workers
       "buffers.base64",  // execute buffers as {"base64": ...} both ways
       "profile.history", // a profile's retained versions
+      "execute.compact", // execute replies without per-event reasons unless "verbose": true
+      "inprocess",       // program.lease (object memfd over SCM_RIGHTS), feedback.submit
+      "program.source",  // a program's registered IR, to its owner
   };
   return names;
 }
@@ -56,7 +59,7 @@ Expected<json> hello(ServiceState&, const json& params, const CallContext&) {
 } // namespace
 
 void add_handshake_methods(Dispatcher& d, ServiceState& s) {
-  bind(d, "hello", s, hello, MethodClass::control);
+  bind(d, "hello", s, hello, MethodClass::immediate);
 }
 
 } // namespace fdo::daemon::methods
