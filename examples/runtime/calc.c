@@ -3,19 +3,26 @@
  *
  * It turns a user's expression over `x` (integers, x, + - *, < > ==,
  * parentheses) into LLVM IR text for a kernel that sums the expression over a
- * batch of values, registers that program with fdod and calls it in a hot
- * loop, one batch per call. fdod compiles it, measures it and rewrites its
- * profile as the loop runs; every batch is checked against this program's own
- * tree-walking interpreter.
+ * run of values, registers that program with fdod and calls it batch after
+ * batch. fdod compiles it, measures it and rewrites its profile from those
+ * calls; every batch is checked against this program's own tree-walking
+ * interpreter. Two modes (docs/runtimes.md):
  *
- *   fdo-calc [--socket PATH] [--batches N] [--batch-size N] [--mode daemon] EXPR
+ *   --mode daemon   one `execute` through fdod per batch;
+ *   --mode inproc   the compiled kernel is leased and linked into this
+ *                   process and called natively, CALC_CHUNK values per call,
+ *                   under a hold per batch; between batches (the safe point)
+ *                   the counts are flushed to fdod, and the library swaps in
+ *                   newer code once fdod has rewritten the profile.
+ *
+ *   fdo-calc [--socket PATH] [--batches N] [--batch-size N]
+ *            [--mode daemon|inproc] EXPR
  *
  * Build against an installed libfdo:
  *   cc calc.c $(pkg-config --cflags --libs fdo) -o fdo-calc
  */
-#include <fdo/fdo.h>
-
 #include <ctype.h>
+#include <fdo/fdo.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -59,7 +66,8 @@ static void free_node(node* n) {
 }
 
 static void skip_space(parser* ps) {
-  while (isspace((unsigned char)*ps->p)) ps->p++;
+  while (isspace((unsigned char)*ps->p))
+    ps->p++;
 }
 
 static node* parse_error(parser* ps, const char* what) {
@@ -298,7 +306,11 @@ static char* generate_ir(const node* e) {
 
 /* ------------------------------------------------------- the runtime */
 
-typedef enum { MODE_DAEMON } run_mode;
+typedef enum { MODE_DAEMON, MODE_INPROC } run_mode;
+
+/* Values per in-process call: a batch is many native calls, as a filter or a
+ * query operator calls its compiled code per run of rows. */
+enum { CALC_CHUNK = 256 };
 
 typedef struct {
   const char* socket;
@@ -310,7 +322,8 @@ typedef struct {
 
 static int usage(const char* why) {
   if (why) fprintf(stderr, "fdo-calc: %s\n", why);
-  fputs("usage: fdo-calc [--socket PATH] [--batches N] [--batch-size N] [--mode daemon] EXPR\n"
+  fputs("usage: fdo-calc [--socket PATH] [--batches N] [--batch-size N] [--mode daemon|inproc] "
+        "EXPR\n"
         "  EXPR: integers, x, + - *, < > ==, parentheses; e.g. 'x*x - 3*x > 10'\n",
         stderr);
   return 2;
@@ -343,8 +356,12 @@ static int parse_options(int argc, char** argv, options* o) {
       if (parse_count(v, 1 << 20, &o->batch_size) != 0) return usage("--batch-size: 1..1048576");
       ++i;
     } else if (strcmp(a, "--mode") == 0 && v) {
-      if (strcmp(v, "daemon") != 0) return usage("--mode: only 'daemon' is available");
-      o->mode = MODE_DAEMON;
+      if (strcmp(v, "daemon") == 0)
+        o->mode = MODE_DAEMON;
+      else if (strcmp(v, "inproc") == 0)
+        o->mode = MODE_INPROC;
+      else
+        return usage("--mode: 'daemon' or 'inproc'");
       ++i;
     } else if (a[0] == '-' && a[1] == '-') {
       return usage("unknown option");
@@ -380,6 +397,124 @@ static void stage_mode(const char* stage, char out[16]) {
   }
 }
 
+/* The batch's values (a fixed pseudo-random sequence) and the interpreter's
+ * sum over them. */
+static int64_t fill_batch(const node* e, int64_t* xs, long n, uint64_t* seed) {
+  int64_t expect = 0;
+  for (long i = 0; i < n; ++i) {
+    *seed = *seed * 6364136223846793005u + 1442695040888963407u;
+    xs[i] = (int64_t)(*seed >> 33) % 1000 - 500;
+    expect = (int64_t)((uint64_t)expect + (uint64_t)eval(e, xs[i]));
+  }
+  return expect;
+}
+
+typedef struct {
+  int64_t total;
+  long mismatches;
+} tally;
+
+static void tally_batch(tally* t, int64_t got, int ok) {
+  t->mismatches += !ok;
+  t->total = (int64_t)((uint64_t)t->total + (uint64_t)got);
+}
+
+/* One `execute` through fdod per batch. */
+static int run_daemon(fdo_conn* conn, const char* id, const node* e, const options* o, int64_t* xs,
+                      tally* t) {
+  fdo_error* err = NULL;
+  uint64_t seed = 12345;
+  for (long batch = 0; batch < o->batches; ++batch) {
+    int64_t expect = fill_batch(e, xs, o->batch_size, &seed);
+    fdo_buffer buf = {FDO_ELEM_I64, xs, (size_t)o->batch_size};
+    fdo_value args[2];
+    args[0].type = FDO_BUFFER;
+    args[0].as.buffer = 0;
+    args[1].type = FDO_I64;
+    args[1].as.i64 = o->batch_size;
+    fdo_call call = {"calc_batch", args, 2, &buf, 1, 0};
+    fdo_value ret;
+    char* stage = NULL;
+    if (fdo_execute(conn, id, &call, &ret, &stage, &err) != 0) return report("execute", err);
+    char mode[16];
+    stage_mode(stage, mode);
+    fdo_string_free(stage);
+    int64_t got = ret.type == FDO_I64 ? ret.as.i64 : 0;
+    int ok = ret.type == FDO_I64 && got == expect;
+    tally_batch(t, got, ok);
+    printf("batch %ld: sum %lld (%s code) %s\n", batch, (long long)got, mode,
+           ok ? "ok" : "MISMATCH");
+  }
+  return 0;
+}
+
+/* The kernel linked into this process: each batch runs under one hold (the
+ * cheap way to make many calls, docs/runtimes.md) as a hot loop of native
+ * calls, CALC_CHUNK values each; closing the hold is the batch's safe point,
+ * and the flush after it sends the batch's counts to fdod and, once fdod has
+ * rewritten the profile, swaps the newer code in for the next batch. */
+static int run_inproc(fdo_conn* conn, const char* id, const node* e, const options* o, int64_t* xs,
+                      tally* t) {
+  fdo_error* err = NULL;
+  const char* const entries[] = {"calc_batch"};
+  /* Flushes at the batch boundaries, where this runtime has its safe points;
+   * FDO_INPROC_FLUSH_BACKGROUND would flush from a library thread instead. */
+  fdo_inproc_options io = {FDO_INPROC_FLUSH_MANUAL, 0, 0};
+  fdo_inproc* inproc = NULL;
+  if (fdo_inproc_open(conn, id, entries, 1, &io, &inproc, &err) != 0)
+    return report("in-process open", err);
+  size_t entry = 0;
+  int rc = 0;
+  if (fdo_inproc_entry(inproc, "calc_batch", &entry, &err) != 0) {
+    rc = report("in-process entry", err);
+    goto out;
+  }
+  printf("in-process: generation %llu linked\n", (unsigned long long)fdo_inproc_generation(inproc));
+  uint64_t seed = 12345;
+  for (long batch = 0; batch < o->batches; ++batch) {
+    int64_t expect = fill_batch(e, xs, o->batch_size, &seed);
+    fdo_inproc_hold* hold = NULL;
+    if (fdo_inproc_hold_open(inproc, &hold, &err) != 0) {
+      rc = report("in-process hold", err);
+      goto out;
+    }
+    unsigned long long generation = (unsigned long long)fdo_inproc_hold_generation(hold);
+    uint64_t sum = 0;
+    int called = 1;
+    for (long at = 0; at < o->batch_size && called; at += CALC_CHUNK) {
+      long n = o->batch_size - at < CALC_CHUNK ? o->batch_size - at : CALC_CHUNK;
+      uint64_t args[2] = {(uint64_t)(uintptr_t)(xs + at), (uint64_t)n};
+      uint64_t ret = 0;
+      called = fdo_inproc_hold_call(hold, entry, args, &ret) == 0;
+      sum += ret;
+    }
+    fdo_inproc_hold_close(hold);
+    if (!called) {
+      fputs("fdo-calc: in-process call refused (bad entry index)\n", stderr);
+      rc = 1;
+      goto out;
+    }
+    fdo_inproc_flush_result flushed;
+    if (fdo_inproc_flush(inproc, &flushed, &err) != 0) {
+      rc = report("in-process flush", err);
+      goto out;
+    }
+    int ok = (int64_t)sum == expect;
+    tally_batch(t, (int64_t)sum, ok);
+    printf("batch %ld: sum %lld (generation %llu) %s | flush: profile version %lld", batch,
+           (long long)(int64_t)sum, generation, ok ? "ok" : "MISMATCH",
+           (long long)flushed.profile_version);
+    if (flushed.swapped)
+      printf(", swapped in generation %llu", (unsigned long long)flushed.generation);
+    putchar('\n');
+  }
+  printf("in-process: generation %llu at the end\n",
+         (unsigned long long)fdo_inproc_generation(inproc));
+out:
+  fdo_inproc_close(inproc);
+  return rc;
+}
+
 int main(int argc, char** argv) {
   options o;
   int rc = parse_options(argc, argv, &o);
@@ -392,13 +527,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   char* ir = generate_ir(e);
+  int64_t* xs = NULL;
 
   fdo_conn* conn = NULL;
   fdo_error* err = NULL;
   if (fdo_connect_as(o.socket, "fdo-calc", &conn, &err) != 0) {
-    free(ir);
-    free_node(e);
-    return report("connect", err);
+    rc = report("connect", err);
+    goto out;
   }
   printf("connected to fdod %s\n", fdo_conn_server_version(conn));
 
@@ -409,46 +544,16 @@ int main(int argc, char** argv) {
   }
   printf("program %.16s… profile %.16s…\n", id, pk);
 
-  int64_t* xs = malloc(sizeof(int64_t) * (size_t)o.batch_size);
+  xs = malloc(sizeof(int64_t) * (size_t)o.batch_size);
   if (!xs) {
     fputs("fdo-calc: out of memory\n", stderr);
     rc = 1;
     goto out;
   }
-  int64_t total = 0;
-  long mismatches = 0;
-  uint64_t seed = 12345;
-  for (long batch = 0; batch < o.batches; ++batch) {
-    int64_t expect = 0;
-    for (long i = 0; i < o.batch_size; ++i) {
-      seed = seed * 6364136223846793005u + 1442695040888963407u;
-      xs[i] = (int64_t)(seed >> 33) % 1000 - 500;
-      expect = (int64_t)((uint64_t)expect + (uint64_t)eval(e, xs[i]));
-    }
-    fdo_buffer buf = {FDO_ELEM_I64, xs, (size_t)o.batch_size};
-    fdo_value args[2];
-    args[0].type = FDO_BUFFER;
-    args[0].as.buffer = 0;
-    args[1].type = FDO_I64;
-    args[1].as.i64 = o.batch_size;
-    fdo_call call = {"calc_batch", args, 2, &buf, 1, 0};
-    fdo_value ret;
-    char* stage = NULL;
-    if (fdo_execute(conn, id, &call, &ret, &stage, &err) != 0) {
-      free(xs);
-      rc = report("execute", err);
-      goto out;
-    }
-    char mode[16];
-    stage_mode(stage, mode);
-    fdo_string_free(stage);
-    int ok = ret.type == FDO_I64 && ret.as.i64 == expect;
-    mismatches += !ok;
-    total = (int64_t)((uint64_t)total + (uint64_t)ret.as.i64);
-    printf("batch %ld: sum %lld (%s code) %s\n", batch, (long long)ret.as.i64, mode,
-           ok ? "ok" : "MISMATCH");
-  }
-  free(xs);
+  tally t = {0, 0};
+  rc = o.mode == MODE_INPROC ? run_inproc(conn, id, e, &o, xs, &t)
+                             : run_daemon(conn, id, e, &o, xs, &t);
+  if (rc != 0) goto out;
 
   char* history = NULL;
   if (fdo_profile_history(conn, pk, &history, &err) != 0) {
@@ -458,11 +563,12 @@ int main(int argc, char** argv) {
   const char* cur = strstr(history, "\"current_version\":");
   printf("profile current_version %ld\n", cur ? strtol(cur + 18, NULL, 10) : -1L);
   fdo_string_free(history);
-  printf("total %lld over %ld batches; %s\n", (long long)total, o.batches,
-         mismatches ? "MISMATCHES against the interpreter" : "all batches match the interpreter");
-  rc = mismatches ? 1 : 0;
+  printf("total %lld over %ld batches; %s\n", (long long)t.total, o.batches,
+         t.mismatches ? "MISMATCHES against the interpreter" : "all batches match the interpreter");
+  rc = t.mismatches ? 1 : 0;
 
 out:
+  free(xs);
   fdo_close(conn);
   free(ir);
   free_node(e);
