@@ -27,7 +27,7 @@ case "$SANITIZE" in
     ;;
   thread)
     BUILD_DIR=${FDO_BUILD_DIR:-build-tsan}
-    export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+    export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tools/tsan.supp}
     CTEST_ARGS+=(-LE bench)
     ;;
   *) echo "tools/test.sh: unknown sanitizer set '$SANITIZE' (address,undefined or thread)" >&2; exit 64 ;;

@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
@@ -182,11 +184,20 @@ std::size_t open_fd_count() {
   return n;
 }
 
+// Catch2's assertions are not thread-safe: the fake daemon threads below use
+// this instead, and a failed step ends the test binary loudly.
+void must(bool ok, const char* what) {
+  if (ok) return;
+  std::fprintf(stderr, "rpc_client_test: fake daemon: %s failed: %s\n", what, std::strerror(errno));
+  std::abort();
+}
+
 // A memfd holding `text`.
 fdo::Fd memfd_with(const std::string& text) {
   fdo::Fd fd(::memfd_create("rpc-client-test", MFD_CLOEXEC));
-  REQUIRE(fd);
-  REQUIRE(::write(fd.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  must(static_cast<bool>(fd), "memfd_create");
+  must(::write(fd.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size()),
+       "write memfd");
   return fd;
 }
 
@@ -218,7 +229,7 @@ void send_with_fds(int sock, const std::string& bytes, const std::vector<int>& f
     c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
     std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
   }
-  REQUIRE(::sendmsg(sock, &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
+  must(::sendmsg(sock, &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()), "sendmsg");
 }
 
 // Reads one request line from the server end.

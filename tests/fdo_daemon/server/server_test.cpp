@@ -5,6 +5,7 @@
 #include "support/temp_dir.h"
 
 #include <catch2/catch.hpp>
+#include <stdexcept>
 #include <csignal>
 #include <cstdlib>
 #include <fcntl.h>
@@ -576,10 +577,13 @@ std::optional<LineWithFds> read_line_with_fds(int sock) {
   }
 }
 
+// Runs in handler threads, where Catch2's assertions must not be used (they
+// are not thread-safe): a failure throws, and the server turns the handler's
+// exception into an error reply, which the test's checks then see.
 fdo::Fd memfd_with(std::string_view text) {
   fdo::Fd fd(::memfd_create("server-test", MFD_CLOEXEC));
-  REQUIRE(fd);
-  REQUIRE(fdo::write_all(fd.get(), text));
+  if (!fd) throw std::runtime_error("memfd_create failed");
+  if (!fdo::write_all(fd.get(), text)) throw std::runtime_error("writing the memfd failed");
   return fd;
 }
 
