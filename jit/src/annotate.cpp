@@ -191,6 +191,9 @@ void attach_samples(const llvm::Function& f, AnnotatedFunction& out, const Talli
   const SamplingSummary& s = tallies->summary;
   if (s.clock_event.empty() || s.clock_samples == 0) return;
   for (AnnotatedBlock& b : out.blocks) {
+    // A block of code inlined from elsewhere holds no canonical block of
+    // this function: its samples count for the function it came from.
+    if (b.canonical_blocks.empty()) continue;
     auto n = b.samples.find(s.clock_event);
     b.sample_share = n == b.samples.end()
                          ? 0.0

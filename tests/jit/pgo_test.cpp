@@ -622,6 +622,8 @@ TEST_CASE("annotate: samples follow the canonical numbering where cleanup folded
   for (const AnnotatedBlock& b : walk.blocks) {
     INFO(b.label);
     if (b.label.ends_with("_crit_edge")) CHECK(b.samples.empty());
+    // A share only where the block holds canonical blocks of its own.
+    CHECK(b.sample_share.has_value() == !b.canonical_blocks.empty());
   }
   CHECK(block_labelled(walk, "entry").canonical_blocks == std::vector<std::uint32_t>{1});
   CHECK(block_labelled(walk, "entry").samples == EventSamples{{"cpu-clock", 5}});

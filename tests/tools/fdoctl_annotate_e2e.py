@@ -187,6 +187,9 @@ class Annotate(unittest.TestCase):
         modes = [s["stage"]["mode"] for s in run["stages"]]
         self.assertIn("optimized", modes, "the profile was rewritten and used")
         ik = run["program"]["program"]
+        # The daemon records per-block samples when it writes a version: here
+        # v1, made from the sampled instrumented stages (the block numbering
+        # is the canonical IR's in every mode, so they count for the same blocks).
         doc = self.json_of("profile", "annotate", ik, "--function", "spin")
         if doc["sampling"] is None:
             samples = [s["stage"].get("samples") for s in run["stages"]]

@@ -55,7 +55,8 @@ struct AnnotatedBlock {
   // empty when the profile has none for them.
   EventSamples samples;
   // samples[clock event] over all clock samples in program code; nullopt
-  // when the profile holds no clock samples.
+  // when the profile holds no clock samples, or the block holds no canonical
+  // block (code inlined from elsewhere counts for the function it came from).
   std::optional<double> sample_share;
 };
 

@@ -346,7 +346,8 @@ async function fn(pk, name) {
     out.push(h('p', { class: 'muted' }, 'The IR as the profile\'s counters saw it (after the pre-inliner and early cleanup), ' +
       'each block shaded by its execution count; "per call" is the count over the entry count.' +
       (doc.sampling ? ` The blue bar at each block's left is its share of the profile's ${fmtInt(doc.sampling.samples)} ` +
-        `${doc.sampling.event} samples in program code (sampled stages), with misses where a PMU counted them.` : '')));
+        `${doc.sampling.event} samples in program code (sampled stages), with misses where a PMU counted them; ` +
+        'code inlined from another function counts for that function.' : '')));
     const unplaced = Object.entries(f.unplaced_samples || {});
     if (unplaced.length) out.push(h('p', { class: 'note', id: 'unplaced-samples' }, unplaced.map(([e, n]) => `${fmtInt(n)} ${e}`).join(', ') +
       ' samples fell in canonical blocks not shown here (folded away before PGO use).'));
