@@ -201,6 +201,29 @@ void attach_samples(const llvm::Function& f, AnnotatedFunction& out, const Talli
   }
 }
 
+// Samples of functions the IR shown no longer has (a local the pre-inliner
+// inlined everywhere and deleted): named, so that none go unaccounted.
+void note_unshown_functions(const Tallies& tallies, const CanonicalNames& names,
+                            Annotation& result) {
+  for (const auto& [fn, blocks] : tallies.blocks) {
+    if (std::any_of(result.functions.begin(), result.functions.end(),
+                    [&](const AnnotatedFunction& f) { return f.pgo_name == fn; }))
+      continue;
+    EventSamples total;
+    for (const auto& [index, samples] : blocks)
+      for (const auto& [event, n] : samples)
+        total[event] += n;
+    std::string text;
+    for (const auto& [event, n] : total)
+      text += (text.empty() ? "" : ", ") + std::to_string(n) + " " + event;
+    auto src = names.source_names.find(fn);
+    result.diagnostics.push_back(
+        text + " samples of " + (src != names.source_names.end() ? src->second : fn) +
+        ", which is no function of its own here (inlined everywhere before PGO use); they ran "
+        "in its callers' code");
+  }
+}
+
 // The count of the edges from `from` to `to`: the branch weights
 // PGOInstrumentationUse wrote (exact unless scaled), or the block's own count
 // when it has one successor or never ran.
@@ -392,6 +415,7 @@ Expected<Annotation> annotate(std::string_view program_bytes, const fdo::Profile
   if (!diagnostics.errors().empty()) return make_error(Errc::compile, diagnostics.errors().front());
   result.diagnostics = diagnostics.warnings();
   result.diagnostics.insert(result.diagnostics.end(), problems.begin(), problems.end());
+  if (tallies) note_unshown_functions(*tallies, names, result);
   if (tallies) result.sampling = tallies->summary;
   return result;
 }

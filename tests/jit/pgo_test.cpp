@@ -637,3 +637,32 @@ TEST_CASE("annotate: samples follow the canonical numbering where cleanup folded
   // %entry's own code (its `br`) is gone: its samples have no block to show them.
   CHECK(walk.unplaced_samples == EventSamples{{"cpu-clock", 2}});
 }
+
+TEST_CASE("annotate: samples of a function inlined everywhere are named, not lost",
+          "[jit][pgo][annotate]") {
+  Instrumented i = load_instrumented("inlined_callee.ll");
+  REQUIRE(i.program->call("drive", std::vector<std::uint64_t>{50}).has_value());
+  ProfileDoc profile = profile_from(i);
+  std::string bump;
+  for (const auto& [pgo, source] : i.compiled.source_names)
+    if (source.ends_with("bump")) bump = pgo;
+  REQUIRE_FALSE(bump.empty());
+  profile.hardware = nlohmann::json::parse(R"({"sampling": {
+      "event": "cpu-clock", "stages": 1, "samples": 100, "outside_samples": 0,
+      "time_share": {}, "misses": {}, "blocks": {"cpu-clock": {"drive": {"1": 50}}}}})");
+  profile.hardware["sampling"]["blocks"]["cpu-clock"][bump] = {{"0", 30}};
+  auto annotated = annotate(fixture("inlined_callee.ll"), profile);
+  REQUIRE(annotated.has_value());
+  std::vector<std::string> shown;
+  for (const AnnotatedFunction& f : annotated->functions)
+    shown.push_back(f.symbol);
+  REQUIRE(shown == std::vector<std::string>{"drive"});
+  const AnnotatedBlock& loop = block_labelled(annotated->functions[0], "loop");
+  CHECK(loop.samples == EventSamples{{"cpu-clock", 50}});
+  CHECK(loop.sample_share == std::optional<double>(0.5));
+  std::string all;
+  for (const std::string& d : annotated->diagnostics)
+    all += d + "\n";
+  CHECK_THAT(all, Catch::Contains("30 cpu-clock samples of " + i.compiled.source_names.at(bump) +
+                                  ", which is no function of its own"));
+}

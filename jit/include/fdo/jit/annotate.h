@@ -83,7 +83,9 @@ struct SamplingSummary {
 
 struct Annotation {
   std::vector<AnnotatedFunction> functions; // module order
-  std::vector<std::string> diagnostics; // LLVM warnings (e.g. a stale profile), unreadable tallies
+  // LLVM warnings (e.g. a stale profile), sample tallies left out as
+  // unreadable, and samples of functions the IR shown no longer has.
+  std::vector<std::string> diagnostics;
   std::optional<SamplingSummary> sampling; // nullopt: no per-block samples in the profile
 };
 

@@ -369,7 +369,8 @@ async function fn(pk, name) {
       }),
       h('div', { class: 'sig' }, '}')));
   }
-  for (const d of doc.diagnostics) out.push(h('p', { class: 'note' }, 'LLVM: ' + d));
+  // LLVM's warnings, unreadable sample tallies, samples of functions not shown.
+  for (const d of doc.diagnostics) out.push(h('p', { class: 'note' }, d));
   return out;
 }
 
