@@ -509,3 +509,160 @@ TEST_CASE("annotate: local functions show their source names", "[jit][pgo][annot
   }
   CHECK(helper_seen);
 }
+
+namespace {
+const AnnotatedBlock& block_labelled(const AnnotatedFunction& f, const std::string& label) {
+  auto it = std::find_if(f.blocks.begin(), f.blocks.end(),
+                         [&](const AnnotatedBlock& b) { return b.label == label; });
+  REQUIRE(it != f.blocks.end());
+  return *it;
+}
+} // namespace
+
+TEST_CASE("annotate: sampled tallies land on the canonical blocks they were counted for",
+          "[jit][pgo][annotate]") {
+  Instrumented i = load_instrumented("loop_branch.ll");
+  REQUIRE(i.program->call("run", std::vector<std::uint64_t>{1000}).has_value());
+  ProfileDoc profile = profile_from(i);
+  // run's canonical blocks, in function order (the block map's numbering):
+  // entry 0, loop 1, hot 2, cold 3, latch 4, exit 5. Block 9 is past its end.
+  profile.hardware = nlohmann::json::parse(R"({"sampling": {
+      "event": "cpu-clock", "stages": 3, "samples": 200, "outside_samples": 9,
+      "time_share": {"run": 0.515, "on_hot": 0.3}, "misses": {"branch-misses": {"run": 7}},
+      "blocks": {"cpu-clock": {"run": {"1": 40, "2": 50, "4": 10, "9": 3}, "on_hot": {"0": 60}},
+                 "branch-misses": {"run": {"1": 7}}}}})");
+
+  auto annotated = annotate(fixture("loop_branch.ll"), profile);
+  REQUIRE(annotated.has_value());
+  REQUIRE(annotated->sampling.has_value());
+  CHECK(annotated->sampling->clock_event == "cpu-clock");
+  CHECK(annotated->sampling->clock_samples == 200);
+  std::map<std::string, const AnnotatedFunction*> by_name;
+  for (const AnnotatedFunction& f : annotated->functions)
+    by_name[f.symbol] = &f;
+  const AnnotatedFunction& run = *by_name.at("run");
+  REQUIRE(run.pgo_name == "run");
+
+  const AnnotatedBlock& loop = block_labelled(run, "loop");
+  CHECK(loop.canonical_blocks == std::vector<std::uint32_t>{1});
+  CHECK(loop.samples == EventSamples{{"cpu-clock", 40}, {"branch-misses", 7}});
+  CHECK(loop.sample_share == std::optional<double>(0.2));
+  CHECK(block_labelled(run, "hot").samples == EventSamples{{"cpu-clock", 50}});
+  CHECK(block_labelled(run, "hot").sample_share == std::optional<double>(0.25));
+  CHECK(block_labelled(run, "latch").samples == EventSamples{{"cpu-clock", 10}});
+  CHECK(block_labelled(run, "cold").canonical_blocks == std::vector<std::uint32_t>{3});
+  CHECK(block_labelled(run, "cold").samples.empty());
+  CHECK(block_labelled(run, "cold").sample_share == std::optional<double>(0.0));
+  CHECK(block_labelled(run, "exit").canonical_blocks == std::vector<std::uint32_t>{5});
+  CHECK(run.unplaced_samples == EventSamples{{"cpu-clock", 3}});
+  const AnnotatedFunction& on_hot = *by_name.at("on_hot");
+  CHECK(block_labelled(on_hot, "entry").samples == EventSamples{{"cpu-clock", 60}});
+  CHECK(block_labelled(on_hot, "entry").sample_share == std::optional<double>(0.3));
+  // The block locations that carry the numbering are not part of the text.
+  CHECK(run.signature.find("!dbg") == std::string::npos);
+  for (const AnnotatedBlock& b : run.blocks)
+    for (const std::string& line : b.lines)
+      CHECK(line.find("!dbg") == std::string::npos);
+
+  SECTION("entries that do not fit the schema are named and left out, the rest shown") {
+    profile.hardware["sampling"]["blocks"] = nlohmann::json::parse(
+        R"({"cpu-clock": {"run": {"x": 5, "2": -1, "01": 4, "1": 40}, "cold_total": 3}})");
+    auto partly = annotate(fixture("loop_branch.ll"), profile);
+    REQUIRE(partly.has_value());
+    const AnnotatedFunction* r = nullptr;
+    for (const AnnotatedFunction& f : partly->functions)
+      if (f.symbol == "run") r = &f;
+    REQUIRE(r != nullptr);
+    CHECK(block_labelled(*r, "loop").samples == EventSamples{{"cpu-clock", 40}});
+    CHECK(block_labelled(*r, "hot").samples.empty());
+    CHECK(r->unplaced_samples.empty());
+    std::string all;
+    for (const std::string& d : partly->diagnostics)
+      all += d + "\n";
+    CHECK_THAT(all, Catch::Contains("[cpu-clock][run][x]: not a block index"));
+    CHECK_THAT(all, Catch::Contains("[cpu-clock][run][01]: not a block index"));
+    CHECK_THAT(all, Catch::Contains("[cpu-clock][run][2]: not a sample count"));
+    CHECK_THAT(all, Catch::Contains("[cpu-clock][cold_total] is not an object"));
+  }
+  SECTION("a profile without per-block samples shows none") {
+    profile.hardware = nlohmann::json::object();
+    auto plain = annotate(fixture("loop_branch.ll"), profile);
+    REQUIRE(plain.has_value());
+    CHECK_FALSE(plain->sampling.has_value());
+    for (const AnnotatedFunction& f : plain->functions)
+      for (const AnnotatedBlock& b : f.blocks) {
+        CHECK(b.samples.empty());
+        CHECK_FALSE(b.sample_share.has_value());
+      }
+  }
+}
+
+TEST_CASE("annotate: samples follow the canonical numbering where cleanup folded a block",
+          "[jit][pgo][annotate]") {
+  Instrumented i = load_instrumented("folded_block.ll");
+  REQUIRE(i.program->call("walk", std::vector<std::uint64_t>{100}).has_value());
+  ProfileDoc profile = profile_from(i);
+  // Canonical blocks: entry 0, check 1, loop 2, exit 3 (folded_block.ll).
+  profile.hardware = nlohmann::json::parse(R"({"sampling": {
+      "event": "cpu-clock", "stages": 1, "samples": 100, "outside_samples": 0,
+      "time_share": {"walk": 0.8}, "misses": {},
+      "blocks": {"cpu-clock": {"walk": {"0": 2, "1": 5, "2": 70, "3": 1}}}}})");
+  auto annotated = annotate(fixture("folded_block.ll"), profile);
+  REQUIRE(annotated.has_value());
+  REQUIRE(annotated->functions.size() == 1);
+  const AnnotatedFunction& walk = annotated->functions[0];
+  std::vector<std::string> labels;
+  for (const AnnotatedBlock& b : walk.blocks)
+    labels.push_back(b.label);
+  // Cleanup merged %check into %entry, and PGO use split the critical edges
+  // (entry -> exit, loop -> loop): positions no longer match the canonical
+  // indexes, and the samples still go where they were counted.
+  REQUIRE(labels == std::vector<std::string>{"entry", "entry.exit_crit_edge", "loop",
+                                             "loop.loop_crit_edge", "exit"});
+  for (const AnnotatedBlock& b : walk.blocks) {
+    INFO(b.label);
+    if (b.label.ends_with("_crit_edge")) CHECK(b.samples.empty());
+    // A share only where the block holds canonical blocks of its own.
+    CHECK(b.sample_share.has_value() == !b.canonical_blocks.empty());
+  }
+  CHECK(block_labelled(walk, "entry").canonical_blocks == std::vector<std::uint32_t>{1});
+  CHECK(block_labelled(walk, "entry").samples == EventSamples{{"cpu-clock", 5}});
+  const AnnotatedBlock& loop = block_labelled(walk, "loop");
+  CHECK(loop.canonical_blocks == std::vector<std::uint32_t>{2});
+  CHECK(loop.samples == EventSamples{{"cpu-clock", 70}});
+  CHECK(loop.sample_share == std::optional<double>(0.7));
+  CHECK(loop.count == std::optional<std::uint64_t>(100));
+  CHECK(block_labelled(walk, "exit").canonical_blocks == std::vector<std::uint32_t>{3});
+  CHECK(block_labelled(walk, "exit").samples == EventSamples{{"cpu-clock", 1}});
+  // %entry's own code (its `br`) is gone: its samples have no block to show them.
+  CHECK(walk.unplaced_samples == EventSamples{{"cpu-clock", 2}});
+}
+
+TEST_CASE("annotate: samples of a function inlined everywhere are named, not lost",
+          "[jit][pgo][annotate]") {
+  Instrumented i = load_instrumented("inlined_callee.ll");
+  REQUIRE(i.program->call("drive", std::vector<std::uint64_t>{50}).has_value());
+  ProfileDoc profile = profile_from(i);
+  std::string bump;
+  for (const auto& [pgo, source] : i.compiled.source_names)
+    if (source.ends_with("bump")) bump = pgo;
+  REQUIRE_FALSE(bump.empty());
+  profile.hardware = nlohmann::json::parse(R"({"sampling": {
+      "event": "cpu-clock", "stages": 1, "samples": 100, "outside_samples": 0,
+      "time_share": {}, "misses": {}, "blocks": {"cpu-clock": {"drive": {"1": 50}}}}})");
+  profile.hardware["sampling"]["blocks"]["cpu-clock"][bump] = {{"0", 30}};
+  auto annotated = annotate(fixture("inlined_callee.ll"), profile);
+  REQUIRE(annotated.has_value());
+  std::vector<std::string> shown;
+  for (const AnnotatedFunction& f : annotated->functions)
+    shown.push_back(f.symbol);
+  REQUIRE(shown == std::vector<std::string>{"drive"});
+  const AnnotatedBlock& loop = block_labelled(annotated->functions[0], "loop");
+  CHECK(loop.samples == EventSamples{{"cpu-clock", 50}});
+  CHECK(loop.sample_share == std::optional<double>(0.5));
+  std::string all;
+  for (const std::string& d : annotated->diagnostics)
+    all += d + "\n";
+  CHECK_THAT(all, Catch::Contains("30 cpu-clock samples of " + i.compiled.source_names.at(bump) +
+                                  ", which is no function of its own"));
+}

@@ -4,12 +4,15 @@ into IR as a front end would) through instrumented and optimized stages; the
 annotated IR must carry the counts those stages produced: the loop body runs
 trip count x calls, the if-branch ceil(n/3) x calls, a static helper's entry
 count the else-branch's count, in source names. Then the same offline
-(--state-dir, daemon stopped), and bad input.
+(--state-dir, daemon stopped), and bad input. A second program with a long hot
+loop runs through sampled stages (the software clock, no PMU needed): its loop
+blocks carry the samples (docs/fdoctl.md, "profile annotate").
 
 Run through CTest or directly:  FDO_BUILD_DIR=build python3 tests/tools/fdoctl_annotate_e2e.py"""
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -43,6 +46,17 @@ long work(long n) {
 }
 """
 
+SPIN_N = 20_000_000  # tens of milliseconds per stage: enough clock samples at 2 kHz
+
+SPIN_SOURCE = r"""
+long spin(long n) {
+  long s = 0;
+  for (long i = 0; i < n; i++)
+    s = s * 31 + (i ^ (s >> 3));
+  return s;
+}
+"""
+
 
 class Annotate(unittest.TestCase):
     daemon = None
@@ -56,7 +70,13 @@ class Annotate(unittest.TestCase):
         src.write_text(SOURCE)
         cls.ir = pathlib.Path(cls.tmp, "loops.ll")
         subprocess.run([CLANG, "-S", "-emit-llvm", *IR_FLAGS, "-o", str(cls.ir), str(src)], check=True)
-        cls.daemon = harness.Daemon().start()
+        spin = pathlib.Path(cls.tmp, "spin.c")
+        spin.write_text(SPIN_SOURCE)
+        cls.spin_ir = pathlib.Path(cls.tmp, "spin.ll")
+        subprocess.run([CLANG, "-S", "-emit-llvm", *IR_FLAGS, "-o", str(cls.spin_ir), str(spin)],
+                       check=True)
+        cls.daemon = harness.Daemon({"sampling.frequency_hz": 2000,
+                                     "exec_timeout_ms": 20000}).start()
 
     @classmethod
     def tearDownClass(cls):
@@ -161,6 +181,46 @@ class Annotate(unittest.TestCase):
         self.assertRegex(r.stderr, "no profile|holds no counts")
         # Nothing was lost: the first program still annotates.
         self.assertTrue(self.json_of("profile", "annotate", "loops")["functions"])
+
+    def test_3_sampled_stages_put_their_samples_on_the_hot_loop(self):
+        run = self.json_of("run", self.spin_ir, "--entry", "spin", "--arg", SPIN_N, "--stages", 4)
+        modes = [s["stage"]["mode"] for s in run["stages"]]
+        self.assertIn("optimized", modes, "the profile was rewritten and used")
+        ik = run["program"]["program"]
+        # The daemon records per-block samples when it writes a version: here
+        # v1, made from the sampled instrumented stages (the block numbering
+        # is the canonical IR's in every mode, so they count for the same blocks).
+        doc = self.json_of("profile", "annotate", ik, "--function", "spin")
+        if doc["sampling"] is None:
+            samples = [s["stage"].get("samples") for s in run["stages"]]
+            self.skipTest(f"no clock samples reached the profile on this host: {samples}")
+        self.assertEqual(doc["sampling"]["event"], "cpu-clock")
+        total = doc["sampling"]["samples"]
+        self.assertGreater(total, 0, doc["sampling"])
+        (spin,) = doc["functions"]
+        calls = spin["entry_count"]
+        self.assertGreaterEqual(calls, 1)
+        by_label = {b["label"]: b for b in spin["blocks"]}
+        # The loop's blocks run SPIN_N times a call; they hold nearly all the
+        # time, so nearly all of the function's clock samples.
+        loop = [b for b in spin["blocks"] if b["count"] is not None and b["count"] >= SPIN_N * calls]
+        self.assertTrue(loop, by_label)
+        in_loop = sum(b["samples"].get("cpu-clock", 0) for b in loop)
+        in_fn = sum(b["samples"].get("cpu-clock", 0) for b in spin["blocks"])
+        self.assertGreater(in_loop, 0, spin["blocks"])
+        self.assertGreaterEqual(in_loop, 0.8 * in_fn, spin["blocks"])
+        hottest = max(loop, key=lambda b: b["samples"].get("cpu-clock", 0))
+        self.assertAlmostEqual(hottest["sample_share"], hottest["samples"]["cpu-clock"] / total)
+        self.assertGreater(hottest["sample_share"], 0.0)
+        # The blocks name the canonical blocks their samples came from, each once.
+        shown = [i for b in spin["blocks"] for i in b["canonical_blocks"]]
+        self.assertEqual(len(shown), len(set(shown)), spin["blocks"])
+        # The text: the loop block's line carries its count and its share.
+        text = self.fdoctl("profile", "annotate", ik, "--function", "spin").stdout
+        self.assertIn("samples in program code", text)
+        share = f"{hottest['sample_share'] * 100:.1f}% of samples"
+        self.assertRegex(text, rf"\n{re.escape(hottest['label'])}:\s+; count {hottest['count']}, "
+                               rf"[0-9.]+ per call, {re.escape(share)}")
 
 
 if __name__ == "__main__":

@@ -140,7 +140,7 @@ def main():
         if not f.exists():
             print(f"SKIP: {f} is not built")
             return SKIP
-    daemon = harness.Daemon(config={"exec_timeout_ms": 20000}, prefix="fdoctl-web-e2e-").start()
+    daemon = harness.Daemon(config={"exec_timeout_ms": 20000, "sampling.frequency_hz": 20000}, prefix="fdoctl-web-e2e-").start()
     webs = []
     try:
         # --- the examples -------------------------------------------------
@@ -285,6 +285,17 @@ def main():
         dom = (ARTIFACTS / "function.html").read_text()
         shown = [int(c) for c in re.findall(r'class="block" data-label="[^"]*" data-count="(\d+)"', dom)]
         check(shown == block_counts, (shown, block_counts))
+        # Sampled stages: the second shading, one per block, with the shares
+        # `profile annotate` gives.
+        if annotated.get("sampling"):
+            shares = re.findall(r'class="block" data-label="[^"]*" data-count="\d*" '
+                                r'data-sample-share="([^"]*)"', dom)
+            check([float(x) if x else None for x in shares] == [b["sample_share"] for b in hot_fn["blocks"]],
+                  (shares, [b["sample_share"] for b in hot_fn["blocks"]]))
+            if any(b["samples"].get(annotated["sampling"]["event"]) for b in hot_fn["blocks"]):
+                check("% of samples" in dom, "the sampled blocks show their share")
+        else:
+            print("note: the profile holds no per-block samples; the sample shading is not checked")
         print(f"ok: 6 views checked; screenshots in {ARTIFACTS}")
         return 0
     finally:

@@ -71,6 +71,13 @@ bool function_matches(const jit::AnnotatedFunction& f, const std::string& name) 
   return name.empty() || f.symbol == name || f.source_name == name || f.pgo_name == name;
 }
 
+json samples_json(const jit::EventSamples& samples) {
+  json out = json::object();
+  for (const auto& [event, n] : samples)
+    out[event] = n;
+  return out;
+}
+
 json function_json(const jit::AnnotatedFunction& f) {
   json blocks = json::array();
   for (const jit::AnnotatedBlock& b : f.blocks) {
@@ -80,6 +87,9 @@ json function_json(const jit::AnnotatedFunction& f) {
     blocks.push_back({{"label", b.label},
                       {"count", b.count ? json(*b.count) : json(nullptr)},
                       {"per_call", per_call},
+                      {"canonical_blocks", b.canonical_blocks},
+                      {"samples", samples_json(b.samples)},
+                      {"sample_share", b.sample_share ? json(*b.sample_share) : json(nullptr)},
                       {"lines", b.lines}});
   }
   return {{"name", f.symbol},
@@ -88,7 +98,24 @@ json function_json(const jit::AnnotatedFunction& f) {
           {"signature", f.signature},
           {"entry_count", f.entry_count ? json(*f.entry_count) : json(nullptr)},
           {"approximate", f.approximate},
+          {"unplaced_samples", samples_json(f.unplaced_samples)},
           {"blocks", std::move(blocks)}};
+}
+
+// `, 12.5% of samples, branch-misses 7`: the block's clock share, then the
+// samples of every other event.
+std::string samples_text(const json& block, const std::string& clock_event) {
+  std::string out;
+  if (block.contains("sample_share") && !block["sample_share"].is_null()) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, ", %.1f%% of samples",
+                  block["sample_share"].get<double>() * 100);
+    out += buf;
+  }
+  const json samples = block.value("samples", json::object()); // items() keeps a reference
+  for (const auto& [event, n] : samples.items())
+    if (event != clock_event) out += ", " + event + " " + std::to_string(n.get<std::uint64_t>());
+  return out;
 }
 
 } // namespace
@@ -123,6 +150,10 @@ Expected<json> annotate_program(Backend& backend, const AnnotateRequest& request
               {"program_name", source.value("name", "")},
               {"profile_key", pk},
               {"profile_version", got.value("version", std::int64_t{0})},
+              {"sampling", annotation.sampling
+                               ? json{{"event", annotation.sampling->clock_event},
+                                      {"samples", annotation.sampling->clock_samples}}
+                               : json(nullptr)},
               {"functions", std::move(functions)},
               {"diagnostics", annotation.diagnostics}};
 }
@@ -134,6 +165,12 @@ std::string render_annotation(const json& doc) {
       << doc.value("profile_version", std::int64_t{0}) << "\n";
   for (const json& d : doc.value("diagnostics", json::array()))
     out << "; warning: " << d.get<std::string>() << "\n";
+  const json sampling = doc.value("sampling", json());
+  const std::string clock_event =
+      sampling.is_object() ? sampling.value("event", std::string()) : std::string();
+  if (sampling.is_object())
+    out << "; sampled: " << sampling.value("samples", std::uint64_t{0}) << " " << clock_event
+        << " samples in program code; \"% of samples\" is a block's share of them\n";
   for (const json& f : doc.value("functions", json::array())) {
     out << "\n; function " << f.value("source_name", "");
     if (f["entry_count"].is_null())
@@ -143,23 +180,32 @@ std::string render_annotation(const json& doc) {
           << (f.value("approximate", false) ? " (counts past 2^32: block counts are proportional)"
                                             : "")
           << "\n";
+    const json unplaced = f.value("unplaced_samples", json::object());
+    for (const auto& [event, n] : unplaced.items())
+      out << "; " << n.get<std::uint64_t>() << " " << event
+          << " samples in canonical blocks not shown below (folded away before PGO use)\n";
     out << f.value("signature", "") << "\n";
     bool first = true;
     for (const json& b : f["blocks"]) {
       if (!first) out << "\n";
       first = false;
-      std::string head = b.value("label", "") + ":";
+      std::string note;
       if (!b["count"].is_null()) {
-        head.resize(std::max<std::size_t>(head.size() + 1, 40), ' ');
-        head += "; count " + std::to_string(b["count"].get<std::uint64_t>());
+        note = "count " + std::to_string(b["count"].get<std::uint64_t>());
         if (!b["per_call"].is_null()) {
           char buf[48];
           std::snprintf(buf, sizeof buf, ", %.2f per call", b["per_call"].get<double>());
-          head += buf;
+          note += buf;
         }
       } else if (!f["entry_count"].is_null()) {
+        note = "count unknown";
+      }
+      std::string sampled = samples_text(b, clock_event);
+      note += note.empty() && !sampled.empty() ? sampled.substr(2) : sampled;
+      std::string head = b.value("label", "") + ":";
+      if (!note.empty()) {
         head.resize(std::max<std::size_t>(head.size() + 1, 40), ' ');
-        head += "; count unknown";
+        head += "; " + note;
       }
       out << head << "\n";
       for (const json& line : b["lines"])

@@ -23,13 +23,17 @@ struct AnnotateRequest {
   ForeignIr foreign = ForeignIr::refuse;
 };
 
-// {program, program_name, profile_key, profile_version, functions: [{name,
-// source_name, pgo_name, signature, entry_count, approximate, blocks: [{label,
-// count, per_call, lines}]}], diagnostics}. Counts are null where the profile
-// has none for the function.
+// {program, program_name, profile_key, profile_version, sampling: {event,
+// samples} | null, functions: [{name, source_name, pgo_name, signature,
+// entry_count, approximate, unplaced_samples: {event: n}, blocks: [{label,
+// count, per_call, canonical_blocks, samples: {event: n}, sample_share,
+// lines}]}], diagnostics}. Counts are null where the profile has none for the
+// function; samples come from hardware.sampling.blocks (jit/annotate.h), and
+// sample_share is null without clock samples.
 Expected<nlohmann::json> annotate_program(Backend& backend, const AnnotateRequest& request);
 
-// The document as IR text, each block's label followed by its count.
+// The document as IR text, each block's label followed by its count and
+// its sampled share and misses.
 std::string render_annotation(const nlohmann::json& doc);
 
 } // namespace fdo::ctl

@@ -72,6 +72,18 @@ function heat(t) {
   const x = Math.max(0, Math.min(1, t));
   return `hsl(${50 - 50 * x}, 95%, ${92 - 42 * x}%)`;
 }
+// The second shading, for sampled time: blue, apart from the counts' heat.
+function sampleHeat(t) {
+  const x = Math.max(0, Math.min(1, t));
+  return `hsl(215, 85%, ${94 - 50 * x}%)`;
+}
+// A block's sampled share and the samples of every other event.
+function sampledText(b, clock) {
+  const parts = [];
+  if (b.sample_share !== null) parts.push(`${(b.sample_share * 100).toFixed(1)}% of samples`);
+  for (const [event, n] of Object.entries(b.samples || {})) if (event !== clock) parts.push(`${event} ${fmtInt(n)}`);
+  return parts.join(' · ');
+}
 // A stable colour per label (profile version and mode).
 const palette = ['#4e79a7', '#f28e2b', '#59a14f', '#e15759', '#76b7b2', '#edc948', '#b07aa1',
   '#ff9da7', '#9c755f', '#bab0ac'];
@@ -332,18 +344,33 @@ async function fn(pk, name) {
     ]));
     if (f.approximate) out.push(h('p', { class: 'note' }, 'Counts past 2^32: LLVM scaled the branch weights, so block counts are proportional, not exact.'));
     out.push(h('p', { class: 'muted' }, 'The IR as the profile\'s counters saw it (after the pre-inliner and early cleanup), ' +
-      'each block shaded by its execution count; "per call" is the count over the entry count.'));
+      'each block shaded by its execution count; "per call" is the count over the entry count.' +
+      (doc.sampling ? ` The blue bar at each block's left is its share of the profile's ${fmtInt(doc.sampling.samples)} ` +
+        `${doc.sampling.event} samples in program code (sampled stages), with misses where a PMU counted them; ` +
+        'code inlined from another function counts for that function.' : '')));
+    const unplaced = Object.entries(f.unplaced_samples || {});
+    if (unplaced.length) out.push(h('p', { class: 'note', id: 'unplaced-samples' }, unplaced.map(([e, n]) => `${fmtInt(n)} ${e}`).join(', ') +
+      ' samples fell in canonical blocks not shown here (folded away before PGO use).'));
     const max = Math.max(1, ...f.blocks.map((b) => b.count || 0));
+    const maxShare = Math.max(1e-9, ...f.blocks.map((b) => b.sample_share || 0));
+    const clock = doc.sampling ? doc.sampling.event : '';
     out.push(h('div', { class: 'ir', id: 'annotated-ir' },
       h('div', { class: 'sig' }, f.signature),
-      f.blocks.map((b) => h('div', { class: 'block', 'data-label': b.label, 'data-count': b.count === null ? '' : String(b.count),
-        style: { background: b.count === null ? '#fff' : heat(b.count / max) } },
-      h('div', { class: 'label' }, h('b', {}, b.label + ':'), b.count === null ? h('span', { class: 'muted' }, ' count unknown')
-        : h('span', { class: 'count' }, ` count ${fmtInt(b.count)}` + (b.per_call === null ? '' : ` · ${b.per_call.toFixed(2)} per call`))),
-      b.lines.map((l) => h('div', { class: 'line' }, l)))),
+      f.blocks.map((b) => {
+        const sampled = sampledText(b, clock);
+        return h('div', { class: 'block', 'data-label': b.label, 'data-count': b.count === null ? '' : String(b.count),
+          'data-sample-share': b.sample_share === null ? '' : String(b.sample_share),
+          style: { background: b.count === null ? '#fff' : heat(b.count / max),
+            borderLeft: `.6em solid ${b.sample_share === null ? 'transparent' : sampleHeat(b.sample_share / maxShare)}` } },
+        h('div', { class: 'label' }, h('b', {}, b.label + ':'), b.count === null ? h('span', { class: 'muted' }, ' count unknown')
+          : h('span', { class: 'count' }, ` count ${fmtInt(b.count)}` + (b.per_call === null ? '' : ` · ${b.per_call.toFixed(2)} per call`)),
+        sampled ? h('span', { class: 'samples' }, sampled) : null),
+        b.lines.map((l) => h('div', { class: 'line' }, l)));
+      }),
       h('div', { class: 'sig' }, '}')));
   }
-  for (const d of doc.diagnostics) out.push(h('p', { class: 'note' }, 'LLVM: ' + d));
+  // LLVM's warnings, unreadable sample tallies, samples of functions not shown.
+  for (const d of doc.diagnostics) out.push(h('p', { class: 'note' }, d));
   return out;
 }
 
