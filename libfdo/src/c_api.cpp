@@ -143,8 +143,9 @@ fdo_error_code fdo_error_get_code(const fdo_error* e) {
 }
 
 const char* fdo_error_code_name(fdo_error_code code) {
-  if (code < kFirstCode || code > FDO_ERR_INTERNAL) return "unknown";
-  return fdo::to_string(static_cast<fdo::Errc>(code - kFirstCode)).data();
+  const std::int64_t raw = fdo::capi::raw_enum(code);
+  if (raw < kFirstCode || raw > FDO_ERR_INTERNAL) return "unknown";
+  return fdo::to_string(static_cast<fdo::Errc>(raw - kFirstCode)).data();
 }
 
 const char* fdo_error_message(const fdo_error* e) {

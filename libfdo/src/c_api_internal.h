@@ -5,10 +5,13 @@
 #include "fdo/client/rpc_client.h"
 #include "fdo/fdo.h"
 
+#include <cstdint>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 struct fdo_error {
@@ -31,6 +34,17 @@ struct fdo_conn {
 };
 
 namespace fdo::capi {
+
+// The integer a C caller stored in an enum-typed parameter or field. C allows
+// any int there, but in C++ reading an enum object whose value lies outside
+// the enumeration's range is undefined (UBSan's -fsanitize=enum reports it),
+// so the C API reads the bytes and validates the integer instead.
+template <class E> std::int64_t raw_enum(const E& e) {
+  static_assert(std::is_enum_v<E>);
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &e, sizeof v);
+  return static_cast<std::int64_t>(v);
+}
 
 fdo_error_code to_c(Errc code);
 // Sets *err (when err is not NULL) and returns -1.

@@ -46,7 +46,7 @@ fdo::Expected<json> execute_params(const char* program_id, const fdo_call& call)
   for (std::size_t i = 0; i < call.nargs; ++i) {
     const fdo_value& v = call.args[i];
     std::string where = "fdo_execute: args[" + std::to_string(i) + "]";
-    switch (v.type) {
+    switch (raw_enum(v.type)) {
     case FDO_I32:
       args.push_back(v.as.i32);
       break;
@@ -68,7 +68,7 @@ fdo::Expected<json> execute_params(const char* program_id, const fdo_call& call)
       break;
     default:
       return fdo::make_error(Errc::invalid_argument,
-                             where + ": type " + std::to_string(static_cast<int>(v.type)) +
+                             where + ": type " + std::to_string(raw_enum(v.type)) +
                                  " is not an argument type (FDO_I32, FDO_I64, FDO_F32, "
                                  "FDO_F64, FDO_BUFFER)");
     }
@@ -77,12 +77,13 @@ fdo::Expected<json> execute_params(const char* program_id, const fdo_call& call)
   for (std::size_t i = 0; i < call.nbuffers; ++i) {
     const fdo_buffer& b = call.buffers[i];
     std::string where = "fdo_execute: buffers[" + std::to_string(i) + "]";
-    if (static_cast<unsigned>(b.elem) >= kElemNames.size())
+    const std::int64_t elem = raw_enum(b.elem);
+    if (elem < 0 || static_cast<std::uint64_t>(elem) >= kElemNames.size())
       return fdo::make_error(Errc::invalid_argument, where + ": unknown element type");
     if (b.count > 0 && b.data == nullptr)
       return fdo::make_error(Errc::invalid_argument, where + ": data is NULL");
-    std::size_t bytes = b.count * kElemSizes[b.elem];
-    buffers.push_back({{"type", kElemNames[b.elem]},
+    std::size_t bytes = b.count * kElemSizes[elem];
+    buffers.push_back({{"type", kElemNames[elem]},
                        {"base64", fdo::base64_encode(
                                       std::string_view(static_cast<const char*>(b.data), bytes))}});
   }
@@ -104,7 +105,7 @@ fdo::Status copy_back(const json& result, const fdo_call& call) {
                                               " buffers for " + std::to_string(call.nbuffers));
   for (std::size_t i = 0; i < call.nbuffers; ++i) {
     const fdo_buffer& b = call.buffers[i];
-    std::size_t bytes = b.count * kElemSizes[b.elem];
+    std::size_t bytes = b.count * kElemSizes[raw_enum(b.elem)];
     if (!out[i].is_object() || !out[i].contains("base64") || !out[i]["base64"].is_string())
       return fdo::make_error(Errc::corrupt,
                              "fdod returned buffer " + std::to_string(i) + " without base64 data");
@@ -190,9 +191,10 @@ int fdo_program_register(fdo_conn* conn, const char* name, const void* ir, size_
       return fail(err, Errc::invalid_argument, "fdo_program_register: the IR is empty");
     std::string_view bytes(static_cast<const char*>(ir), ir_size);
     json params = json::object();
-    if (format == FDO_IR_TEXT)
+    const std::int64_t raw_format = raw_enum(format);
+    if (raw_format == FDO_IR_TEXT)
       params["ir"] = std::string(bytes);
-    else if (format == FDO_IR_BITCODE)
+    else if (raw_format == FDO_IR_BITCODE)
       params["ir_base64"] = fdo::base64_encode(bytes);
     else
       return fail(err, Errc::invalid_argument,

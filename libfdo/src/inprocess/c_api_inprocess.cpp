@@ -53,11 +53,11 @@ int fdo_inproc_open(fdo_conn* conn, const char* program, const char* const* entr
       o.entries.emplace_back(entries[i]);
     }
     if (options) {
-      if (options->flushing != FDO_INPROC_FLUSH_BACKGROUND &&
-          options->flushing != FDO_INPROC_FLUSH_MANUAL)
+      const std::int64_t flushing = capi::raw_enum(options->flushing);
+      if (flushing != FDO_INPROC_FLUSH_BACKGROUND && flushing != FDO_INPROC_FLUSH_MANUAL)
         return capi::fail(err, Errc::invalid_argument, "fdo_inproc_open: unknown flushing mode");
-      o.flushing = options->flushing == FDO_INPROC_FLUSH_MANUAL ? inprocess::Flushing::manual
-                                                                : inprocess::Flushing::background;
+      o.flushing = flushing == FDO_INPROC_FLUSH_MANUAL ? inprocess::Flushing::manual
+                                                       : inprocess::Flushing::background;
       if (options->flush_interval_ms != 0)
         o.flush_interval = std::chrono::milliseconds(options->flush_interval_ms);
       if (options->time_every != 0) o.time_every = options->time_every;
