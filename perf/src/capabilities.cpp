@@ -19,9 +19,6 @@ const EventCapability* Capabilities::find(std::string_view name) const {
   return nullptr;
 }
 
-namespace {
-
-// CAP_PERFMON (38) or CAP_SYS_ADMIN (21) in this process's effective set.
 bool effective_perf_privilege() {
   auto status = read_file("/proc/self/status", 1 << 20);
   if (!status) return false;
@@ -34,6 +31,8 @@ bool effective_perf_privilege() {
   }
   return false;
 }
+
+namespace {
 
 struct Prober {
   Syscalls& sys;

@@ -146,13 +146,13 @@ Expected<Sampler> Sampler::open(const SamplerConfig& config, Syscalls& sys) {
       // No privilege bits: the kernel takes them from exclude_kernel/hv.
       attr.branch_sample_type = PERF_SAMPLE_BRANCH_ANY;
     }
-    SysResult r = sys.perf_event_open(attr, 0, -1, -1, 0);
+    SysResult r = sys.perf_event_open(attr, config.thread, -1, -1, 0);
     std::string note = rate_note;
     if (!r.ok() && want_branches && config.branch_stack == BranchStack::if_supported) {
       const int first_error = r.error;
       attr.sample_type &= ~static_cast<std::uint64_t>(PERF_SAMPLE_BRANCH_STACK);
       attr.branch_sample_type = 0;
-      r = sys.perf_event_open(attr, 0, -1, -1, 0);
+      r = sys.perf_event_open(attr, config.thread, -1, -1, 0);
       if (r.ok())
         note += std::string(note.empty() ? "" : "; ") + "branch stack not available (" +
                 errno_name(first_error) + "): sampling IPs only";

@@ -23,6 +23,7 @@ struct FakeEvent {
   int group_fd = -1;
   std::uint64_t id = 0;
   bool closed = false;
+  pid_t pid = 0; // the task perf_event_open was asked to watch
 };
 
 struct IoctlCall {
@@ -120,7 +121,7 @@ public:
   }
 
   // --- Syscalls ---
-  SysResult perf_event_open(const perf_event_attr& attr, pid_t, int, int group_fd,
+  SysResult perf_event_open(const perf_event_attr& attr, pid_t pid, int, int group_fd,
                             unsigned long) override {
     for (const auto& rule : open_rules)
       if (int err = rule(attr, group_fd); err != 0) return {-1, err};
@@ -128,6 +129,7 @@ public:
     e.fd = next_fd_++;
     e.attr = attr;
     e.group_fd = group_fd;
+    e.pid = pid;
     e.id = 5000 + static_cast<std::uint64_t>(e.fd) * 7;
     opened.push_back(e);
     return {e.fd, 0};

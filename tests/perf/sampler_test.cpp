@@ -4,9 +4,12 @@
 #include "fdo/perf/sampler.h"
 #include "perf_fixtures.h"
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <ctime>
 #include <iostream>
+#include <thread>
+#include <unistd.h>
 
 using namespace fdo;
 using namespace fdo::perf;
@@ -242,4 +245,62 @@ TEST_CASE("real cpu-clock sampling attributes a spin loop to its address range",
   CHECK(set.stats.malformed == 0);
   CHECK(a->samples >= 50); // ~300 expected at 1 kHz
   CHECK(a->find("spin_in_section")->events[0].share > 0.8);
+}
+
+TEST_CASE("a sampler watches the thread it is given, not the caller", "[perf][sampler]") {
+  FakeSyscalls fake;
+  SamplerConfig c;
+  c.events = {"cpu-clock", "branch-misses"};
+  c.thread = 4242;
+  auto s = Sampler::open(c, fake);
+  REQUIRE(s);
+  REQUIRE(fake.opened.size() >= 2);
+  for (const FakeEvent& e : fake.opened)
+    CHECK(e.pid == 4242);
+}
+
+TEST_CASE("real cpu-clock sampling of another thread lands in its code", "[perf][sampler][real]") {
+  std::atomic<pid_t> tid{0};
+  std::atomic<bool> go{false}, done{false};
+  std::atomic<std::uint64_t> sink{1};
+  std::thread spinner([&] {
+    tid = static_cast<pid_t>(::gettid());
+    while (!go)
+      std::this_thread::yield();
+    std::uint64_t x = 1;
+    const std::uint64_t until = thread_cpu_ns() + 300'000'000; // 300 ms of CPU
+    while (thread_cpu_ns() < until)
+      x = spin_in_section(2'000'000, x);
+    sink = x;
+    done = true;
+  });
+  while (tid == 0)
+    std::this_thread::yield();
+  SamplerConfig c;
+  c.events = {"cpu-clock"};
+  c.frequency_hz = 1000;
+  c.thread = tid;
+  auto s = Sampler::open(c);
+  REQUIRE(s);
+  if (s->active_events() == 0) {
+    go = true;
+    spinner.join();
+    WARN("skipped: cpu-clock sampling of another thread unavailable here: " +
+         s->events()[0].reason);
+    return;
+  }
+  s->start();
+  go = true;
+  spinner.join();
+  s->stop();
+  SampleSet set = s->drain();
+  CHECK(sink != 0);
+  const auto start = reinterpret_cast<std::uint64_t>(__start_fdo_perf_spin);
+  const auto stop = reinterpret_cast<std::uint64_t>(__stop_fdo_perf_spin);
+  auto a = attribute(set, {{"spin_in_section", start, stop - start}});
+  REQUIRE(a);
+  CHECK(a->samples >= 50); // ~300 expected at 1 kHz
+  CHECK(a->find("spin_in_section")->events[0].share > 0.8);
+  for (const Sample& sample : set.samples)
+    CHECK(sample.tid == static_cast<std::uint32_t>(tid.load()));
 }

@@ -48,6 +48,10 @@ struct Capabilities {
   const EventCapability* find(std::string_view name) const;
 };
 
+// CAP_PERFMON or CAP_SYS_ADMIN in this process's effective set: with either the
+// kernel lets it open events on any task (perf_event_open(pid)).
+bool effective_perf_privilege();
+
 Capabilities probe(Syscalls& sys = Syscalls::real());
 // Also probes `extra_events` (raw libpfm4 names from the configuration).
 Capabilities probe(const std::vector<std::string>& extra_events, Syscalls& sys = Syscalls::real());

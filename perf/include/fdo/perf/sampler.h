@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <sys/types.h>
 #include <vector>
 
 namespace fdo::perf {
@@ -34,6 +35,10 @@ struct SamplerConfig {
   // Per event, a power of two. Rings are locked memory: unprivileged processes
   // get kernel.perf_event_mlock_kb (516 KiB) per online CPU in all.
   std::size_t data_pages = 32;
+  // The thread sampled: 0 is the calling thread; another thread id needs
+  // the kernel's leave (ptrace access to it, or CAP_PERFMON). One thread per
+  // Sampler: per-task rings cannot follow a task's new threads (inherit).
+  pid_t thread = 0;
 };
 
 struct SamplerEvent {
