@@ -123,6 +123,10 @@ ServiceBuilder& ServiceBuilder::audit_sink(std::shared_ptr<AuditSink> sink) {
   audit_ = std::move(sink);
   return *this;
 }
+ServiceBuilder& ServiceBuilder::sampling_host(std::shared_ptr<SamplingHost> host) {
+  sampling_host_ = std::move(host);
+  return *this;
+}
 
 Expected<std::unique_ptr<ps::ProfileStore>> ServiceBuilder::sqlite_store(const Config& c) {
   ps::Options so;
@@ -191,6 +195,7 @@ Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
   s->isolation = std::make_shared<const Isolation>(std::move(isolation));
   s->host = host_.empty() ? this_host() : host_;
   s->audit = audit_ ? audit_ : journal_audit_sink();
+  s->sampling_host = sampling_host_ ? sampling_host_ : SamplingHost::real();
   s->identity = jit::host_identity();
   StoreCreator open_store = store_ ? store_ : StoreCreator(sqlite_store);
   FDO_TRY(s->store, open_store(c));

@@ -12,6 +12,7 @@
 #include "fdo/daemon/guard.h"
 #include "fdo/daemon/isolation.h"
 #include "fdo/daemon/job_runner.h"
+#include "fdo/daemon/lease_sampling.h"
 #include "fdo/daemon/leases.h"
 #include "fdo/daemon/metrics.h"
 #include "fdo/daemon/program_registry.h"
@@ -81,6 +82,7 @@ struct ServiceState {
   std::unique_ptr<FeedbackLoop> feedback;
   std::unique_ptr<Guard> guard;
   std::unique_ptr<LeaseTable> leases = std::make_unique<LeaseTable>(); // in-process leases
+  std::shared_ptr<SamplingHost> sampling_host;                         // never null once built
   std::unique_ptr<cache::Orchestrator> orch; // its tier-up threads use the parts above
   std::unique_ptr<ServiceMetrics> metrics;   // its live figures read the parts above
   // The HTTP endpoint (metrics_listen), or null; its threads read `metrics`.

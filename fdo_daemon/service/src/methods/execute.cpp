@@ -179,6 +179,8 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+} // namespace
+
 // What the stage's sampling saw, for the reply: the events as the worker
 // opened them, and clock samples per function (PGO names) and outside the
 // program's code. null when the stage was not sampled. Unless `verbose`, the
@@ -204,6 +206,8 @@ json stage_samples_summary(const StageSamples& samples, const json& reply, bool 
   if (raw->contains("error")) out["error"] = (*raw)["error"];
   return out;
 }
+
+namespace {
 
 // Which variant ran and why (stage.variant in schemas/execute.result.schema.json).
 json variant_json(const StagePlan& plan) {

@@ -4,10 +4,16 @@
 // feedback loop as exec-worker stages; program.release ends a lease. Leases
 // belong to their connection (leases.h) and end with it.
 //
+// program.sample tells fdod which of the runtime's threads run the leased
+// code and where the code lies; fdod samples those threads (lease_sampling.h)
+// and folds the samples with the lease's next feedback.submit.
+//
 // Trust: the object is the tenant's own compiled output, which fdod would
 // otherwise run for it in an exec worker; nothing of fdod's or of another
 // tenant's is exposed. Everything feedback.submit carries is a number checked
-// against the lease's layout before anything is folded.
+// against the lease's layout before anything is folded. fdod samples only
+// threads of the connection's own peer process (SO_PEERCRED).
+#include "fdo/daemon/lease_sampling.h"
 #include "fdo/daemon/leases.h"
 #include "fdo/jit/compiler.h"
 #include "methods.h"
@@ -64,14 +70,6 @@ Expected<std::uint64_t> lease_param(const json& params) {
   return require_param<std::uint64_t>(params, "lease");
 }
 
-// What in-process sampling can do here; reported with every lease.
-json sampling_state() {
-  return {{"available", false},
-          {"reason", "fdod does not yet sample in-process runtimes (perf_event_open on the "
-                     "runtime's threads); only the counts and times the library submits feed "
-                     "the profile"}};
-}
-
 Expected<json> program_lease(ServiceState& s, const json& params, const CallContext& ctx) {
   if (ctx.reply_fds == nullptr)
     return make_error(Errc::unsupported, "program.lease sends the object as a file descriptor "
@@ -83,6 +81,8 @@ Expected<json> program_lease(ServiceState& s, const json& params, const CallCont
   std::shared_ptr<const Config> cfg = s.config.get();
   if (std::chrono::steady_clock::now() >= ctx.deadline)
     return make_error(Errc::timeout, "request deadline passed before the lease started");
+  const SamplingVerdict sampling =
+      may_sample(s.sampling_host->access(), cfg->sampling, ctx.uid, ctx.pid);
 
   // Exactly what an execute stage would serve now (same keys, same tier-up):
   // the guard's live A/B trials run on execute stages only.
@@ -95,7 +95,7 @@ Expected<json> program_lease(ServiceState& s, const json& params, const CallCont
               {"cache_key", so.ck},
               {"mode", std::string(to_string(so.mode))},
               {"cache", cache_outcome_json(so)},
-              {"sampling", sampling_state()}};
+              {"sampling", {{"available", sampling.allowed}, {"reason", sampling.reason}}}};
   if (!unless.empty() && unless == so.storage_key) {
     out["unchanged"] = true;
     out["lease"] = nullptr;
@@ -122,6 +122,13 @@ Expected<json> program_lease(ServiceState& s, const json& params, const CallCont
     lease.counter_sizes[f.pgo_name] = f.num_counters;
     layout.push_back({{"function", f.pgo_name}, {"counters", f.num_counters}});
   }
+  for (const auto& [fn, weights] : meta.branch_weights)
+    for (const jit::BranchWeight& w : weights)
+      lease.branch_weights[fn].push_back({w.index, w.taken, w.not_taken});
+  lease.sampling_reason = sampling.reason;
+  if (sampling.allowed)
+    lease.sampling =
+        std::make_shared<LeaseSampling>(s.sampling_host, ctx.pid, ctx.uid, cfg->sampling, meta);
   lease.function_fingerprints = std::move(meta.function_fingerprints);
   lease.source_names = std::move(meta.source_names);
 
@@ -206,9 +213,14 @@ Expected<json> feedback_submit(ServiceState& s, const json& params, const CallCo
     checked.push_back(std::move(fb));
   }
   std::shared_ptr<const Config> cfg = s.config.get();
+  // What fdod sampled on the runtime's threads since the last submit goes
+  // with this submit's last batch, as an exec worker's samples go with its
+  // stage.
+  const json sampled = lease->sampling ? lease->sampling->drain() : json(nullptr);
   json rewritten = nullptr;
   std::string policy;
   std::uint64_t calls = 0;
+  StageSamples samples;
   for (std::size_t i = 0; i < checked.size(); ++i) {
     calls += batches[i]["calls"].get<std::uint64_t>();
     StageReport report;
@@ -222,6 +234,12 @@ Expected<json> feedback_submit(ServiceState& s, const json& params, const CallCo
     report.cfg_hashes = lease->cfg_hashes;
     report.function_fingerprints = lease->function_fingerprints;
     report.source_names = lease->source_names;
+    if (i + 1 == checked.size() && !sampled.is_null()) {
+      report.samples = stage_samples_from(sampled, report.source_names);
+      report.blocks = block_tallies_from(sampled);
+      report.branch_weights = lease->branch_weights;
+      samples = report.samples;
+    }
     FeedbackOutcome fo = s.feedback->fold(report, cfg->policy);
     policy = fo.policy;
     if (fo.rewritten)
@@ -238,7 +256,37 @@ Expected<json> feedback_submit(ServiceState& s, const json& params, const CallCo
               {"leased_profile_version", lease->profile_version},
               {"stale", version != lease->profile_version},
               {"profile_rewritten", std::move(rewritten)},
-              {"policy", policy}};
+              {"policy", policy},
+              {"samples",
+               sampled.is_null() ? json(nullptr) : stage_samples_summary(samples, sampled, false)}};
+}
+
+// The runtime's threads that run the leased code and where its loader put
+// that code: fdod starts sampling them (lease_sampling.h). `pid` must be the
+// connection's own peer process.
+Expected<json> program_sample(ServiceState& s, const json& params, const CallContext& ctx) {
+  FDO_TRY(std::uint64_t id, lease_param(params));
+  FDO_TRY(LeaseRef lease, s.leases->find(id, ctx.uid, ctx.connection));
+  FDO_TRY(std::int64_t pid, require_param<std::int64_t>(params, "pid"));
+  for (auto it = params.begin(); it != params.end(); ++it)
+    if (it.key() != "lease" && it.key() != "pid" && it.key() != "threads" && it.key() != "ranges")
+      return make_error(Errc::invalid_argument, "unknown parameter '" + it.key() + "'");
+  if (ctx.pid <= 0 || pid != ctx.pid)
+    return make_error(Errc::permission_denied,
+                      "pid " + std::to_string(pid) +
+                          " is not the process at the other end of this connection" +
+                          (ctx.pid > 0 ? " (pid " + std::to_string(ctx.pid) + ")" : "") +
+                          "; fdod samples only the threads of the process that connected");
+  if (!lease->sampling)
+    return json{{"lease", lease->id},
+                {"sampling", {{"available", false}, {"reason", lease->sampling_reason}}}};
+  if (auto r = params.find("ranges"); r != params.end()) {
+    FDO_TRY_STATUS(lease->sampling->set_ranges(*r));
+  }
+  if (auto t = params.find("threads"); t != params.end()) {
+    FDO_TRY_STATUS(lease->sampling->add_threads(*t));
+  }
+  return json{{"lease", lease->id}, {"sampling", lease->sampling->state()}};
 }
 
 Expected<json> program_release(ServiceState& s, const json& params, const CallContext& ctx) {
@@ -253,6 +301,7 @@ void add_inprocess_methods(Dispatcher& d, ServiceState& s) {
   bind(d, "program.lease", s, program_lease);
   bind(d, "feedback.submit", s, feedback_submit);
   bind(d, "program.release", s, program_release, MethodClass::control);
+  bind(d, "program.sample", s, program_sample);
   d.on_disconnect([&s](std::uint64_t connection) {
     if (std::size_t n = s.leases->release_connection(connection))
       log::debug("connection " + std::to_string(connection) + " closed: " + std::to_string(n) +

@@ -56,6 +56,9 @@ std::vector<prometheus::MetricFamily> live_metrics(ServiceState& s);
 
 // The execute method (execute.cpp): one stage.
 Expected<json> execute(ServiceState& s, const json& params, const CallContext& ctx);
+// What a stage's sampling saw, for a reply (execute.cpp): null when `reply`
+// (an exec worker's, or in-process samples in the same form) has no samples.
+json stage_samples_summary(const StageSamples& samples, const json& reply, bool verbose);
 
 // A state-changing handler that leaves an audit record, allowed or refused
 // (audit.h): pin, unpin, reset and the deletes name their key or program; an

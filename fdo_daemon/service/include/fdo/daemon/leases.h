@@ -9,6 +9,7 @@
 // Thread-safe; one lock over the table, held only for map operations.
 #pragma once
 
+#include "fdo/daemon/block_samples.h"
 #include "fdo/daemon/program_registry.h"
 #include "fdo/util/expected.h"
 
@@ -23,6 +24,8 @@
 #include <vector>
 
 namespace fdo::daemon {
+
+class LeaseSampling; // lease_sampling.h
 
 struct ProgramLease {
   std::uint64_t id = 0;
@@ -42,6 +45,12 @@ struct ProgramLease {
   std::map<std::string, std::uint32_t> counter_sizes;
   std::map<std::string, std::string> function_fingerprints;
   std::map<std::string, std::string> source_names;
+  // Optimized outputs: the weights the profile gave each function's branches.
+  std::map<std::string, std::vector<BranchStat>> branch_weights;
+  // The samplers on the runtime's threads (program.sample), or null where
+  // fdod does not sample this lease; sampling_reason says why, or with what.
+  std::shared_ptr<LeaseSampling> sampling;
+  std::string sampling_reason;
 };
 
 using LeaseRef = std::shared_ptr<const ProgramLease>;

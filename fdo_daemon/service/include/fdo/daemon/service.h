@@ -14,6 +14,7 @@
 #include "fdo/daemon/isolation.h"
 #include "fdo/daemon/job_runner.h"
 #include "fdo/daemon/jsonrpc.h"
+#include "fdo/daemon/lease_sampling.h"
 #include "fdo/profile_store/profile_store.h"
 #include "fdo/util/expected.h"
 
@@ -75,6 +76,8 @@ public:
   ServiceBuilder& host_name(std::string host);
   // Where audit records go (default: journal_audit_sink()).
   ServiceBuilder& audit_sink(std::shared_ptr<AuditSink> sink);
+  // What in-process sampling sees of the host (default: SamplingHost::real()).
+  ServiceBuilder& sampling_host(std::shared_ptr<SamplingHost> host);
 
   // Creates the state dir, then the parts (store, runners, probe) and the service.
   Expected<std::unique_ptr<Service>> create();
@@ -97,6 +100,7 @@ private:
   RunnerCreator runners_;
   PerfProbe perf_probe_;
   SandboxProbe sandbox_probe_;
+  std::shared_ptr<SamplingHost> sampling_host_;
 };
 
 } // namespace fdo::daemon
