@@ -277,6 +277,23 @@ FDO_API uint64_t fdo_inproc_hold_generation(const fdo_inproc_hold* hold);
 FDO_API void fdo_inproc_hold_close(fdo_inproc_hold* hold);
 /* The generation running now: 1 after open, +1 per swap (0 for NULL). */
 FDO_API uint64_t fdo_inproc_generation(const fdo_inproc* inproc);
+/* How the running generation's code was compiled. */
+typedef enum fdo_code_mode {
+  FDO_CODE_PLAIN = 0,
+  FDO_CODE_INSTRUMENTED = 1, /* counts its branches; the profile is still being gathered */
+  FDO_CODE_OPTIMIZED = 2     /* optimized with the profile */
+} fdo_code_mode;
+/* The running generation's fdo_code_mode, or -1 for NULL. */
+FDO_API int fdo_inproc_mode(const fdo_inproc* inproc);
+/* The profile version the running generation was compiled with (0: none
+ * yet; 0 for NULL). fdo_inproc_flush_result.profile_version is fdod's
+ * newest, which runs here once the flush that learns of it swaps it in. */
+FDO_API int64_t fdo_inproc_profile_version(const fdo_inproc* inproc);
+/* Whether fdod samples this process's threads in the leased code, as JSON
+ * text freed with fdo_string_free (NULL for NULL): {"available", "reason",
+ * "threads", "events", ..., "last_submit": what the last flush's samples
+ * were, or null}. docs/runtimes.md, "Sampling in-process code". */
+FDO_API char* fdo_inproc_sampling_json(const fdo_inproc* inproc);
 /* Stops the flusher, flushes, releases the lease and unloads the code. No
  * call may be running or start. NULL is fine. */
 FDO_API void fdo_inproc_close(fdo_inproc* inproc);

@@ -110,6 +110,27 @@ uint64_t fdo_inproc_generation(const fdo_inproc* inproc) {
   return inproc ? inproc->engine->generation() : 0;
 }
 
+int fdo_inproc_mode(const fdo_inproc* inproc) {
+  if (!inproc) return -1;
+  const std::string mode = inproc->engine->mode();
+  return mode == "instrumented" ? FDO_CODE_INSTRUMENTED
+         : mode == "optimized"  ? FDO_CODE_OPTIMIZED
+                                : FDO_CODE_PLAIN;
+}
+
+int64_t fdo_inproc_profile_version(const fdo_inproc* inproc) {
+  return inproc ? inproc->engine->profile_version() : 0;
+}
+
+char* fdo_inproc_sampling_json(const fdo_inproc* inproc) {
+  if (!inproc) return nullptr;
+  try {
+    return capi::dup_string(inproc->engine->sampling().dump());
+  } catch (...) {
+    return nullptr; // out of memory: nothing may cross into C
+  }
+}
+
 int fdo_inproc_hold_open(const fdo_inproc* inproc, fdo_inproc_hold** out, fdo_error** err) {
   return capi::guarded(err, [&] {
     if (!inproc || !out)

@@ -3,7 +3,9 @@
 #include "fdo/jit/compiler.h"
 #include "fdo/util/log.h"
 
+#include <algorithm>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace fdo::inprocess {
 
@@ -31,6 +33,10 @@ constexpr std::chrono::milliseconds kLateCallsWait{50};
 
 // Per-thread call counter choosing which calls are timed.
 thread_local std::uint32_t t_calls_until_timed = 0;
+thread_local pid_t t_tid = 0;
+
+// Threads fdod is told of per engine: past this, new ones are not sampled.
+constexpr std::size_t kMaxReportedThreads = 256;
 
 std::uint64_t now_ns() {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -60,6 +66,8 @@ public:
   std::uint64_t lease = 0;
   std::string storage_key;
   std::int64_t profile_version = 0;
+  std::string mode;
+  bool sampled = false; // fdod samples this lease's threads (program.sample)
   std::unique_ptr<jit::LoadedProgram> program;
   std::vector<jit::ThunkFn> thunks; // by the engine's entry index
 
@@ -76,7 +84,7 @@ public:
 
 Engine::Engine(std::shared_ptr<DaemonLink> link, EngineOptions options)
     : link_(std::move(link)), options_(std::move(options)), entry_names_(options_.entries),
-      loader_(std::make_shared<LoaderBox>()) {
+      loader_(std::make_shared<LoaderBox>()), pid_(::getpid()) {
   if (options_.time_every == 0) options_.time_every = 1;
 }
 
@@ -92,6 +100,8 @@ Expected<std::unique_ptr<Engine>> Engine::open(std::shared_ptr<DaemonLink> link,
   e->loader_->loader = std::move(loader);
   FDO_TRY(std::shared_ptr<Generation> g, e->lease_generation(""));
   e->last_profile_version_ = g->profile_version;
+  e->note_thread(); // the opening thread is the runtime's likeliest caller
+  e->report_sampling(*g, Ranges::send);
   e->current_.store(std::move(g));
   if (e->options_.flushing == Flushing::background)
     e->flusher_ = std::jthread([raw = e.get()](std::stop_token st) { raw->flusher_loop(st); });
@@ -141,14 +151,16 @@ void Engine::call(std::size_t entry, std::uint64_t* args, std::uint64_t* ret) co
   // even when a flush swaps a newer one in meanwhile.
   std::shared_ptr<Generation> g = current_.load(std::memory_order_acquire);
   EntryStats& st = g->stats[entry];
-  run_call(g->thunks[entry], args, ret, options_.time_every, [&st](std::uint64_t ns) {
+  run_call(g->thunks[entry], args, ret, options_.time_every, [this, &st](std::uint64_t ns) {
     st.timed_ns.fetch_add(ns, std::memory_order_relaxed);
     st.timed_calls.fetch_add(1, std::memory_order_relaxed);
+    note_thread();
   });
   st.calls.fetch_add(1, std::memory_order_relaxed);
 }
 
 Hold Engine::hold() const {
+  note_thread();
   return Hold(current_.load(std::memory_order_acquire), options_.time_every);
 }
 
@@ -216,6 +228,60 @@ std::string Engine::storage_key() const {
   return g ? g->storage_key : std::string();
 }
 
+std::string Engine::mode() const {
+  auto g = current_.load();
+  return g ? g->mode : std::string();
+}
+
+std::int64_t Engine::profile_version() const {
+  auto g = current_.load();
+  return g ? g->profile_version : 0;
+}
+
+json Engine::sampling() const {
+  std::lock_guard lk(error_mu_);
+  return sampling_;
+}
+
+void Engine::note_thread() const {
+  if (!sampling_wanted_.load(std::memory_order_relaxed)) return;
+  if (t_tid == 0) t_tid = static_cast<pid_t>(::gettid());
+  std::lock_guard lk(threads_mu_);
+  if (std::find(threads_.begin(), threads_.end(), t_tid) != threads_.end()) return;
+  if (threads_.size() >= kMaxReportedThreads) return;
+  threads_.push_back(t_tid);
+  new_threads_.store(true, std::memory_order_release);
+}
+
+void Engine::report_sampling(Generation& g, Ranges ranges) {
+  if (!g.sampled) return;
+  json threads;
+  {
+    std::lock_guard lk(threads_mu_);
+    threads = threads_;
+    new_threads_.store(false, std::memory_order_relaxed);
+  }
+  json params = {{"lease", g.lease}, {"pid", pid_}, {"threads", std::move(threads)}};
+  if (ranges == Ranges::send) {
+    json list = json::array();
+    for (const jit::FunctionRange& r : g.program->function_ranges())
+      list.push_back({{"name", r.name}, {"start", r.start}, {"size", r.size}});
+    params["ranges"] = std::move(list);
+  }
+  auto reply = link_->call("program.sample", params);
+  std::lock_guard lk(error_mu_);
+  json last = sampling_.is_object() ? sampling_.value("last_submit", json(nullptr)) : json(nullptr);
+  if (reply) {
+    sampling_ = reply->result.value("sampling", json::object());
+  } else {
+    // Sampling is an extra: the code runs and counts without it.
+    sampling_ = {{"available", false},
+                 {"reason", "program.sample failed: " + reply.error().describe()}};
+    g.sampled = false;
+  }
+  sampling_["last_submit"] = std::move(last);
+}
+
 std::string Engine::last_error() const {
   std::lock_guard lk(error_mu_);
   return last_error_;
@@ -232,6 +298,17 @@ Engine::lease_generation(const std::string& unless_storage_key) {
   g->lease = r.value("lease", std::uint64_t{0});
   g->storage_key = r.value("storage_key", "");
   g->profile_version = r.value("profile_version", std::int64_t{0});
+  g->mode = r.value("mode", "");
+  if (const json& s = r.value("sampling", json::object()); s.is_object()) {
+    g->sampled = s.value("available", false);
+    if (g->sampled) sampling_wanted_.store(true, std::memory_order_relaxed);
+    std::lock_guard lk(error_mu_);
+    json last =
+        sampling_.is_object() ? sampling_.value("last_submit", json(nullptr)) : json(nullptr);
+    sampling_ = {{"available", g->sampled},
+                 {"reason", s.value("reason", "")},
+                 {"last_submit", std::move(last)}};
+  }
   // From here on the lease is ours: a failure below gives it back.
   auto fail = [&](Error err) -> Error {
     if (g->lease != 0) (void)link_->call("program.release", {{"lease", g->lease}});
@@ -331,6 +408,10 @@ Expected<std::optional<json>> Engine::submit(Generation& g) {
   g.sent_timed_ns = std::move(now_ns_);
   g.sent_counts = std::move(read);
   calls_submitted_ += calls;
+  if (auto s = reply.result.find("samples"); s != reply.result.end()) {
+    std::lock_guard lk(error_mu_);
+    sampling_["last_submit"] = *s;
+  }
   return std::optional<json>(std::move(reply.result));
 }
 
@@ -347,6 +428,8 @@ Expected<FlushResult> Engine::flush() {
   std::shared_ptr<Generation> g = current_.load();
   if (!g) return out;
   out.generation = g->number;
+  // Threads that called since fdod was last told get sampled from now on.
+  if (new_threads_.load(std::memory_order_acquire)) report_sampling(*g, Ranges::omit);
   FDO_TRY(std::optional<json> reply, submit(*g));
   if (reply) {
     out.batches = 1;
@@ -357,6 +440,7 @@ Expected<FlushResult> Engine::flush() {
   if (!out.stale) return out;
   FDO_TRY(std::shared_ptr<Generation> next, lease_generation(g->storage_key));
   if (!next) return out; // same output (a bookkeeping-only version): nothing to swap
+  report_sampling(*next, Ranges::send);
   current_.store(next, std::memory_order_release);
   out.swapped = true;
   out.generation = next->number;

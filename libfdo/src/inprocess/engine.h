@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <sys/types.h>
 #include <thread>
 #include <vector>
 
@@ -137,6 +138,15 @@ public:
   int generations_loaded() const;
   std::uint64_t lease() const;
   std::string storage_key() const;
+  // The running code's compile mode ("instrumented", "optimized", "plain")
+  // and the profile version it was compiled with.
+  std::string mode() const;
+  std::int64_t profile_version() const;
+  // Whether and how fdod samples this process's threads in the running
+  // code (docs/runtimes.md, "Sampling in-process code"): {"available",
+  // "reason", ...what program.sample last said, "last_submit": the samples
+  // fdod folded with the last flush (or null)}.
+  nlohmann::json sampling() const;
   // Calls fdod has been told of (feedback.submit), all generations.
   std::uint64_t calls_submitted() const { return calls_submitted_.load(); }
   // The background flusher's most recent error ("" when its last flush worked).
@@ -148,6 +158,13 @@ private:
   Expected<std::optional<nlohmann::json>> submit(Generation& g);
   Status release(const Generation& g);
   void flusher_loop(std::stop_token stop);
+  // Remembers the calling thread for sampling (first call on it, then once
+  // per timed call); cheap when it is known.
+  void note_thread() const;
+  // Tells fdod the threads and (with Ranges::send) the code ranges of `g`
+  // when fdod samples its lease (program.sample); failures only noted.
+  enum class Ranges { send, omit };
+  void report_sampling(Generation& g, Ranges ranges);
 
   std::shared_ptr<DaemonLink> link_;
   EngineOptions options_;
@@ -164,6 +181,16 @@ private:
 
   mutable std::mutex error_mu_;
   std::string last_error_;
+  nlohmann::json sampling_; // error_mu_
+
+  // Threads that called the code (note_thread); new_threads_ when one was
+  // added since fdod was last told.
+  const pid_t pid_;
+  mutable std::mutex threads_mu_;
+  mutable std::vector<pid_t> threads_;
+  mutable std::atomic<bool> new_threads_{false};
+  // Some lease of this engine is sampled by fdod: only then are threads noted.
+  std::atomic<bool> sampling_wanted_{false};
 
   std::mutex wake_mu_;
   std::condition_variable_any wake_;

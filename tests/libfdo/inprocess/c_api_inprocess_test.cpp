@@ -42,6 +42,9 @@ TEST_CASE("fdo_inproc_*: NULL and empty arguments are refused without a call", "
   CHECK(fdo_inproc_hold_call(nullptr, 0, &arg, &ret) == -1);
   CHECK(fdo_inproc_generation(nullptr) == 0);
   CHECK(fdo_inproc_hold_generation(nullptr) == 0);
+  CHECK(fdo_inproc_mode(nullptr) == -1);
+  CHECK(fdo_inproc_profile_version(nullptr) == 0);
+  CHECK(fdo_inproc_sampling_json(nullptr) == nullptr);
   fdo_inproc_hold_close(nullptr);
   fdo_inproc_close(nullptr);
 }

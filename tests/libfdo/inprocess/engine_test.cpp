@@ -11,6 +11,7 @@
 #include <mutex>
 #include <sys/mman.h>
 #include <thread>
+#include <unistd.h>
 
 using namespace fdo;
 using namespace fdo::inprocess;
@@ -62,6 +63,8 @@ public:
                    {"storage_key", current.storage_key},
                    {"profile_version", current.version},
                    {"object_size", current.object.size()},
+                   {"mode", current.metadata.value("mode", "")},
+                   {"sampling", {{"available", sampling}, {"reason", "fake sampling"}}},
                    {"metadata", current.metadata}},
                   {}};
       if (!withhold_fd) r.fds.push_back(std::move(fd));
@@ -79,8 +82,21 @@ public:
             counted += c.get<std::uint64_t>();
       }
       ++submits;
-      return LinkReply{
-          {{"profile_version", current.version}, {"stale", current.version != leases[lease]}}, {}};
+      return LinkReply{{{"profile_version", current.version},
+                        {"stale", current.version != leases[lease]},
+                        {"samples", {{"attributed", submits}}}},
+                       {}};
+    }
+    if (method == "program.sample") {
+      if (!leases.contains(params["lease"].get<std::uint64_t>()))
+        return make_error(Errc::not_found, "no lease");
+      samples.push_back(params);
+      return LinkReply{{{"lease", params["lease"]},
+                        {"sampling",
+                         {{"available", true},
+                          {"reason", "sampling"},
+                          {"threads", params.value("threads", json::array()).size()}}}},
+                       {}};
     }
     if (method == "program.release") {
       const std::uint64_t lease = params["lease"];
@@ -94,6 +110,8 @@ public:
   std::mutex mu;
   Output current;
   bool withhold_fd = false;
+  bool sampling = false;     // leases say fdod samples them
+  std::vector<json> samples; // program.sample params, in order
   std::uint64_t next_lease = 1;
   std::map<std::uint64_t, std::int64_t> leases; // lease -> version leased
   std::vector<std::uint64_t> released;
@@ -260,4 +278,82 @@ TEST_CASE("engine: a hold keeps its generation across a swap and reports its cal
   old = engine.hold(); // released at a safe point: the next hold runs the new code
   CHECK(old.generation() == 2);
   CHECK(engine.generations_loaded() == 1);
+}
+
+TEST_CASE("engine: reports its threads and code ranges where fdod samples", "[inprocess]") {
+  auto daemon = std::make_shared<FakeDaemon>();
+  daemon->current = compiled(CompileMode::instrumented, "key-a", 0);
+  daemon->sampling = true;
+  auto e = Engine::open(daemon, options(Flushing::manual));
+  REQUIRE(e);
+  Engine& engine = **e;
+  CHECK(engine.mode() == "instrumented");
+  CHECK(engine.profile_version() == 0);
+  const json self = static_cast<std::int64_t>(::gettid());
+  {
+    std::lock_guard lk(daemon->mu);
+    REQUIRE(daemon->samples.size() == 1);
+    const json& first = daemon->samples[0];
+    CHECK(first["lease"] == 1);
+    CHECK(first["pid"] == ::getpid());
+    CHECK(first["threads"] == json::array({self}));
+    bool inc_range = false;
+    for (const json& r : first["ranges"])
+      inc_range = inc_range || (r["name"] == "inc" && r["size"].get<std::uint64_t>() > 0 &&
+                                r["start"].get<std::uint64_t>() != 0);
+    CHECK(inc_range);
+  }
+  // A thread that calls is told at the next flush, without the ranges again.
+  json other;
+  std::thread([&] {
+    other = static_cast<std::int64_t>(::gettid());
+    inc(engine, 1);
+  }).join();
+  inc(engine, 2); // a known thread adds nothing
+  REQUIRE(engine.flush());
+  {
+    std::lock_guard lk(daemon->mu);
+    REQUIRE(daemon->samples.size() == 2);
+    CHECK(daemon->samples[1]["threads"] == json::array({self, other}));
+    CHECK_FALSE(daemon->samples[1].contains("ranges"));
+  }
+  json state = engine.sampling();
+  CHECK(state["available"] == true);
+  CHECK(state["threads"] == 2);
+  CHECK(state["last_submit"]["attributed"] == 1);
+  // Nothing new: no program.sample.
+  inc(engine, 3);
+  REQUIRE(engine.flush());
+  CHECK(daemon->samples.size() == 2);
+
+  // A new generation's lease gets the threads and its own ranges.
+  {
+    std::lock_guard lk(daemon->mu);
+    daemon->current = compiled(CompileMode::plain, "key-b", 1);
+  }
+  inc(engine, 4);
+  auto f = engine.flush();
+  REQUIRE(f);
+  REQUIRE(f->swapped);
+  CHECK(engine.mode() == "plain");
+  CHECK(engine.profile_version() == 1);
+  std::lock_guard lk(daemon->mu);
+  REQUIRE(daemon->samples.size() == 3);
+  CHECK(daemon->samples[2]["lease"] == 2);
+  CHECK(daemon->samples[2]["threads"].size() == 2);
+  CHECK(daemon->samples[2].contains("ranges"));
+}
+
+TEST_CASE("engine: where fdod does not sample, nothing is reported and the reason is kept",
+          "[inprocess]") {
+  auto daemon = std::make_shared<FakeDaemon>();
+  daemon->current = compiled(CompileMode::instrumented, "key-a", 0);
+  auto e = Engine::open(daemon, options(Flushing::manual));
+  REQUIRE(e);
+  std::thread([&] { inc(**e, 1); }).join();
+  REQUIRE((*e)->flush());
+  CHECK(daemon->samples.empty());
+  json state = (*e)->sampling();
+  CHECK(state["available"] == false);
+  CHECK(state["reason"] == "fake sampling");
 }
