@@ -99,6 +99,15 @@ def main():
         libdir = run(["pkg-config", "--variable=libdir", "fdo"], env=env).stdout.strip()
         assert pathlib.Path(libdir).resolve() == pcs[0].parent.parent.resolve(), libdir
         assert (pathlib.Path(libdir) / "libfdo.so.1").exists(), "libfdo.so.1 not installed"
+        # One version everywhere: the shared object's, fdo.pc's and the CMake package's.
+        real = (pathlib.Path(libdir) / "libfdo.so.1").resolve().name
+        assert real.startswith("libfdo.so.1."), real
+        so_version = real[len("libfdo.so."):]
+        pc_version = run(["pkg-config", "--modversion", "fdo"], env=env).stdout.strip()
+        assert pc_version == so_version, (pc_version, so_version)
+        cmake_version = list(prefix.rglob("cmake/fdo/fdoConfigVersion.cmake"))
+        assert len(cmake_version) == 1, cmake_version
+        assert f'set(PACKAGE_VERSION "{so_version}")' in cmake_version[0].read_text()
         headers = prefix / "include" / "fdo"
         assert (headers / "fdo.h").exists() and (headers / "fdo.hpp").exists()
         assert not (headers / "client").exists(), "internal C++ headers were installed"
