@@ -3,6 +3,7 @@
 #include "fdo/perf/attribution.h"
 #include "fdo/perf/sampler.h"
 #include "perf_fixtures.h"
+#include "support/spin_section.h"
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -15,34 +16,8 @@ using namespace fdo;
 using namespace fdo::perf;
 using namespace fdo::perf::testing;
 
-// The spin loop lives in its own section so the linker's __start_/__stop_
-// symbols give its exact address range, as the JIT loader gives ours.
-extern "C" {
-extern const char __start_fdo_perf_spin[];
-extern const char __stop_fdo_perf_spin[];
-}
-
-__attribute__((noinline, section("fdo_perf_spin"))) std::uint64_t
-spin_in_section(std::uint64_t n, std::uint64_t seed) {
-  std::uint64_t x = seed;
-  for (std::uint64_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    __asm__ volatile("" : "+r"(x));
-  }
-  return x;
-}
-
-namespace {
-
-std::uint64_t thread_cpu_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + ts.tv_nsec;
-}
-
-} // namespace
+using fdo::testing::spin_in_section;
+using fdo::testing::thread_cpu_ns;
 
 TEST_CASE("sampler config is validated", "[perf][sampler]") {
   FakeSyscalls fake;
@@ -236,8 +211,8 @@ TEST_CASE("real cpu-clock sampling attributes a spin loop to its address range",
   SampleSet set = s->drain();
   CHECK(sink != 0);
 
-  const auto start = reinterpret_cast<std::uint64_t>(__start_fdo_perf_spin);
-  const auto stop = reinterpret_cast<std::uint64_t>(__stop_fdo_perf_spin);
+  const std::uint64_t start = fdo::testing::spin_start();
+  const std::uint64_t stop = start + fdo::testing::spin_size();
   REQUIRE(stop > start);
   auto a = attribute(set, {{"spin_in_section", start, stop - start}});
   REQUIRE(a);
@@ -295,8 +270,8 @@ TEST_CASE("real cpu-clock sampling of another thread lands in its code", "[perf]
   s->stop();
   SampleSet set = s->drain();
   CHECK(sink != 0);
-  const auto start = reinterpret_cast<std::uint64_t>(__start_fdo_perf_spin);
-  const auto stop = reinterpret_cast<std::uint64_t>(__stop_fdo_perf_spin);
+  const std::uint64_t start = fdo::testing::spin_start();
+  const std::uint64_t stop = start + fdo::testing::spin_size();
   auto a = attribute(set, {{"spin_in_section", start, stop - start}});
   REQUIRE(a);
   CHECK(a->samples >= 50); // ~300 expected at 1 kHz

@@ -8,6 +8,7 @@
 #include "../../perf/perf_fixtures.h"
 #include "fdo/daemon/lease_sampling.h"
 #include "service_harness.h"
+#include "support/spin_section.h"
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -21,29 +22,9 @@ using namespace fdo::daemon;
 using namespace fdo::daemon::testing;
 using nlohmann::json;
 
-extern "C" {
-extern const char __start_fdo_lease_spin[];
-extern const char __stop_fdo_lease_spin[];
-}
-
-__attribute__((noinline, section("fdo_lease_spin"))) std::uint64_t lease_spin(std::uint64_t n,
-                                                                              std::uint64_t x) {
-  for (std::uint64_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    __asm__ volatile("" : "+r"(x));
-  }
-  return x;
-}
+using fdo::testing::thread_cpu_ns;
 
 namespace {
-
-std::uint64_t thread_cpu_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + ts.tv_nsec;
-}
 
 SamplingConfig sampling_on() {
   SamplingConfig c;
@@ -258,13 +239,13 @@ TEST_CASE("in-process sampling end to end: a thread's cpu-clock samples land in 
     std::uint64_t x = 1;
     const std::uint64_t until = thread_cpu_ns() + 300'000'000; // 300 ms of CPU
     while (thread_cpu_ns() < until)
-      x = lease_spin(2'000'000, x);
+      x = fdo::testing::spin_in_section(2'000'000, x);
     sink = x;
   });
   while (tid == 0)
     std::this_thread::yield();
-  const auto start = reinterpret_cast<std::uint64_t>(__start_fdo_lease_spin);
-  const auto size = reinterpret_cast<std::uint64_t>(__stop_fdo_lease_spin) - start;
+  const std::uint64_t start = fdo::testing::spin_start();
+  const std::uint64_t size = fdo::testing::spin_size();
   const json ranges = json::array({{{"name", "main"}, {"start", start}, {"size", size}}});
 
   // Someone else's pid, or a thread of another process: refused.
