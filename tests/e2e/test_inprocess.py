@@ -232,10 +232,8 @@ def branchy(n):
     return acc
 
 
-class InProcessRuntime(unittest.TestCase):
-    """The must-show: a program runs in this (test) process through libfdo,
-    its profile is rewritten from its own calls, and the new code is swapped
-    in while four threads keep calling it (every result checked)."""
+class LibfdoCase(unittest.TestCase):
+    """A real fdod, a JSON client of it and libfdo loaded into this process."""
 
     def setUp(self):
         self.d = Daemon().start()  # policy: 2 stages, 100 counts
@@ -249,6 +247,12 @@ class InProcessRuntime(unittest.TestCase):
     def check(self, rc, err):
         if rc != 0:
             self.fail(self.lib.fdo_error_message(err).decode())
+
+
+class InProcessRuntime(LibfdoCase):
+    """The must-show: a program runs in this (test) process through libfdo,
+    its profile is rewritten from its own calls, and the new code is swapped
+    in while four threads keep calling it (every result checked)."""
 
     def test_profile_rewritten_from_own_calls_and_new_code_swapped_in(self):
         lib = self.lib
@@ -364,24 +368,11 @@ exit:
 """
 
 
-class InProcessSampling(unittest.TestCase):
+class InProcessSampling(LibfdoCase):
     """fdod samples the runtime's own thread (software cpu-clock: no PMU
     needed) while it runs leased code, attributes the samples to the leased
     function, folds them into the profile, and says per event what it could
     not open (hardware events on a host without a PMU)."""
-
-    def setUp(self):
-        self.d = Daemon().start()
-        self.c = self.d.client()
-        self.lib = load_libfdo()
-
-    def tearDown(self):
-        self.c.close()
-        self.d.cleanup()
-
-    def check(self, rc, err):
-        if rc != 0:
-            self.fail(self.lib.fdo_error_message(err).decode())
 
     def test_cpu_clock_samples_land_in_the_leased_code(self):
         lib = self.lib
