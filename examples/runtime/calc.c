@@ -510,6 +510,15 @@ static int run_inproc(fdo_conn* conn, const char* id, const node* e, const optio
   }
   printf("in-process: generation %llu at the end\n",
          (unsigned long long)fdo_inproc_generation(inproc));
+  static const char* const kModes[] = {"plain", "instrumented", "optimized"};
+  int mode = fdo_inproc_mode(inproc);
+  printf("in-process: %s code, compiled with profile version %lld\n",
+         mode >= 0 && mode <= 2 ? kModes[mode] : "unknown",
+         (long long)fdo_inproc_profile_version(inproc));
+  /* Whether fdod samples this process's threads in the kernel, and why (not). */
+  char* sampling = fdo_inproc_sampling_json(inproc);
+  if (sampling) printf("in-process: sampling %s\n", sampling);
+  fdo_string_free(sampling);
 out:
   fdo_inproc_close(inproc);
   return rc;

@@ -59,6 +59,12 @@ def check_inproc(calc, daemon, env):
     assert max(int(b[2]) for b in batches) >= 1, out
     end = int(re.search(r"^in-process: generation (\d+) at the end$", out, re.M).group(1))
     assert end == generations[-1], out
+    # The code running at the end is the rewritten profile's.
+    running = re.search(r"^in-process: (\w+) code, compiled with profile version (\d+)$", out,
+                        re.M)
+    assert running and running.group(1) == "optimized" and int(running.group(2)) >= 1, out
+    sampling = json.loads(re.search(r"^in-process: sampling (.*)$", out, re.M).group(1))
+    assert isinstance(sampling["available"], bool) and sampling["reason"], sampling
 
     # fdod's side: the profile was rewritten (version >= 1) from feedback the
     # example sent, and its leases were released when it exited.
