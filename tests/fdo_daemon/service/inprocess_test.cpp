@@ -3,7 +3,7 @@
 // feedback.submit folds validated numbers into the profile, and everything a
 // hostile client could send wrong is refused without changing anything.
 #include "fdo/daemon/leases.h"
-#include "service_harness.h"
+#include "rpc_call.h"
 
 #include <catch2/catch.hpp>
 #include <fcntl.h>
@@ -16,30 +16,15 @@ using nlohmann::json;
 
 namespace {
 
-struct Reply {
-  json result; // null on error
-  json error;  // null on success
-  std::vector<Fd> fds;
-  std::string code() const { return error.is_null() ? "" : error["data"].value("code", ""); }
-};
+using Reply = RpcReply;
 
 // One request as `uid` on connection `connection`, with an fd transport.
 Reply call(Harness& h, const std::string& method, const json& params, uid_t uid = 1000,
            std::uint64_t connection = 1, bool fd_transport = true) {
-  Reply r;
   CallContext ctx;
   ctx.uid = uid;
   ctx.connection = connection;
-  if (fd_transport) ctx.reply_fds = &r.fds;
-  json req = {{"jsonrpc", "2.0"}, {"id", 1}, {"method", method}, {"params", params}};
-  auto line = h.dispatcher.handle_line(req.dump(), ctx);
-  REQUIRE(line);
-  json resp = json::parse(*line);
-  if (resp.contains("error"))
-    r.error = resp["error"];
-  else
-    r.result = resp["result"];
-  return r;
+  return call_with(h, method, params, ctx, fd_transport ? FdTransport::on : FdTransport::off);
 }
 
 std::string read_all(const Fd& fd) {

@@ -7,7 +7,7 @@
 // attributed to "main".
 #include "../../perf/perf_fixtures.h"
 #include "fdo/daemon/lease_sampling.h"
-#include "service_harness.h"
+#include "rpc_call.h"
 #include "support/spin_section.h"
 
 #include <atomic>
@@ -174,28 +174,15 @@ TEST_CASE("lease sampling: only threads of the lease's own process are sampled",
 
 namespace {
 
-struct Reply {
-  json result;
-  json error;
-  std::vector<Fd> fds;
-};
+using Reply = RpcReply;
 
+// A request from process `pid` of this test's uid, on one connection.
 Reply call_as_process(Harness& h, const std::string& method, const json& params, pid_t pid) {
-  Reply r;
   CallContext ctx;
   ctx.uid = ::geteuid();
   ctx.pid = pid;
   ctx.connection = 7;
-  ctx.reply_fds = &r.fds;
-  json req = {{"jsonrpc", "2.0"}, {"id", 1}, {"method", method}, {"params", params}};
-  auto line = h.dispatcher.handle_line(req.dump(), ctx);
-  REQUIRE(line);
-  json resp = json::parse(*line);
-  if (resp.contains("error"))
-    r.error = resp["error"];
-  else
-    r.result = resp["result"];
-  return r;
+  return call_with(h, method, params, ctx);
 }
 
 } // namespace
