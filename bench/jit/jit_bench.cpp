@@ -93,7 +93,7 @@ void bench_module(const Module& m, Loader& loader) {
   std::printf("\n%s: %zu lines of IR, %zu bytes\n", m.name.c_str(), count_lines(m.text),
               m.text.size());
   const ProfileDoc profile = profile_for(m, loader);
-  std::printf("  %-13s %9s %9s %8s %8s %9s %8s %8s %9s %8s\n", "mode", "wall ms", "cpu ms", "parse",
+  std::printf("  %-15s %9s %9s %8s %8s %9s %8s %8s %9s %8s\n", "mode", "wall ms", "cpu ms", "parse",
               "canon", "instr/ann", "optimize", "codegen", "object B", ".text B");
   std::vector<std::pair<std::string, CompileResult>> objects;
   struct Variant {
@@ -128,13 +128,13 @@ void bench_module(const Module& m, Loader& loader) {
     }
     const std::string label =
         std::string(to_string(mode)) + (v.blocks == BlockLocations::off ? " -bmap" : "");
-    std::printf("  %-13s %9.2f %9.2f %8.2f %8.2f %9.2f %8.2f %8.2f %9zu %8zu\n", label.c_str(),
+    std::printf("  %-15s %9.2f %9.2f %8.2f %8.2f %9.2f %8.2f %8.2f %9zu %8zu\n", label.c_str(),
                 median(total), median(cpu), median(parse), median(canon), median(annotate),
                 median(optimize), median(codegen), last.object.size(), last.code_size);
     objects.emplace_back(label, std::move(last));
   }
 
-  std::printf("  %-13s %12s %12s %12s\n", "object", "load+link ms", "first call ms", "unload ms");
+  std::printf("  %-15s %12s %12s %12s\n", "object", "load+link ms", "first call ms", "unload ms");
   for (auto& [mode, r] : objects) {
     std::vector<double> load, first_call, unload;
     for (int i = 0; i < m.runs * 3; ++i) {
@@ -148,7 +148,7 @@ void bench_module(const Module& m, Loader& loader) {
       if (auto s = program->unload(); !s) die("unload: " + s.error().describe());
       unload.push_back(ms_since(start));
     }
-    std::printf("  %-13s %12.3f %12.3f %12.3f\n", mode.c_str(), median(load), median(first_call),
+    std::printf("  %-15s %12.3f %12.3f %12.3f\n", mode.c_str(), median(load), median(first_call),
                 median(unload));
   }
 }
