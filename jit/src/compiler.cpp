@@ -1,6 +1,7 @@
 #include "fdo/jit/compiler.h"
 
 #include "block_map.h"
+#include "code_layout.h"
 #include "fdo/util/strings.h"
 #include "fingerprint.h"
 #include "llvm_support.h"
@@ -156,7 +157,9 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
     for (std::string& w : warnings)
       diagnostics.add_warning(std::move(w));
   }
-  add_block_locations(m);
+  const std::optional<CodeLayout> layout = CodeLayout::from(request.profile, request.mode);
+  if (layout) layout->before_pipeline(m);
+  if (request.block_locations == BlockLocations::on) add_block_locations(m);
   // PGO runs inside the O-level pipeline, as clang's -fprofile-generate /
   // -fprofile-use: a pre-inliner and early cleanup, then
   // PGOInstrumentationGen (and its lowering) or PGOInstrumentationUse +
@@ -222,6 +225,10 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
   }
   lower_ctors_dtors(m);
   add_thunks(m, result.entries);
+  if (layout) {
+    layout->before_codegen(m);
+    layout->configure_codegen(*p.tm);
+  }
   {
     std::string report;
     llvm::raw_string_ostream os(report);
@@ -246,9 +253,11 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
   if (!object) return to_fdo_error(object.takeError(), Errc::compile, "codegen");
   result.object = std::move(*object);
   result.code_size = executable_bytes(result.object);
-  auto blocks = read_block_map(result.object);
-  if (!blocks) return to_fdo_error(blocks.takeError(), Errc::internal, "block map");
-  result.block_map = std::move(*blocks);
+  if (request.block_locations == BlockLocations::on) {
+    auto blocks = read_block_map(result.object);
+    if (!blocks) return to_fdo_error(blocks.takeError(), Errc::internal, "block map");
+    result.block_map = std::move(*blocks);
+  }
   result.times.codegen = micros_since(start);
   if (!diagnostics.errors().empty())
     return make_error(Errc::compile, join(diagnostics.errors(), "; "));

@@ -1,5 +1,6 @@
 #include "fdo/jit/loader.h"
 
+#include "code_layout.h"
 #include "fdo/jit/compiler.h"
 #include "fdo/util/log.h"
 #include "llvm_support.h"
@@ -64,6 +65,9 @@ public:
         if (sym->isCallable() && sym->hasName() && sym->getSize() > 0) sym->setLive(true);
       return llvm::Error::success();
     });
+    // Hot text first, cold text last (code_layout.h), as a static linker's
+    // script would place .text.hot and .text.unlikely.
+    config.PostPrunePasses.push_back(order_text_sections);
     orc::JITDylib* jd = &mr.getTargetJITDylib();
     config.PostFixupPasses.push_back([this, jd](llvm::jitlink::LinkGraph& g) -> llvm::Error {
       std::vector<FunctionRange> found;

@@ -323,6 +323,7 @@ class ConfigReload(unittest.TestCase):
         "policy.icache_mpki_size_threshold": 25, "policy.time_share_drift_threshold": 0.4,
         "policy.time_share_window_stages": 4, "policy.time_share_min_samples": 80,
         "policy.branch_miss_min_samples": 33,
+        "policy.icache_layout_min_samples": 44, "policy.icache_hot_share": 0.35,
         "sampling.events": "cpu-clock", "sampling.frequency_hz": 500, "sampling.max_samples": 900,
         "sandbox_filesystem": "mount_namespace",
         "sandbox_uid_base": 1879048193, "sandbox_uid_count": 65537, "job_output_bytes": 32768,

@@ -276,6 +276,21 @@ TEST_CASE("compile metadata round-trips through JSON", "[jit][metadata]") {
   CHECK(back->branch_weights == r.branch_weights);
 }
 
+TEST_CASE("without block locations: the same code, no block map, no debug line table",
+          "[jit][blocks]") {
+  const std::string program = fixture("loop_branch.ll");
+  CompileRequest off = request(CompileMode::plain);
+  off.block_locations = BlockLocations::off;
+  CompileResult with = compile_or_throw(program, request(CompileMode::plain));
+  CompileResult without = compile_or_throw(program, off);
+  CHECK_FALSE(with.block_map.empty());
+  CHECK(without.block_map.empty());
+  CHECK(without.profile_key == with.profile_key);
+  CHECK(without.object.find(".debug_line") == std::string::npos);
+  CHECK(with.object.find(".debug_line") != std::string::npos);
+  CHECK(without.object.size() < with.object.size());
+}
+
 TEST_CASE("the block map and branch weights travel in the metadata", "[jit][metadata][blocks]") {
   // (An optimized compile's weights: branch_feedback_tests.)
   const std::string program = fixture("loop_branch.ll");

@@ -31,6 +31,11 @@ int main() {
     v.indirect_calls = {{{std::numeric_limits<std::uint64_t>::max(), 2}, {0, 1}}, {}};
     v.memop_sizes = {{{8, std::numeric_limits<std::uint64_t>::max()}, {513, 0}}};
     d.functions["fdo:fdo.local.0"] = v;
+    // Code layout from sampled i-cache misses (icache_layout.h).
+    d.functions["hot"] = FunctionProfile{.cfg_hash = 6, .counts = {9}};
+    d.functions["hot"].layout = FunctionLayout::hot;
+    d.functions["cold"] = FunctionProfile{.cfg_hash = 7, .counts = {0}};
+    d.functions["cold"].layout = FunctionLayout::cold;
     d.provenance = Provenance{"operator", "2026-11-22T00:00:00Z", "h", 9, std::string(64, 'a')};
     docs.push_back(d);
   }

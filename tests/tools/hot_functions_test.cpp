@@ -81,3 +81,18 @@ TEST_CASE("profile show: the hot functions' most-missed branches, marked ones fl
   doc.hardware["sampling"].erase("branches");
   CHECK(render_hot_functions(doc).find("sampled branch misses") == std::string::npos);
 }
+
+TEST_CASE("profile show: the i-cache layout by source name", "[fdoctl][sampling][layout]") {
+  ProfileDoc doc;
+  doc.functions["main"];
+  CHECK(render_code_layout(doc).empty());
+  doc.functions["fdo:fdo.local.1"].source_name = "interp.c:step";
+  doc.functions["fdo:fdo.local.1"].layout = FunctionLayout::hot;
+  doc.functions["usage"].layout = FunctionLayout::cold;
+  const std::string out = render_code_layout(doc);
+  INFO(out);
+  CHECK_THAT(out,
+             Catch::Contains("hot (together, first in the text): interp.c:step (fdo:fdo.local.1)"));
+  CHECK_THAT(out, Catch::Contains("cold (optimized for size, last): usage"));
+  CHECK(out.find("main") == std::string::npos);
+}

@@ -80,6 +80,40 @@ TEST_CASE("profile digest changes with every compile-affecting field", "[util][p
   CHECK(
       changed([](ProfileDoc& c) { c.functions["fdo:fdo.local.0"].indirect_calls[0][1].second++; }));
   CHECK(changed([](ProfileDoc& c) { c.functions["fdo:fdo.local.0"].memop_sizes.clear(); }));
+  CHECK(changed([](ProfileDoc& c) { c.functions["main"].layout = FunctionLayout::hot; }));
+  CHECK(changed([](ProfileDoc& c) { c.functions["helper"].layout = FunctionLayout::cold; }));
+}
+
+TEST_CASE("function layout: round-trips, absent in older documents, bad values rejected",
+          "[util][profile]") {
+  ProfileDoc d;
+  d.functions["hot"] = FunctionProfile{.cfg_hash = 1, .counts = {5}};
+  d.functions["hot"].layout = FunctionLayout::hot;
+  d.functions["cold"] = FunctionProfile{.cfg_hash = 2, .counts = {0}};
+  d.functions["cold"].layout = FunctionLayout::cold;
+  d.functions["plain"] = FunctionProfile{.cfg_hash = 3, .counts = {1}};
+  const json j = to_json(d);
+  CHECK(j["functions"]["hot"]["layout"] == "hot");
+  CHECK(j["functions"]["cold"]["layout"] == "cold");
+  CHECK_FALSE(j["functions"]["plain"].contains("layout")); // older documents' digest kept
+  auto back = profile_from_json(j);
+  REQUIRE(back);
+  CHECK(*back == d);
+  // A document written before layouts existed reads as all normal.
+  auto old = parse_profile(
+      R"({"format":1,"functions":{"f":{"cfg_hash":"2a","counts":[7],"unpredictable":[]}}})");
+  REQUIRE(old);
+  CHECK(old->functions.at("f").layout == FunctionLayout::normal);
+  // "normal" spelled out reads, and digests, as absent.
+  auto spelled = parse_profile(
+      R"({"format":1,"functions":{"f":{"cfg_hash":"2a","counts":[7],"unpredictable":[],"layout":"normal"}}})");
+  REQUIRE(spelled);
+  CHECK(profile_digest(*spelled) == profile_digest(*old));
+  auto bad = parse_profile(R"({"functions":{"f":{"cfg_hash":"1","layout":"warm"}}})");
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().message(), Catch::Contains("functions.f.layout"));
+  CHECK_THAT(bad.error().message(), Catch::Contains("hot"));
+  CHECK_FALSE(parse_profile(R"({"functions":{"f":{"cfg_hash":"1","layout":3}}})"));
 }
 
 TEST_CASE("documents without source names or value profiles read and digest as before",

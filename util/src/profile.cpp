@@ -16,7 +16,14 @@ namespace {
 constexpr EnumNames<CompileMode, 3> kCompileModeNames{{{{CompileMode::plain, "plain"},
                                                         {CompileMode::instrumented, "instrumented"},
                                                         {CompileMode::optimized, "optimized"}}}};
+constexpr EnumNames<FunctionLayout, 3> kLayoutNames{{{{FunctionLayout::normal, "normal"},
+                                                      {FunctionLayout::hot, "hot"},
+                                                      {FunctionLayout::cold, "cold"}}}};
 } // namespace
+
+std::string_view to_string(FunctionLayout layout) {
+  return kLayoutNames.name(layout);
+}
 
 std::string_view to_string(CompileMode mode) {
   return kCompileModeNames.name(mode);
@@ -70,6 +77,7 @@ json function_compile_json(const FunctionProfile& f) {
   if (!f.indirect_calls.empty())
     j["indirect_calls"] = value_sites_json(f.indirect_calls, ValueText::hex);
   if (!f.memop_sizes.empty()) j["memop_sizes"] = value_sites_json(f.memop_sizes, ValueText::number);
+  if (f.layout != FunctionLayout::normal) j["layout"] = to_string(f.layout);
   return j;
 }
 
@@ -231,6 +239,12 @@ Expected<ProfileDoc> profile_from_json(const json& j) {
       FDO_TRY_STATUS(get_string(fj, "source_name", path, f.source_name));
       FDO_TRY_STATUS(get_value_sites(fj, "indirect_calls", path, ValueText::hex, f.indirect_calls));
       FDO_TRY_STATUS(get_value_sites(fj, "memop_sizes", path, ValueText::number, f.memop_sizes));
+      if (auto l = fj.find("layout"); l != fj.end() && !l->is_null()) {
+        auto layout = l->is_string() ? kLayoutNames.parse(l->get<std::string>()) : std::nullopt;
+        if (!layout)
+          return field_error(path + ".layout", "must be one of " + kLayoutNames.alternatives());
+        f.layout = *layout;
+      }
       doc.functions.emplace(name, std::move(f));
     }
   }

@@ -470,8 +470,8 @@ const std::vector<KeyDef>& key_defs() {
         [](Config& c) -> double& { return c.policy.branch_miss_unpredictable_rate; }, 0.0, 1.0));
     v.push_back(double_key(
         "policy.icache_mpki_size_threshold", R,
-        "L1 i-cache misses per 1000 instructions at or above which the profile switches to size "
-        "optimisation (PMU hosts).",
+        "Counted L1 i-cache misses per 1000 instructions below which sampled i-cache misses "
+        "change no code layout (PMU hosts).",
         [](Config& c) -> double& { return c.policy.icache_mpki_size_threshold; }, 0.0, 1000.0));
     v.push_back(double_key(
         "policy.time_share_drift_threshold", R,
@@ -494,6 +494,17 @@ const std::vector<KeyDef>& key_defs() {
         "!unpredictable in the next compile (PMU hosts).",
         [](Config& c) -> std::uint64_t& { return c.policy.branch_miss_min_samples; }, 1,
         100'000'000));
+    v.push_back(uint_key<std::uint64_t>(
+        "policy.icache_layout_min_samples", R,
+        "Sampled L1 i-cache misses under a profile version needed before code layout is judged "
+        "(PMU hosts).",
+        [](Config& c) -> std::uint64_t& { return c.policy.icache_layout_min_samples; }, 1,
+        100'000'000));
+    v.push_back(double_key(
+        "policy.icache_hot_share", R,
+        "Share of the sampled L1 i-cache misses a function must hold to be laid out hot "
+        "(together, first in the text); the program's never-run functions are then laid out cold.",
+        [](Config& c) -> double& { return c.policy.icache_hot_share; }, 0.01, 1.0));
     {
       KeyDef d{"guard", R,
                "on: A/B-test each new profile (and knob variants) against the incumbent build on "

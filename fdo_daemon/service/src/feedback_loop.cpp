@@ -1,5 +1,6 @@
 #include "fdo/daemon/feedback_loop.h"
 
+#include "fdo/daemon/icache_layout.h"
 #include "fdo/util/log.h"
 #include "fdo/util/log_record.h"
 
@@ -109,6 +110,8 @@ void FeedbackLoop::queue_row(const StageReport& stage) {
   row.stages = 1;
   row.exec_ns = stage.feedback.exec_ns;
   row.counters = stage.feedback.counters;
+  // What the drift window needs, so a restarted daemon starts from it.
+  add_sample_counters(stage.samples, row.counters);
   for (const auto& [name, fc] : stage.feedback.counts)
     row.function_counts[name] = fc.counts;
   std::lock_guard lk(pending_mu_);
@@ -122,6 +125,7 @@ void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage) {
   st.window.clear();
   st.blocks = {};
   st.branch_weights.clear();
+  st.icache.clear();
   st.version = stage.profile_version;
   if (stage.profile_version <= 0) return;
   auto totals = store_.feedback(stage.pk, stage.profile_version);
@@ -136,7 +140,13 @@ void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage) {
   for (const auto& [name, counts] : (*totals)->function_counts)
     if (auto h = stage.cfg_hashes.find(name); h != stage.cfg_hashes.end())
       loaded.mutable_counts()[name] = FunctionCounts{h->second, counts};
-  loaded.mutable_counters() = (*totals)->counters;
+  std::map<std::string, std::uint64_t> counters = (*totals)->counters;
+  if (auto sampled = take_sample_counters(counters)) {
+    st.window.restore(sampled->sum, sampled->stages);
+    st.clock_event = sampled->sum.clock_event;
+    add_icache_samples(st.icache, sampled->sum.misses);
+  }
+  loaded.mutable_counters() = std::move(counters);
   loaded.set_totals(static_cast<std::int64_t>((*totals)->stages), (*totals)->exec_ns);
   st.acc.merge(loaded);
 }
@@ -158,6 +168,7 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   if (stage.samples.present) {
     st.window.add(stage.samples, static_cast<std::size_t>(policy.time_share_window_stages));
     st.clock_event = stage.samples.clock_event;
+    add_icache_samples(st.icache, stage.samples.misses);
   }
   st.blocks.add(stage.blocks);
   if (!stage.branch_weights.empty()) st.branch_weights = stage.branch_weights;
@@ -177,6 +188,7 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   const std::map<std::string, std::vector<BranchStat>> branches =
       branch_stats(st.branch_weights, st.blocks);
   if (!branches.empty()) in.branch_stats = &branches;
+  if (!st.icache.empty()) in.icache_samples = &st.icache;
   if (in.current_version != stage.profile_version) {
     out.policy =
         "profile changed under this stage (now version " + std::to_string(in.current_version) + ")";
@@ -224,6 +236,7 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   st.acc = FeedbackAccumulator();
   st.window.clear();
   st.blocks = {};
+  st.icache.clear();
   out.rewritten = Rewrite{in.current_version, *written, d.reason};
   const std::string owner = std::to_string(stage.owner), version = std::to_string(*written);
   log::record(log::Level::info,

@@ -1,5 +1,7 @@
 #include "fdo/daemon/policy.h"
 
+#include "fdo/daemon/icache_layout.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -174,6 +176,11 @@ ProfileDoc profile_from_counts(const ProfileDoc* current,
       auto it = current->functions.find(name);
       if (it != current->functions.end() && it->second.cfg_hash == fc.cfg_hash) {
         f.unpredictable = it->second.unpredictable;
+        // A hot placement stays; a cold one only while the function still
+        // never runs.
+        if (it->second.layout == FunctionLayout::hot ||
+            (it->second.layout == FunctionLayout::cold && sum(fc.counts) == 0))
+          f.layout = it->second.layout;
         f.fingerprint = it->second.fingerprint;
         f.source_name = it->second.source_name;
       }
@@ -280,17 +287,19 @@ PolicyDecision decide(const PolicyConfig& config, const PolicyInput& input) {
       why.push_back(std::move(text));
     }
   }
+  // i-cache pressure drives layout per function, from where the misses were
+  // sampled (icache_layout.h); the counted module-wide figure only says
+  // whether there is pressure at all, and never turns the module to -Os.
+  std::optional<double> mpki;
   auto icache = counter(fb, "L1-icache-load-misses");
   auto instructions = counter(fb, "instructions");
   if (icache && instructions && *instructions > 0) {
-    double mpki = 1000.0 * static_cast<double>(*icache) / static_cast<double>(*instructions);
-    next.hardware["icache_mpki"] = mpki;
-    if (mpki >= config.icache_mpki_size_threshold && next.knobs.size_level == 0) {
-      next.knobs.size_level = 1;
-      why.push_back("i-cache misses " + fmt_double(mpki) +
-                    " per 1k instructions: optimise for size");
-    }
+    mpki = 1000.0 * static_cast<double>(*icache) / static_cast<double>(*instructions);
+    next.hardware["icache_mpki"] = *mpki;
   }
+  if (input.icache_samples != nullptr)
+    if (auto layout = decide_icache_layout(config, *input.icache_samples, mpki, next))
+      why.push_back(std::move(*layout));
   if (why.empty()) {
     d.reason = "no new information under an optimized build";
     return d;

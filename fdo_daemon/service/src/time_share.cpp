@@ -77,30 +77,45 @@ StageSamples stage_samples_from(const json& reply,
 
 void TimeShareWindow::add(const StageSamples& stage, std::size_t keep) {
   if (!stage.present) return;
-  stages_.push_back(stage);
-  while (stages_.size() > std::max<std::size_t>(keep, 1))
+  stages_.push_back({stage, 1});
+  // Drop the oldest entry while the newer ones alone make `keep` stages (a
+  // restored sum stays until then).
+  keep = std::max<std::size_t>(keep, 1);
+  while (stages_.size() > 1 && stages() - stages_.front().stages >= keep)
     stages_.pop_front();
+}
+
+void TimeShareWindow::restore(const StageSamples& sum, std::size_t stages) {
+  stages_.clear();
+  if (sum.present && stages != 0) stages_.push_back({sum, stages});
+}
+
+std::size_t TimeShareWindow::stages() const {
+  std::size_t n = 0;
+  for (const Entry& e : stages_)
+    n += e.stages;
+  return n;
 }
 
 std::uint64_t TimeShareWindow::program_samples() const {
   std::uint64_t n = 0;
-  for (const auto& s : stages_)
-    for (const auto& [fn, c] : s.clock)
+  for (const Entry& e : stages_)
+    for (const auto& [fn, c] : e.samples.clock)
       n += c;
   return n;
 }
 
 std::uint64_t TimeShareWindow::outside_samples() const {
   std::uint64_t n = 0;
-  for (const auto& s : stages_)
-    n += s.clock_outside;
+  for (const Entry& e : stages_)
+    n += e.samples.clock_outside;
   return n;
 }
 
 std::map<std::string, double> TimeShareWindow::shares() const {
   std::map<std::string, std::uint64_t> sums;
-  for (const auto& s : stages_)
-    for (const auto& [fn, c] : s.clock)
+  for (const Entry& e : stages_)
+    for (const auto& [fn, c] : e.samples.clock)
       sums[fn] += c;
   const std::uint64_t total = program_samples();
   std::map<std::string, double> out;
@@ -112,10 +127,11 @@ std::map<std::string, double> TimeShareWindow::shares() const {
 
 std::set<std::string> TimeShareWindow::functions() const {
   if (stages_.empty()) return {};
-  std::set<std::string> out = stages_.front().functions;
-  for (const auto& s : stages_) {
+  std::set<std::string> out = stages_.front().samples.functions;
+  for (const Entry& e : stages_) {
+    const std::set<std::string>& s = e.samples.functions;
     std::set<std::string> both;
-    std::set_intersection(out.begin(), out.end(), s.functions.begin(), s.functions.end(),
+    std::set_intersection(out.begin(), out.end(), s.begin(), s.end(),
                           std::inserter(both, both.begin()));
     out.swap(both);
   }
@@ -124,10 +140,71 @@ std::set<std::string> TimeShareWindow::functions() const {
 
 std::map<std::string, std::map<std::string, std::uint64_t>> TimeShareWindow::misses() const {
   std::map<std::string, std::map<std::string, std::uint64_t>> out;
-  for (const auto& s : stages_)
-    for (const auto& [event, fns] : s.misses)
+  for (const Entry& e : stages_)
+    for (const auto& [event, fns] : e.samples.misses)
       for (const auto& [fn, c] : fns)
         out[event][fn] += c;
+  return out;
+}
+
+namespace {
+// Counter keys: "sampled|stages", "sampled|outside|<clock event>",
+// "sampled|code|<function>" (stages in which it had code) and
+// "sampled|<event>|<function>". Event names hold no '|'; a function name may.
+constexpr std::string_view kSampled = "sampled|";
+} // namespace
+
+void add_sample_counters(const StageSamples& stage,
+                         std::map<std::string, std::uint64_t>& counters) {
+  if (!stage.present) return;
+  const std::string prefix(kSampled);
+  counters[prefix + "stages"] += 1;
+  counters[prefix + "outside|" + stage.clock_event] += stage.clock_outside;
+  for (const std::string& fn : stage.functions)
+    counters[prefix + "code|" + fn] += 1;
+  for (const auto& [fn, n] : stage.clock)
+    counters[prefix + stage.clock_event + "|" + fn] += n;
+  for (const auto& [event, per_fn] : stage.misses)
+    for (const auto& [fn, n] : per_fn)
+      counters[prefix + event + "|" + fn] += n;
+}
+
+std::optional<SampledTotals> take_sample_counters(std::map<std::string, std::uint64_t>& counters) {
+  SampledTotals out;
+  std::map<std::string, std::uint64_t> code;
+  std::map<std::string, std::map<std::string, std::uint64_t>> by_event;
+  for (auto it = counters.begin(); it != counters.end();) {
+    const std::string_view key = it->first;
+    if (!key.starts_with(kSampled)) {
+      ++it;
+      continue;
+    }
+    const std::string_view rest = key.substr(kSampled.size());
+    const std::size_t bar = rest.find('|');
+    if (rest == "stages") {
+      out.stages = static_cast<std::size_t>(it->second);
+    } else if (bar != std::string_view::npos && bar != 0 && bar + 1 < rest.size()) {
+      const std::string head(rest.substr(0, bar)), tail(rest.substr(bar + 1));
+      if (head == "outside") {
+        out.sum.clock_event = tail;
+        out.sum.clock_outside = it->second;
+      } else if (head == "code") {
+        code[tail] = it->second;
+      } else {
+        by_event[head][tail] += it->second;
+      }
+    }
+    it = counters.erase(it);
+  }
+  if (out.stages == 0 || !is_clock(out.sum.clock_event)) return std::nullopt;
+  for (auto& [event, per_fn] : by_event)
+    if (event == out.sum.clock_event)
+      out.sum.clock = std::move(per_fn);
+    else if (!is_clock(event))
+      out.sum.misses[event] = std::move(per_fn);
+  for (const auto& [fn, n] : code)
+    if (n >= out.stages) out.sum.functions.insert(fn);
+  out.sum.present = true;
   return out;
 }
 

@@ -2,12 +2,9 @@
 // perf syscall seam (this kind of host has no PMU): branch-miss samples land
 // on one branch of a profiled program -> the policy marks exactly that branch
 // !unpredictable -> the next optimized object's code for it changes.
-#include "../../perf/perf_fixtures.h"
 #include "fdo/daemon/block_samples.h"
 #include "fdo/daemon/policy.h"
-#include "fdo/daemon/stage_sampling.h"
-#include "fdo/jit/compiler.h"
-#include "fdo/jit/loader.h"
+#include "recorded_stage.h"
 
 #include <catch2/catch.hpp>
 #include <llvm/MC/MCAsmInfo.h>
@@ -28,6 +25,7 @@
 
 using namespace fdo;
 using namespace fdo::daemon;
+using namespace fdo::daemon::testing;
 using namespace fdo::perf::testing;
 using nlohmann::json;
 
@@ -113,33 +111,21 @@ int conditional_jumps(const std::string& object, const std::string& symbol) {
 
 // Runs the instrumented program over inputs where branch 0 goes either way
 // about half the time, and returns the profile its counters make.
-ProfileDoc profile_from_a_run() {
-  jit::CompileRequest req;
-  req.mode = CompileMode::instrumented;
-  auto instrumented = jit::compile(kProgram, req);
-  REQUIRE(instrumented);
-  auto loader = jit::Loader::create();
-  REQUIRE(loader);
-  auto program = (*loader)->load(instrumented->object, *instrumented);
-  REQUIRE(program);
-  constexpr std::size_t n = 4000;
-  std::vector<std::int64_t> a(n), b(n), o(n);
-  std::mt19937_64 rng(7);
-  for (std::size_t i = 0; i < n; ++i) {
-    a[i] = rng() % 2 ? 500 : 0;  // passes c1 half the time
-    b[i] = rng() % 8 ? 0 : 5000; // passes c2 7/8 of the time
-  }
-  auto r = (*program)->call(
-      "run", std::vector<std::uint64_t>{reinterpret_cast<std::uintptr_t>(a.data()),
-                                        reinterpret_cast<std::uintptr_t>(b.data()),
-                                        reinterpret_cast<std::uintptr_t>(o.data()), n});
-  REQUIRE(r);
-  ProfileDoc doc;
-  auto counters = (*program)->read_counters();
-  for (const auto& f : (*program)->counters_layout())
-    doc.functions[f.pgo_name] =
-        FunctionProfile{.cfg_hash = f.cfg_hash, .counts = counters[f.pgo_name]};
-  return doc;
+ProfileDoc profile_from_a_mixed_run() {
+  return profile_from_a_run(kProgram, [](jit::LoadedProgram& program) {
+    constexpr std::size_t n = 4000;
+    std::vector<std::int64_t> a(n), b(n), o(n);
+    std::mt19937_64 rng(7);
+    for (std::size_t i = 0; i < n; ++i) {
+      a[i] = rng() % 2 ? 500 : 0;  // passes c1 half the time
+      b[i] = rng() % 8 ? 0 : 5000; // passes c2 7/8 of the time
+    }
+    auto r = program.call(
+        "run", std::vector<std::uint64_t>{reinterpret_cast<std::uintptr_t>(a.data()),
+                                          reinterpret_cast<std::uintptr_t>(b.data()),
+                                          reinterpret_cast<std::uintptr_t>(o.data()), n});
+    REQUIRE(r);
+  });
 }
 
 const jit::BlockRange* range_of_branch(const jit::FunctionRange& f, std::int32_t branch) {
@@ -151,7 +137,7 @@ const jit::BlockRange* range_of_branch(const jit::FunctionRange& f, std::int32_t
 
 TEST_CASE("branch-miss samples on one branch mark exactly it !unpredictable and change its code",
           "[jobs][sampling][blocks]") {
-  const ProfileDoc profile = profile_from_a_run();
+  const ProfileDoc profile = profile_from_a_mixed_run();
   jit::CompileRequest req;
   req.mode = CompileMode::optimized;
   req.profile = &profile;
@@ -183,27 +169,15 @@ TEST_CASE("branch-miss samples on one branch mark exactly it !unpredictable and 
 
   // A recorded stream, as the kernel would write it: the sampler reads it out
   // of its rings through the syscall seam, exactly as in the exec worker.
-  FakeSyscalls fake;
-  fake.fail_branch_stack(EOPNOTSUPP);
-  StageSampler stage_sampler(fake);
-  StageSamplingRequest request{{"cpu-clock", "branch-misses"}, 1000, 4000};
-  auto sampler = stage_sampler.get(request);
-  REQUIRE(sampler);
-  REQUIRE((*sampler)->active_events() == 2);
-  (void)(*sampler)->drain();
-  (*sampler)->start();
-  RingWriter clock(fake.mapping_for(fake.opened[0].fd), perf::page_size());
-  RingWriter misses(fake.mapping_for(fake.opened[1].fd), perf::page_size());
-  for (int i = 0; i < 40; ++i)
-    misses.append(sample_record(run->start + b0->offset + (i % b0->size), 100));
-  for (int i = 0; i < 5; ++i) // the latch: too few to matter
-    misses.append(sample_record(run->start + b1->offset, 100));
-  for (int i = 0; i < 30; ++i)
-    clock.append(sample_record(run->start + b0->offset, 1000000));
-  (*sampler)->stop();
-  auto samples = stage_samples_json((*sampler)->events(), request, (*sampler)->drain(), ranges);
-  REQUIRE(samples);
-  const json reply = {{"samples", *samples}};
+  const json reply =
+      recorded_stage({"cpu-clock", "branch-misses"}, ranges, [&](std::vector<RingWriter>& rings) {
+        for (int i = 0; i < 40; ++i)
+          rings[1].append(sample_record(run->start + b0->offset + (i % b0->size), 100));
+        for (int i = 0; i < 5; ++i) // the latch: too few to matter
+          rings[1].append(sample_record(run->start + b1->offset, 100));
+        for (int i = 0; i < 30; ++i)
+          rings[0].append(sample_record(run->start + b0->offset, 1000000));
+      });
 
   // The service's side: tallies per branch, with the compile's weights.
   const BlockTallies tallies = block_tallies_from(reply);

@@ -158,6 +158,8 @@ public:
       t.version = r.version;
       t.stages += r.stages;
       t.exec_ns += r.exec_ns;
+      for (const auto& [name, value] : r.counters)
+        t.counters[name] += value;
       for (const auto& [name, counts] : r.function_counts) {
         auto& sum = t.function_counts[name];
         sum.resize(counts.size(), 0);

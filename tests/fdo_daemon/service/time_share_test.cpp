@@ -208,3 +208,79 @@ TEST_CASE("drift: pins, the rate cap and unsampled stages hold re-profiling back
   }
   CHECK(store.keys[kPk].versions.size() == 1);
 }
+
+TEST_CASE("drift: the window survives a restart through the version's feedback rows",
+          "[service][time_share][drift]") {
+  FakeFeedbackStore store;
+  PolicyConfig p = drift_policy();
+  p.time_share_window_stages = 4;
+  std::int64_t n = 0;
+  {
+    FeedbackLoop loop(store, "h");
+    loop.fold(phase_stage(0, true, 90, 10, n++), p);
+    REQUIRE(loop.fold(phase_stage(0, true, 90, 10, n++), p).rewritten);
+    // Phase B starts under v1: two sampled stages, the window is not full.
+    for (int i = 0; i < 2; ++i) {
+      auto o = loop.fold(phase_stage(1, false, 10, 90, n++), p);
+      CHECK_FALSE(o.rewritten);
+      CHECK_THAT(o.policy, Catch::Contains("waiting for samples (" + std::to_string(i + 1)));
+    }
+    REQUIRE(loop.flush());
+  } // the daemon stops
+
+  // The rows carry the sampled stages; the store sums them per version.
+  auto totals = store.feedback(kPk, 1);
+  REQUIRE(totals);
+  REQUIRE(*totals);
+  CHECK((*totals)->counters.at("sampled|stages") == 2);
+  CHECK((*totals)->counters.at("sampled|cpu-clock|phase_b") == 180);
+
+  // A new daemon: its window starts from those two stages, so the third
+  // sampled stage is judged with three, and the fourth re-profiles.
+  FeedbackLoop restarted(store, "h");
+  auto third = restarted.fold(phase_stage(1, false, 10, 90, n++), p);
+  CHECK_FALSE(third.rewritten);
+  CHECK_THAT(third.policy, Catch::Contains("waiting for samples (3 of 4 stages"));
+  auto fourth = restarted.fold(phase_stage(1, false, 10, 90, n++), p);
+  REQUIRE(fourth.rewritten);
+  CHECK_THAT(fourth.rewritten->reason, Catch::Contains("over 4 sampled stages: re-profiling"));
+  CHECK(choose_mode(&store.keys[kPk].versions.back().doc) == CompileMode::instrumented);
+}
+
+TEST_CASE("drift: sampled totals as counters, and rows without them", "[service][time_share]") {
+  StageSamples s =
+      stage_samples_from(reply_with(30, 10, 5, {{"branch-misses", {{"phase_b", 7}}}}), kNames);
+  REQUIRE(s.present);
+  std::map<std::string, std::uint64_t> counters{{"instructions", 1000}};
+  add_sample_counters(s, counters);
+  add_sample_counters(s, counters);
+  auto totals = take_sample_counters(counters);
+  REQUIRE(totals);
+  CHECK(counters == std::map<std::string, std::uint64_t>{{"instructions", 1000}});
+  CHECK(totals->stages == 2);
+  CHECK(totals->sum.clock_event == "cpu-clock");
+  CHECK(totals->sum.clock.at("phase_a") == 60);
+  CHECK(totals->sum.clock_outside == 10);
+  CHECK(totals->sum.misses.at("branch-misses").at("phase_b") == 14);
+  CHECK(totals->sum.functions == std::set<std::string>{"phase_a", "phase_b", "main"});
+
+  TimeShareWindow w;
+  w.restore(totals->sum, totals->stages);
+  CHECK(w.stages() == 2);
+  CHECK(w.shares().at("phase_a") == Approx(0.75));
+  w.add(s, 3);
+  CHECK(w.stages() == 3);
+  w.add(s, 3); // the two newest alone do not make 3: the sum stays
+  CHECK(w.stages() == 4);
+  w.add(s, 3);
+  CHECK(w.stages() == 3); // now they do: the sum is dropped
+
+  // Rows written before sampled keys existed (or unsampled stages): nothing.
+  std::map<std::string, std::uint64_t> old{{"instructions", 5}, {"branch-misses", 1}};
+  CHECK_FALSE(take_sample_counters(old));
+  CHECK(old.size() == 2);
+  // Malformed keys are dropped, never taken for events.
+  std::map<std::string, std::uint64_t> odd{{"sampled|", 1}, {"sampled|x", 2}};
+  CHECK_FALSE(take_sample_counters(odd));
+  CHECK(odd.empty());
+}

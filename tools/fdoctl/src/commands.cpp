@@ -352,6 +352,7 @@ Status cmd_profile_show(Context& ctx, const std::string& key_text,
   }
   out << t.render();
   out << render_hot_functions(typed);
+  out << render_code_layout(typed);
   if (counts == RawCounts::print) {
     out << "\ncounts:\n";
     for (const auto& [total, name] : order)

@@ -130,4 +130,18 @@ std::string render_hot_functions(const ProfileDoc& doc, std::size_t limit) {
   return out;
 }
 
+std::string render_code_layout(const ProfileDoc& doc) {
+  std::string hot, cold;
+  for (const auto& [name, f] : doc.functions) {
+    std::string& list = f.layout == FunctionLayout::hot ? hot : cold;
+    if (f.layout == FunctionLayout::normal) continue;
+    list += (list.empty() ? "" : ", ") + source_name_of(doc, name);
+  }
+  if (hot.empty() && cold.empty()) return "";
+  std::string out = "\ncode layout from sampled i-cache misses:\n";
+  if (!hot.empty()) out += "  hot (together, first in the text): " + hot + "\n";
+  if (!cold.empty()) out += "  cold (optimized for size, last): " + cold + "\n";
+  return out;
+}
+
 } // namespace fdo::ctl

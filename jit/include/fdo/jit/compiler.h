@@ -60,6 +60,11 @@ struct Analysis {
 // Parse, verify, canonicalise and fingerprint without compiling.
 Expected<Analysis> analyze(std::string_view program_bytes, const Limits& limits = {});
 
+// Whether the compile gives the program's blocks synthetic debug locations
+// and returns the block map that attributes samples to IR blocks and branches
+// (docs/perf.md). `off` exists to measure what they cost (bench/jit).
+enum class BlockLocations { on, off };
+
 struct CompileRequest {
   fdo::CompileMode mode = fdo::CompileMode::plain;
   // Knobs and unpredictable branches apply in every mode when given; counts
@@ -71,6 +76,7 @@ struct CompileRequest {
   std::string temp_dir;
   // Return the final optimised IR text in CompileResult::ir.
   bool keep_ir = false;
+  BlockLocations block_locations = BlockLocations::on;
 };
 
 struct CompileResult {

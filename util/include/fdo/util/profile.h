@@ -4,10 +4,9 @@
 // schemas/profile.schema.json.
 //
 // Compile-affecting fields: format, knobs, functions[*].{cfg_hash, counts,
-// unpredictable, indirect_calls, memop_sizes}. Everything else (provenance, hardware observations,
-// the guard's record,
-// per-function fingerprints and source names) is bookkeeping and never changes the digest, so
-// rewriting bookkeeping never causes a recompile.
+// unpredictable, indirect_calls, memop_sizes, layout}. Everything else (provenance, hardware
+// observations, the guard's record, per-function fingerprints and source names) is bookkeeping and
+// never changes the digest, so rewriting bookkeeping never causes a recompile.
 #pragma once
 
 #include "fdo/util/expected.h"
@@ -42,6 +41,12 @@ struct Knobs {
 // What one value-profiling site saw: {value, count} pairs, most frequent first.
 using ValueSite = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
 
+// Where a function's code goes (docs/perf.md, "i-cache layout"): `hot`
+// functions are placed together at the start of the object's text, `cold` ones
+// are optimized for size and placed after everything else. Compile-affecting.
+enum class FunctionLayout { normal, hot, cold };
+std::string_view to_string(FunctionLayout layout);
+
 // Every member has a default member initializer, so aggregate initialisation
 // may name a prefix of them (and -Wmissing-field-initializers stays quiet).
 struct FunctionProfile {
@@ -60,6 +65,9 @@ struct FunctionProfile {
   // promotion looks them up), and memcpy/memset/memmove sizes in bytes.
   std::vector<ValueSite> indirect_calls{};
   std::vector<ValueSite> memop_sizes{};
+  // Placement of the function's code from sampled i-cache misses
+  // (compile-affecting; `normal`, omitted from the JSON, in older documents).
+  FunctionLayout layout = FunctionLayout::normal;
 
   bool operator==(const FunctionProfile&) const = default;
 };

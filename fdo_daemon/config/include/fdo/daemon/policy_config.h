@@ -19,9 +19,15 @@ struct PolicyConfig {
   // branch-misses / branch-instructions at or above this marks the near-50/50
   // branches of the hottest functions !unpredictable (PMU hosts only).
   double branch_miss_unpredictable_rate = 0.20;
-  // L1-icache-load-misses per 1000 instructions at or above this switches the
-  // profile to size optimisation (PMU hosts only).
+  // Counted L1-icache-load-misses per 1000 instructions below this means no
+  // i-cache pressure worth a layout change, whatever the samples say (where
+  // the misses were counted; PMU hosts only).
   double icache_mpki_size_threshold = 20.0;
+  // i-cache layout (icache_layout.h): the sampled i-cache misses under a
+  // profile version needed before layout is judged, and the share of them a
+  // function must hold to be laid out hot.
+  std::uint64_t icache_layout_min_samples = 20;
+  double icache_hot_share = 0.2;
   // Sampled time share per function of optimized stages against the share
   // recorded with the profile (total-variation distance, 0..1): at or past
   // this the program is re-profiled. 1 turns drift re-profiling off.

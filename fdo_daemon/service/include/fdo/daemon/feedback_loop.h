@@ -102,14 +102,16 @@ private:
     std::mutex mu;
     std::int64_t version = -1; // the profile version `acc` belongs to
     FeedbackAccumulator acc;
-    // The most recent sampled stages under `version` (in memory only: after a
-    // restart the window fills again before drift is judged).
+    // The most recent sampled stages under `version` (after a restart: from
+    // the version's sampled stages summed in its feedback rows).
     TimeShareWindow window;
     std::string clock_event;
     // Block and branch samples of every stage under `version`, and the branch
     // weights of the compile that served them.
     BlockTallies blocks;
     std::map<std::string, std::vector<BranchStat>> branch_weights;
+    // Sampled i-cache misses per function of every stage under `version`.
+    std::map<std::string, std::uint64_t> icache;
     std::deque<std::chrono::system_clock::time_point> rewrites;
   };
 

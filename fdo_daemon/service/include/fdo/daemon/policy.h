@@ -78,6 +78,9 @@ struct PolicyInput {
   const FeedbackAccumulator* feedback = nullptr; // totals under current_version
   // Branch statistics per function from the current optimized compile, if any.
   const std::map<std::string, std::vector<BranchStat>>* branch_stats = nullptr;
+  // Sampled L1 i-cache misses per function (PGO name) under current_version
+  // (icache_layout.h).
+  const std::map<std::string, std::uint64_t>* icache_samples = nullptr;
   std::chrono::system_clock::time_point now;
   // Times of earlier rewrites of this profile key (for the rate cap).
   const std::deque<std::chrono::system_clock::time_point>* recent_rewrites = nullptr;

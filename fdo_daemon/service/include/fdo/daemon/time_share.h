@@ -40,9 +40,14 @@ StageSamples stage_samples_from(const nlohmann::json& exec_reply,
 // The most recent sampled stages of one profile version.
 class TimeShareWindow {
 public:
+  // Adds a stage; keeps the most recent ones that make `keep` stages.
   void add(const StageSamples& stage, std::size_t keep);
+  // Starts the window (after a restart) from `sum`, the samples of `stages`
+  // sampled stages summed: one entry standing for all of them, dropped once
+  // `keep` newer stages are in.
+  void restore(const StageSamples& sum, std::size_t stages);
   void clear() { stages_.clear(); }
-  std::size_t stages() const { return stages_.size(); }
+  std::size_t stages() const;            // stages the window stands for
   std::uint64_t program_samples() const; // clock samples in program code
   std::uint64_t outside_samples() const;
   // Clock samples per function / all of them in program code (sums to 1).
@@ -53,8 +58,26 @@ public:
   std::map<std::string, std::map<std::string, std::uint64_t>> misses() const;
 
 private:
-  std::deque<StageSamples> stages_;
+  struct Entry {
+    StageSamples samples;
+    std::size_t stages = 1;
+  };
+  std::deque<Entry> stages_;
 };
+
+// The window across a restart (docs/perf.md, "Drift"). Every sampled stage
+// also goes, as counters under "sampled|" keys, into its feedback row, which
+// the store keeps summed per profile version; a daemon that meets the version
+// again (after a restart) starts its window from that sum.
+void add_sample_counters(const StageSamples& stage, std::map<std::string, std::uint64_t>& counters);
+struct SampledTotals {
+  StageSamples sum;       // present, clock and misses summed, functions with code in every stage
+  std::size_t stages = 0; // sampled stages summed
+};
+// Moves the "sampled|" keys out of `counters` (so the rest are hardware
+// events again); what they sum, or nullopt when there are none (rows written
+// before they existed, or no sampled stage).
+std::optional<SampledTotals> take_sample_counters(std::map<std::string, std::uint64_t>& counters);
 
 // Total-variation distance (0..1) between the recorded and the measured
 // shares over the functions that have code now (`present`): a function the

@@ -16,4 +16,9 @@ namespace fdo::ctl {
 // (with the PGO name beside it when it differs).
 std::string render_hot_functions(const ProfileDoc& doc, std::size_t limit = 10);
 
+// "" when no function has a layout other than normal; otherwise the i-cache
+// layout the profile compiles with (docs/perf.md, "i-cache layout"): the
+// functions laid out hot and those laid out cold, by source name.
+std::string render_code_layout(const ProfileDoc& doc);
+
 } // namespace fdo::ctl

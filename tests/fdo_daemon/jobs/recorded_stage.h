@@ -1,0 +1,66 @@
+// Helpers of the sampling-loop tests (branch_feedback_test.cpp,
+// icache_layout_test.cpp): a profile from one instrumented run of a program,
+// and a stage's "samples" reply member from a recorded stream that the
+// sampler reads out of its rings through the perf syscall seam, exactly as in
+// the exec worker (this kind of host has no PMU).
+#pragma once
+
+#include "../../perf/perf_fixtures.h"
+#include "fdo/daemon/stage_sampling.h"
+#include "fdo/jit/compiler.h"
+#include "fdo/jit/loader.h"
+
+#include <catch2/catch.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace fdo::daemon::testing {
+
+// Compiles `program` instrumented, runs it once through `run` and returns the
+// profile its counters make.
+inline ProfileDoc profile_from_a_run(const std::string& program,
+                                     const std::function<void(jit::LoadedProgram&)>& run) {
+  jit::CompileRequest req;
+  req.mode = CompileMode::instrumented;
+  auto instrumented = jit::compile(program, req);
+  REQUIRE(instrumented);
+  auto loader = jit::Loader::create();
+  REQUIRE(loader);
+  auto loaded = (*loader)->load(instrumented->object, *instrumented);
+  REQUIRE(loaded);
+  run(**loaded);
+  ProfileDoc doc;
+  auto counters = (*loaded)->read_counters();
+  for (const auto& f : (*loaded)->counters_layout())
+    doc.functions[f.pgo_name] =
+        FunctionProfile{.cfg_hash = f.cfg_hash, .counts = counters[f.pgo_name]};
+  return doc;
+}
+
+// The reply of a stage sampled for `events` over the program at `ranges`:
+// `write` appends the recorded samples, one ring per event in order.
+inline nlohmann::json
+recorded_stage(const std::vector<std::string>& events,
+               const std::vector<jit::FunctionRange>& ranges,
+               const std::function<void(std::vector<perf::testing::RingWriter>&)>& write) {
+  perf::testing::FakeSyscalls fake;
+  fake.fail_branch_stack(EOPNOTSUPP);
+  StageSampler stage_sampler(fake);
+  StageSamplingRequest request{events, 1000, 4000};
+  auto sampler = stage_sampler.get(request);
+  REQUIRE(sampler);
+  REQUIRE((*sampler)->active_events() == events.size());
+  (void)(*sampler)->drain();
+  (*sampler)->start();
+  std::vector<perf::testing::RingWriter> rings;
+  for (std::size_t i = 0; i < events.size(); ++i)
+    rings.emplace_back(fake.mapping_for(fake.opened[i].fd), perf::page_size());
+  write(rings);
+  (*sampler)->stop();
+  auto samples = stage_samples_json((*sampler)->events(), request, (*sampler)->drain(), ranges);
+  REQUIRE(samples);
+  return {{"samples", *samples}};
+}
+
+} // namespace fdo::daemon::testing
