@@ -527,37 +527,42 @@ struct Orchestrator::Impl {
     return tier_ups.schedule(
         t.ck,
         [&] {
-          n.tier_ups_started++;
+          const bool ahead = priority == detail::JobPriority::background;
+          (ahead ? n.ahead_started : n.tier_ups_started)++;
           // The job outlives the stage, so it keeps its own copy of the program.
           return detail::TierUpQueue::Job(
-              [this, t, own = Program{t.ik, program.scope, program.bytes}] {
-                return run_tier_up(t, own);
+              [this, t, ahead, own = Program{t.ik, program.scope, program.bytes}] {
+                return run_tier_up(t, own, ahead);
               });
         },
         priority);
   }
 
-  detail::JobResult run_tier_up(const Target& t, const Program& program) {
+  // `ahead`: a precompile (no stage asked for it); counted apart from tier-ups.
+  detail::JobResult run_tier_up(const Target& t, const Program& program, bool ahead) {
     auto [fetched, role] = compile_flights.run(
         t.ck, [&] { return compile_and_store(t, program, Placement::cache_key); });
     ExplainRecord r = base_record(t, std::nullopt);
     r.reason = Reason::profile_rewritten;
     if (!fetched) {
-      n.tier_ups_failed++;
+      (ahead ? n.ahead_failed : n.tier_ups_failed)++;
       r.outcome = Outcome::failed;
       r.error = fetched.error().describe();
-      r.text = "background tier-up failed (" + r.error + "); the earlier output keeps serving";
+      r.text =
+          ahead ? "compile ahead of need failed (" + r.error + ")"
+                : "background tier-up failed (" + r.error + "); the earlier output keeps serving";
       log::warning("cache: " + r.text);
       explain.record(std::move(r), std::nullopt);
       return detail::JobResult::failed;
     }
-    n.tier_ups_installed++;
+    (ahead ? n.ahead_installed : n.tier_ups_installed)++;
     r.outcome = Outcome::background_compiled;
     r.storage_key = fetched->key;
     r.compile_ms = fetched->source == Outcome::compiled && role == detail::FlightRole::leader
                        ? fetched->compile_ms
                        : 0;
-    r.text = "background tier-up installed the output for " +
+    r.text = (ahead ? "compiled ahead of need: the output for "
+                    : "background tier-up installed the output for ") +
              describe_profile(t.profile.version, t.mode) + "; the next stage hits it";
     explain.record(std::move(r), std::nullopt);
     return detail::JobResult::installed;

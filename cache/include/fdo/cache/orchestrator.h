@@ -145,6 +145,8 @@ struct Stats {
   double compile_ms_total = 0;
   std::uint64_t single_flight_waits = 0; // requests that waited for another's compile/load
   std::uint64_t tier_ups_started = 0, tier_ups_installed = 0, tier_ups_failed = 0;
+  // Compiles queued ahead of need (precompile), apart from the tier-ups.
+  std::uint64_t ahead_started = 0, ahead_installed = 0, ahead_failed = 0;
   std::uint64_t stale_serves = 0;     // stages served an earlier profile's output (tier_up_pending)
   std::uint64_t key_store_errors = 0; // mapping writes that failed (the stage still succeeded)
   std::uint64_t memory_evictions = 0, disk_evictions = 0;
