@@ -47,6 +47,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
+import guarded  # noqa: E402
 import harness  # noqa: E402
 import run_native as rn  # noqa: E402
 from run_native import BenchError, Variant  # noqa: E402
@@ -256,6 +257,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="smoke run: 2 rounds, 2 calls, 2 final stages, min-stages 2")
     ap.add_argument("--json", metavar="FILE", help="also write the full results as JSON")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    ap.add_argument("--no-guard", action="store_true",
+                    help="leave out the fdo guard column (a second fdod, guard and tuning on)")
     args = ap.parse_args(argv)
     if args.quick:
         args.rounds, args.runs, args.final_stages, args.min_stages = 2, 2, 2, 2
@@ -284,6 +287,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                 os.path.join(args.build_dir, "bench", "fdo_effect", "fdo_effect_jit"),
                                 args.runs, args.warmup)
     scratch = tempfile.mkdtemp(prefix="fdo-bench-profraw-")
+    guard_settings = guarded.settings(args.min_stages, args.quick)
+    guard_daemon = None if args.no_guard else harness.Daemon(
+        config=guard_settings, build_dir=args.build_dir, prefix="fdo-bench-guard-")
+    guard_client = None
     host = rn.host_info()
     try:
         try:
@@ -301,13 +308,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         variants.append(Variant("fdod", "fdod", FdodRunner(client, manifest.get("entry", "kernel_run"),
                                                            args.min_stages, args.final_stages),
                                 columns=FDOD_COLUMNS))
+        if guard_daemon is not None:
+            try:
+                guard_daemon.start()
+            except RuntimeError as e:
+                print(f"run_fdo_effect: the guarded fdod did not start: {e}", file=sys.stderr)
+                return 2
+            guard_client = harness.Client(guard_daemon.socket, timeout=300)
+            text_of = variants[-1].run._ir
+            variants.append(Variant("fdod_guard", "fdod guarded", guarded.GuardedRunner(
+                guard_client, manifest.get("entry", "kernel_run"), guard_settings,
+                args.final_stages, text_of), columns=guarded.COLUMNS))
         progress(f"fdod up (state dir {daemon.state_dir}); {len(kernels)} kernels x "
                  f"{args.rounds} rounds")
         results = rn.measure_interleaved(kernels, variants, args.rounds, progress)
         client.close()
+        if guard_client is not None:
+            guard_client.close()
     finally:
         jit_runner.close()
         daemon.cleanup()
+        if guard_daemon is not None:
+            guard_daemon.cleanup()
         for f in os.listdir(scratch):
             os.unlink(os.path.join(scratch, f))
         os.rmdir(scratch)
@@ -318,6 +340,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     names = [c for c, _ in columns]
     pairs = [("fdo_final", "pgo"), ("fdo_final", "pgo_np"), ("fdo_final", "fdo_plain"), ("fdo_instr", "fdo_final"),
              ("fdo_instr", "fdo_plain"), ("clang_instr", "pgo"), ("clang_instr", "o2")]
+    pairs += [("fdo_guard_final", "pgo"), ("fdo_guard_final", "fdo_final")]
     pairs = [(a, b) for a, b in pairs if a in names and b in names]
     summary = rn.summarize(results, names, baseline="o2", pair_ratios=pairs)
 
@@ -339,7 +362,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     "fdo_stage0/o2": "fdo stage 0", "fdo_first_opt/o2": "fdo first opt",
                     "fdo_final/o2": "fdo final", "fdo_final/pgo": "fdo final / clang PGO",
                     "fdo_final/pgo_np": "fdo final / PGO np",
-                    "fdo_final/fdo_plain": "fdo final / fdo -O2"}
+                    "fdo_final/fdo_plain": "fdo final / fdo -O2",
+                    "fdo_guard_final/o2": "fdo guard final",
+                    "fdo_guard_final/pgo": "guard final / clang PGO",
+                    "fdo_guard_final/fdo_final": "guard final / fdo final"}
     print(rn.format_ratio_table(results, summary, labels,
                                 [(p, effect_heads[p]) for p in effect_heads
                                  if p in summary["pairs"]]))
@@ -356,11 +382,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if jit_runner.compile_ms:
         print("fdo -O2 in-process compile ms: " +
               ", ".join(f"{k} {v:.0f}" for k, v in jit_runner.compile_ms.items()))
+    if guard_daemon is not None:
+        print(f"\nfdo guard: a second fdod with the live A/B guard and knob tuning on "
+              f"(guard.max_pairs {guard_settings['guard.max_pairs']}, "
+              f"guard.tune_max_variants {guard_settings['guard.tune_max_variants']}), run until "
+              f"every trial is decided; losing = stages under the profile that ran the variant "
+              f"its trial found slower; trial compiles = compiler runs beyond the two of an "
+              f"unguarded run:")
+        print(guarded.cost_table(results))
+        for column, label in (("fdo_guard_final", "fdo guard final"), ("fdo_final", "fdo final")):
+            lines, met = guarded.targets(results, summary, column)
+            print(f"\ntargets for {label} (<= min(clang -O2, clang PGO) within the noise on "
+                  f"every kernel; geomean / clang PGO <= 0.95): "
+                  f"{'all met' if met else 'NOT all met'}")
+            print("\n".join(lines))
 
     if args.json:
         params = {"rounds": args.rounds, "runs_per_process": args.runs,
                   "warmup_per_process": args.warmup, "min_stages": args.min_stages,
                   "final_stages": args.final_stages, "fdod_config": settings,
+                  "fdod_guard_config": None if args.no_guard else guard_settings,
                   "order": "round-robin per kernel, variant order rotated every round"}
         doc = rn.to_json(results, summary, manifest, params, host, variants)
         doc["bench"] = "fdo_effect+fdod"

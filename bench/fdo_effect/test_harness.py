@@ -122,5 +122,54 @@ class Ratios(unittest.TestCase):
             rn.measure_interleaved([{"name": "k"}], [rn.Variant("a", "a", fixed([1]))], rounds=0)
 
 
+
+def _stage(mode, role, trial=None):
+    return {"mode": mode, "role": role, "trial": trial}
+
+
+class GuardColumn(unittest.TestCase):
+    """guarded.py: the guard's cost and the targets, from fake stages and medians."""
+
+    def setUp(self):
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests" / "e2e"))
+        import guarded
+        self.g = guarded
+
+    def test_losing_stages_follow_each_verdict(self):
+        stages = [_stage("instrumented", "current"), _stage("optimized", "current"),
+                  _stage("plain", "incumbent"), _stage("optimized", "candidate"),
+                  _stage("optimized", "candidate"),
+                  _stage("plain", "incumbent", "v1 profiled O2 rejected: 1.30x slower than "
+                                               "plain O2 over 2+2 stages (profile v2)"),
+                  _stage("plain", "incumbent"), _stage("plain", "candidate"),
+                  _stage("plain", "candidate", "plain O3 accepted: 1.10x faster than plain O2 "
+                                               "over 1+1 stages (profile v3)"),
+                  _stage("plain", "incumbent"), _stage("plain", "candidate"),
+                  _stage("plain", "incumbent", "plain O3 -unroll not taken (no difference): no "
+                                               "faster or slower (1.000x) than plain O3")]
+        losing, under, verdicts = self.g.losing_stages(stages)
+        # Rejected profile: its current stage and two candidate stages lost;
+        # accepted O3: the incumbent stage of that trial lost; no difference: none.
+        self.assertEqual(losing, 3 + 1)
+        self.assertEqual(under, 11)
+        self.assertEqual(len(verdicts), 3)
+
+    def test_targets_use_the_printed_noise_and_the_geomean(self):
+        res = {"k1": {"o2": {"median_ns": 100, "spread": 0.1}, "pgo": {"median_ns": 90, "spread": 0.1},
+                      "g": {"median_ns": 93, "spread": 0.1}},
+               "k2": {"o2": {"median_ns": 100, "spread": 0.02}, "pgo": {"median_ns": 120, "spread": 0.02},
+                      "g": {"median_ns": 110, "spread": 0.02}}}
+        summary = {"geomean": {"g/pgo": rn.geomean([93 / 90, 110 / 120])}}
+        lines, met = self.g.targets(res, summary, "g")
+        self.assertFalse(met)
+        self.assertIn("k1: 0.00 ms vs best native 0.00 ms", lines[0])
+        self.assertTrue(lines[0].endswith(": met"))  # 93 vs 90 within ±4.65
+        self.assertTrue(lines[1].endswith("NOT met"))  # 110 vs 100, noise ±1.1
+        self.assertIn("(target <= 0.95): NOT met", lines[2])
+        summary = {"geomean": {"g/pgo": 0.9}}
+        res["k2"]["g"]["median_ns"] = 100
+        self.assertTrue(self.g.targets(res, summary, "g")[1])
+
+
 if __name__ == "__main__":
     unittest.main()

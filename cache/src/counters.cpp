@@ -18,6 +18,9 @@ void StageCounters::copy_to(Stats& s) const {
   s.tier_ups_started = tier_ups_started;
   s.tier_ups_installed = tier_ups_installed;
   s.tier_ups_failed = tier_ups_failed;
+  s.ahead_started = ahead_started;
+  s.ahead_installed = ahead_installed;
+  s.ahead_failed = ahead_failed;
   s.stale_serves = stale_serves;
   s.key_store_errors = key_store_errors;
 }
@@ -59,7 +62,10 @@ nlohmann::json local_json(const Stats& s) {
             {"installed", s.tier_ups_installed},
             {"failed", s.tier_ups_failed},
             {"queued", s.tier_ups_queued},
-            {"stale_serves", s.stale_serves}}},
+            {"stale_serves", s.stale_serves},
+            {"ahead_started", s.ahead_started},
+            {"ahead_installed", s.ahead_installed},
+            {"ahead_failed", s.ahead_failed}}},
           {"key_store_errors", s.key_store_errors}};
 }
 

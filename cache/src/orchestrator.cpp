@@ -97,6 +97,15 @@ std::string_view to_string(TierUp t) {
   return kTierUpNames.name(t);
 }
 
+std::string_view to_string(Precompiled p) {
+  static constexpr EnumNames<Precompiled, 4> kNames{
+      {{{Precompiled::stored, "stored"},
+        {Precompiled::queued, "queued"},
+        {Precompiled::already_queued, "already_queued"},
+        {Precompiled::held_off, "held_off"}}}};
+  return kNames.name(p);
+}
+
 Expected<TierUp> parse_tier_up(std::string_view s) {
   if (std::optional<TierUp> t = kTierUpNames.parse(s)) return *t;
   return make_error(Errc::invalid_argument, "unknown tier-up policy \"" + std::string(s) +
@@ -479,40 +488,81 @@ struct Orchestrator::Impl {
 
   // ---------------------------------------------------------------- tier-up
 
-  bool schedule_tier_up(const Target& t, const Program& program) {
-    // A sync stage compiling this CK right now already does the job.
-    if (compile_flights.in_flight(t.ck)) return false;
-    detail::Scheduled scheduled = tier_ups.schedule(t.ck, [&] {
-      n.tier_ups_started++;
-      // The job outlives the stage, so it keeps its own copy of the program.
-      return detail::TierUpQueue::Job([this, t, own = Program{t.ik, program.scope, program.bytes}] {
-        return run_tier_up(t, own);
-      });
-    });
-    return scheduled == detail::Scheduled::queued;
+  // Ahead of need (Orchestrator::precompile).
+  Expected<Precompiled> precompile(const Program& program, const ProfileRef& variant) {
+    Target t;
+    FDO_TRY_STATUS(check_scope(program.scope, program.bytes));
+    t.identity = compiler.identity();
+    t.ik = initial_key(program.scope, program.bytes, t.identity);
+    auto pk = keys.lookup_profile_key(t.ik);
+    if (!pk) return std::move(pk).error().context("look up the profile key mapping");
+    if (!*pk || **pk != variant.pk)
+      return make_error(Errc::invalid_argument,
+                        "precompile " + short_key(t.ik) +
+                            ": the program's profile key is not the variant's (not yet known)");
+    t.pk = **pk;
+    FDO_TRY_STATUS(use_profile(t, variant));
+    t.candidates.push_back(t.ck);
+    if (tiers.find_existing(t.wanted()).entry) return Precompiled::stored;
+    switch (schedule(t, program, detail::JobPriority::background)) {
+    case detail::Scheduled::queued:
+      return Precompiled::queued;
+    case detail::Scheduled::already_queued:
+      return Precompiled::already_queued;
+    case detail::Scheduled::failed_recently:
+    case detail::Scheduled::stopped:
+      break;
+    }
+    return Precompiled::held_off;
   }
 
-  detail::JobResult run_tier_up(const Target& t, const Program& program) {
+  bool schedule_tier_up(const Target& t, const Program& program) {
+    return schedule(t, program, detail::JobPriority::stage) == detail::Scheduled::queued;
+  }
+
+  detail::Scheduled schedule(const Target& t, const Program& program,
+                             detail::JobPriority priority) {
+    // A sync stage compiling this CK right now already does the job.
+    if (compile_flights.in_flight(t.ck)) return detail::Scheduled::already_queued;
+    return tier_ups.schedule(
+        t.ck,
+        [&] {
+          const bool ahead = priority == detail::JobPriority::background;
+          (ahead ? n.ahead_started : n.tier_ups_started)++;
+          // The job outlives the stage, so it keeps its own copy of the program.
+          return detail::TierUpQueue::Job(
+              [this, t, ahead, own = Program{t.ik, program.scope, program.bytes}] {
+                return run_tier_up(t, own, ahead);
+              });
+        },
+        priority);
+  }
+
+  // `ahead`: a precompile (no stage asked for it); counted apart from tier-ups.
+  detail::JobResult run_tier_up(const Target& t, const Program& program, bool ahead) {
     auto [fetched, role] = compile_flights.run(
         t.ck, [&] { return compile_and_store(t, program, Placement::cache_key); });
     ExplainRecord r = base_record(t, std::nullopt);
     r.reason = Reason::profile_rewritten;
     if (!fetched) {
-      n.tier_ups_failed++;
+      (ahead ? n.ahead_failed : n.tier_ups_failed)++;
       r.outcome = Outcome::failed;
       r.error = fetched.error().describe();
-      r.text = "background tier-up failed (" + r.error + "); the earlier output keeps serving";
+      r.text =
+          ahead ? "compile ahead of need failed (" + r.error + ")"
+                : "background tier-up failed (" + r.error + "); the earlier output keeps serving";
       log::warning("cache: " + r.text);
       explain.record(std::move(r), std::nullopt);
       return detail::JobResult::failed;
     }
-    n.tier_ups_installed++;
+    (ahead ? n.ahead_installed : n.tier_ups_installed)++;
     r.outcome = Outcome::background_compiled;
     r.storage_key = fetched->key;
     r.compile_ms = fetched->source == Outcome::compiled && role == detail::FlightRole::leader
                        ? fetched->compile_ms
                        : 0;
-    r.text = "background tier-up installed the output for " +
+    r.text = (ahead ? "compiled ahead of need: the output for "
+                    : "background tier-up installed the output for ") +
              describe_profile(t.profile.version, t.mode) + "; the next stage hits it";
     explain.record(std::move(r), std::nullopt);
     return detail::JobResult::installed;
@@ -566,6 +616,10 @@ Expected<StageOutput> Orchestrator::prepare(const Program& program, TierUp polic
 Expected<StageOutput> Orchestrator::prepare(const Program& program, TierUp policy,
                                             const ProfileRef& variant) {
   return impl_->prepare(program, policy, &variant);
+}
+
+Expected<Precompiled> Orchestrator::precompile(const Program& program, const ProfileRef& variant) {
+  return impl_->precompile(program, variant);
 }
 
 std::string Orchestrator::initial_key_for(const Program& program) const {

@@ -2,6 +2,7 @@
 
 #include "fdo/util/log.h"
 
+#include <algorithm>
 #include <exception>
 #include <optional>
 
@@ -27,13 +28,25 @@ TierUpQueue::~TierUpQueue() {
   stop();
 }
 
-Scheduled TierUpQueue::schedule(const std::string& ck, const std::function<Job()>& make_job) {
+Scheduled TierUpQueue::schedule(const std::string& ck, const std::function<Job()>& make_job,
+                                JobPriority priority) {
   std::lock_guard lock(mu_);
   if (stopping_) return Scheduled::stopped;
-  if (pending_cks_.count(ck)) return Scheduled::already_queued;
+  if (pending_cks_.count(ck)) {
+    // A stage now waits for what was compiling ahead of need: it moves up.
+    if (priority == JobPriority::stage) {
+      auto it = std::find_if(background_.begin(), background_.end(),
+                             [&](const Queued& q) { return q.ck == ck; });
+      if (it != background_.end()) {
+        jobs_.push_back(std::move(*it));
+        background_.erase(it);
+      }
+    }
+    return Scheduled::already_queued;
+  }
   if (Clock::time_point* failed = failed_at_.find(ck))
     if (Clock::now() - *failed < retry_after_) return Scheduled::failed_recently;
-  jobs_.push_back(Queued{ck, make_job()});
+  (priority == JobPriority::stage ? jobs_ : background_).push_back(Queued{ck, make_job()});
   pending_cks_.insert(ck);
   job_cv_.notify_one();
   return Scheduled::queued;
@@ -42,10 +55,11 @@ Scheduled TierUpQueue::schedule(const std::string& ck, const std::function<Job()
 void TierUpQueue::worker() {
   std::unique_lock lock(mu_);
   for (;;) {
-    job_cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+    job_cv_.wait(lock, [&] { return stopping_ || !jobs_.empty() || !background_.empty(); });
     if (stopping_) return;
-    Queued next = std::move(jobs_.front());
-    jobs_.pop_front();
+    std::deque<Queued>& from = jobs_.empty() ? background_ : jobs_;
+    Queued next = std::move(from.front());
+    from.pop_front();
     running_++;
     lock.unlock();
     std::optional<JobResult> result;
@@ -62,13 +76,14 @@ void TierUpQueue::worker() {
     if (result == JobResult::failed) failed_at_.get_or_create(next.ck) = Clock::now();
     running_--;
     pending_cks_.erase(next.ck);
-    if (jobs_.empty() && running_ == 0) idle_cv_.notify_all();
+    if (jobs_.empty() && background_.empty() && running_ == 0) idle_cv_.notify_all();
   }
 }
 
 void TierUpQueue::wait_idle() {
   std::unique_lock lock(mu_);
-  idle_cv_.wait(lock, [&] { return stopping_ || (jobs_.empty() && running_ == 0); });
+  idle_cv_.wait(
+      lock, [&] { return stopping_ || (jobs_.empty() && background_.empty() && running_ == 0); });
 }
 
 std::size_t TierUpQueue::pending() const {
@@ -80,9 +95,11 @@ void TierUpQueue::stop() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
-    for (const Queued& q : jobs_)
-      pending_cks_.erase(q.ck);
-    jobs_.clear();
+    for (auto* queue : {&jobs_, &background_}) {
+      for (const Queued& q : *queue)
+        pending_cks_.erase(q.ck);
+      queue->clear();
+    }
   }
   job_cv_.notify_all();
   for (std::thread& th : threads_)

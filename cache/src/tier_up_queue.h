@@ -3,6 +3,9 @@
 // a CK whose job failed is not queued again for `retry_after` (the earlier
 // output keeps serving meanwhile; a sync stage still compiles at once).
 // stop() (and the destructor) drops queued jobs and waits for running ones.
+// Background jobs (compiles no stage is waiting for, e.g. the guard's plain
+// build ahead of its trial) run only when no stage's tier-up is queued; a
+// stage that asks for a CK queued in the background promotes it.
 // Thread-safe.
 #pragma once
 
@@ -23,6 +26,7 @@ namespace fdo::cache::detail {
 
 enum class JobResult { installed, failed };
 enum class Scheduled { queued, already_queued, failed_recently, stopped };
+enum class JobPriority { stage, background };
 
 class TierUpQueue {
 public:
@@ -38,7 +42,8 @@ public:
 
   // Queues the job `make_job()` returns for `ck`. `make_job` runs only when the
   // CK is accepted, so a stage that finds its CK already queued copies nothing.
-  Scheduled schedule(const std::string& ck, const std::function<Job()>& make_job);
+  Scheduled schedule(const std::string& ck, const std::function<Job()>& make_job,
+                     JobPriority priority = JobPriority::stage);
   // Blocks until no job is queued or running (or the queue is stopped).
   void wait_idle();
   // Drops queued jobs, lets running ones finish and joins the threads. Later
@@ -57,7 +62,8 @@ private:
   const std::chrono::milliseconds retry_after_;
   mutable std::mutex mu_;
   std::condition_variable job_cv_, idle_cv_;
-  std::deque<Queued> jobs_;
+  std::deque<Queued> jobs_;                     // stage priority, first in first out
+  std::deque<Queued> background_;               // run when jobs_ is empty
   std::unordered_set<std::string> pending_cks_; // queued or running
   BoundedLru<std::chrono::steady_clock::time_point> failed_at_;
   unsigned running_ = 0;

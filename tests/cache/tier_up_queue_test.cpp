@@ -8,7 +8,9 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 using namespace fdo::cache::detail;
 using fdo::cache::testing::eventually;
@@ -210,4 +212,40 @@ TEST_CASE("tier-up queue: a job that throws does not end its thread", "[cache][t
   CHECK(q.schedule("throws", job_for("throws", runs, made)) == Scheduled::queued);
   q.wait_idle();
   CHECK(runs.of("throws") == 1);
+}
+
+TEST_CASE("tier-up queue: background jobs wait for stage jobs; a stage's request promotes one",
+          "[cache][tier_up]") {
+  TierUpQueue q(1, 0ms, 100);
+  Gate gate;
+  Runs runs;
+  int made = 0;
+  std::mutex order_mu;
+  std::vector<std::string> order;
+  auto ordered = [&](const std::string& ck) {
+    return [&, ck] {
+      made++;
+      return TierUpQueue::Job([&, ck] {
+        std::lock_guard lock(order_mu);
+        order.push_back(ck);
+        return JobResult::installed;
+      });
+    };
+  };
+  // Hold the only thread so that everything below queues.
+  REQUIRE(q.schedule("busy", job_for("busy", runs, made, JobResult::installed, &gate)) ==
+          Scheduled::queued);
+  REQUIRE(eventually([&] { return gate.entered() == 1; }));
+  CHECK(q.schedule("bg1", ordered("bg1"), JobPriority::background) == Scheduled::queued);
+  CHECK(q.schedule("bg2", ordered("bg2"), JobPriority::background) == Scheduled::queued);
+  CHECK(q.schedule("stage1", ordered("stage1")) == Scheduled::queued);
+  // A background request for a queued CK is a duplicate; a stage's moves bg2 up.
+  CHECK(q.schedule("bg1", ordered("bg1"), JobPriority::background) == Scheduled::already_queued);
+  CHECK(q.schedule("bg2", ordered("bg2")) == Scheduled::already_queued);
+  CHECK(q.pending() == 4);
+  gate.open();
+  q.wait_idle();
+  CHECK(order == std::vector<std::string>{"stage1", "bg2", "bg1"});
+  CHECK(made == 4); // duplicates built no job
+  CHECK(q.pending() == 0);
 }

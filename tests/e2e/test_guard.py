@@ -9,8 +9,10 @@ build.
 Run through CTest (tests/e2e/CMakeLists.txt) or directly:
   FDO_BUILD_DIR=build python3 tests/e2e/test_guard.py [-v]"""
 import os
+import re
 import subprocess
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -103,6 +105,176 @@ class GuardRevertsSlowerProfile(unittest.TestCase):
             self.assertIn("rejected", out.stdout)
         finally:
             d.cleanup()
+
+
+def train(test, c, prog):
+    """Instrumented stages on the training input until the profile is written."""
+    for _ in range(6):
+        st = c.call("execute", {"program": prog, "entry": "run", "args": TRAIN})["stage"]
+        if st["profile_rewritten"]:
+            return st
+    test.fail(st["policy"])
+
+
+def serve(c, prog):
+    return c.call("execute", {"program": prog, "entry": "run", "args": SERVE})["stage"]
+
+
+def wait_for(predicate, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(0.1)
+    return None
+
+
+class PlainBuildAheadOfTrial(unittest.TestCase):
+    def test_plain_build_is_compiled_when_the_profile_arrives(self):
+        d = Daemon({"guard.min_stages": 3, "exec_timeout_ms": 20000}).start()
+        try:
+            c = d.client()
+            prog = c.call("program.register", {"ir": ir("pgo_loses.ll"), "name": "ahead"})
+            prog = prog["program"]
+            train(self, c, prog)
+
+            # The rewrite queued the plain build in the background: it is
+            # installed without any stage asking for it.
+            def plain_installed():
+                recs = c.call("cache.explain", {"program": prog})["records"]
+                return [r for r in recs
+                        if r["outcome"] == "background_compiled" and r["mode"] == "plain"]
+            self.assertTrue(wait_for(plain_installed), c.call("cache.explain", {"program": prog}))
+
+            # Stages before the trial (guard.min_stages counts the stage that
+            # starts it) serve the profile; the trial's first plain stage
+            # finds its build in the cache.
+            for _ in range(2):
+                st = serve(c, prog)
+                self.assertEqual(st["variant"]["role"], "current", st["variant"])
+            first = serve(c, prog)
+            self.assertEqual(first["variant"]["role"], "incumbent", first["variant"])
+            self.assertEqual(first["variant"]["name"], "plain O2")
+            self.assertEqual(first["mode"], "plain")
+            self.assertEqual(first["cache"]["outcome"], "memory_hit", first["cache"])
+            self.assertFalse(first["recompiled"])
+            self.assertTrue(first["variant"]["counted"], first["variant"])
+            c.close()
+        finally:
+            d.cleanup()
+
+
+class TrialSurvivesRestart(unittest.TestCase):
+    def test_restart_continues_the_trial(self):
+        d = Daemon({"guard.min_stages": 0, "guard.checkpoint_pairs": 1,
+                    "exec_timeout_ms": 20000}).start()
+        try:
+            c = d.client()
+            prog = c.call("program.register", {"ir": ir("pgo_loses.ll"), "name": "restart"})
+            prog = prog["program"]
+            pk = train(self, c, prog)["profile_key"]
+            counted = 0
+            for _ in range(20):  # two counted pairs, then stop the daemon
+                st = serve(c, prog)
+                counted += st["variant"]["counted"]
+                self.assertNotIn("rejected", st["variant"]["trial"] or "", st["variant"])
+                if counted == 4:
+                    break
+            self.assertEqual(counted, 4)
+            saved = c.call("profile.get", {"profile_key": pk})["profile"]["guard"]["running"]
+            self.assertEqual(len(saved["incumbent_ns"]), 2, saved)
+            self.assertEqual(len(saved["candidate_ns"]), 2, saved)
+            c.close()
+            self.assertEqual(d.stop(), 0, d.log_text())
+
+            d.start()
+            c = d.client()
+            st = serve(c, prog)
+            self.assertIn("2+2 stages", st["variant"]["reason"], st["variant"])
+            verdict, seen = None, [st["variant"]]
+            after = 0  # stages counted since the restart
+            for _ in range(60):
+                after += st["variant"]["counted"]
+                if "rejected" in (st["variant"]["trial"] or ""):
+                    verdict = st["variant"]["trial"]
+                    break
+                st = serve(c, prog)
+                seen.append(st["variant"])
+            self.assertIsNotNone(verdict, seen)
+            # The verdict counts the two pairs from before the restart.
+            pairs = re.search(r"over (\d+)\+(\d+) stages", verdict)
+            self.assertIsNotNone(pairs, verdict)
+            self.assertEqual(2 * int(pairs.group(1)), 4 + after, (verdict, seen))
+            metrics = c.call("metrics", {})["text"]
+            self.assertIn("fdo_guard_trials_resumed_total 1", metrics)
+            self.assertIn("fdo_guard_trials_started_total 0", metrics)
+            guard = c.call("profile.get", {"profile_key": pk})["profile"]["guard"]
+            self.assertIsNone(guard["running"])
+            c.close()
+        finally:
+            d.cleanup()
+
+
+class KnobTuningManyStages(unittest.TestCase):
+    def test_knob_variants_are_trialled_and_the_budget_respected(self):
+        d = Daemon({"guard.min_stages": 0, "guard.tune_min_stages": 8,
+                    "guard.tune_max_variants": 2, "guard.max_pairs": 8,
+                    "exec_timeout_ms": 20000}).start()
+        try:
+            c = d.client()
+            prog = c.call("program.register", {"ir": ir("pgo_loses.ll"), "name": "tuning"})
+            prog = prog["program"]
+            pk = train(self, c, prog)["profile_key"]
+            names = set()
+            guard = None
+            for _ in range(120):
+                st = serve(c, prog)
+                names.add((st["variant"]["role"], st["variant"]["name"]))
+                if st["variant"]["counted"]:  # each arm ran what it says
+                    self.assertEqual(st["mode"], "plain" if st["variant"]["name"].startswith(
+                        "plain") else "optimized", st)
+                guard = c.call("profile.get", {"profile_key": pk})["profile"].get("guard")
+                if guard and len(guard["trials"]) == 3:
+                    break
+            trials = guard["trials"]
+            self.assertEqual(len(trials), 3, trials)
+            # The profile trial, then two knob variants of the incumbent.
+            self.assertEqual(trials[0]["candidate"], "v1 profiled O2")
+            self.assertEqual(trials[1]["candidate"], "plain O3")
+            self.assertEqual(trials[1]["incumbent"], "plain O2")
+            self.assertIn(trials[2]["candidate"], ("plain O2 -unroll", "plain O3 -unroll"))
+            self.assertEqual(guard["tuning_step"], 2)
+            self.assertIn(("candidate", "plain O3"), names)
+            for t in trials[1:]:
+                self.assertLessEqual(t["candidate_stages"], 8)
+            # The budget is spent: every later stage runs the incumbent, counted by no trial.
+            served = describe_incumbent(guard["incumbent"])
+            for _ in range(4):
+                st = serve(c, prog)
+                self.assertEqual(st["variant"]["role"], "incumbent", st["variant"])
+                self.assertEqual(st["variant"]["name"], served)
+                self.assertFalse(st["variant"]["counted"])
+            metrics = c.call("metrics", {})["text"]
+            self.assertIn("fdo_guard_trials_started_total 3", metrics)
+            c.close()
+        finally:
+            d.cleanup()
+
+
+def describe_incumbent(inc):
+    """The incumbent's name as the guard gives it (plain builds carry no version)."""
+    k = inc["knobs"] or {}
+    name = inc["base"] + " O" + str(k.get("opt_level", 2))
+    if k.get("unroll") is False:
+        name += " -unroll"
+    if k.get("vectorize") is False:
+        name += " -vectorize"
+    if k.get("inline_threshold") is not None:
+        name += " inline=" + str(k["inline_threshold"])
+    if inc["base"] == "profiled":
+        name = "v" + str(inc["version"]) + " " + name
+    return name
 
 
 if __name__ == "__main__":

@@ -73,6 +73,42 @@ Expected<TrialRecord> trial_from_json(const json& j, const std::string& path) {
   FDO_TRY_STATUS(read_string(j, "summary", path, t.summary));
   return t;
 }
+
+Status read_samples(const json& obj, const char* key, std::vector<std::uint64_t>& out) {
+  const std::string path = std::string(".running.") + key;
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return ok();
+  if (!it->is_array()) return guard_error(path, "must be an array");
+  if (it->size() > TrialCheckpoint::kMaxSamples)
+    return guard_error(path, "holds " + std::to_string(it->size()) + " samples, more than " +
+                                 std::to_string(TrialCheckpoint::kMaxSamples));
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    const json& v = (*it)[i];
+    const bool positive = v.is_number_unsigned()  ? v.get<std::uint64_t>() > 0
+                          : v.is_number_integer() ? v.get<std::int64_t>() > 0
+                                                  : false;
+    if (!positive)
+      return guard_error(path + "[" + std::to_string(i) + "]",
+                         "must be a positive integer (nanoseconds)");
+    out.push_back(v.get<std::uint64_t>());
+  }
+  return ok();
+}
+
+Expected<std::optional<TrialCheckpoint>> checkpoint_from_json(const json& j) {
+  if (j.is_null()) return std::optional<TrialCheckpoint>();
+  if (!j.is_object()) return guard_error(".running", "must be an object or null");
+  TrialCheckpoint c;
+  FDO_TRY_STATUS(read_string(j, "id", ".running", c.id));
+  if (c.id.empty()) return guard_error(".running.id", "must be a non-empty string");
+  FDO_TRY_STATUS(read_string(j, "shape", ".running", c.shape));
+  long long v = 0;
+  FDO_TRY_STATUS(read_int(j, "version", ".running", 0, std::numeric_limits<long long>::max(), v));
+  c.version = v;
+  FDO_TRY_STATUS(read_samples(j, "incumbent_ns", c.incumbent_ns));
+  FDO_TRY_STATUS(read_samples(j, "candidate_ns", c.candidate_ns));
+  return std::optional<TrialCheckpoint>(std::move(c));
+}
 } // namespace
 
 std::string_view to_string(VariantBase b) {
@@ -96,12 +132,22 @@ json to_json(const GuardRecord& g) {
                       {"profile_version", t.profile_version},
                       {"decided_at", t.decided_at},
                       {"summary", t.summary}});
+  json running = nullptr;
+  if (g.running)
+    running = {{"id", g.running->id},
+               {"shape", g.running->shape},
+               {"version", g.running->version},
+               {"incumbent_ns", g.running->incumbent_ns},
+               {"candidate_ns", g.running->candidate_ns}};
   return {{"incumbent", g.incumbent_base ? json{{"base", std::string(to_string(*g.incumbent_base))},
-                                                {"knobs", g.incumbent_knobs}}
+                                                {"knobs", g.incumbent_knobs},
+                                                {"version", g.incumbent_version},
+                                                {"digest", g.incumbent_digest}}
                                          : json(nullptr)},
           {"trialled_digest", g.trialled_digest},
           {"tuning_step", g.tuning_step},
-          {"trials", std::move(trials)}};
+          {"trials", std::move(trials)},
+          {"running", std::move(running)}};
 }
 
 Expected<GuardRecord> guard_from_json(const json& j) {
@@ -121,6 +167,11 @@ Expected<GuardRecord> guard_from_json(const json& j) {
       if (!parsed) return guard_error(".incumbent.knobs", parsed.error().describe());
       g.incumbent_knobs = *k;
     }
+    long long v = 0;
+    FDO_TRY_STATUS(
+        read_int(*inc, "version", ".incumbent", 0, std::numeric_limits<long long>::max(), v));
+    g.incumbent_version = v;
+    FDO_TRY_STATUS(read_string(*inc, "digest", ".incumbent", g.incumbent_digest));
   }
   FDO_TRY_STATUS(read_string(j, "trialled_digest", "", g.trialled_digest));
   long long step = 0;
@@ -132,6 +183,9 @@ Expected<GuardRecord> guard_from_json(const json& j) {
       FDO_TRY(TrialRecord r, trial_from_json((*t)[i], ".trials[" + std::to_string(i) + "]"));
       g.trials.push_back(std::move(r));
     }
+  }
+  if (auto r = j.find("running"); r != j.end()) {
+    FDO_TRY(g.running, checkpoint_from_json(*r));
   }
   return g;
 }

@@ -557,6 +557,11 @@ const std::vector<KeyDef>& key_defs() {
         "A candidate slower than the incumbent by more than this in each of its first pairs is "
         "rejected at once (early stop).",
         [](Config& c) -> double& { return c.guard.trial.early_margin; }, 0.0, 10.0));
+    v.push_back(uint_key<int>(
+        "guard.checkpoint_pairs", R,
+        "A running trial's samples are saved in the profile after every this many pairs, so a "
+        "restart continues it (0 = never: a restart starts the trial over).",
+        [](Config& c) -> int& { return c.guard.checkpoint_pairs; }, 0, 10'000));
     v.push_back(uint_key<unsigned>(
         "control_threads", X,
         "Threads running control methods (health, capabilities, metrics, config) apart from the "

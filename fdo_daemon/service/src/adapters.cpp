@@ -49,6 +49,11 @@ Expected<std::optional<ps::StoredProfile>> StoreFeedback::current(std::string_vi
   return store_.current(pk);
 }
 
+Expected<std::optional<ps::StoredProfile>> StoreFeedback::version(std::string_view pk,
+                                                                  std::int64_t version) {
+  return store_.get(pk, version);
+}
+
 Expected<std::optional<ps::FeedbackTotals>> StoreFeedback::feedback(std::string_view pk,
                                                                     std::int64_t version) {
   return store_.feedback(pk, version);

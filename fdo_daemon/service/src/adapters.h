@@ -33,6 +33,8 @@ class StoreFeedback final : public FeedbackStore {
 public:
   explicit StoreFeedback(profile_store::ProfileStore& store) : store_(store) {}
   Expected<std::optional<profile_store::StoredProfile>> current(std::string_view pk) override;
+  Expected<std::optional<profile_store::StoredProfile>> version(std::string_view pk,
+                                                                std::int64_t version) override;
   Expected<std::optional<profile_store::FeedbackTotals>> feedback(std::string_view pk,
                                                                   std::int64_t version) override;
   Expected<std::int64_t> write(std::string_view pk, std::int64_t expected_version,

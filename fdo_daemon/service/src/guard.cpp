@@ -4,6 +4,7 @@
 #include "fdo/util/log.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace fdo::daemon {
@@ -29,14 +30,39 @@ cache::ProfileRef profile_ref(const std::string& pk, std::int64_t version, Profi
   return ref;
 }
 
+// A variant as the trial id names it: with the version of an earlier
+// profile's counts when it has one.
+std::string id_name(const Variant& v) {
+  return (v.version ? "v" + std::to_string(v.version) + " " : std::string()) + describe(v);
+}
+
 std::string trial_id_of(const Arms& a, const std::string& digest) {
-  return describe(a.incumbent) + " vs " + describe(*a.candidate) + " @" + short_digest(digest);
+  return id_name(a.incumbent) + " vs " + id_name(*a.candidate) + " @" + short_digest(digest);
 }
 
 // "v3 profiled O2" for the profiled build of version 3; the plain build has no version.
 std::string named(const Variant& v, std::int64_t version) {
-  return v.base == VariantBase::profiled ? "v" + std::to_string(version) + " " + describe(v)
-                                         : describe(v);
+  return v.base == VariantBase::profiled
+             ? "v" + std::to_string(v.version ? v.version : version) + " " + describe(v)
+             : describe(v);
+}
+
+// Why the guard leaves this profile alone (it is served as it is); empty: guarded.
+std::string not_guarded(const ps::StoredProfile& sp) {
+  if (sp.pinned) return "profile pinned: served as it is";
+  if (sp.doc.knobs.mode)
+    return "the profile sets mode " + std::string(to_string(*sp.doc.knobs.mode)) +
+           ": served as it is";
+  if (choose_mode(&sp.doc) != CompileMode::optimized) return "no counts in the profile yet";
+  return {};
+}
+
+Knobs incumbent_knobs(const GuardRecord& record, const ProfileDoc& current) {
+  Knobs k = current.knobs;
+  if (record.incumbent_base && !record.incumbent_knobs.is_null())
+    if (auto parsed = knobs_from_json(record.incumbent_knobs)) k = *parsed;
+  k.mode.reset();
+  return k;
 }
 
 std::string progress(const Trial& t, const TrialConfig& c) {
@@ -101,21 +127,21 @@ Arms arms_of(const GuardRecord& record, const ProfileDoc& current,
              const GuardConfig& config) {
   Arms a;
   a.incumbent.base = record.incumbent_base.value_or(VariantBase::plain);
-  a.incumbent.knobs = current.knobs;
-  if (record.incumbent_base && !record.incumbent_knobs.is_null())
-    if (auto k = knobs_from_json(record.incumbent_knobs)) a.incumbent.knobs = *k;
-  a.incumbent.knobs.mode.reset();
+  a.incumbent.knobs = incumbent_knobs(record, current);
+  if (a.incumbent.base == VariantBase::profiled) a.incumbent.version = record.incumbent_version;
   if (record.trialled_digest != current_digest) {
     if (!record.incumbent_base && stages_seen < config.min_stages) {
       a.incumbent.base = VariantBase::profiled;
       a.waiting = true;
       return a;
     }
-    // A new profile. The previous profile's output cannot be an arm (its
-    // counts are no longer current), so the new one is tried against the
-    // plain build with the incumbent's knobs.
-    a.incumbent.base = VariantBase::plain;
-    a.candidate = Variant{VariantBase::profiled, a.incumbent.knobs};
+    // A new profile, tried against what is served now: the plain build
+    // before any verdict, or the earlier profile's build that won. A record
+    // written before profiled incumbents kept their version (0) cannot name
+    // that build: the plain build stands in, as it did then.
+    if (a.incumbent.base == VariantBase::profiled && a.incumbent.version == 0)
+      a.incumbent.base = VariantBase::plain;
+    a.candidate = Variant{VariantBase::profiled, a.incumbent.knobs, 0};
     a.kind = TrialKind::profile;
     return a;
   }
@@ -168,6 +194,71 @@ GuardCounters Guard::counters() const {
   return counters_;
 }
 
+Guard::Source Guard::incumbent_source(KeyState& st, const std::string& pk, GuardRecord& record,
+                                      const ProfileDoc& current) {
+  Source out;
+  if (record.incumbent_base != VariantBase::profiled || record.incumbent_version == 0) return out;
+  const Variant v{VariantBase::profiled, incumbent_knobs(record, current), 0};
+  // After the verdict that made it the incumbent the profile kept its counts
+  // (a verdict or a checkpoint rewrites bookkeeping only): no read needed.
+  if (profile_digest(variant_doc(v, current)) == record.incumbent_digest) {
+    out.doc = &current;
+    return out;
+  }
+  if (!st.source || st.source_version != record.incumbent_version) {
+    st.source.reset();
+    auto got = store_.version(pk, record.incumbent_version);
+    const std::string which =
+        "the incumbent's profile v" + std::to_string(record.incumbent_version);
+    if (!got)
+      out.fallback = which + " is unreadable (" + got.error().describe() + ")";
+    else if (!*got)
+      out.fallback = which + " is no longer in the history";
+    else if (profile_digest(variant_doc(v, (*got)->doc)) != record.incumbent_digest)
+      out.fallback = which + " does not give the recorded build";
+    if (!out.fallback.empty()) {
+      // That build cannot be made again: the plain build takes its place and
+      // the current profile is tried against it afresh.
+      record.incumbent_base = VariantBase::plain;
+      record.incumbent_version = 0;
+      record.trialled_digest.clear();
+      return out;
+    }
+    st.source = std::make_shared<const ProfileDoc>(std::move((*got)->doc));
+    st.source_version = record.incumbent_version;
+  }
+  out.doc = st.source.get();
+  return out;
+}
+
+std::optional<cache::ProfileRef> Guard::request_ahead(KeyState& st, const std::string& pk,
+                                                      const ps::StoredProfile& sp,
+                                                      const Arms& arms) {
+  // The plain build is an arm of the first trial and of every later profile
+  // trial while it stays the incumbent.
+  if (!arms.waiting && arms.incumbent.base != VariantBase::plain) return std::nullopt;
+  const Variant plain{VariantBase::plain, arms.incumbent.knobs, 0};
+  cache::ProfileRef ref = profile_ref(pk, sp.version, variant_doc(plain, sp.doc));
+  if (st.ahead_digest == ref.digest) return std::nullopt;
+  st.ahead_digest = ref.digest;
+  return ref;
+}
+
+std::optional<cache::ProfileRef> Guard::ahead(const std::string& ik, const GuardConfig& config) {
+  if (config.mode == GuardMode::off) return std::nullopt;
+  auto pk = keys_.lookup_profile_key(ik);
+  if (!pk || !*pk) return std::nullopt;
+  auto current = store_.current(**pk);
+  if (!current || !*current || !not_guarded(**current).empty()) return std::nullopt;
+  const ps::StoredProfile& sp = **current;
+  std::shared_ptr<KeyState> state = state_of(**pk);
+  std::lock_guard lk(state->mu);
+  GuardRecord record = sp.doc.guard;
+  incumbent_source(*state, **pk, record, sp.doc);
+  Arms arms = arms_of(record, sp.doc, profile_digest(sp.doc), state->stages_seen, config);
+  return request_ahead(*state, **pk, sp, arms);
+}
+
 StagePlan Guard::plan(const std::string& ik, const std::string& shape, const GuardConfig& config) {
   StagePlan p;
   if (config.mode == GuardMode::off) {
@@ -190,17 +281,8 @@ StagePlan Guard::plan(const std::string& ik, const std::string& shape, const Gua
     return p;
   }
   const ps::StoredProfile& sp = **current;
-  if (sp.pinned) {
-    p.reason = "profile pinned: served as it is";
-    return p;
-  }
-  if (sp.doc.knobs.mode) {
-    p.reason =
-        "the profile sets mode " + std::string(to_string(*sp.doc.knobs.mode)) + ": served as it is";
-    return p;
-  }
-  if (choose_mode(&sp.doc) != CompileMode::optimized) {
-    p.reason = "no counts in the profile yet";
+  if (std::string why = not_guarded(sp); !why.empty()) {
+    p.reason = std::move(why);
     return p;
   }
 
@@ -209,7 +291,12 @@ StagePlan Guard::plan(const std::string& ik, const std::string& shape, const Gua
   KeyState& st = *state;
   ++st.stages_seen;
   const std::string digest = profile_digest(sp.doc);
-  Arms arms = arms_of(sp.doc.guard, sp.doc, digest, st.stages_seen, config);
+  GuardRecord record = sp.doc.guard;
+  const Source source = incumbent_source(st, p.pk, record, sp.doc);
+  Arms arms = arms_of(record, sp.doc, digest, st.stages_seen, config);
+  p.ahead = request_ahead(st, p.pk, sp, arms);
+  const std::string fallback =
+      source.fallback.empty() ? "" : " (" + source.fallback + ": the plain build stands in)";
   if (arms.waiting) {
     p.name = named(arms.incumbent, sp.version);
     p.reason = "guard: " + std::to_string(st.stages_seen) + " of " +
@@ -218,15 +305,20 @@ StagePlan Guard::plan(const std::string& ik, const std::string& shape, const Gua
   }
   p.version = sp.version;
   p.current_digest = digest;
-  auto serve = [&](VariantRole role, const Variant& v) {
+  auto ref = [&](const Variant& v) {
+    const ProfileDoc& from = v.version != 0 && source.doc ? *source.doc : sp.doc;
+    return profile_ref(p.pk, sp.version, variant_doc(v, from));
+  };
+  auto serve = [&](VariantRole role, const Variant& v, std::int64_t version) {
     p.role = role;
-    p.name = named(v, sp.version);
-    p.variant = profile_ref(p.pk, sp.version, variant_doc(v, sp.doc));
+    p.name = named(v, version);
+    p.variant = ref(v);
   };
   if (!arms.candidate) {
-    serve(VariantRole::incumbent, arms.incumbent);
+    serve(VariantRole::incumbent, arms.incumbent, sp.version);
     const auto& trials = sp.doc.guard.trials;
-    p.reason = trials.empty() ? "incumbent" : "incumbent since: " + trials.back().summary;
+    p.reason =
+        (trials.empty() ? "incumbent" : "incumbent since: " + trials.back().summary) + fallback;
     return p;
   }
 
@@ -237,29 +329,50 @@ StagePlan Guard::plan(const std::string& ik, const std::string& shape, const Gua
     st.shape = shape;
     st.since_sample = 0;
     st.arms = arms;
-    std::lock_guard c(counters_mu_);
-    ++counters_.trials_started;
+    st.trial_version = sp.version;
+    st.incumbent_digest = ref(arms.incumbent).digest;
+    st.candidate_digest = ref(*arms.candidate).digest;
   };
-  if (st.trial_id != id) restart();
+  if (st.trial_id != id) {
+    restart();
+    // A trial this daemon (or an earlier one) saved: continue it.
+    const std::optional<TrialCheckpoint>& saved = sp.doc.guard.running;
+    std::lock_guard c(counters_mu_);
+    if (saved && saved->id == id) {
+      for (std::uint64_t ns : saved->incumbent_ns)
+        st.trial.add(Arm::incumbent, static_cast<double>(ns));
+      for (std::uint64_t ns : saved->candidate_ns)
+        st.trial.add(Arm::candidate, static_cast<double>(ns));
+      st.shape = saved->shape;
+      if (saved->version > 0) st.trial_version = saved->version;
+      ++counters_.resumed;
+    } else {
+      ++counters_.trials_started;
+    }
+  }
   if (st.shape != shape) {
     // The trial counts one shape. If that shape stopped coming, rebind the
     // trial to the shape that comes now rather than stall it.
     if (++st.since_sample <= 2 * static_cast<std::int64_t>(config.trial.max_pairs)) {
-      serve(VariantRole::incumbent, arms.incumbent);
+      serve(VariantRole::incumbent, arms.incumbent, st.trial_version);
       p.reason = "on trial for another argument shape (" + st.shape.substr(0, 80) +
                  "): this stage is not comparable and runs the incumbent";
       return p;
     }
     restart();
+    std::lock_guard c(counters_mu_);
+    ++counters_.trials_started;
   }
   ++st.since_sample;
   p.trial_id = id;
+  p.trial_version = st.trial_version;
   const Arm arm = st.trial.next_arm();
   serve(arm == Arm::candidate ? VariantRole::candidate : VariantRole::incumbent,
-        arm == Arm::candidate ? *arms.candidate : arms.incumbent);
+        arm == Arm::candidate ? *arms.candidate : arms.incumbent, st.trial_version);
   p.reason = std::string(arms.kind == TrialKind::profile ? "profile trial: " : "knob trial: ") +
-             named(*arms.candidate, sp.version) + " against " + named(arms.incumbent, sp.version) +
-             ", " + progress(st.trial, config.trial);
+             named(*arms.candidate, st.trial_version) + " against " +
+             named(arms.incumbent, st.trial_version) + ", " + progress(st.trial, config.trial) +
+             fallback;
   return p;
 }
 
@@ -291,9 +404,13 @@ GuardStage Guard::record(const StagePlan& plan, const std::string& served_digest
   TrialResult r = st.trial.evaluate(config.trial);
   if (r.verdict == Verdict::undecided) {
     out.note = "trial: " + progress(st.trial, config.trial);
+    const std::size_t pairs = st.trial.samples(Arm::incumbent);
+    if (out.counted && config.checkpoint_pairs > 0 && pairs == st.trial.samples(Arm::candidate) &&
+        pairs % static_cast<std::size_t>(config.checkpoint_pairs) == 0)
+      save_checkpoint(plan, st, stage, program, owner, out.note);
     return out;
   }
-  out.verdict = write_verdict(plan, *st.arms, r, stage, program, owner, out.note);
+  out.verdict = write_verdict(plan, st, r, stage, program, owner, out.note);
   if (out.verdict) {
     std::lock_guard c(counters_mu_);
     switch (out.verdict->verdict) {
@@ -317,10 +434,46 @@ GuardStage Guard::record(const StagePlan& plan, const std::string& served_digest
   return out;
 }
 
-std::optional<TrialRecord> Guard::write_verdict(const StagePlan& plan, const Arms& arms,
+void Guard::save_checkpoint(const StagePlan& plan, const KeyState& st, std::int64_t stage,
+                            const std::string& program, std::int64_t owner, std::string& note) {
+  auto current = store_.current(plan.pk);
+  if (!current || !*current || profile_digest((*current)->doc) != plan.current_digest) return;
+  const ps::StoredProfile& sp = **current;
+  ProfileDoc doc = sp.doc;
+  TrialCheckpoint saved;
+  saved.id = st.trial_id;
+  saved.shape = st.shape;
+  saved.version = st.trial_version;
+  for (Arm arm : {Arm::incumbent, Arm::candidate}) {
+    std::vector<std::uint64_t>& to =
+        arm == Arm::incumbent ? saved.incumbent_ns : saved.candidate_ns;
+    for (double t : st.trial.times(arm)) {
+      if (to.size() == TrialCheckpoint::kMaxSamples) break;
+      to.push_back(std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(t))));
+    }
+  }
+  doc.guard.running = std::move(saved);
+  ps::WriteInfo info;
+  info.source = ps::WriteSource::feedback;
+  info.reason = "guard: trial saved (" + progress(st.trial, TrialConfig{}) + ")";
+  info.owner = owner;
+  info.host = host_;
+  info.stage = stage;
+  info.program = program;
+  // A refused save (another writer was first) costs nothing now: the trial
+  // goes on in memory and the next save carries these samples too.
+  if (auto written = store_.write(plan.pk, sp.version, doc, info)) {
+    note += "; saved in profile v" + std::to_string(*written);
+    std::lock_guard c(counters_mu_);
+    ++counters_.checkpoints;
+  }
+}
+
+std::optional<TrialRecord> Guard::write_verdict(const StagePlan& plan, const KeyState& st,
                                                 const TrialResult& result, std::int64_t stage,
                                                 const std::string& program, std::int64_t owner,
                                                 std::string& note) {
+  const Arms& arms = *st.arms;
   auto current = store_.current(plan.pk);
   if (!current || !*current) {
     note = "verdict not recorded (profile read failed): the next stage retries";
@@ -334,8 +487,8 @@ std::optional<TrialRecord> Guard::write_verdict(const StagePlan& plan, const Arm
     return std::nullopt;
   }
   TrialRecord t;
-  t.candidate = named(*arms.candidate, plan.version);
-  t.incumbent = named(arms.incumbent, plan.version);
+  t.candidate = named(*arms.candidate, st.trial_version);
+  t.incumbent = named(arms.incumbent, st.trial_version);
   t.verdict = result.verdict == Verdict::accepted   ? TrialVerdict::accepted
               : result.verdict == Verdict::rejected ? TrialVerdict::rejected
                                                     : TrialVerdict::no_difference;
@@ -343,7 +496,7 @@ std::optional<TrialRecord> Guard::write_verdict(const StagePlan& plan, const Arm
   t.candidate_stages = result.pairs;
   t.incumbent_stages = result.pairs;
   t.early_stop = result.early_stop;
-  t.profile_version = plan.version;
+  t.profile_version = st.trial_version;
   t.summary = t.candidate + " " +
               (t.verdict == TrialVerdict::accepted   ? "accepted"
                : t.verdict == TrialVerdict::rejected ? "rejected"
@@ -354,9 +507,17 @@ std::optional<TrialRecord> Guard::write_verdict(const StagePlan& plan, const Arm
 
   ProfileDoc doc = sp.doc;
   GuardRecord& g = doc.guard;
-  const Variant& winner = t.verdict == TrialVerdict::accepted ? *arms.candidate : arms.incumbent;
+  const bool accepted = t.verdict == TrialVerdict::accepted;
+  const Variant& winner = accepted ? *arms.candidate : arms.incumbent;
   g.incumbent_base = winner.base;
   g.incumbent_knobs = to_json(winner.knobs);
+  // A profiled incumbent keeps the version of its counts, so that the next
+  // profile is tried against it (and it stays servable) after rewrites.
+  g.incumbent_version = winner.base == VariantBase::profiled
+                            ? (winner.version ? winner.version : st.trial_version)
+                            : 0;
+  g.incumbent_digest = accepted ? st.candidate_digest : st.incumbent_digest;
+  g.running.reset();
   if (arms.kind == TrialKind::profile) {
     g.trialled_digest = plan.current_digest;
     g.tuning_step = 0;

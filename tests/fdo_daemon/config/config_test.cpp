@@ -2,6 +2,7 @@
 #include "fdo/util/fd.h"
 #include "support/temp_dir.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
@@ -315,4 +316,20 @@ TEST_CASE("config: connection and tenant keys - defaults - reload classes", "[co
   REQUIRE(merged.idle_timeout == milliseconds(1000));
   REQUIRE(merged.write_timeout == milliseconds(750));
   REQUIRE(merged.max_unsent_bytes == 0);
+}
+
+TEST_CASE("config: guard.checkpoint_pairs - default - range - reload", "[config][guard]") {
+  CHECK(Config::defaults().guard.checkpoint_pairs == 4);
+  auto off = Config::parse("guard.checkpoint_pairs = 0\n", "t");
+  REQUIRE(off);
+  CHECK(off->guard.checkpoint_pairs == 0);
+  CHECK_THAT(error_of(Config::parse("guard.checkpoint_pairs = -1\n", "f.conf")),
+             Catch::Contains("guard.checkpoint_pairs"));
+  CHECK_THAT(error_of(Config::parse("guard.checkpoint_pairs = 10001\n", "f.conf")),
+             Catch::Contains("guard.checkpoint_pairs"));
+  auto key = std::find_if(Config::keys().begin(), Config::keys().end(), [](const ConfigKeyInfo& k) {
+    return k.name == "guard.checkpoint_pairs";
+  });
+  REQUIRE(key != Config::keys().end());
+  CHECK(key->reload == ReloadBehavior::runtime);
 }

@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,17 @@ public:
     p.pinned = it->second.pinned && !hide_pin_from_reads;
     return std::optional<ps::StoredProfile>(std::move(p));
   }
+  Expected<std::optional<ps::StoredProfile>> version(std::string_view pk,
+                                                     std::int64_t version) override {
+    std::lock_guard lk(mu);
+    ++reads;
+    auto it = keys.find(std::string(pk));
+    if (it != keys.end())
+      for (const ps::StoredProfile& p : it->second.versions)
+        if (p.version == version && !forget_versions.count(version))
+          return std::optional<ps::StoredProfile>(p);
+    return std::optional<ps::StoredProfile>();
+  }
   Expected<std::optional<ps::FeedbackTotals>> feedback(std::string_view pk,
                                                        std::int64_t version) override {
     std::lock_guard lk(mu);
@@ -188,6 +200,7 @@ public:
   int conflicts_to_inject = 0;
   bool hide_pin_from_reads = false;
   int append_failures_to_inject = 0;
+  std::set<std::int64_t> forget_versions; // version() finds none (pruned by retention)
 
   std::mutex hold_mu;
   std::condition_variable hold_cv;

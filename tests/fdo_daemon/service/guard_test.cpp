@@ -14,6 +14,7 @@ using namespace fdo;
 using namespace fdo::daemon;
 using namespace fdo::daemon::testing;
 using Catch::Contains;
+using json = nlohmann::json;
 
 namespace {
 
@@ -39,6 +40,7 @@ struct GuardHarness {
     REQUIRE(store.write(pk, 0, counted_profile(), info));
     config.min_stages = 0;
     config.tune_max_variants = 0;
+    config.checkpoint_pairs = 0; // the restart test turns saving on
   }
 
   // One stage: plan it, "run" it for the time `time_of` gives the planned
@@ -327,4 +329,219 @@ TEST_CASE("guard: a malformed guard record is a clear error naming the field", "
   REQUIRE(back);
   CHECK(back->guard == withg.guard);
   CHECK(profile_digest(withg) == profile_digest(counted_profile()));
+}
+
+TEST_CASE("guard: the plain build is asked for ahead of the first trial, once", "[guard]") {
+  GuardHarness h;
+  h.config.min_stages = 3;
+  // Right after the rewrite that gave the program its first counts.
+  std::optional<cache::ProfileRef> ahead = h.guard.ahead(h.ik, h.config);
+  REQUIRE(ahead);
+  CHECK(choose_mode(ahead->doc.get()) == CompileMode::plain);
+  CHECK(ahead->pk == h.pk);
+  CHECK_FALSE(h.guard.ahead(h.ik, h.config)); // asked once
+  // Stages before the trial serve the profile and ask for nothing more.
+  for (int i = 0; i < 2; ++i) {
+    StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
+    CHECK(p.role == VariantRole::current);
+    CHECK_FALSE(p.ahead);
+    h.guard.record(p, "", 1000, i, h.ik, 0, h.config);
+  }
+  // The trial's plain arm is the build compiled ahead.
+  StagePlan first = h.guard.plan(h.ik, h.shape, h.config);
+  REQUIRE(first.variant);
+  CHECK(first.role == VariantRole::incumbent);
+  CHECK(first.variant->digest == ahead->digest);
+
+  // Without the rewrite hook (a daemon that restarted after it), the first
+  // planned stage under the profile asks for it.
+  Guard other(h.keys, h.store, "testhost");
+  StagePlan p = other.plan(h.ik, h.shape, h.config);
+  REQUIRE(p.ahead);
+  CHECK(p.ahead->digest == ahead->digest);
+  CHECK_FALSE(other.plan(h.ik, h.shape, h.config).ahead);
+  // Not for profiles the guard leaves alone.
+  h.config.mode = GuardMode::off;
+  Guard off(h.keys, h.store, "testhost");
+  CHECK_FALSE(off.ahead(h.ik, h.config));
+  CHECK_FALSE(off.plan(h.ik, h.shape, h.config).ahead);
+}
+
+namespace {
+// Runs stages until a verdict (at most `limit`).
+template <class TimeOf>
+std::optional<TrialRecord> until_verdict(GuardHarness& h, TimeOf&& time, int limit = 200) {
+  for (int i = 0; i < limit; ++i)
+    if (auto v = h.stage_with(time).second.verdict) return v;
+  return std::nullopt;
+}
+
+// A rewrite by the feedback policy: new counts, the guard's record carried over.
+std::int64_t rewrite_counts(GuardHarness& h, std::vector<std::uint64_t> counts) {
+  ps::StoredProfile cur = h.current();
+  ProfileDoc next = cur.doc;
+  next.functions["main"].counts = std::move(counts);
+  auto v = h.store.write(h.pk, cur.version, next, {});
+  REQUIRE(v);
+  return *v;
+}
+} // namespace
+
+TEST_CASE("guard: a new profile is tried against the incumbent that won, not the plain build",
+          "[guard]") {
+  GuardHarness h;
+  // v1's profiled build beats the plain build: it becomes the incumbent.
+  auto v1 = until_verdict(h, timing(1 / 1.3, 7));
+  REQUIRE(v1);
+  REQUIRE(v1->verdict == TrialVerdict::accepted);
+  ProfileDoc v1_doc = h.current().doc;
+  CHECK(h.current().doc.guard.incumbent_version == 1);
+  const std::string v1_build =
+      profile_digest(variant_doc(Variant{VariantBase::profiled, v1_doc.knobs, 0}, v1_doc));
+  CHECK(h.current().doc.guard.incumbent_digest == v1_build);
+
+  // A rewrite (v3): its profiled build is on trial against v1's build.
+  const std::int64_t v3 = rewrite_counts(h, {100, 1900});
+  StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
+  REQUIRE(p.variant);
+  CHECK(p.role == VariantRole::incumbent);
+  CHECK(p.name == "v1 profiled O2");
+  CHECK(choose_mode(p.variant->doc.get()) == CompileMode::optimized);
+  CHECK(p.variant->digest == v1_build); // compiled from v1's counts, not v3's
+  CHECK_THAT(p.reason, Contains("profile trial: v" + std::to_string(v3) +
+                                " profiled O2 against v1 profiled O2"));
+  h.guard.record(p, p.variant->digest, 1000000, h.stage++, h.ik, 0, h.config);
+  StagePlan c = h.guard.plan(h.ik, h.shape, h.config);
+  REQUIRE(c.variant);
+  CHECK(c.role == VariantRole::candidate);
+  CHECK(c.variant->digest == h.current().digest); // v3's own build
+  h.guard.record(c, c.variant->digest, 1000000, h.stage++, h.ik, 0, h.config);
+
+  // v3 is slower than v1's build: rejected, and v1's build stays served.
+  auto verdict = until_verdict(h, timing(1.3, 8));
+  REQUIRE(verdict);
+  CHECK(verdict->verdict == TrialVerdict::rejected);
+  CHECK(verdict->incumbent == "v1 profiled O2");
+  std::string v3_name = "v"; // built step by step: GCC 12's -Wrestrict misfires on "v" + string
+  v3_name += std::to_string(v3);
+  v3_name += " profiled O2";
+  CHECK(verdict->candidate == v3_name);
+  ps::StoredProfile cur = h.current();
+  CHECK(*cur.doc.guard.incumbent_base == VariantBase::profiled);
+  CHECK(cur.doc.guard.incumbent_version == 1);
+  StagePlan later = h.guard.plan(h.ik, h.shape, h.config);
+  REQUIRE(later.variant);
+  CHECK(later.name == "v1 profiled O2");
+  CHECK(later.variant->digest == v1_build);
+  // After a restart too (v1 is read back from the store's history).
+  Guard restarted(h.keys, h.store, "testhost");
+  StagePlan again = restarted.plan(h.ik, h.shape, h.config);
+  REQUIRE(again.variant);
+  CHECK(again.variant->digest == v1_build);
+
+  // v1 pruned from the history: the plain build stands in, and says so.
+  h.store.forget_versions.insert(1);
+  Guard pruned(h.keys, h.store, "testhost");
+  StagePlan fallback = pruned.plan(h.ik, h.shape, h.config);
+  CHECK_THAT(fallback.reason, Contains("v1 is no longer in the history"));
+  CHECK(fallback.name == "plain O2");
+  CHECK_FALSE(fallback.trial_id.empty()); // the current profile is tried against it afresh
+}
+
+TEST_CASE("guard: a running trial's samples survive a restart", "[guard]") {
+  GuardHarness h;
+  h.config.checkpoint_pairs = 2;
+  auto time = timing(1.06, 9); // slower, but not enough to stop early
+  int counted = 0;
+  for (int i = 0; i < 8; ++i) { // 4 pairs: saved after the 2nd and the 4th
+    auto [p, g] = h.stage_with(time);
+    REQUIRE_FALSE(g.verdict);
+    counted += g.counted;
+  }
+  REQUIRE(counted == 8);
+  ps::StoredProfile saved = h.current();
+  REQUIRE(saved.doc.guard.running);
+  CHECK(saved.doc.guard.running->incumbent_ns.size() == 4);
+  CHECK(saved.doc.guard.running->candidate_ns.size() == 4);
+  CHECK(saved.doc.guard.running->version == 1);
+  CHECK(saved.digest == profile_digest(counted_profile())); // bookkeeping: no recompile
+  CHECK_THAT(saved.reason, Contains("guard: trial saved (4+4 stages"));
+  CHECK(h.guard.counters().checkpoints == 2);
+
+  // A restart: a new guard continues the trial from the saved pairs.
+  Guard restarted(h.keys, h.store, "testhost");
+  StagePlan p = restarted.plan(h.ik, h.shape, h.config);
+  CHECK_THAT(p.reason, Contains("4+4 stages"));
+  CHECK(restarted.counters().resumed == 1);
+  CHECK(restarted.counters().trials_started == 0);
+  std::optional<TrialRecord> verdict;
+  int more = 0;
+  for (int i = 0; i < 60 && !verdict; ++i) {
+    StagePlan q = i == 0 ? p : restarted.plan(h.ik, h.shape, h.config);
+    GuardStage g =
+        restarted.record(q, q.variant->digest, time(q.role), h.stage++, h.ik, 0, h.config);
+    more += g.counted;
+    verdict = g.verdict;
+  }
+  REQUIRE(verdict);
+  CHECK(verdict->verdict == TrialVerdict::rejected);
+  CHECK(verdict->candidate == "v1 profiled O2");    // named by the version the trial began under
+  CHECK(verdict->candidate_stages == 4 + more / 2); // the pairs before the restart count
+  CHECK_FALSE(h.current().doc.guard.running);       // a verdict clears the saved trial
+
+  // A saved trial of another profile (a rewrite meanwhile) is not resumed.
+  GuardHarness fresh;
+  fresh.config.checkpoint_pairs = 1;
+  for (int i = 0; i < 2; ++i)
+    fresh.stage_with(time);
+  REQUIRE(fresh.current().doc.guard.running);
+  rewrite_counts(fresh, {5, 5000});
+  Guard after(fresh.keys, fresh.store, "testhost");
+  StagePlan q = after.plan(fresh.ik, fresh.shape, fresh.config);
+  CHECK_THAT(q.reason, Contains("0+0 stages"));
+  CHECK(after.counters().resumed == 0);
+  CHECK(after.counters().trials_started == 1);
+}
+
+TEST_CASE("guard: records written before versions and checkpoints read as before", "[guard]") {
+  // An old document: a profiled incumbent without a version, no running trial.
+  auto doc = to_json(counted_profile());
+  doc["guard"] = {{"incumbent", {{"base", "profiled"}, {"knobs", nullptr}}},
+                  {"trialled_digest", "old"},
+                  {"tuning_step", 0},
+                  {"trials", json::array()}};
+  auto old = profile_from_json(doc);
+  REQUIRE(old);
+  CHECK(old->guard.incumbent_version == 0);
+  CHECK(old->guard.incumbent_digest.empty());
+  CHECK_FALSE(old->guard.running);
+  // Its next profile is tried against the plain build, as before.
+  GuardConfig c;
+  Arms a = arms_of(old->guard, *old, profile_digest(*old), 100, c);
+  REQUIRE(a.candidate);
+  CHECK(a.incumbent.base == VariantBase::plain);
+  // While it is the trialled profile, the incumbent is the current profile's build.
+  a = arms_of(old->guard, *old, "old", 0, c);
+  CHECK(a.incumbent.base == VariantBase::profiled);
+  CHECK(a.incumbent.version == 0);
+
+  // A saved trial is checked: bad samples name the field.
+  doc["guard"]["running"] = {{"id", "x"},
+                             {"shape", "main()"},
+                             {"version", 1},
+                             {"incumbent_ns", {5, 0}},
+                             {"candidate_ns", json::array()}};
+  auto bad = profile_from_json(doc);
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().describe(), Contains("guard.running.incumbent_ns[1]"));
+  doc["guard"]["running"]["incumbent_ns"] = std::vector<int>(TrialCheckpoint::kMaxSamples + 1, 1);
+  bad = profile_from_json(doc);
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().describe(), Contains("more than 1024"));
+  doc["guard"]["running"]["incumbent_ns"] = {5, 6};
+  auto good = profile_from_json(doc);
+  REQUIRE(good);
+  REQUIRE(good->guard.running);
+  CHECK(good->guard.running->incumbent_ns == std::vector<std::uint64_t>{5, 6});
+  CHECK(profile_digest(*good) == profile_digest(*old)); // bookkeeping
 }

@@ -152,10 +152,17 @@ void print_guard(std::ostream& out, const json& guard) {
   const json& inc = guard.value("incumbent", json(nullptr));
   out << "\nguard: serving "
       << (inc.is_object() ? str(inc, "base") + " build" : std::string("the profile as it is"))
+      << (inc.is_object() && num(inc, "version") > 0
+              ? " of profile v" + std::to_string(num(inc, "version"))
+              : "")
       << (inc.is_object() && inc.contains("knobs") && inc["knobs"].is_object()
               ? " (knobs " + knobs_text(inc["knobs"]) + ")"
               : "")
       << ", " << num(guard, "tuning_step") << " knob variant(s) tried\n";
+  if (const json& run = guard.value("running", json(nullptr)); run.is_object())
+    out << "trial under way (saved for restarts): " << str(run, "id") << ", "
+        << run.value("candidate_ns", json::array()).size() << "+"
+        << run.value("incumbent_ns", json::array()).size() << " stages\n";
   const json& trials = guard.value("trials", json::array());
   if (trials.empty()) return;
   Table t({{"version", Align::right},

@@ -44,6 +44,15 @@ enum class TierUp {
 std::string_view to_string(TierUp t);
 Expected<TierUp> parse_tier_up(std::string_view s);
 
+// What Orchestrator::precompile did.
+enum class Precompiled {
+  stored,         // the output is in a tier already: nothing to do
+  queued,         // queued behind every stage's tier-up
+  already_queued, // queued or compiling already
+  held_off,       // its compile failed recently (tier_up_retry_after) or the queue stopped
+};
+std::string_view to_string(Precompiled p);
+
 enum class Outcome {
   memory_hit,
   disk_hit,
@@ -136,6 +145,8 @@ struct Stats {
   double compile_ms_total = 0;
   std::uint64_t single_flight_waits = 0; // requests that waited for another's compile/load
   std::uint64_t tier_ups_started = 0, tier_ups_installed = 0, tier_ups_failed = 0;
+  // Compiles queued ahead of need (precompile), apart from the tier-ups.
+  std::uint64_t ahead_started = 0, ahead_installed = 0, ahead_failed = 0;
   std::uint64_t stale_serves = 0;     // stages served an earlier profile's output (tier_up_pending)
   std::uint64_t key_store_errors = 0; // mapping writes that failed (the stage still succeeded)
   std::uint64_t memory_evictions = 0, disk_evictions = 0;
@@ -197,6 +208,13 @@ public:
   // variant) while the variant compiles: StageOutput::profile_digest says what
   // was served.
   Expected<StageOutput> prepare(const Program& program, TierUp policy, const ProfileRef& variant);
+  // Ahead of need: makes sure the output a later prepare(program, policy,
+  // variant) looks up exists, compiling it in the background at the lowest
+  // priority (after every queued stage tier-up) when no tier holds it. No
+  // stage, no explain record until the compile ends. Same precondition as the
+  // variant prepare: the program's IK -> PK is known and equals variant.pk
+  // (invalid_argument otherwise).
+  Expected<Precompiled> precompile(const Program& program, const ProfileRef& variant);
 
   // IK of the program (scope and bytes) under the compiler's current identity.
   std::string initial_key_for(const Program& program) const;

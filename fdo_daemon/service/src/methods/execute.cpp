@@ -240,6 +240,18 @@ void stage_record(log::Level level, const std::string& what, const cache::StageO
                {"FDO_CACHE", cache::to_string(so.outcome)}});
 }
 
+void precompile(ServiceState& s, const ProgramRecord& prog,
+                const std::optional<cache::ProfileRef>& build) {
+  if (!build) return;
+  auto done = s.orch->precompile(prog.program, *build);
+  if (!done)
+    log::warning("guard: compiling the plain build of " + prog.ik.substr(0, 12) +
+                 " ahead of its trial failed: " + done.error().describe());
+  else
+    log::debug("guard: plain build of " + prog.ik.substr(0, 12) +
+               " ahead of its trial: " + std::string(cache::to_string(*done)));
+}
+
 } // namespace
 
 Expected<json> execute(ServiceState& s, const json& params, const CallContext& ctx) {
@@ -346,6 +358,11 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
                                   prog->ik, prog->owner, c.guard);
   stage["variant"]["counted"] = gs.counted;
   if (!gs.note.empty()) stage["variant"]["trial"] = gs.note;
+  // Ahead of need (docs/guard.md): the plain build compiles in the
+  // background, behind every stage's tier-up, when the program first has a
+  // profile, so the first trial stage finds both arms compiled.
+  precompile(s, *prog, plan.ahead);
+  if (fo.rewritten) precompile(s, *prog, s.guard->ahead(prog->ik, c.guard));
 
   json result = {{"entry", entry_name},
                  {"returns", entry.return_type},

@@ -148,6 +148,12 @@ std::vector<prometheus::MetricFamily> live_metrics(ServiceState& s) {
       one("fdo_guard_verdict_write_failures_total",
           "Verdicts the profile store did not take (retried at the next stage).", C,
           d(g.verdict_write_failures)),
+      one("fdo_guard_checkpoints_total",
+          "Running trials' samples saved in the profile (guard.checkpoint_pairs).", C,
+          d(g.checkpoints)),
+      one("fdo_guard_trials_resumed_total",
+          "Trials continued from saved samples (after a restart) instead of starting over.", C,
+          d(g.resumed)),
   };
   if (const std::optional<cache::RemoteTierStats>& r = cs.remote) {
     out.push_back(one("fdo_cache_remote_up", "1 while the remote object tier answers, else 0.", G,

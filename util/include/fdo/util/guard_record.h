@@ -44,20 +44,39 @@ struct TrialRecord {
   bool operator==(const TrialRecord&) const = default;
 };
 
+// A trial still running, saved every few pairs so that a daemon restart
+// continues it instead of starting over (docs/guard.md).
+struct TrialCheckpoint {
+  static constexpr std::size_t kMaxSamples = 1024; // per arm, checked when read
+  std::string id;           // the trial: both variants and the profile digest
+  std::string shape;        // the comparable stage shape it counts
+  std::int64_t version = 0; // the profile version the trial started under
+  std::vector<std::uint64_t> incumbent_ns, candidate_ns; // exec times, in stage order
+
+  bool operator==(const TrialCheckpoint&) const = default;
+};
+
 struct GuardRecord {
   static constexpr std::size_t kTrialsKept = 32;
   // The served variant's base and knobs; unset: the guard has not decided yet
   // (the profile is served as it is).
   std::optional<VariantBase> incumbent_base;
   nlohmann::json incumbent_knobs = nullptr; // knobs JSON (profile form) or null
+  // A profiled incumbent: the profile version whose counts it compiles from
+  // and its variant digest (checked when that version is read back). 0 / ""
+  // in documents written before they existed: the current profile's counts.
+  std::int64_t incumbent_version = 0;
+  std::string incumbent_digest;
   // Profile digest whose profiled variant has been trialled: a different
   // current digest (a new profile) starts a new trial.
   std::string trialled_digest;
-  int tuning_step = 0;             // knob variants tried since the profile was trialled
-  std::vector<TrialRecord> trials; // oldest first, at most kTrialsKept
+  int tuning_step = 0;                    // knob variants tried since the profile was trialled
+  std::vector<TrialRecord> trials;        // oldest first, at most kTrialsKept
+  std::optional<TrialCheckpoint> running; // the trial under way, if saved
 
   bool empty() const {
-    return !incumbent_base && trialled_digest.empty() && tuning_step == 0 && trials.empty();
+    return !incumbent_base && trialled_digest.empty() && tuning_step == 0 && trials.empty() &&
+           !running;
   }
   bool operator==(const GuardRecord&) const = default;
 };

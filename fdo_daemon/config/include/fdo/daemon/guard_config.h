@@ -30,6 +30,10 @@ struct GuardConfig {
   // runs fewer is never tuned), and how many variants per profile version.
   int tune_min_stages = 200;
   int tune_max_variants = 4;
+  // A running trial's samples are saved in the profile's guard record after
+  // every this many pairs, so a restart continues the trial (0: never; a
+  // restart starts it over). Each save is a profile version.
+  int checkpoint_pairs = 4;
   TrialConfig trial;
 };
 

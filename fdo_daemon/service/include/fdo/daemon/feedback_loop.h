@@ -35,6 +35,9 @@ class FeedbackStore {
 public:
   virtual ~FeedbackStore() = default;
   virtual Expected<std::optional<profile_store::StoredProfile>> current(std::string_view pk) = 0;
+  // One retained version (nullopt: unknown or pruned by retention).
+  virtual Expected<std::optional<profile_store::StoredProfile>> version(std::string_view pk,
+                                                                        std::int64_t version) = 0;
   virtual Expected<std::optional<profile_store::FeedbackTotals>> feedback(std::string_view pk,
                                                                           std::int64_t version) = 0;
   // Errors: conflict (another writer was first), pinned (feedback may not rewrite it).

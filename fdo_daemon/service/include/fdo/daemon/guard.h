@@ -36,6 +36,9 @@ namespace fdo::daemon {
 struct Variant {
   VariantBase base = VariantBase::profiled;
   Knobs knobs; // never carries a mode: the base decides it
+  // profiled: the profile version whose counts it compiles from; 0: the
+  // current profile. An incumbent kept from an earlier profile has one.
+  std::int64_t version = 0;
 
   bool operator==(const Variant&) const = default;
 };
@@ -51,7 +54,9 @@ std::optional<Variant> knob_variant(const Variant& from, int step);
 inline constexpr int kKnobVariants = 5;
 
 // What a trial compares, derived from the guard record and the current
-// profile (pure; guard_test.cpp).
+// profile (pure; guard_test.cpp). A new profile is tried against the
+// incumbent: the build served now (the plain build before any verdict, or an
+// earlier profile's build that won its trial).
 enum class TrialKind { profile, tuning };
 struct Arms {
   Variant incumbent;
@@ -83,8 +88,13 @@ struct StagePlan {
   std::string reason; // why this stage runs it
   // Set on trial stages:
   std::string trial_id;
-  std::int64_t version = 0;   // the profile version planned under
-  std::string current_digest; // that version's digest
+  std::int64_t version = 0;       // the profile version planned under
+  std::int64_t trial_version = 0; // the version the trial started under (names the variants)
+  std::string current_digest;     // that version's digest
+  // A build to compile ahead of need, in the background at low priority
+  // (Orchestrator::precompile): the plain build, so that the first trial
+  // stage finds both arms compiled. Set once per build and daemon.
+  std::optional<cache::ProfileRef> ahead;
 };
 
 struct GuardStage {
@@ -101,6 +111,8 @@ struct GuardCounters {
   std::uint64_t verdict_write_failures = 0;
   std::uint64_t incumbent_stages = 0, candidate_stages = 0; // trial stages counted
   std::uint64_t losing_stages = 0; // counted stages that ran the loser of a finished trial
+  std::uint64_t checkpoints = 0;   // running trials' samples saved in the profile
+  std::uint64_t resumed = 0;       // trials continued from a saved checkpoint (after a restart)
 };
 
 class Guard {
@@ -110,6 +122,10 @@ public:
   // Chooses the variant stage `ik` serves. Errors are not the stage's: a
   // store read that fails plans the current profile, with the reason.
   StagePlan plan(const std::string& ik, const std::string& shape, const GuardConfig& config);
+  // After a stage rewrote the program's profile: the build to compile ahead
+  // of the trial the new profile will have (the plain build while that is
+  // the incumbent), once per build; nullopt when nothing is needed.
+  std::optional<cache::ProfileRef> ahead(const std::string& ik, const GuardConfig& config);
   // After the stage ran: `served_digest` is what the served output was
   // compiled for (another variant's while the planned one compiles: not
   // counted). May write the verdict into the profile.
@@ -129,9 +145,26 @@ private:
     std::int64_t since_sample = 0; // planned stages since the trial last counted one
     Trial trial;
     std::optional<Arms> arms; // what trial_id compares
+    std::int64_t trial_version = 0;
+    std::string incumbent_digest, candidate_digest; // the arms' variant digests
+    std::string ahead_digest;                       // the build last asked for ahead of need
+    // An incumbent from an earlier profile version: that version's document.
+    std::int64_t source_version = 0;
+    std::shared_ptr<const ProfileDoc> source;
+  };
+  struct Source {
+    const ProfileDoc* doc = nullptr; // what an incumbent with a version compiles from
+    std::string fallback;            // why the recorded incumbent could not be used
   };
   std::shared_ptr<KeyState> state_of(const std::string& pk);
-  std::optional<TrialRecord> write_verdict(const StagePlan& plan, const Arms& arms,
+  Source incumbent_source(KeyState& st, const std::string& pk, GuardRecord& record,
+                          const ProfileDoc& current);
+  std::optional<cache::ProfileRef> request_ahead(KeyState& st, const std::string& pk,
+                                                 const profile_store::StoredProfile& sp,
+                                                 const Arms& arms);
+  void save_checkpoint(const StagePlan& plan, const KeyState& st, std::int64_t stage,
+                       const std::string& program, std::int64_t owner, std::string& note);
+  std::optional<TrialRecord> write_verdict(const StagePlan& plan, const KeyState& st,
                                            const TrialResult& result, std::int64_t stage,
                                            const std::string& program, std::int64_t owner,
                                            std::string& note);

@@ -55,6 +55,10 @@ public:
   std::size_t samples(Arm arm) const {
     return arm == Arm::incumbent ? incumbent_.size() : candidate_.size();
   }
+  // One arm's times, in the order they were added.
+  const std::vector<double>& times(Arm arm) const {
+    return arm == Arm::incumbent ? incumbent_ : candidate_;
+  }
 
 private:
   std::vector<double> incumbent_, candidate_;

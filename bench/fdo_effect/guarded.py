@@ -1,0 +1,207 @@
+"""The fdo_effect bench's column for fdod with the live A/B guard and knob
+tuning on (docs/guard.md): a second daemon, the same kernels, a new program
+per round, run until the guard has decided the profile trial and spent its
+tuning budget, then timed on the variant it serves.
+
+Also what the guard cost (stages served by a variant its trial found slower,
+compiles spent on trials) and the issue's targets, checked against the other
+columns. Used by run_fdo_effect.py; standard library only.
+"""
+import re
+import statistics
+from typing import Dict, List, Sequence, Tuple
+
+import harness
+import run_native as rn
+from run_native import BenchError
+
+U64 = (1 << 64) - 1
+COLUMNS = [("fdo_guard_final", "fdo guard final")]
+# The summary a verdict's stage reports: "<candidate> accepted: ...".
+VERDICT = re.compile(r" (accepted|rejected|not taken \(no difference\)): ")
+COMPILES = re.compile(r"^fdo_cache_compiles_total (\d+)$", re.M)
+
+
+def settings(min_stages: int, quick: bool) -> Dict[str, object]:
+    """The guarded daemon: the bench's fdod settings with the guard on, the
+    first trial as soon as the profile exists and tuning after a few stages
+    (a bench program runs many stages by construction)."""
+    s = {
+        "policy.min_stages": min_stages,
+        "policy.min_counts": 1000,
+        "tier_up": "sync",
+        "guard": "on",
+        "guard.min_stages": 0,
+        "guard.tune_min_stages": 4,
+        "guard.tune_max_variants": 1 if quick else 4,
+        # Accepting needs |z| >= guard.accept_z (2.8): at least 10 pairs, all
+        # one way. A smaller budget can never switch to a faster candidate;
+        # a full run keeps the daemon's default budget (24 pairs).
+        "guard.max_pairs": 10 if quick else 24,
+        "compile_workers": 1,
+        "exec_workers": 1,
+        "exec_timeout_ms": 60000,
+        "exec_memory_mb": 2048,
+        "feedback_flush_ms": 200,
+        "log_level": "notice",
+    }
+    return s
+
+
+def compiles(client) -> int:
+    m = COMPILES.search(client.call("metrics", {}, check_schema=False)["text"])
+    if not m:
+        raise BenchError("fdod's metrics have no fdo_cache_compiles_total")
+    return int(m.group(1))
+
+
+def losing_stages(stages: Sequence[dict]) -> Tuple[int, int, List[str]]:
+    """(stages that ran a variant its trial then found slower, stages under a
+    profile, verdict summaries). Before the first verdict the profile is served
+    as it is: those stages ran the profiled build, the first trial's candidate."""
+    losing, under_profile, verdicts = 0, 0, []
+    segment: List[dict] = []
+    for s in stages:
+        if s["mode"] == "instrumented":
+            continue
+        under_profile += 1
+        segment.append(s)
+        m = VERDICT.search(s["trial"] or "")
+        if not m:
+            continue
+        verdicts.append(s["trial"])
+        loser = {"accepted": "incumbent", "rejected": "candidate"}.get(m.group(1))
+        if loser:
+            first = len(verdicts) == 1
+            losing += sum(1 for x in segment if x["role"] == loser or
+                          (first and loser == "candidate" and x["role"] == "current"))
+        segment = []
+    return losing, under_profile, verdicts
+
+
+class GuardedRunner:
+    """Runs one kernel through a fresh program on the guarded fdod until the
+    guard settles (the profile trial and every knob trial decided), then
+    --final-stages more stages on the variant it serves."""
+
+    def __init__(self, client, entry: str, config: Dict[str, object], final_stages: int,
+                 ir_text):
+        self.client = client
+        self.entry = entry
+        self.final_stages = final_stages
+        self.trials = 1 + int(config["guard.tune_max_variants"])
+        pairs = int(config["guard.max_pairs"])
+        # Instrumented stages, every trial at its budget (plus stages of the
+        # arm still compiling), the final stages and some slack.
+        self.limit = int(config["policy.min_stages"]) + 4 + self.trials * (2 * pairs + 6) + \
+            int(config["guard.tune_min_stages"]) + final_stages
+        self.ir_text = ir_text
+        self.round: Dict[str, int] = {}
+
+    def __call__(self, kernel: dict) -> dict:
+        name = kernel["name"]
+        rnd = self.round.get(name, 0)
+        self.round[name] = rnd + 1
+        text = self.ir_text(kernel) + (f"\n; fdo_effect bench, guarded round {rnd}\n"
+                                       f"@fdo_effect_guarded_{rnd} = constant i64 {rnd}\n")
+        try:
+            before = compiles(self.client)
+            reg = self.client.call("program.register", {"ir": text, "name": f"{name}@g{rnd}"},
+                                   check_schema=False)
+        except harness.RpcError as e:
+            raise BenchError(f"guarded fdod: {e}") from None
+        stages: List[dict] = []
+        decided = 0
+        while len(stages) < self.limit:
+            try:
+                r = self.client.call("execute", {"program": reg["program"], "entry": self.entry},
+                                     check_schema=False)
+            except harness.RpcError as e:
+                raise BenchError(f"guarded execute (stage {len(stages)}): {e}") from None
+            st = r["stage"]
+            v = st["variant"]
+            stages.append({"mode": st["mode"], "role": v["role"], "name": v["name"],
+                           "counted": v["counted"], "trial": v["trial"],
+                           "recompiled": st["recompiled"], "compile_ms": st["compile_ms"],
+                           "exec_ns": st["exec_ns"], "value": int(r["value"]) & U64})
+            if VERDICT.search(v["trial"] or ""):
+                decided += 1
+            # Settled: every trial decided, and the last stages all ran the
+            # incumbent outside any trial (a profile rewrite meanwhile starts
+            # another trial, which is waited for too).
+            tail = stages[-self.final_stages:]
+            if (decided >= self.trials and len(tail) == self.final_stages and
+                    all(s["role"] == "incumbent" and not s["counted"] and
+                        s["name"] == tail[0]["name"] for s in tail)):
+                break
+        else:
+            raise BenchError(f"the guard did not settle within {self.limit} stages "
+                             f"({decided} of {self.trials} trials decided)")
+        values = {s["value"] for s in stages}
+        if len(values) != 1:
+            raise BenchError(f"guarded stages returned different values: {sorted(values)}")
+        final = stages[-self.final_stages:]
+        try:
+            spent = compiles(self.client) - before
+        except harness.RpcError as e:
+            raise BenchError(f"guarded fdod metrics: {e}") from None
+        losing, under_profile, verdicts = losing_stages(stages)
+        return {
+            "checksum": stages[0]["value"],
+            "columns": {"fdo_guard_final": [s["exec_ns"] for s in final]},
+            "details": {"program": reg["program"], "served": final[-1]["name"],
+                        "verdicts": verdicts, "stages": stages,
+                        "stages_under_profile": under_profile, "losing_stages": losing,
+                        # An unguarded run compiles twice: instrumented, then optimized.
+                        "compiles": spent, "trial_compiles": max(0, spent - 2)},
+        }
+
+
+def cost_table(results: Dict[str, dict]) -> str:
+    """Per kernel over all rounds: what the guard served in the end and what it cost."""
+    rows = [["kernel", "rounds", "served at the end", "stages", "losing", "losing share",
+             "trial compiles"]]
+    for kname, res in results.items():
+        runs = res["_details"].get("fdod_guard", [])
+        if not runs:
+            rows.append([kname, "0", "-", "-", "-", "-", "-"])
+            continue
+        served = sorted({d["served"] for d in runs})
+        n = sum(d["stages_under_profile"] for d in runs)
+        lose = sum(d["losing_stages"] for d in runs)
+        rows.append([kname, str(len(runs)), ", ".join(served), str(n), str(lose),
+                     f"{lose / n:.1%}" if n else "-",
+                     f"{statistics.mean(d['trial_compiles'] for d in runs):.1f}"])
+    return rn.align(rows)
+
+
+def targets(results: Dict[str, dict], summary: dict, column: str = "fdo_guard_final") -> \
+        Tuple[List[str], bool]:
+    """The issue's targets for `column`: on every kernel its median <= the
+    faster of clang -O2 and clang PGO within the noise (the larger of the two
+    columns' half interquartile ranges, as printed), and the geometric mean of
+    column / clang PGO <= 0.95. Returns the report lines and whether all hold."""
+    lines: List[str] = []
+    all_met = True
+    for kname, res in results.items():
+        mine = res.get(column, {})
+        best = min((res[c] for c in ("o2", "pgo") if res.get(c, {}).get("median_ns")),
+                   key=lambda s: s["median_ns"], default=None)
+        if not mine.get("median_ns") or best is None:
+            lines.append(f"  {kname}: not measured")
+            all_met = False
+            continue
+        noise = max((s.get("spread") or 0.0) / 2 * s["median_ns"] for s in (mine, best))
+        excess = mine["median_ns"] - best["median_ns"]
+        met = excess <= noise
+        all_met &= met
+        lines.append(f"  {kname}: {mine['median_ns'] / 1e6:.2f} ms vs best native "
+                     f"{best['median_ns'] / 1e6:.2f} ms (noise ±{noise / 1e6:.2f}): "
+                     f"{'met' if met else 'NOT met'}")
+    gm = summary["geomean"].get(f"{column}/pgo")
+    met = gm is not None and gm <= 0.95
+    all_met &= met
+    lines.append(f"  geomean {column} / clang PGO = "
+                 f"{'n/a' if gm is None else f'{gm:.3f}'} (target <= 0.95): "
+                 f"{'met' if met else 'NOT met'}")
+    return lines, all_met
