@@ -494,6 +494,12 @@ const std::vector<KeyDef>& key_defs() {
         "!unpredictable in the next compile (PMU hosts).",
         [](Config& c) -> std::uint64_t& { return c.policy.branch_miss_min_samples; }, 1,
         100'000'000));
+    v.push_back(uint_key<int>(
+        "policy.cs_pgo_stages", R,
+        "Context-sensitive PGO: stages of the optimized build with context-sensitive "
+        "instrumentation after each profile made from instrumentation counts; their counts "
+        "join the profile (0 = no such round).",
+        [](Config& c) -> int& { return c.policy.cs_pgo_stages; }, 0, 1'000'000));
     {
       KeyDef d{"guard", R,
                "on: A/B-test each new profile (and knob variants) against the incumbent build on "
