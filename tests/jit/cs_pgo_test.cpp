@@ -95,7 +95,7 @@ std::uint64_t sum(const std::vector<std::uint64_t>& v) {
 
 } // namespace
 
-TEST_CASE("context-sensitive PGO: counts per inlined context, applied after inlining",
+TEST_CASE("context-sensitive PGO: counts per inlined context - applied after inlining",
           "[jit][pgo][cs]") {
   // No unrolling or vectorisation: one copy of each branch to look at.
   ProfileDoc knobs;
@@ -192,7 +192,7 @@ TEST_CASE("context-sensitive PGO: counts per inlined context, applied after inli
   CHECK((*p)->call("right", std::vector<std::uint64_t>{50, 0}).value_or(1) == 0);
 }
 
-TEST_CASE("cs_instrumented needs a profile; one without counts gathers over plain -O2",
+TEST_CASE("cs_instrumented needs a profile - one without counts gathers over plain -O2",
           "[jit][pgo][cs]") {
   auto r = compile(fixture("cs_context.ll"), request(CompileMode::cs_instrumented));
   REQUIRE_FALSE(r.has_value());

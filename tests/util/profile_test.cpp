@@ -143,7 +143,7 @@ TEST_CASE("choose_mode follows the profile", "[util][profile]") {
   CHECK(canonical_json(json{{"b", 1}, {"a", {1, 2}}}) == R"({"a":[1,2],"b":1})");
 }
 
-TEST_CASE("context-sensitive counts round trip, change the digest and need the CS flag",
+TEST_CASE("context-sensitive counts round trip - change the digest - need the CS flag",
           "[util][profile][cs]") {
   ProfileDoc d = sample();
   const std::string before = profile_digest(d);
