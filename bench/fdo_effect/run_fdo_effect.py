@@ -22,6 +22,11 @@ round, one after the other in a rotating order:
                                  profile was rewritten, the program recompiled)
                   final          the last --final-stages stages, all served by
                                  the last profile version (steady state)
+  fdod CS       with --cs-stages N: the same on a second fdod with
+                policy.cs_pgo_stages = N (context-sensitive PGO, docs/jit.md):
+                  CS instr       the N stages of the CS round (the optimized
+                                 build with CS instrumentation after inlining)
+                  +CS final      the last --final-stages stages (counts + CS counts)
 
 Every figure is time inside the process around the kernel call only: the
 drivers' CLOCK_MONOTONIC around kernel_run, and for fdod the stage's exec_ns
@@ -57,12 +62,15 @@ U64 = (1 << 64) - 1
 # Columns the fdod runner yields, in table order.
 FDOD_COLUMNS = [("fdo_stage0", "fdo stage 0"), ("fdo_instr", "fdo instrumented"),
                 ("fdo_first_opt", "fdo first opt"), ("fdo_final", "fdo final")]
+# ... and the one with the context-sensitive round (--cs-stages).
+FDOD_CS_COLUMNS = [("fdocs_cs_instr", "fdo CS instr"), ("fdocs_final", "fdo +CS final")]
 
 
-def fdod_settings(min_stages: int) -> Dict[str, object]:
+def fdod_settings(min_stages: int, cs_stages: int = 0) -> Dict[str, object]:
     """The daemon configuration of this bench (printed and kept in the JSON)."""
     return {
         "policy.min_stages": min_stages,  # instrumented stages before the rewrite
+        "policy.cs_pgo_stages": cs_stages,  # 0: no context-sensitive round
         "policy.min_counts": 1000,  # the default; every kernel run gives millions
         "tier_up": "sync",  # the stage after the rewrite runs the optimized code
         "guard": "off",  # these columns are fdo without the live A/B guard (docs/guard.md)
@@ -78,8 +86,10 @@ def fdod_settings(min_stages: int) -> Dict[str, object]:
 class FdodRunner:
     """Runs one kernel through a fresh program's stages on one fdod."""
 
-    def __init__(self, client, entry: str, min_stages: int, final_stages: int):
+    def __init__(self, client, entry: str, min_stages: int, final_stages: int,
+                 cs_stages: int = 0):
         self.client = client
+        self.cs_stages = cs_stages
         self.entry = entry
         self.min_stages = min_stages
         self.final_stages = final_stages
@@ -110,7 +120,7 @@ class FdodRunner:
             raise BenchError(f"program.register: {e}") from None
         stages: List[dict] = []
         first_opt: Optional[int] = None
-        limit = self.min_stages + self.final_stages + 12
+        limit = self.min_stages + self.cs_stages + self.final_stages + 12
         while len(stages) < limit:
             try:
                 r = self.client.call("execute", {"program": reg["program"], "entry": self.entry},
@@ -129,7 +139,7 @@ class FdodRunner:
                 if (len(tail) == self.final_stages and
                         len({(s["version"], s["mode"]) for s in tail}) == 1):
                     break
-            elif len(stages) > self.min_stages + 3:
+            elif len(stages) > self.min_stages + self.cs_stages + 3:
                 raise BenchError(f"no optimized stage after {len(stages)} stages "
                                  f"(policy: {stages[-1]['policy']})")
         else:
@@ -142,6 +152,16 @@ class FdodRunner:
         instr = [s["exec_ns"] for s in stages if s["mode"] == "instrumented"]
         if not instr:
             raise BenchError("no instrumented stage (stage 0 was not instrumented)")
+        details = {"program": reg["program"], "profile_key": reg["profile_key"],
+                   "first_optimized_stage": first_opt, "final_version": final[-1]["version"],
+                   "stages": stages}
+        if self.cs_stages > 0:
+            cs = [s["exec_ns"] for s in stages if s["mode"] == "cs_instrumented"]
+            if not cs:
+                raise BenchError("policy.cs_pgo_stages is set but no stage was cs_instrumented")
+            return {"checksum": stages[0]["value"],
+                    "columns": {"fdocs_cs_instr": cs, "fdocs_final": [s["exec_ns"] for s in final]},
+                    "details": details}
         return {
             "checksum": stages[0]["value"],
             "columns": {"fdo_stage0": [stages[0]["exec_ns"]], "fdo_instr": instr,
@@ -252,6 +272,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="fdod's policy.min_stages: instrumented stages before the rewrite (default 3)")
     ap.add_argument("--final-stages", type=int, default=4,
                     help="stages on the final profile version timed per round (default 4)")
+    ap.add_argument("--cs-stages", type=int, default=0,
+                    help="also run a second fdod with policy.cs_pgo_stages = N (context-sensitive "
+                         "PGO) side by side (default 0: not run)")
     ap.add_argument("--kernels", help="comma-separated subset of kernels")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 2 rounds, 2 calls, 2 final stages, min-stages 2")
@@ -263,7 +286,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.quick:
         args.rounds, args.runs, args.final_stages, args.min_stages = 2, 2, 2, 2
     if (args.rounds < 1 or args.runs < 1 or args.warmup < 0 or args.min_stages < 1 or
-            args.final_stages < 1):
+            args.final_stages < 1 or args.cs_stages < 0):
         ap.error("--rounds, --runs, --min-stages and --final-stages must be >= 1, --warmup >= 0")
 
     t0 = time.monotonic()
@@ -283,6 +306,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     settings = fdod_settings(args.min_stages)
     daemon = harness.Daemon(config=settings, build_dir=args.build_dir, prefix="fdo-bench-effect-")
+    cs_settings = fdod_settings(args.min_stages, args.cs_stages)
+    cs_daemon = (harness.Daemon(config=cs_settings, build_dir=args.build_dir,
+                                prefix="fdo-bench-effect-cs-") if args.cs_stages > 0 else None)
+    cs_client = None
     jit_runner = JitPlainRunner(manifest.get("jit_driver") or
                                 os.path.join(args.build_dir, "bench", "fdo_effect", "fdo_effect_jit"),
                                 args.runs, args.warmup)
@@ -293,12 +320,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     guard_client = None
     host = rn.host_info()
     try:
-        try:
-            daemon.start()
-        except RuntimeError as e:
-            print(f"run_fdo_effect: fdod did not start: {e}", file=sys.stderr)
-            return 2
+        for what, d in (("fdod", daemon), ("fdod (CS)", cs_daemon)):
+            try:
+                if d is not None:
+                    d.start()
+            except RuntimeError as e:
+                print(f"run_fdo_effect: {what} did not start: {e}", file=sys.stderr)
+                return 2
         client = harness.Client(daemon.socket, timeout=300)
+        if cs_daemon is not None:
+            cs_client = harness.Client(cs_daemon.socket, timeout=300)
         variants = rn.native_variants(manifest, args.runs, args.warmup)
         if manifest["pgo_available"]:
             variants.append(Variant("pgo_np", "clang PGO np", lambda k: rn.run_driver(
@@ -319,17 +350,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             variants.append(Variant("fdod_guard", "fdod guarded", guarded.GuardedRunner(
                 guard_client, manifest.get("entry", "kernel_run"), guard_settings,
                 args.final_stages, text_of), columns=guarded.COLUMNS))
+        if cs_client is not None:
+            variants.append(Variant("fdod_cs", "fdod CS", FdodRunner(
+                cs_client, manifest.get("entry", "kernel_run"), args.min_stages, args.final_stages,
+                args.cs_stages), columns=FDOD_CS_COLUMNS))
         progress(f"fdod up (state dir {daemon.state_dir}); {len(kernels)} kernels x "
                  f"{args.rounds} rounds")
         results = rn.measure_interleaved(kernels, variants, args.rounds, progress)
         client.close()
         if guard_client is not None:
             guard_client.close()
+        if cs_client is not None:
+            cs_client.close()
     finally:
         jit_runner.close()
         daemon.cleanup()
         if guard_daemon is not None:
             guard_daemon.cleanup()
+        if cs_daemon is not None:
+            cs_daemon.cleanup()
         for f in os.listdir(scratch):
             os.unlink(os.path.join(scratch, f))
         os.rmdir(scratch)
@@ -339,7 +378,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     labels = dict(columns)
     names = [c for c, _ in columns]
     pairs = [("fdo_final", "pgo"), ("fdo_final", "pgo_np"), ("fdo_final", "fdo_plain"), ("fdo_instr", "fdo_final"),
-             ("fdo_instr", "fdo_plain"), ("clang_instr", "pgo"), ("clang_instr", "o2")]
+             ("fdo_instr", "fdo_plain"), ("clang_instr", "pgo"), ("clang_instr", "o2"),
+             ("fdocs_final", "pgo"), ("fdocs_final", "fdo_final"), ("fdocs_cs_instr", "fdocs_final")]
     pairs += [("fdo_guard_final", "pgo"), ("fdo_guard_final", "fdo_final")]
     pairs = [(a, b) for a, b in pairs if a in names and b in names]
     summary = rn.summarize(results, names, baseline="o2", pair_ratios=pairs)
@@ -348,7 +388,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"FDO effect: {len(kernels)} kernels, {args.rounds} interleaved rounds; native: "
           f"{args.runs} timed calls per process (+{args.warmup} warm-up); fdod: a new program per "
           f"round, policy.min_stages {args.min_stages}, tier_up sync, final = last "
-          f"{args.final_stages} stages")
+          f"{args.final_stages} stages" +
+          (f"; fdod CS: policy.cs_pgo_stages {args.cs_stages}" if args.cs_stages else ""))
     print(f"flags: {manifest['native_flags']}; fdod and fdo -O2 get the IR of "
           f"{manifest['ir_flags']} and compile for the host CPU; host: {host['cpu_model']}, "
           f"{host['cpus']} CPUs, load {f'{load[0]:.2f}' if load else 'unknown'} -> "
@@ -365,7 +406,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     "fdo_final/fdo_plain": "fdo final / fdo -O2",
                     "fdo_guard_final/o2": "fdo guard final",
                     "fdo_guard_final/pgo": "guard final / clang PGO",
-                    "fdo_guard_final/fdo_final": "guard final / fdo final"}
+                    "fdo_guard_final/fdo_final": "guard final / fdo final",
+                    "fdocs_final/pgo": "fdo +CS final / clang PGO",
+                    "fdocs_final/fdo_final": "fdo +CS final / fdo final"}
     print(rn.format_ratio_table(results, summary, labels,
                                 [(p, effect_heads[p]) for p in effect_heads
                                  if p in summary["pairs"]]))
@@ -374,7 +417,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cost_heads = {"fdo_instr/fdo_final": "fdo instr / fdo final",
                   "fdo_instr/fdo_plain": "fdo instr / fdo -O2",
                   "clang_instr/pgo": "clang instr / clang PGO",
-                  "clang_instr/o2": "clang instr / clang -O2"}
+                  "clang_instr/o2": "clang instr / clang -O2",
+                  "fdocs_cs_instr/fdocs_final": "fdo CS instr / fdo +CS final"}
     print(rn.format_ratio_table(results, summary, labels,
                                 [(p, cost_heads[p]) for p in cost_heads if p in summary["pairs"]]))
     print("\nWhat fdod did (over all rounds):")
@@ -402,6 +446,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   "warmup_per_process": args.warmup, "min_stages": args.min_stages,
                   "final_stages": args.final_stages, "fdod_config": settings,
                   "fdod_guard_config": None if args.no_guard else guard_settings,
+                  "cs_stages": args.cs_stages,
                   "order": "round-robin per kernel, variant order rotated every round"}
         doc = rn.to_json(results, summary, manifest, params, host, variants)
         doc["bench"] = "fdo_effect+fdod"

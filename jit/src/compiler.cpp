@@ -7,6 +7,7 @@
 #include "llvm_support.h"
 #include "module_prep.h"
 #include "pgo.h"
+#include "pgo_setup.h"
 #include "pipeline_options.h"
 #include "thunks.h"
 
@@ -124,10 +125,12 @@ static bool has_mutable_globals(const llvm::Module& m) {
 
 Expected<CompileResult> compile(std::string_view program_bytes, const CompileRequest& request) {
   ensure_llvm_initialized();
-  if (request.mode == CompileMode::optimized && !request.profile)
-    return make_error(Errc::invalid_argument, "optimized mode needs a profile");
-  if (request.mode == CompileMode::optimized && !request.temp_dir.empty() &&
-      !llvm::sys::fs::is_directory(request.temp_dir))
+  const bool uses_profile =
+      request.mode == CompileMode::optimized || request.mode == CompileMode::cs_instrumented;
+  if (uses_profile && !request.profile)
+    return make_error(Errc::invalid_argument,
+                      std::string(to_string(request.mode)) + " mode needs a profile");
+  if (uses_profile && !request.temp_dir.empty() && !llvm::sys::fs::is_directory(request.temp_dir))
     return make_error(Errc::io, "temp dir '" + request.temp_dir + "' is not a directory");
   const fdo::Knobs knobs = request.profile ? request.profile->knobs : fdo::Knobs{};
 
@@ -163,33 +166,30 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
   // PGO runs inside the O-level pipeline, as clang's -fprofile-generate /
   // -fprofile-use: a pre-inliner and early cleanup, then
   // PGOInstrumentationGen (and its lowering) or PGOInstrumentationUse +
-  // indirect-call promotion. The optimized compile reads the profile from a
-  // file (all LLVM 16 takes), removed when `profile_file` goes.
-  std::optional<llvm::PGOOptions> pgo;
-  std::optional<ProfileFile> profile_file;
-  if (request.mode == CompileMode::instrumented) {
-    pgo = llvm::PGOOptions("", "", "", llvm::PGOOptions::IRInstr);
-  } else if (request.mode == CompileMode::optimized) {
-    auto file = ProfileFile::write(*request.profile, request.temp_dir);
-    if (!file) return to_fdo_error(file.takeError(), Errc::compile, "profile use");
-    if (*file) profile_file.emplace(std::move(**file));
-    if (profile_file)
-      pgo = llvm::PGOOptions(profile_file->path(), "", "", llvm::PGOOptions::IRUse);
-    else
-      diagnostics.add_warning("the profile holds no counts; compiled without profile data");
-  }
+  // indirect-call promotion; context-sensitive instrumentation or use after
+  // the inliner (pgo_setup.h). The profile is read from a file (all LLVM 16
+  // takes), removed when `pgo` goes.
+  std::vector<std::string> pgo_warnings;
+  auto pgo = pgo_setup(request.mode, request.profile, request.temp_dir, pgo_warnings);
+  if (!pgo) return to_fdo_error(pgo.takeError(), Errc::compile, "profile use");
+  for (std::string& w : pgo_warnings)
+    diagnostics.add_warning(std::move(w));
   result.times.instrument_or_annotate = micros_since(start);
 
   start = Clock::now();
   // The counter layout is read off the intrinsics between
   // PGOInstrumentationGen and the lowering that replaces them.
   llvm::PassInstrumentationCallbacks pic;
-  bool layout_read = false;
+  bool layout_read = false, weights_read = false;
   pic.registerAfterPassCallback(
       [&](llvm::StringRef pass, llvm::Any ir, const llvm::PreservedAnalyses&) {
         if (pass == "PGOInstrumentationUse") {
+          // The first (non-CS) use: its IR is the one the branch index
+          // convention counts on; a CSIRUse pass runs later, after inlining.
+          if (weights_read) return;
           if (const auto* mod = llvm::any_cast<const llvm::Module*>(&ir))
             result.branch_weights = read_branch_weights(**mod);
+          weights_read = true;
           return;
         }
         if (pass != "PGOInstrumentationGen" || layout_read) return;
@@ -198,7 +198,7 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
           layout_read = true;
         }
       });
-  llvm::PassBuilder pb(p.tm.get(), tuning_options(knobs), pgo, &pic);
+  llvm::PassBuilder pb(p.tm.get(), tuning_options(knobs), pgo->options, &pic);
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
   llvm::CGSCCAnalysisManager cgam;
@@ -214,7 +214,7 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
                                     ? pb.buildO0DefaultPipeline(level)
                                     : pb.buildPerModuleDefaultPipeline(level);
   mpm.run(m, mam);
-  if (request.mode == CompileMode::instrumented) {
+  if (instruments(request.mode)) {
     if (!layout_read)
       return make_error(Errc::internal,
                         "instrumentation: the pipeline ran no PGOInstrumentationGen");

@@ -165,20 +165,27 @@ write_indexed_profile(const fdo::ProfileDoc& profile, RecordNames names) {
       if (!fp.source_name.empty() && fp.source_name != key)
         rename[llvm::IndexedInstrProf::ComputeHash(key)] =
             llvm::IndexedInstrProf::ComputeHash(fp.source_name);
+  // Context-sensitive records (their CFG hashes carry LLVM's CS flag) sit
+  // beside the ordinary ones; the header then says the profile has them, which
+  // CSIRUse requires (llvm-profdata-16 show --showcs lists them).
+  if (!profile.cs_functions.empty())
+    if (llvm::Error e = writer.mergeProfileKind(llvm::InstrProfKind::ContextSensitive)) return e;
   std::string warning;
   std::size_t records = 0;
-  for (const auto& [key, fp] : profile.functions) {
-    if (fp.counts.empty()) continue;
-    const std::string& name =
-        names == RecordNames::source && !fp.source_name.empty() ? fp.source_name : key;
-    llvm::NamedInstrProfRecord record(name, fp.cfg_hash, fp.counts);
-    add_value_sites(record, llvm::IPVK_IndirectCallTarget, fp.indirect_calls, rename);
-    add_value_sites(record, llvm::IPVK_MemOPSize, fp.memop_sizes, {});
-    writer.addRecord(std::move(record), 1,
-                     [&](llvm::Error e) { warning = name + ": " + llvm::toString(std::move(e)); });
-    if (!warning.empty()) return make_llvm_error("profile record " + warning);
-    ++records;
-  }
+  for (const auto* functions : {&profile.functions, &profile.cs_functions})
+    for (const auto& [key, fp] : *functions) {
+      if (fp.counts.empty()) continue;
+      const std::string& name =
+          names == RecordNames::source && !fp.source_name.empty() ? fp.source_name : key;
+      llvm::NamedInstrProfRecord record(name, fp.cfg_hash, fp.counts);
+      add_value_sites(record, llvm::IPVK_IndirectCallTarget, fp.indirect_calls, rename);
+      add_value_sites(record, llvm::IPVK_MemOPSize, fp.memop_sizes, {});
+      writer.addRecord(std::move(record), 1, [&](llvm::Error e) {
+        warning = name + ": " + llvm::toString(std::move(e));
+      });
+      if (!warning.empty()) return make_llvm_error("profile record " + warning);
+      ++records;
+    }
   if (records == 0) return nullptr;
   std::unique_ptr<llvm::MemoryBuffer> indexed = writer.writeBuffer();
   if (!indexed) return make_llvm_error("InstrProfWriter produced no indexed profile");

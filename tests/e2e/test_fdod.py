@@ -338,6 +338,7 @@ class ConfigReload(unittest.TestCase):
         "guard.early_margin": 0.2,
         "exec_object_cache_entries": 4,
         "guard.checkpoint_pairs": 2,
+        "policy.cs_pgo_stages": 7,
     }
 
     def test_sighup_applies_runtime_keys_and_keeps_restart_keys(self):

@@ -5,6 +5,7 @@
 #include "fdo/jit/loader.h"
 #include "fdo/jit/profdata.h"
 #include "jit_test_util.h"
+#include "pgo_test_util.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -18,42 +19,6 @@ using namespace fdo::jit;
 using namespace fdo::jit::test;
 
 namespace {
-
-struct Instrumented {
-  CompileResult compiled;
-  std::unique_ptr<Loader> loader;
-  std::unique_ptr<LoadedProgram> program;
-};
-
-// The knobs of `knobs_from` (when given) pick the O-level: instrumentation
-// runs after that level's pre-inliner and early cleanup, so a profile applies
-// to compiles at the level it was gathered at.
-Instrumented load_instrumented(const std::string& fixture_name,
-                               const ProfileDoc* knobs_from = nullptr) {
-  Instrumented i;
-  i.compiled =
-      compile_or_throw(fixture(fixture_name), request(CompileMode::instrumented, knobs_from));
-  auto loader = Loader::create();
-  REQUIRE(loader.has_value());
-  i.loader = std::move(loader).value();
-  auto p = i.loader->load(i.compiled.object, i.compiled);
-  if (!p) FAIL(p.error().describe());
-  i.program = std::move(p).value();
-  return i;
-}
-
-// What the daemon does with counter read-back: counts keyed by PGO name,
-// CFG hash from the compile's layout.
-ProfileDoc profile_from(const Instrumented& i) {
-  ProfileDoc doc;
-  auto counts = i.program->read_counters();
-  for (const InstrumentedFunction& f : i.compiled.counters_layout)
-    doc.functions[f.pgo_name] =
-        FunctionProfile{.cfg_hash = f.cfg_hash,
-                        .counts = counts.at(f.pgo_name),
-                        .source_name = i.compiled.source_names.at(f.pgo_name)};
-  return doc;
-}
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;

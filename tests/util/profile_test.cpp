@@ -176,3 +176,33 @@ TEST_CASE("choose_mode follows the profile", "[util][profile]") {
   CHECK(choose_mode(&d) == CompileMode::plain);
   CHECK(canonical_json(json{{"b", 1}, {"a", {1, 2}}}) == R"({"a":[1,2],"b":1})");
 }
+
+TEST_CASE("context-sensitive counts round trip - change the digest - need the CS flag",
+          "[util][profile][cs]") {
+  ProfileDoc d = sample();
+  const std::string before = profile_digest(d);
+  // No CS section: the document keeps the form (and digest) it had.
+  CHECK_FALSE(to_json(d).contains("cs_functions"));
+  d.cs_functions["run"] = FunctionProfile{.cfg_hash = kCsHashFlag | 0x1234, .counts = {5, 0, 7}};
+  CHECK(is_cs_hash(d.cs_functions.at("run").cfg_hash));
+  CHECK(profile_digest(d) != before);
+  const json j = to_json(d);
+  CHECK(j["cs_functions"]["run"]["cfg_hash"] == "1000000000001234");
+  auto back = profile_from_json(j);
+  REQUIRE(back);
+  CHECK(*back == d);
+  CHECK(profile_digest(*back) == profile_digest(d));
+  // Bookkeeping inside the CS section stays out of the digest too.
+  ProfileDoc named = d;
+  named.cs_functions.at("run").source_name = "run.c:run";
+  CHECK(profile_digest(named) == profile_digest(d));
+
+  auto bad = parse_profile(R"({"cs_functions":{"run":{"cfg_hash":"1234","counts":[1]}}})");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message().find("cs_functions.run.cfg_hash") != std::string::npos);
+  CHECK(bad.error().message().find("context-sensitive flag") != std::string::npos);
+  CHECK_FALSE(parse_profile(R"({"cs_functions":[1]})"));
+  CHECK(parse_compile_mode("cs_instrumented").value() == CompileMode::cs_instrumented);
+  d.knobs.mode = CompileMode::cs_instrumented;
+  CHECK(choose_mode(&d) == CompileMode::cs_instrumented);
+}

@@ -13,9 +13,11 @@ namespace fdo {
 using nlohmann::json;
 
 namespace {
-constexpr EnumNames<CompileMode, 3> kCompileModeNames{{{{CompileMode::plain, "plain"},
-                                                        {CompileMode::instrumented, "instrumented"},
-                                                        {CompileMode::optimized, "optimized"}}}};
+constexpr EnumNames<CompileMode, 4> kCompileModeNames{
+    {{{CompileMode::plain, "plain"},
+      {CompileMode::instrumented, "instrumented"},
+      {CompileMode::optimized, "optimized"},
+      {CompileMode::cs_instrumented, "cs_instrumented"}}}};
 constexpr EnumNames<FunctionLayout, 3> kLayoutNames{{{{FunctionLayout::normal, "normal"},
                                                       {FunctionLayout::hot, "hot"},
                                                       {FunctionLayout::cold, "cold"}}}};
@@ -156,16 +158,71 @@ Status get_value_sites(const json& obj, const char* key, const std::string& path
   }
   return ok();
 }
+// The members of a functions-like object (`functions`, `cs_functions`).
+Status get_functions(const json& j, const char* key, std::map<std::string, FunctionProfile>& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return ok();
+  if (!it->is_object()) return field_error(key, "must be an object keyed by function name");
+  for (const auto& [name, fj] : it->items()) {
+    std::string path = std::string(key) + "." + name;
+    if (!fj.is_object()) return field_error(path, "must be an object");
+    FunctionProfile f;
+    std::string hash_hex;
+    FDO_TRY_STATUS(get_string(fj, "cfg_hash", path, hash_hex));
+    if (hash_hex.empty() || hash_hex.size() > 16)
+      return field_error(path + ".cfg_hash", "must be 1 to 16 hex digits");
+    char* end = nullptr;
+    f.cfg_hash = std::strtoull(hash_hex.c_str(), &end, 16);
+    if (end == nullptr || *end != '\0')
+      return field_error(path + ".cfg_hash", "must be hex digits");
+    if (auto c = fj.find("counts"); c != fj.end()) {
+      if (!c->is_array()) return field_error(path + ".counts", "must be an array of counts");
+      for (const json& v : *c) {
+        if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<long long>() >= 0))
+          return field_error(path + ".counts", "must hold non-negative integers");
+        f.counts.push_back(v.get<std::uint64_t>());
+      }
+    }
+    if (auto u = fj.find("unpredictable"); u != fj.end()) {
+      if (!u->is_array())
+        return field_error(path + ".unpredictable", "must be an array of branch indexes");
+      for (const json& v : *u) {
+        if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() > 0xffffffffLL)
+          return field_error(path + ".unpredictable", "must hold branch indexes");
+        f.unpredictable.push_back(v.get<std::uint32_t>());
+      }
+    }
+    FDO_TRY_STATUS(get_string(fj, "fingerprint", path, f.fingerprint));
+    FDO_TRY_STATUS(get_string(fj, "source_name", path, f.source_name));
+    FDO_TRY_STATUS(get_value_sites(fj, "indirect_calls", path, ValueText::hex, f.indirect_calls));
+    FDO_TRY_STATUS(get_value_sites(fj, "memop_sizes", path, ValueText::number, f.memop_sizes));
+    if (auto l = fj.find("layout"); l != fj.end() && !l->is_null()) {
+      auto layout = l->is_string() ? kLayoutNames.parse(l->get<std::string>()) : std::nullopt;
+      if (!layout)
+        return field_error(path + ".layout", "must be one of " + kLayoutNames.alternatives());
+      f.layout = *layout;
+    }
+    out.emplace(name, std::move(f));
+  }
+  return ok();
+}
 } // namespace
 
-json to_json(const ProfileDoc& doc) {
+namespace {
+json functions_json(const std::map<std::string, FunctionProfile>& functions) {
   json fns = json::object();
-  for (const auto& [name, f] : doc.functions) {
+  for (const auto& [name, f] : functions) {
     json fj = function_compile_json(f);
     if (!f.fingerprint.empty()) fj["fingerprint"] = f.fingerprint;
     if (!f.source_name.empty()) fj["source_name"] = f.source_name;
     fns[name] = std::move(fj);
   }
+  return fns;
+}
+} // namespace
+
+json to_json(const ProfileDoc& doc) {
+  json fns = functions_json(doc.functions);
   json out = {{"format", doc.format},
               {"knobs", knobs_json(doc.knobs)},
               {"functions", std::move(fns)},
@@ -178,6 +235,8 @@ json to_json(const ProfileDoc& doc) {
                 {"program", doc.provenance.program}}}};
   // Only when the guard has recorded something: older documents keep their form.
   if (!doc.guard.empty()) out["guard"] = to_json(doc.guard);
+  // Likewise only after a context-sensitive round.
+  if (!doc.cs_functions.empty()) out["cs_functions"] = functions_json(doc.cs_functions);
   return out;
 }
 
@@ -203,51 +262,12 @@ Expected<ProfileDoc> profile_from_json(const json& j) {
       doc.knobs.mode = mode;
     }
   }
-  if (auto it = j.find("functions"); it != j.end() && !it->is_null()) {
-    if (!it->is_object())
-      return field_error("functions", "must be an object keyed by function name");
-    for (const auto& [name, fj] : it->items()) {
-      std::string path = "functions." + name;
-      if (!fj.is_object()) return field_error(path, "must be an object");
-      FunctionProfile f;
-      std::string hash_hex;
-      FDO_TRY_STATUS(get_string(fj, "cfg_hash", path, hash_hex));
-      if (hash_hex.empty() || hash_hex.size() > 16)
-        return field_error(path + ".cfg_hash", "must be 1 to 16 hex digits");
-      char* end = nullptr;
-      f.cfg_hash = std::strtoull(hash_hex.c_str(), &end, 16);
-      if (end == nullptr || *end != '\0')
-        return field_error(path + ".cfg_hash", "must be hex digits");
-      if (auto c = fj.find("counts"); c != fj.end()) {
-        if (!c->is_array()) return field_error(path + ".counts", "must be an array of counts");
-        for (const json& v : *c) {
-          if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<long long>() >= 0))
-            return field_error(path + ".counts", "must hold non-negative integers");
-          f.counts.push_back(v.get<std::uint64_t>());
-        }
-      }
-      if (auto u = fj.find("unpredictable"); u != fj.end()) {
-        if (!u->is_array())
-          return field_error(path + ".unpredictable", "must be an array of branch indexes");
-        for (const json& v : *u) {
-          if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() > 0xffffffffLL)
-            return field_error(path + ".unpredictable", "must hold branch indexes");
-          f.unpredictable.push_back(v.get<std::uint32_t>());
-        }
-      }
-      FDO_TRY_STATUS(get_string(fj, "fingerprint", path, f.fingerprint));
-      FDO_TRY_STATUS(get_string(fj, "source_name", path, f.source_name));
-      FDO_TRY_STATUS(get_value_sites(fj, "indirect_calls", path, ValueText::hex, f.indirect_calls));
-      FDO_TRY_STATUS(get_value_sites(fj, "memop_sizes", path, ValueText::number, f.memop_sizes));
-      if (auto l = fj.find("layout"); l != fj.end() && !l->is_null()) {
-        auto layout = l->is_string() ? kLayoutNames.parse(l->get<std::string>()) : std::nullopt;
-        if (!layout)
-          return field_error(path + ".layout", "must be one of " + kLayoutNames.alternatives());
-        f.layout = *layout;
-      }
-      doc.functions.emplace(name, std::move(f));
-    }
-  }
+  FDO_TRY_STATUS(get_functions(j, "functions", doc.functions));
+  FDO_TRY_STATUS(get_functions(j, "cs_functions", doc.cs_functions));
+  for (const auto& [name, f] : doc.cs_functions)
+    if (!is_cs_hash(f.cfg_hash))
+      return field_error("cs_functions." + name + ".cfg_hash",
+                         "must carry the context-sensitive flag (bit 60)");
   if (auto it = j.find("hardware"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) return field_error("hardware", "must be an object");
     doc.hardware = *it;
@@ -295,6 +315,14 @@ std::string profile_digest(const ProfileDoc& doc) {
     fns[name] = function_compile_json(f);
   json compile_part = {
       {"format", doc.format}, {"knobs", knobs_json(doc.knobs)}, {"functions", fns}};
+  // Only when present, so that documents without context-sensitive counts
+  // keep the digest they always had.
+  if (!doc.cs_functions.empty()) {
+    json cs = json::object();
+    for (const auto& [name, f] : doc.cs_functions)
+      cs[name] = function_compile_json(f);
+    compile_part["cs_functions"] = std::move(cs);
+  }
   return blake3_hex("fdo.profile.v1\n" + canonical_json(compile_part));
 }
 

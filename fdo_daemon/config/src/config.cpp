@@ -505,6 +505,12 @@ const std::vector<KeyDef>& key_defs() {
         "Share of the sampled L1 i-cache misses a function must hold to be laid out hot "
         "(together, first in the text); the program's never-run functions are then laid out cold.",
         [](Config& c) -> double& { return c.policy.icache_hot_share; }, 0.01, 1.0));
+    v.push_back(uint_key<int>(
+        "policy.cs_pgo_stages", R,
+        "Context-sensitive PGO: stages of the optimized build with context-sensitive "
+        "instrumentation after each profile made from instrumentation counts; their counts "
+        "join the profile (0 = no such round).",
+        [](Config& c) -> int& { return c.policy.cs_pgo_stages; }, 0, 1'000'000));
     {
       KeyDef d{"guard", R,
                "on: A/B-test each new profile (and knob variants) against the incumbent build on "

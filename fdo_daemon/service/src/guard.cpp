@@ -94,6 +94,7 @@ ProfileDoc variant_doc(const Variant& v, const ProfileDoc& current) {
   }
   doc.knobs.mode.reset();
   doc.functions = current.functions;
+  doc.cs_functions = current.cs_functions;
   return doc;
 }
 

@@ -1,6 +1,7 @@
 #include "fdo/daemon/policy.h"
 
 #include "fdo/daemon/icache_layout.h"
+#include "fdo/daemon/cs_round.h"
 
 #include <algorithm>
 #include <cmath>
@@ -203,10 +204,14 @@ PolicyDecision decide(const PolicyConfig& config, const PolicyInput& input) {
     d.reason = "profile is pinned";
     return d;
   }
-  if (input.feedback == nullptr || input.feedback->stages() < config.min_stages) {
+  // The context-sensitive round runs a fixed number of stages (cs_round.h).
+  const bool cs_round = in_cs_round(input.current);
+  const int needed = cs_round ? cs_round_stages(config) : config.min_stages;
+  if (input.feedback == nullptr || input.feedback->stages() < needed) {
     std::int64_t seen = input.feedback ? input.feedback->stages() : 0;
-    d.reason = "waiting for stages (" + std::to_string(seen) + " of " +
-               std::to_string(config.min_stages) + ")";
+    d.reason =
+        std::string(cs_round ? "waiting for context-sensitive stages (" : "waiting for stages (") +
+        std::to_string(seen) + " of " + std::to_string(needed) + ")";
     return d;
   }
   if (input.recent_rewrites != nullptr) {
@@ -221,6 +226,7 @@ PolicyDecision decide(const PolicyConfig& config, const PolicyInput& input) {
     }
   }
   const FeedbackAccumulator& fb = *input.feedback;
+  if (cs_round) return finish_cs_round(*input.current, fb);
   std::uint64_t total = fb.total_counts();
   if (total > 0) {
     if (total < config.min_counts) {
@@ -238,6 +244,7 @@ PolicyDecision decide(const PolicyConfig& config, const PolicyInput& input) {
     d.profile = profile_from_counts(input.current, fb.counts());
     d.reason = "instrumentation counts from " + std::to_string(fb.stages()) + " stages (" +
                std::to_string(total) + " counts, drift " + fmt_double(d.drift) + ")";
+    start_cs_round(config, d.profile, d.reason);
     return d;
   }
 

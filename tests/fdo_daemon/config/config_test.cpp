@@ -333,3 +333,29 @@ TEST_CASE("config: guard.checkpoint_pairs - default - range - reload", "[config]
   REQUIRE(key != Config::keys().end());
   CHECK(key->reload == ReloadBehavior::runtime);
 }
+
+TEST_CASE("config: policy.cs_pgo_stages - default - bounds - runtime reload", "[config][cs]") {
+  Config d = Config::defaults();
+  CHECK(d.policy.cs_pgo_stages == 0);
+  CHECK(d.get("policy.cs_pgo_stages") == "0");
+  auto c = Config::parse("policy.cs_pgo_stages = 2\n", "t");
+  REQUIRE(c.has_value());
+  CHECK(c->policy.cs_pgo_stages == 2);
+  for (const char* bad : {"policy.cs_pgo_stages = -1\n", "policy.cs_pgo_stages = two\n",
+                          "policy.cs_pgo_stages = 1000001\n"}) {
+    INFO(bad);
+    auto r = Config::parse(bad, "t");
+    REQUIRE_FALSE(r.has_value());
+    CHECK_THAT(r.error().message(), Catch::Contains("policy.cs_pgo_stages"));
+  }
+  TempDir dir;
+  std::string path = dir.file("fdod.conf");
+  REQUIRE(fdo::write_file_atomic(path, "policy.cs_pgo_stages = 0\n", fdo::Durability::none));
+  auto running = Config::load(path);
+  REQUIRE(running.has_value());
+  REQUIRE(fdo::write_file_atomic(path, "policy.cs_pgo_stages = 3\n", fdo::Durability::none));
+  auto r = reload_config(*running, path);
+  REQUIRE(r.has_value());
+  CHECK(r->config.policy.cs_pgo_stages == 3);
+  CHECK(r->applied == std::vector<std::string>{"policy.cs_pgo_stages: 0 -> 3"});
+}

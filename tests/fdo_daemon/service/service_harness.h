@@ -20,7 +20,8 @@ using nlohmann::json;
 inline constexpr std::uint64_t kHash = 0xfeed;
 
 // A compile worker stand-in: analysis from the bytes, "objects" naming the
-// mode, instrumented builds with one counted function "main".
+// mode, instrumented builds with one counted function "main" (cs_instrumented
+// ones too, under a CFG hash with the CS flag).
 inline Expected<Message> fake_compile(const Message& req) {
   Message out;
   std::string op = req.header.value("op", "");
@@ -37,8 +38,14 @@ inline Expected<Message> fake_compile(const Message& req) {
     r.entries.push_back(jit::EntryInfo{"main", "i64", {}, true});
     r.mutable_globals = false;
     if (r.mode == CompileMode::instrumented) r.counters_layout.push_back({"main", kHash, 2});
+    if (r.mode == CompileMode::cs_instrumented)
+      r.counters_layout.push_back({"main", kHash | kCsHashFlag, 3});
     out.header = jit::metadata_to_json(r);
     out.payload = "object:" + std::string(to_string(r.mode));
+    // Compiled with context-sensitive counts (what CSIRUse would apply).
+    if (const json& p = req.header.value("profile", json());
+        p.is_object() && p.contains("cs_functions"))
+      out.payload += "+cs";
     return out;
   }
   return make_error(Errc::invalid_argument, "unknown op " + op);
@@ -54,9 +61,12 @@ inline Expected<Message> fake_exec(const Message& req) {
     out.header = {{"missing_object", req.header.value("key", "")}};
     return out;
   }
-  out.header = {{"ret", 42}, {"measurement", {{"wall_ns", 1000}, {"events", json::array()}}}};
+  // 43 from an object compiled with context-sensitive counts.
+  out.header = {{"ret", req.payload.ends_with("+cs") ? 43 : 42},
+                {"measurement", {{"wall_ns", 1000}, {"events", json::array()}}}};
   json counts = json::object();
   if (req.payload.starts_with("object:instrumented")) counts["main"] = {900, 100};
+  if (req.payload.starts_with("object:cs_instrumented")) counts["main"] = {30, 0, 70};
   out.header["counts"] = counts;
   return out;
 }

@@ -50,7 +50,7 @@ Expected<json> capabilities(ServiceState& s, const json&, const CallContext&) {
       {"target",
        {{"triple", s.identity.triple}, {"cpu", s.identity.cpu}, {"features", s.identity.features}}},
       {"compiler_identity", s.identity.canonical()},
-      {"compile_modes", {"plain", "instrumented", "optimized"}},
+      {"compile_modes", {"plain", "instrumented", "optimized", "cs_instrumented"}},
       {"tier_up", std::string(cache::to_string(c->tier_up))},
       {"share_profiles_across_tenants", c->share_profiles_across_tenants},
       {"perf", s.perf_caps},

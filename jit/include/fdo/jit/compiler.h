@@ -1,6 +1,6 @@
 // The compile side of the JIT, used by compile workers: parse and verify a
 // program (LLVM IR text or bitcode), canonicalise it, derive its profile key,
-// and compile it in one of three modes to an ELF relocatable object for the
+// and compile it in one of four modes to an ELF relocatable object for the
 // host CPU. See docs/jit.md for the pipeline, the fingerprint definition and
 // the thunk ABI.
 //
@@ -26,7 +26,8 @@ namespace fdo::jit {
 // 2: PGO counters promoted out of loops. 3: PGO inside the O-level pipeline
 // (pre-inliner and early cleanup first, as clang), value profiling on.
 // 4: synthetic block locations and their DWARF line table in the object.
-inline constexpr int kPipelineVersion = 4;
+// 5: context-sensitive PGO (cs_instrumented mode, CSIRUse in optimized mode).
+inline constexpr int kPipelineVersion = 5;
 inline constexpr std::string_view kFdoVersion = "0.1.0";
 
 struct CompilerIdentity {
@@ -68,7 +69,8 @@ enum class BlockLocations { on, off };
 struct CompileRequest {
   fdo::CompileMode mode = fdo::CompileMode::plain;
   // Knobs and unpredictable branches apply in every mode when given; counts
-  // only in optimized mode, which requires a profile.
+  // only in optimized and cs_instrumented mode, which require a profile
+  // (optimized mode also applies the profile's context-sensitive counts).
   const fdo::ProfileDoc* profile = nullptr;
   Limits limits;
   // Private directory for the indexed profile file PGOInstrumentationUse
@@ -83,7 +85,8 @@ struct CompileResult {
   std::string profile_key;
   fdo::CompileMode mode = fdo::CompileMode::plain;
   std::string object; // ELF relocatable object bytes
-  // Non-empty only in instrumented mode, in counter-symbol order.
+  // Non-empty only in instrumented and cs_instrumented mode, in counter-symbol
+  // order (cs_instrumented: every cfg_hash carries kCsHashFlag).
   std::vector<InstrumentedFunction> counters_layout;
   std::vector<EntryInfo> entries;
   std::map<std::string, std::string> function_fingerprints; // as in Analysis

@@ -4,9 +4,10 @@
 // schemas/profile.schema.json.
 //
 // Compile-affecting fields: format, knobs, functions[*].{cfg_hash, counts,
-// unpredictable, indirect_calls, memop_sizes, layout}. Everything else (provenance, hardware
-// observations, the guard's record, per-function fingerprints and source names) is bookkeeping and
-// never changes the digest, so rewriting bookkeeping never causes a recompile.
+// unpredictable, indirect_calls, memop_sizes, layout}, cs_functions[*] (the same). Everything else
+// (provenance, hardware observations, the guard's record, per-function fingerprints and source
+// names) is bookkeeping and never changes the digest, so rewriting bookkeeping never causes a
+// recompile.
 #pragma once
 
 #include "fdo/util/expected.h"
@@ -22,7 +23,10 @@
 
 namespace fdo {
 
-enum class CompileMode { plain, instrumented, optimized };
+// cs_instrumented: the optimized compile (the profile applied) with
+// context-sensitive instrumentation after the inliner (LLVM's CSIRInstr), the
+// second instrumented round of context-sensitive PGO (docs/jit.md).
+enum class CompileMode { plain, instrumented, optimized, cs_instrumented };
 std::string_view to_string(CompileMode mode);
 Expected<CompileMode> parse_compile_mode(std::string_view s);
 
@@ -72,6 +76,14 @@ struct FunctionProfile {
   bool operator==(const FunctionProfile&) const = default;
 };
 
+// LLVM marks the CFG hash of a context-sensitive record with this bit
+// (NamedInstrProfRecord::setCSFlagInHash, bit 60): CS records live beside the
+// ordinary ones under the same function name.
+inline constexpr std::uint64_t kCsHashFlag = std::uint64_t{1} << 60;
+inline bool is_cs_hash(std::uint64_t cfg_hash) {
+  return (cfg_hash & kCsHashFlag) != 0;
+}
+
 struct Provenance {
   std::string reason;     // "feedback", "import", "operator", ...
   std::string created_at; // RFC 3339 UTC
@@ -86,7 +98,12 @@ struct ProfileDoc {
   static constexpr int kFormat = 1;
   int format = kFormat;
   Knobs knobs;
-  std::map<std::string, FunctionProfile> functions;   // by PGO function name
+  std::map<std::string, FunctionProfile> functions; // by PGO function name
+  // Context-sensitive counts (the cs_instrumented round), by PGO name of the
+  // function they were counted in after inlining; every cfg_hash carries
+  // kCsHashFlag. Compile-affecting; empty in documents written before
+  // context-sensitive PGO (they read, and digest, as before).
+  std::map<std::string, FunctionProfile> cs_functions;
   nlohmann::json hardware = nlohmann::json::object(); // counter findings (bookkeeping)
   Provenance provenance;
   GuardRecord guard; // the live A/B guard's decisions (bookkeeping; guard_record.h)

@@ -40,6 +40,11 @@ struct PolicyConfig {
   // misses attributed to it (since the profile version) is marked
   // !unpredictable in the next compile (docs/perf.md, PMU hosts).
   std::uint64_t branch_miss_min_samples = 20;
+  // Context-sensitive PGO (docs/jit.md): after a profile is made from
+  // instrumentation counts, this many stages run the optimized build with
+  // context-sensitive instrumentation, whose counts join the profile for the
+  // next optimized compile. 0: no context-sensitive round.
+  int cs_pgo_stages = 0;
 };
 
 } // namespace fdo::daemon
