@@ -336,6 +336,8 @@ class ConfigReload(unittest.TestCase):
         "guard.accept_z": 3.1, "guard.reject_z": 2.5, "guard.min_effect": 0.02,
         "guard.early_margin": 0.2,
         "exec_object_cache_entries": 4,
+        "profile_store": "postgresql://fdo:pw@127.0.0.1:1/fdo", "host_name": "host-b",
+        "profile_store_spool_max_bytes": 2097152,
     }
 
     def test_sighup_applies_runtime_keys_and_keeps_restart_keys(self):
