@@ -32,8 +32,7 @@ Status StoreKeys::put_virtual_key(const std::string& ck, const std::string& vk) 
   return ok();
 }
 
-Expected<cache::ProfileRef> StoreKeys::current_profile(const std::string& pk) {
-  FDO_TRY(std::optional<ps::StoredProfile> cur, store_.current(pk));
+cache::ProfileRef profile_ref(const std::string& pk, std::optional<ps::StoredProfile> cur) {
   if (!cur) return cache::no_profile(pk);
   cache::ProfileRef ref;
   ref.pk = pk;
@@ -41,6 +40,11 @@ Expected<cache::ProfileRef> StoreKeys::current_profile(const std::string& pk) {
   ref.digest = cur->digest;
   ref.doc = std::make_shared<const ProfileDoc>(std::move(cur->doc));
   return ref;
+}
+
+Expected<cache::ProfileRef> StoreKeys::current_profile(const std::string& pk) {
+  FDO_TRY(std::optional<ps::StoredProfile> cur, store_.current(pk));
+  return profile_ref(pk, std::move(cur));
 }
 
 // --- StoreFeedback -------------------------------------------------------
@@ -59,7 +63,9 @@ Expected<std::int64_t> StoreFeedback::write(std::string_view pk, std::int64_t ex
   return store_.write(pk, expected_version, doc, info);
 }
 
-Status StoreFeedback::append_feedback(std::span<const ps::FeedbackRow> rows) {
+Status StoreFeedback::append_feedback(std::span<const ps::FeedbackRow> rows,
+                                      std::string_view batch_id) {
+  (void)batch_id; // TODO(19a merge): pass to ProfileStore::append_feedback(rows, batch_id)
   FDO_TRY_STATUS(store_.append_feedback(rows));
   return ok();
 }
