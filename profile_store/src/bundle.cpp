@@ -19,8 +19,8 @@ json version_json(const StoredProfile& p) {
           {"profile", to_json(p.doc)}};
 }
 
-Expected<json> export_entry(ProfileStore::Impl& impl, sqlite::Connection& db, const std::string& pk,
-                            ExportHistory history) {
+Expected<json> export_entry(SqliteBackend::Impl& impl, sqlite::Connection& db,
+                            const std::string& pk, ExportHistory history) {
   FDO_TRY_STATUS(detail::check_key("profile key", pk));
   FDO_TRY(auto state, impl.state(db, pk));
   if (!state) return make_error(Errc::not_found, "export: no profile " + pk);
@@ -43,7 +43,7 @@ Expected<json> export_entry(ProfileStore::Impl& impl, sqlite::Connection& db, co
 
 // Inside the caller's read transaction, so the bundle is one snapshot: a
 // concurrent writer cannot make it mix states.
-Expected<json> export_snapshot(ProfileStore::Impl& impl, sqlite::Connection& db,
+Expected<json> export_snapshot(SqliteBackend::Impl& impl, sqlite::Connection& db,
                                const std::vector<std::string>& pks, ExportHistory history) {
   json profiles = json::array();
   std::set<std::string> seen;
@@ -169,8 +169,8 @@ Expected<std::vector<Incoming>> parse_bundle(const json& bundle) {
 
 } // namespace
 
-Expected<json> ProfileStore::export_bundle(std::span<const std::string> pks,
-                                           ExportHistory history) const {
+Expected<json> SqliteBackend::export_bundle(std::span<const std::string> pks,
+                                            ExportHistory history) const {
   FDO_TRY(auto lease, impl_->readers.acquire());
   FDO_TRY(auto tx, Transaction::begin(lease.db(), TxKind::deferred));
   FDO_TRY(json bundle, export_snapshot(*impl_, lease.db(),
@@ -179,7 +179,7 @@ Expected<json> ProfileStore::export_bundle(std::span<const std::string> pks,
   return bundle;
 }
 
-Expected<json> ProfileStore::export_all(ExportHistory history) const {
+Expected<json> SqliteBackend::export_all(ExportHistory history) const {
   FDO_TRY(auto lease, impl_->readers.acquire());
   sqlite::Connection& db = lease.db();
   // The listing and the export share one snapshot, so every listed key is there.
@@ -199,8 +199,8 @@ Expected<json> ProfileStore::export_all(ExportHistory history) const {
 }
 
 Expected<std::vector<ImportedProfile>>
-ProfileStore::import_bundle(const json& bundle, std::int64_t owner, ImportConflict policy,
-                            ActingOwner acting_owner, ImportNewKeys new_keys) {
+SqliteBackend::import_bundle(const json& bundle, std::int64_t owner, ImportConflict policy,
+                             ActingOwner acting_owner, ImportNewKeys new_keys) {
   if (new_keys == ImportNewKeys::own_programs && !acting_owner)
     return make_error(Errc::invalid_argument,
                       "import: creating only the profile keys of an owner's programs needs the "

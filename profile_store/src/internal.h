@@ -4,6 +4,7 @@
 #include "fdo/profile_store/profile_store.h"
 #include "fdo/profile_store/sqlite.h"
 #include "fdo/util/time.h"
+#include "sqlite_backend.h"
 
 #include <atomic>
 #include <chrono>
@@ -130,7 +131,7 @@ private:
 Expected<sqlite::Connection> open_reader(const std::string& path,
                                          std::chrono::milliseconds busy_timeout);
 
-struct ProfileStore::Impl {
+struct SqliteBackend::Impl {
   Impl(std::string path_, const Options& options_)
       : path(std::move(path_)), options(options_), retention(options_.retention),
         readers(path, options_.busy_timeout, options_.read_connections) {}

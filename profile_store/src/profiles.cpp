@@ -120,7 +120,7 @@ void DocCache::insert(const std::string& pk, std::int64_t version, const std::st
 
 // --- reads on a given connection ---
 
-Expected<StoredProfile> ProfileStore::Impl::read_profile_row(const Statement& st) {
+Expected<StoredProfile> SqliteBackend::Impl::read_profile_row(const Statement& st) {
   StoredProfile p;
   p.pk = st.column_text(0);
   p.version = st.column_int64(1);
@@ -157,8 +157,8 @@ Expected<StoredProfile> ProfileStore::Impl::read_profile_row(const Statement& st
   return p;
 }
 
-Expected<std::optional<ProfileStore::Impl::State>> ProfileStore::Impl::state(sqlite::Connection& db,
-                                                                             std::string_view pk) {
+Expected<std::optional<SqliteBackend::Impl::State>>
+SqliteBackend::Impl::state(sqlite::Connection& db, std::string_view pk) {
   FDO_TRY(auto st, db.cached("SELECT owner, current_version, last_version, pinned FROM profiles "
                              "WHERE pk = ?1"));
   st->bind(1, pk);
@@ -172,8 +172,8 @@ Expected<std::optional<ProfileStore::Impl::State>> ProfileStore::Impl::state(sql
   return std::optional<State>(s);
 }
 
-Expected<std::optional<StoredProfile>> ProfileStore::Impl::current(sqlite::Connection& db,
-                                                                   std::string_view pk) {
+Expected<std::optional<StoredProfile>> SqliteBackend::Impl::current(sqlite::Connection& db,
+                                                                    std::string_view pk) {
   FDO_TRY(auto st, db.cached(std::string(kProfileColumns) +
                              "WHERE v.pk = ?1 AND v.version = p.current_version"));
   st->bind(1, pk);
@@ -184,7 +184,7 @@ Expected<std::optional<StoredProfile>> ProfileStore::Impl::current(sqlite::Conne
 }
 
 Expected<std::optional<StoredProfile>>
-ProfileStore::Impl::get(sqlite::Connection& db, std::string_view pk, std::int64_t version) {
+SqliteBackend::Impl::get(sqlite::Connection& db, std::string_view pk, std::int64_t version) {
   FDO_TRY(auto st, db.cached(std::string(kProfileColumns) + "WHERE v.pk = ?1 AND v.version = ?2"));
   st->bind(1, pk).bind(2, version);
   FDO_TRY(bool row, st->step());
@@ -193,8 +193,8 @@ ProfileStore::Impl::get(sqlite::Connection& db, std::string_view pk, std::int64_
   return std::optional<StoredProfile>(std::move(p));
 }
 
-Expected<std::vector<StoredProfile>> ProfileStore::Impl::history(sqlite::Connection& db,
-                                                                 std::string_view pk) {
+Expected<std::vector<StoredProfile>> SqliteBackend::Impl::history(sqlite::Connection& db,
+                                                                  std::string_view pk) {
   FDO_TRY(auto st, db.cached(std::string(kProfileColumns) + "WHERE v.pk = ?1 ORDER BY v.version"));
   st->bind(1, pk);
   std::vector<StoredProfile> out;
@@ -209,20 +209,20 @@ Expected<std::vector<StoredProfile>> ProfileStore::Impl::history(sqlite::Connect
 
 // --- public reads (each one statement, so one snapshot) ---
 
-Expected<std::optional<StoredProfile>> ProfileStore::current(std::string_view pk) const {
+Expected<std::optional<StoredProfile>> SqliteBackend::current(std::string_view pk) const {
   FDO_TRY_STATUS(check_key("profile key", pk));
   FDO_TRY(auto lease, impl_->readers.acquire());
   return impl_->current(lease.db(), pk);
 }
 
-Expected<std::optional<StoredProfile>> ProfileStore::get(std::string_view pk,
-                                                         std::int64_t version) const {
+Expected<std::optional<StoredProfile>> SqliteBackend::get(std::string_view pk,
+                                                          std::int64_t version) const {
   FDO_TRY_STATUS(check_key("profile key", pk));
   FDO_TRY(auto lease, impl_->readers.acquire());
   return impl_->get(lease.db(), pk, version);
 }
 
-Expected<std::vector<StoredProfile>> ProfileStore::history(std::string_view pk) const {
+Expected<std::vector<StoredProfile>> SqliteBackend::history(std::string_view pk) const {
   FDO_TRY_STATUS(check_key("profile key", pk));
   FDO_TRY(auto lease, impl_->readers.acquire());
   FDO_TRY(auto out, impl_->history(lease.db(), pk));
@@ -232,7 +232,7 @@ Expected<std::vector<StoredProfile>> ProfileStore::history(std::string_view pk) 
   return out;
 }
 
-Expected<std::optional<std::int64_t>> ProfileStore::owner(std::string_view pk) const {
+Expected<std::optional<std::int64_t>> SqliteBackend::owner(std::string_view pk) const {
   FDO_TRY_STATUS(check_key("profile key", pk));
   FDO_TRY(auto lease, impl_->readers.acquire());
   FDO_TRY(auto st, lease.db().cached("SELECT owner FROM profiles WHERE pk = ?1"));
@@ -264,7 +264,7 @@ ProfileSummary read_summary_row(const Statement& st) {
 
 } // namespace
 
-Expected<std::optional<ProfileSummary>> ProfileStore::summary(std::string_view pk) const {
+Expected<std::optional<ProfileSummary>> SqliteBackend::summary(std::string_view pk) const {
   FDO_TRY_STATUS(check_key("profile key", pk));
   FDO_TRY(auto lease, impl_->readers.acquire());
   FDO_TRY(auto st, lease.db().cached(std::string(kSummaryColumns) + "WHERE p.pk = ?1"));
@@ -274,7 +274,7 @@ Expected<std::optional<ProfileSummary>> ProfileStore::summary(std::string_view p
   return std::optional<ProfileSummary>(read_summary_row(*st));
 }
 
-Expected<std::vector<ProfileSummary>> ProfileStore::list(std::optional<std::int64_t> owner) const {
+Expected<std::vector<ProfileSummary>> SqliteBackend::list(std::optional<std::int64_t> owner) const {
   FDO_TRY(auto lease, impl_->readers.acquire());
   FDO_TRY(auto st, lease.db().cached(std::string(kSummaryColumns) +
                                      "WHERE ?1 IS NULL OR p.owner = ?1 ORDER BY p.pk"));
@@ -293,8 +293,8 @@ Expected<std::vector<ProfileSummary>> ProfileStore::list(std::optional<std::int6
 
 // --- writes ---
 
-Expected<std::int64_t> ProfileStore::Impl::write_profile(const WriteRequest& req,
-                                                         std::int64_t now) {
+Expected<std::int64_t> SqliteBackend::Impl::write_profile(const WriteRequest& req,
+                                                          std::int64_t now) {
   FDO_TRY_STATUS(check_key("profile key", req.pk));
   if (req.expected_version < 0)
     return make_error(Errc::invalid_argument,
@@ -380,8 +380,8 @@ Expected<std::int64_t> ProfileStore::Impl::write_profile(const WriteRequest& req
   return new_version;
 }
 
-Expected<std::int64_t> ProfileStore::write(std::string_view pk, std::int64_t expected_version,
-                                           const ProfileDoc& doc, const WriteInfo& info) {
+Expected<std::int64_t> SqliteBackend::write(std::string_view pk, std::int64_t expected_version,
+                                            const ProfileDoc& doc, const WriteInfo& info) {
   WriteRequest req{std::string(pk), expected_version, doc, info};
   FDO_TRY(auto lock, impl_->lock_writer());
   FDO_TRY(auto tx, Transaction::begin(impl_->writer, TxKind::immediate));
@@ -391,7 +391,7 @@ Expected<std::int64_t> ProfileStore::write(std::string_view pk, std::int64_t exp
 }
 
 Expected<std::vector<std::int64_t>>
-ProfileStore::write_batch(std::span<const WriteRequest> requests) {
+SqliteBackend::write_batch(std::span<const WriteRequest> requests) {
   FDO_TRY(auto lock, impl_->lock_writer());
   FDO_TRY(auto tx, Transaction::begin(impl_->writer, TxKind::immediate));
   std::int64_t now = now_ms();
@@ -413,7 +413,7 @@ namespace {
 // One UPDATE of the key's profiles row (?1 pk, ?2 now, ?3 value, ?4 acting
 // owner or NULL): the owner test is part of the statement that changes the
 // row, so it cannot go stale between check and change.
-Status update_profile_row(ProfileStore::Impl& impl, std::string_view pk, std::string_view set,
+Status update_profile_row(SqliteBackend::Impl& impl, std::string_view pk, std::string_view set,
                           std::optional<std::int64_t> value, const ActingOwner& acting) {
   FDO_TRY_STATUS(check_key("profile key", pk));
   FDO_TRY(auto lock, impl.lock_writer());
@@ -430,19 +430,19 @@ Status update_profile_row(ProfileStore::Impl& impl, std::string_view pk, std::st
 
 } // namespace
 
-Status ProfileStore::pin(std::string_view pk, ActingOwner acting_owner) {
+Status SqliteBackend::pin(std::string_view pk, ActingOwner acting_owner) {
   return update_profile_row(*impl_, pk, "pinned = ?3", 1, acting_owner);
 }
 
-Status ProfileStore::unpin(std::string_view pk, ActingOwner acting_owner) {
+Status SqliteBackend::unpin(std::string_view pk, ActingOwner acting_owner) {
   return update_profile_row(*impl_, pk, "pinned = ?3", 0, acting_owner);
 }
 
-Status ProfileStore::reset(std::string_view pk, ActingOwner acting_owner) {
+Status SqliteBackend::reset(std::string_view pk, ActingOwner acting_owner) {
   return update_profile_row(*impl_, pk, "current_version = NULL", std::nullopt, acting_owner);
 }
 
-Expected<RemoveSummary> ProfileStore::remove(std::string_view pk, ActingOwner acting_owner) {
+Expected<RemoveSummary> SqliteBackend::remove(std::string_view pk, ActingOwner acting_owner) {
   FDO_TRY_STATUS(check_key("profile key", pk));
   FDO_TRY(auto lock, impl_->lock_writer());
   sqlite::Connection& db = impl_->writer;
@@ -461,7 +461,7 @@ Expected<RemoveSummary> ProfileStore::remove(std::string_view pk, ActingOwner ac
     out.versions = st->column_int64(0);
   }
   {
-    FDO_TRY(auto st, db.cached("SELECT count(*) FROM feedback WHERE pk = ?1"));
+    FDO_TRY(auto st, db.cached("SELECT count(DISTINCT version) FROM feedback WHERE pk = ?1"));
     st->bind(1, pk);
     FDO_TRY_STATUS(st->step());
     out.feedback_rows = st->column_int64(0);
