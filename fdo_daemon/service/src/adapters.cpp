@@ -2,6 +2,7 @@
 
 #include "fdo/cache/keys.h"
 #include "fdo/daemon/isolation.h"
+#include "fdo/util/log.h"
 #include "fdo/util/log_record.h"
 
 #include <cstdio>
@@ -65,8 +66,9 @@ Expected<std::int64_t> StoreFeedback::write(std::string_view pk, std::int64_t ex
 
 Status StoreFeedback::append_feedback(std::span<const ps::FeedbackRow> rows,
                                       std::string_view batch_id) {
-  (void)batch_id; // TODO(19a merge): pass to ProfileStore::append_feedback(rows, batch_id)
-  FDO_TRY_STATUS(store_.append_feedback(rows));
+  FDO_TRY(ps::AppendResult r, store_.append_feedback(rows, batch_id));
+  if (r.duplicate)
+    log::info("feedback batch " + std::string(batch_id) + " was applied before; not counted again");
   return ok();
 }
 

@@ -18,6 +18,19 @@ constexpr std::size_t kRewriteTimesKept = 256;
 constexpr std::chrono::seconds kFleetRefresh{1};
 
 // Adds `counts` into `sum` element-wise (saturating), growing it as needed.
+// "evidence from hosts a (12 stages), b (3 stages)": who contributed to a version.
+std::string hosts_phrase(const std::map<std::string, std::uint64_t>& hosts) {
+  std::string out = hosts.size() == 1 ? "evidence from host " : "evidence from hosts ";
+  bool first = true;
+  for (const auto& [host, stages] : hosts) {
+    if (!first) out += ", ";
+    first = false;
+    out += (host.empty() ? std::string("(unnamed)") : host) + " (" + std::to_string(stages) +
+           (stages == 1 ? " stage)" : " stages)");
+  }
+  return out;
+}
+
 void add_counts(std::vector<std::uint64_t>& sum, const std::vector<std::uint64_t>& counts) {
   if (sum.size() < counts.size()) sum.resize(counts.size(), 0);
   for (std::size_t i = 0; i < counts.size(); ++i)
@@ -119,6 +132,7 @@ void FeedbackLoop::queue_row(const StageReport& stage) {
   row.stages = 1;
   row.exec_ns = stage.feedback.exec_ns;
   row.counters = stage.feedback.counters;
+  row.host = host_;
   for (const auto& [name, fc] : stage.feedback.counts)
     row.function_counts[name] = fc.counts;
   std::lock_guard lk(pending_mu_);
@@ -184,7 +198,8 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   in.current_version = *current ? (*current)->version : 0;
   in.pinned = *current && (*current)->pinned;
   FeedbackAccumulator fleet_scratch;
-  in.feedback = &fleet_view(st, stage, fleet_scratch);
+  std::map<std::string, std::uint64_t> hosts;
+  in.feedback = &fleet_view(st, stage, fleet_scratch, hosts);
   in.now = std::chrono::system_clock::now();
   in.recent_rewrites = &st.rewrites;
   const std::map<std::string, std::vector<BranchStat>> branches =
@@ -216,7 +231,7 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   }
   ps::WriteInfo info;
   info.source = ps::WriteSource::feedback;
-  info.reason = d.reason;
+  info.reason = d.reason + "; " + hosts_phrase(hosts);
   info.owner = stage.owner;
   info.host = host_;
   info.stage = stage.stage;
@@ -251,7 +266,9 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
 }
 
 const FeedbackAccumulator& FeedbackLoop::fleet_view(KeyState& st, const StageReport& stage,
-                                                    FeedbackAccumulator& scratch) {
+                                                    FeedbackAccumulator& scratch,
+                                                    std::map<std::string, std::uint64_t>& hosts) {
+  hosts = {{host_, static_cast<std::uint64_t>(st.acc.stages())}};
   if (stage.profile_version <= 0) return st.acc; // no rows before version 1: local only
   const auto now = std::chrono::steady_clock::now();
   if (now - st.fleet_read >= kFleetRefresh) {
@@ -265,6 +282,7 @@ const FeedbackAccumulator& FeedbackLoop::fleet_view(KeyState& st, const StageRep
   std::uint64_t stages = st.fleet->stages, exec_ns = st.fleet->exec_ns;
   std::map<std::string, std::vector<std::uint64_t>> counts = st.fleet->function_counts;
   std::map<std::string, std::uint64_t> counters = st.fleet->counters;
+  std::map<std::string, std::uint64_t> fleet_hosts = st.fleet->host_stages;
   {
     std::lock_guard lk(pending_mu_);
     for (const auto* rows : {&inflight_, &pending_})
@@ -272,6 +290,7 @@ const FeedbackAccumulator& FeedbackLoop::fleet_view(KeyState& st, const StageRep
         if (r.pk != stage.pk || r.version != stage.profile_version) continue;
         stages += r.stages;
         exec_ns += r.exec_ns;
+        fleet_hosts[r.host] += r.stages;
         for (const auto& [name, c] : r.function_counts)
           add_counts(counts[name], c);
         for (const auto& [name, v] : r.counters)
@@ -279,6 +298,7 @@ const FeedbackAccumulator& FeedbackLoop::fleet_view(KeyState& st, const StageRep
       }
   }
   if (static_cast<std::int64_t>(stages) < st.acc.stages()) return st.acc;
+  hosts = std::move(fleet_hosts);
   scratch.set_totals(static_cast<std::int64_t>(stages), exec_ns);
   scratch.mutable_counters() = std::move(counters);
   for (auto& [name, c] : counts) {

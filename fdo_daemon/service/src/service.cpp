@@ -51,8 +51,8 @@ ServiceState::~ServiceState() = default;
 StoreHealth ServiceState::store_health() const {
   if (fallback) return fallback->health();
   StoreHealth h; // the SQLite file: local, answers or fails, never unavailable
-  h.kind = "sqlite";
-  h.location = store ? store->path() : std::string();
+  h.kind = store ? std::string(profile_store::to_string(store->kind())) : "sqlite";
+  h.location = store ? store->location() : std::string();
   h.state = StoreState::up;
   return h;
 }
@@ -133,14 +133,14 @@ ServiceBuilder& ServiceBuilder::audit_sink(std::shared_ptr<AuditSink> sink) {
   return *this;
 }
 
-Expected<std::unique_ptr<ps::ProfileStore>> ServiceBuilder::sqlite_store(const Config& c) {
+Expected<std::unique_ptr<ps::ProfileStore>> ServiceBuilder::default_store(const Config& c) {
   ps::Options so;
   so.retention = static_cast<int>(c.profile_retention);
-  if (c.profile_store != kSqliteStore)
-    return make_error(Errc::unsupported,
-                      "profile_store = " + redact_store_location(c.profile_store) +
-                          ": this build has no PostgreSQL profile store");
-  FDO_TRY(ps::ProfileStore store, ps::ProfileStore::open(c.state_dir + "/profiles.db", so));
+  // Anything but "sqlite" was checked to be a postgresql:// URI by the config.
+  const std::string location =
+      c.profile_store == kSqliteStore ? c.state_dir + "/profiles.db" : c.profile_store;
+  FDO_TRY(ps::ProfileStore store, ps::ProfileStore::open(location, so));
+  log::info("profile store: " + std::string(ps::to_string(store.kind())) + " " + store.location());
   return std::make_unique<ps::ProfileStore>(std::move(store));
 }
 
@@ -206,7 +206,7 @@ Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
   s->host = !host_.empty() ? host_ : !c.host_name.empty() ? c.host_name : this_host();
   s->audit = audit_ ? audit_ : journal_audit_sink();
   s->identity = jit::host_identity();
-  StoreCreator open_store = store_ ? store_ : StoreCreator(sqlite_store);
+  StoreCreator open_store = store_ ? store_ : StoreCreator(default_store);
   FDO_TRY(s->store, open_store(c));
   std::string path = worker_path_;
   RunnerCreator runners = runners_;
@@ -225,8 +225,8 @@ Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
   s->program_index = s->store_programs.get();
   if (c.profile_store != kSqliteStore) {
     StoreFallbackOptions fo;
-    fo.kind = "postgresql";
-    fo.location = redact_store_location(c.profile_store);
+    fo.kind = std::string(ps::to_string(s->store->kind()));
+    fo.location = s->store->location();
     fo.spool_path = c.state_dir + "/store-spool.db";
     fo.spool_max_bytes = c.profile_store_spool_max_bytes;
     FDO_TRY(s->fallback,

@@ -48,6 +48,7 @@ ps::FeedbackRow row_from_json(const json& j) {
   r.counters = j.at("counters").get<std::map<std::string, std::uint64_t>>();
   r.function_counts =
       j.at("function_counts").get<std::map<std::string, std::vector<std::uint64_t>>>();
+  r.host = j.value("host", "");
   return r;
 }
 

@@ -162,6 +162,7 @@ public:
       t.version = r.version;
       t.stages += r.stages;
       t.exec_ns += r.exec_ns;
+      t.host_stages[r.host] += r.stages;
       for (const auto& [name, counts] : r.function_counts) {
         auto& sum = t.function_counts[name];
         sum.resize(counts.size(), 0);

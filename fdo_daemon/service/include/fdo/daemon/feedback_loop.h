@@ -127,8 +127,10 @@ private:
   // What the policy decides on: the fleet's totals for the stage's version
   // plus this host's rows not yet in the store, when that is at least what
   // this host saw itself (else, e.g. while the store is down, its own view).
+  // `hosts`: stages per contributing host of the view returned.
   const FeedbackAccumulator& fleet_view(KeyState& st, const StageReport& stage,
-                                        FeedbackAccumulator& scratch);
+                                        FeedbackAccumulator& scratch,
+                                        std::map<std::string, std::uint64_t>& hosts);
   // Drift re-profiling when the policy kept the profile (time_share.h).
   void consider_reprofile(const PolicyConfig& policy, const PolicyInput& in, KeyState& st,
                           PolicyDecision& d);
