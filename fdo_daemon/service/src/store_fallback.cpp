@@ -189,16 +189,25 @@ private:
   template <class Call>
   Status put(SpoolKind kind, const std::string& key, const std::string& value,
              Remembered<std::string>& memory, Call call) {
+    auto spool = [&]() -> Status {
+      FDO_TRY_STATUS(f_.spool(kind, key, json{{"key", key}, {"value", value}}));
+      memory.put(key, value);
+      return ok();
+    };
     {
       std::lock_guard lk(f_.mu_);
-      memory.put(key, value);
-      if (f_.routes_to_spool()) return f_.spool(kind, key, json{{"key", key}, {"value", value}});
+      if (f_.routes_to_spool()) return spool();
     }
     Status st = call();
-    if (st || !is_unavailable(st.error())) return st;
+    if (st) {
+      std::lock_guard lk(f_.mu_);
+      memory.put(key, value);
+      return st;
+    }
+    if (!is_unavailable(st.error())) return st;
     f_.went_down(st.error());
     std::lock_guard lk(f_.mu_);
-    return f_.spool(kind, key, json{{"key", key}, {"value", value}});
+    return spool();
   }
 
   StoreFallback& f_;
@@ -613,33 +622,39 @@ Expected<StoreFallback::Applied> StoreFallback::apply_write(const SpoolEntry& e,
                                                             Error* unavailable) {
   const std::int64_t expected = e.body.at("expected_version").get<std::int64_t>();
   const std::int64_t version = expected + 1;
-  auto forget_overlay = [&] {
+  // What is served for the key once this write is replayed or dropped: the
+  // store's current profile when known (while the rest of the spool drains,
+  // reads are still answered from memory).
+  using Known = std::optional<std::optional<ps::StoredProfile>>;
+  auto settle = [&](Known now) {
     std::lock_guard lk(mu_);
-    profiles_.erase(e.key);
+    if (now) profiles_.put(e.key, std::move(*now));
     if (auto it = overlay_.find(e.key); it != overlay_.end() && it->second.version <= version)
       overlay_.erase(it);
   };
-  auto drop = [&](const std::string& why, std::uint64_t StoreHealth::*counter) -> Status {
+  auto drop = [&](const std::string& why, std::uint64_t StoreHealth::*counter,
+                  Known now) -> Status {
     FDO_TRY_STATUS(spool_.mark_dead(e.key, version));
     log::record(log::Level::warning,
                 "profile store replay: spooled write of profile " + e.key.substr(0, 12) + " v" +
                     std::to_string(version) + " dropped: " + why,
                 {{"FDO_PROFILE_KEY", e.key}, {"FDO_PROFILE_VERSION", std::to_string(version)}});
-    forget_overlay();
+    settle(std::move(now));
     std::lock_guard lk(stats_mu_);
     ++(counters_.*counter);
     return ok();
   };
   FDO_TRY(bool built_on_dead, spool_.is_dead(e.key, expected));
   if (built_on_dead) {
-    FDO_TRY_STATUS(drop("it builds on a dropped version", &StoreHealth::dropped_conflicts));
+    FDO_TRY_STATUS(
+        drop("it builds on a dropped version", &StoreHealth::dropped_conflicts, std::nullopt));
     return Applied::done;
   }
   FDO_TRY(ProfileDoc doc, profile_from_json(e.body.at("doc")));
   FDO_TRY(ps::WriteInfo info, info_from_json(e.body.at("info")));
   auto r = inner_feedback_.write(e.key, expected, doc, info);
   if (r) {
-    forget_overlay();
+    settle(std::optional<ps::StoredProfile>(provisional(e.key, version, doc, info)));
     std::lock_guard lk(stats_mu_);
     ++counters_.replayed_writes;
     return Applied::done;
@@ -657,16 +672,17 @@ Expected<StoreFallback::Applied> StoreFallback::apply_write(const SpoolEntry& e,
     }
     if (now && *now && (*now)->version == version && (*now)->digest == profile_digest(doc) &&
         (*now)->host == info.host) {
-      forget_overlay();
+      settle(*now);
       std::lock_guard lk(stats_mu_);
       ++counters_.replayed_writes;
       return Applied::done;
     }
     FDO_TRY_STATUS(drop("another writer came first (" + r.error().message() + ")",
-                        &StoreHealth::dropped_conflicts));
+                        &StoreHealth::dropped_conflicts, now ? Known(*now) : Known()));
     return Applied::done;
   }
-  FDO_TRY_STATUS(drop("refused: " + r.error().describe(), &StoreHealth::dropped_refused));
+  FDO_TRY_STATUS(
+      drop("refused: " + r.error().describe(), &StoreHealth::dropped_refused, std::nullopt));
   return Applied::done;
 }
 

@@ -308,7 +308,9 @@ TEST_CASE("store fallback: a write overtaken by another writer is dropped with i
   // The evidence arrived: the next rewrite on any host counts it.
   REQUIRE(s.fb.totals[{kPk, 1}].stages == 1);
   REQUIRE(s.fb.totals.count({kPk, 2}) == 0);
-  // And the current profile is the fleet's again.
+  // And the current profile is the fleet's again, also from memory.
+  REQUIRE(f->feedback().current(kPk).value()->host == "b");
+  s.down = true;
   REQUIRE(f->feedback().current(kPk).value()->host == "b");
 }
 
@@ -346,7 +348,7 @@ TEST_CASE("store fallback: the spool cap drops the oldest profile writes first, 
   s.down = true;
   ProfileDoc huge;
   for (int i = 0; i < 200; ++i)
-    huge.functions["f" + std::to_string(i)] = doc_with(1).functions["main"];
+    huge.functions[std::to_string(i) + "f"] = doc_with(1).functions["main"];
   auto refused = f->feedback().write(kPk, 0, huge, info_from("a"));
   REQUIRE_FALSE(refused.has_value());
   REQUIRE(refused.error().code() == Errc::resource_exhausted);
@@ -376,6 +378,9 @@ TEST_CASE("store fallback: a restart with a non-empty spool replays it", "[fleet
   REQUIRE(s.fb.keys[kPk].versions.size() == 2);
   REQUIRE(s.fb.totals[{kPk, 1}].stages == 1);
   REQUIRE(s.vks["ck"] == "vk");
+  // What was replayed is remembered: served if the store goes away again.
+  s.down = true;
+  REQUIRE(f->feedback().current(kPk).value()->version == 2);
 }
 
 TEST_CASE("store fallback: the replayer thread brings the store back with backoff",
