@@ -102,7 +102,8 @@ public:
   StoreHealth health() const;
   // Replays the spool (or, when it is empty and the store is down, probes the
   // store) once, now: ok when the store is up and the spool empty afterwards;
-  // the store's unavailable error otherwise.
+  // the store's unavailable error otherwise. Run by the replayer thread, or
+  // (Replayer::manual) by the owner: never by both, never concurrently.
   Status replay_now();
 
   class Keys;
@@ -172,7 +173,8 @@ private:
   std::map<std::int64_t, std::int64_t> owned_; // programs per owner, last known
   Remembered<profile_store::FeedbackTotals> totals_;
 
-  std::mutex replay_mu_; // one replay at a time
+  // The replayer's schedule (stop_, backoff_, next_attempt_); never held across I/O.
+  std::mutex replay_mu_;
   std::condition_variable wake_;
   bool stop_ = false;
   std::chrono::milliseconds backoff_;
