@@ -61,6 +61,9 @@ Expected<Conn> Conn::connect(const std::string& uri, const std::string& endpoint
   FDO_TRY_STATUS(conn.exec_script(
       "SET statement_timeout = " + std::to_string(options.statement_timeout.count()) +
       "; SET client_min_messages = warning"));
+  // A read-only store cannot write even by mistake: the server refuses it.
+  if (options.mode == OpenMode::read_only)
+    FDO_TRY_STATUS(conn.exec_script("SET default_transaction_read_only = on"));
   return conn;
 }
 
