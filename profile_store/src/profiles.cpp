@@ -2,6 +2,7 @@
 // write path (on the write connection), pin/unpin/reset/remove, listing,
 // ownership; and the verified-document cache.
 #include "internal.h"
+#include "profile_rules.h"
 
 #include <iterator>
 
@@ -139,21 +140,7 @@ Expected<StoredProfile> SqliteBackend::Impl::read_profile_row(const Statement& s
   p.host = st.column_text(10);
   p.stage = st.column_int64(11);
   p.program = st.column_text(12);
-  if (auto cached = docs.find(p.pk, p.version, p.body, p.digest)) {
-    p.doc = std::move(*cached);
-    return p;
-  }
-  auto doc = parse_profile(p.body);
-  if (!doc)
-    return make_error(Errc::corrupt, describe_profile(p.pk, p.version) +
-                                         ": stored body does not parse: " + doc.error().message());
-  p.doc = std::move(*doc);
-  // The digest keys compiled outputs; serving a body that does not match it
-  // would compile one profile under another's cache key.
-  if (std::string d = profile_digest(p.doc); d != p.digest)
-    return make_error(Errc::corrupt, describe_profile(p.pk, p.version) + ": stored digest " +
-                                         p.digest + " does not match the body (" + d + ")");
-  docs.insert(p.pk, p.version, p.body, p.digest, p.doc);
+  FDO_TRY_STATUS(detail::decode_body(p, docs));
   return p;
 }
 
@@ -295,46 +282,9 @@ Expected<std::vector<ProfileSummary>> SqliteBackend::list(std::optional<std::int
 
 Expected<std::int64_t> SqliteBackend::Impl::write_profile(const WriteRequest& req,
                                                           std::int64_t now) {
-  FDO_TRY_STATUS(check_key("profile key", req.pk));
-  if (req.expected_version < 0)
-    return make_error(Errc::invalid_argument,
-                      "expected version of profile " + req.pk + " must be >= 0");
-  ProfileDoc doc = req.doc;
-  doc.provenance.reason = req.info.reason;
-  doc.provenance.created_at = detail::rfc3339_ms(now);
-  doc.provenance.host = req.info.host;
-  doc.provenance.stage = req.info.stage;
-  doc.provenance.program = req.info.program;
-  json j = to_json(doc);
-  // The struct can hold values the document format forbids (opt_level 9);
-  // such a profile must not reach the compiler through the store.
-  auto valid = profile_from_json(j);
-  if (!valid) return std::move(valid).error().context("profile " + req.pk);
-  FDO_TRY(std::string body, detail::canonical_text(j, "profile " + req.pk));
-  std::string digest = profile_digest(doc);
-
-  std::int64_t new_version = 1;
+  FDO_TRY(detail::PreparedWrite w, detail::prepare_write(req, now));
   FDO_TRY(auto st, state(writer, req.pk));
-  // The tenant check comes first, so nothing below (pin state, version) is
-  // ever reported about another tenant's profile.
-  if (const ActingOwner& acting = req.info.acting_owner) {
-    if (st && st->owner != *acting) return no_profile(req.pk);
-    if (!st && req.expected_version != 0) return no_profile(req.pk);
-  }
-  if (st) {
-    if (st->pinned && req.info.source == WriteSource::feedback)
-      return make_error(Errc::pinned, "profile " + req.pk +
-                                          " is pinned; feedback may not rewrite it (unpin it, "
-                                          "or write it as an operator)");
-    if (st->current != req.expected_version)
-      return make_error(Errc::conflict, "profile " + req.pk + " is at version " +
-                                            std::to_string(st->current) + " (expected " +
-                                            std::to_string(req.expected_version) + ")");
-    new_version = st->last + 1;
-  } else if (req.expected_version != 0) {
-    return make_error(Errc::conflict, "profile " + req.pk + " does not exist (expected version " +
-                                          std::to_string(req.expected_version) + ")");
-  }
+  FDO_TRY(std::int64_t new_version, detail::check_write(req, st));
   if (!st) {
     FDO_TRY(auto ins,
             writer.cached("INSERT INTO profiles (pk, owner, current_version, last_version, "
@@ -354,9 +304,9 @@ Expected<std::int64_t> SqliteBackend::Impl::write_profile(const WriteRequest& re
                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"));
     ins->bind(1, req.pk)
         .bind(2, new_version)
-        .bind(3, digest)
-        .bind(4, body)
-        .bind(5, static_cast<std::int64_t>(doc.functions.size()))
+        .bind(3, w.digest)
+        .bind(4, w.body)
+        .bind(5, w.functions)
         .bind(6, to_string(req.info.source))
         .bind(7, req.info.reason)
         .bind(8, req.info.owner)
@@ -376,7 +326,7 @@ Expected<std::int64_t> SqliteBackend::Impl::write_profile(const WriteRequest& re
   }
   // The next read of this version (usually the next stage) skips the parse.
   // Harmless if the transaction rolls back: hits compare the stored bytes.
-  docs.insert(req.pk, new_version, body, digest, *valid);
+  docs.insert(req.pk, new_version, w.body, w.digest, w.doc);
   return new_version;
 }
 

@@ -22,6 +22,7 @@ public:
   StoreKind kind() const override;
   std::string location() const override;
   const std::string& path() const override;
+  std::optional<bool> change_listener_up() const override { return std::nullopt; }
   Options options() const override;
   Status set_retention(int versions) override;
   Expected<int> schema_version() const override;

@@ -2,6 +2,7 @@
 // every call to it (backend.h).
 #include "fdo/profile_store/backend.h"
 #include "fdo/profile_store/location.h"
+#include "pg/backend.h"
 #include "sqlite_backend.h"
 
 namespace fdo::profile_store {
@@ -20,10 +21,9 @@ ProfileStore& ProfileStore::operator=(ProfileStore&&) noexcept = default;
 ProfileStore::~ProfileStore() = default;
 
 Expected<ProfileStore> ProfileStore::open(const std::string& location, const Options& options) {
-  if (is_postgres_location(location))
-    return make_error(Errc::unsupported, "profile store " + redact_location(location) +
-                                             ": this build has no PostgreSQL back end yet");
-  FDO_TRY(std::unique_ptr<Backend> backend, SqliteBackend::open(location, options));
+  FDO_TRY(std::unique_ptr<Backend> backend, is_postgres_location(location)
+                                                ? PgBackend::open(location, options)
+                                                : SqliteBackend::open(location, options));
   return ProfileStore(std::move(backend));
 }
 
@@ -33,6 +33,10 @@ StoreKind ProfileStore::kind() const {
 
 std::string ProfileStore::location() const {
   return impl_->location();
+}
+
+std::optional<bool> ProfileStore::change_listener_up() const {
+  return impl_->change_listener_up();
 }
 
 const std::string& ProfileStore::path() const {

@@ -1,4 +1,5 @@
 // Feedback per host and idempotent batch ids; the store's kind and location.
+#include "backends.h"
 #include "fdo/profile_store/location.h"
 #include "fdo/profile_store/profile_store.h"
 #include "test_util.h"
@@ -36,7 +37,7 @@ FeedbackRow row(std::string host, std::uint64_t stages, std::uint64_t count) {
 } // namespace
 
 TEST_CASE("feedback is kept per host and totals sum over the hosts", "[profile_store][feedback]") {
-  TempDir dir;
+  STORE_DIR(dir);
   ProfileStore store = open_with_profile(dir.file("p.db"));
   std::vector<FeedbackRow> a = {row("host-a", 2, 5), row("host-b", 3, 7)};
   auto applied = store.append_feedback(a);
@@ -72,7 +73,7 @@ TEST_CASE("feedback is kept per host and totals sum over the hosts", "[profile_s
 }
 
 TEST_CASE("a feedback batch id is applied once", "[profile_store][feedback]") {
-  TempDir dir;
+  STORE_DIR(dir);
   ProfileStore store = open_with_profile(dir.file("p.db"));
   std::vector<FeedbackRow> rows = {row("host-a", 2, 5)};
   auto first = store.append_feedback(rows, "host-a/1");

@@ -16,6 +16,7 @@ public:
   virtual StoreKind kind() const = 0;
   virtual std::string location() const = 0;
   virtual const std::string& path() const = 0;
+  virtual std::optional<bool> change_listener_up() const = 0;
   virtual Options options() const = 0;
   virtual Status set_retention(int versions) = 0;
   virtual Expected<int> schema_version() const = 0;

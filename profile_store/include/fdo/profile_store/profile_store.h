@@ -293,6 +293,10 @@ public:
   StoreKind kind() const;
   // The path, or the URI with any password replaced by "***" (for logs and errors).
   std::string location() const;
+  // PostgreSQL: whether the change listener is connected, i.e. whether
+  // current()/summary() may be served from the notification-coherent cache
+  // (false: every read queries the server). SQLite: nullopt (no cache).
+  std::optional<bool> change_listener_up() const;
   // The SQLite file's path; for PostgreSQL the same as location().
   const std::string& path() const;
   // The options the store was opened with, with the retention now in force.
