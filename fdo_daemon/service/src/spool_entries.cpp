@@ -23,7 +23,8 @@ std::string new_batch_id() {
 json row_to_json(const ps::FeedbackRow& r) {
   return json{
       {"pk", r.pk},           {"version", r.version},   {"stages", r.stages},
-      {"exec_ns", r.exec_ns}, {"counters", r.counters}, {"function_counts", r.function_counts}};
+      {"exec_ns", r.exec_ns}, {"counters", r.counters}, {"function_counts", r.function_counts},
+      {"host", r.host}};
 }
 
 ps::FeedbackRow row_from_json(const json& j) {

@@ -142,6 +142,7 @@ ps::FeedbackRow row(const std::string& pk, std::int64_t version, std::uint64_t c
   r.version = version;
   r.stages = 1;
   r.exec_ns = 100;
+  r.host = "host-a";
   r.function_counts["main"] = {count, 1};
   return r;
 }
@@ -238,6 +239,7 @@ TEST_CASE("store fallback: down, serves last known values and spools writes in o
   REQUIRE(s.fb.keys[kPk].versions.size() == 2);
   REQUIRE(s.fb.keys[kPk].versions.back().digest == profile_digest(doc_with(30)));
   REQUIRE(s.fb.appended.size() == 3);
+  REQUIRE(s.fb.appended[0].host == "host-a"); // the host survives the spool
   REQUIRE(s.fb.totals[{kPk, 1}].stages == 2);
   REQUIRE(s.fb.totals[{kPk, 1}].function_counts["main"][0] == 30);
   REQUIRE(s.fb.totals[{kPk, 2}].stages == 1);
