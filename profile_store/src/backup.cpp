@@ -127,7 +127,7 @@ Expected<BackupSummary> restore_database(const std::string& from_path, const std
   return s;
 }
 
-Expected<BackupSummary> ProfileStore::restore_from(const std::string& from_path) {
+Expected<BackupSummary> SqliteBackend::restore_from(const std::string& from_path) {
   FDO_TRY(Db from, open_db(from_path, SQLITE_OPEN_READONLY));
   FDO_TRY_STATUS(check_copy(from.get(), from_path));
   // The running code's statements expect this build's schema; an older copy

@@ -1,116 +1,80 @@
-// Execution feedback: batched aggregation per (pk, version) and its totals.
+// Execution feedback on SQLite: batched aggregation per (pk, version, host),
+// idempotent batch ids, and totals summed over hosts.
+#include "feedback_rows.h"
 #include "internal.h"
 
-#include <limits>
 #include <map>
+#include <set>
 
 namespace fdo::profile_store {
 
+using detail::as_i64;
+using detail::as_u64;
 using detail::check_key;
+using detail::decode_counts;
 using detail::describe_profile;
+using detail::encode_counts;
 using detail::now_ms;
+using detail::sat_add;
 using sqlite::Transaction;
 using sqlite::TxKind;
 
 namespace {
 
-std::int64_t as_i64(std::uint64_t v) {
-  return static_cast<std::int64_t>(v);
-}
-std::uint64_t as_u64(std::int64_t v) {
-  return static_cast<std::uint64_t>(v);
-}
-
-std::uint64_t sat_add(std::uint64_t a, std::uint64_t b) {
-  return b > std::numeric_limits<std::uint64_t>::max() - a
-             ? std::numeric_limits<std::uint64_t>::max()
-             : a + b;
-}
-
-std::vector<std::uint8_t> encode_counts(const std::vector<std::uint64_t>& counts) {
-  std::vector<std::uint8_t> out(counts.size() * 8);
-  for (size_t i = 0; i < counts.size(); ++i)
-    for (int b = 0; b < 8; ++b)
-      out[i * 8 + b] = static_cast<std::uint8_t>(counts[i] >> (8 * b));
-  return out;
-}
-
-Expected<std::vector<std::uint64_t>> decode_counts(const std::vector<std::uint8_t>& bytes,
-                                                   const std::string& what) {
-  if (bytes.size() % 8 != 0)
-    return make_error(Errc::corrupt, what + ": counts blob of " + std::to_string(bytes.size()) +
-                                         " bytes is not a whole number of uint64");
-  std::vector<std::uint64_t> out(bytes.size() / 8);
-  for (size_t i = 0; i < out.size(); ++i)
-    for (int b = 0; b < 8; ++b)
-      out[i] |= std::uint64_t(bytes[i * 8 + b]) << (8 * b);
-  return out;
+// Inside the batch's transaction: true when the id was applied before;
+// otherwise records it (and prunes ids past their retention).
+Expected<bool> claim_batch_id(sqlite::Connection& db, std::string_view batch_id, std::int64_t now) {
+  {
+    FDO_TRY(auto st, db.cached("DELETE FROM feedback_batches WHERE applied_at < ?1"));
+    st->bind(1, now - std::chrono::milliseconds(ProfileStore::kBatchIdRetention).count());
+    FDO_TRY_STATUS(st->run());
+  }
+  FDO_TRY(auto st, db.cached("INSERT INTO feedback_batches (batch_id, applied_at) VALUES (?1, ?2) "
+                             "ON CONFLICT (batch_id) DO NOTHING"));
+  st->bind(1, batch_id).bind(2, now);
+  FDO_TRY_STATUS(st->run());
+  return db.changes() == 0;
 }
 
 } // namespace
 
-Expected<AppendResult> ProfileStore::append_feedback(std::span<const FeedbackRow> rows) {
+Expected<AppendResult> SqliteBackend::append_feedback(std::span<const FeedbackRow> rows,
+                                                      std::string_view batch_id) {
   // Validate and merge in memory first: a bad row fails the batch before the
-  // write lock is taken, and each (pk, version) is written once.
-  struct Merged {
-    std::size_t rows = 0;
-    FeedbackTotals totals;
-  };
-  std::map<std::pair<std::string, std::int64_t>, Merged> merged;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const FeedbackRow& r = rows[i];
-    std::string where = "feedback row " + std::to_string(i + 1);
-    if (auto s = check_key("profile key", r.pk); !s) return std::move(s).error().context(where);
-    if (r.version <= 0)
-      return make_error(Errc::invalid_argument,
-                        where + ": version must be > 0 (got " + std::to_string(r.version) + ")");
-    Merged& m = merged[{r.pk, r.version}];
-    m.rows++;
-    m.totals.stages = sat_add(m.totals.stages, r.stages);
-    m.totals.exec_ns = sat_add(m.totals.exec_ns, r.exec_ns);
-    for (const auto& [name, value] : r.counters) {
-      if (name.empty())
-        return make_error(Errc::invalid_argument, where + ": counter name must not be empty");
-      m.totals.counters[name] = sat_add(m.totals.counters[name], value);
-    }
-    for (const auto& [fn, counts] : r.function_counts) {
-      if (fn.empty())
-        return make_error(Errc::invalid_argument, where + ": function name must not be empty");
-      auto [it, inserted] = m.totals.function_counts.try_emplace(fn, counts);
-      if (inserted) continue;
-      if (it->second.size() != counts.size())
-        return make_error(Errc::invalid_argument,
-                          where + ": function " + fn + " has " + std::to_string(counts.size()) +
-                              " counts but an earlier row of the batch for " +
-                              describe_profile(r.pk, r.version) + " has " +
-                              std::to_string(it->second.size()));
-      for (size_t k = 0; k < counts.size(); ++k)
-        it->second[k] = sat_add(it->second[k], counts[k]);
-    }
-  }
+  // write lock is taken, and each (pk, version, host) is written once.
+  if (!batch_id.empty()) FDO_TRY_STATUS(detail::check_batch_id(batch_id));
+  FDO_TRY(auto merged, detail::merge_feedback(rows));
 
   FDO_TRY(auto lock, impl_->lock_writer());
   sqlite::Connection& db = impl_->writer;
   FDO_TRY(auto tx, Transaction::begin(db, TxKind::immediate));
   std::int64_t now = now_ms();
   AppendResult result;
+  if (!batch_id.empty()) {
+    FDO_TRY(bool seen, claim_batch_id(db, batch_id, now));
+    if (seen) {
+      result.duplicate = true;
+      return result; // the transaction rolls back: nothing changed
+    }
+  }
+  std::set<std::pair<std::string, std::int64_t>> skipped;
   for (auto& [key, m] : merged) {
-    const auto& [pk, version] = key;
+    const auto& [pk, version, host] = key;
     std::string what = "feedback for " + describe_profile(pk, version);
     {
       FDO_TRY(auto st, db.cached("SELECT 1 FROM profile_versions WHERE pk = ?1 AND version = ?2"));
       st->bind(1, pk).bind(2, version);
       FDO_TRY(bool exists, st->step());
       if (!exists) {
-        result.skipped.emplace_back(pk, version);
+        if (skipped.emplace(pk, version).second) result.skipped.emplace_back(pk, version);
         continue;
       }
     }
     std::uint64_t stages = 0, exec_ns = 0;
     {
-      FDO_TRY(auto st,
-              db.cached("SELECT stages, exec_ns FROM feedback WHERE pk = ?1 AND version = ?2"));
-      st->bind(1, pk).bind(2, version);
+      FDO_TRY(auto st, db.cached("SELECT stages, exec_ns FROM feedback WHERE pk = ?1 AND "
+                                 "version = ?2 AND host = ?3"));
+      st->bind(1, pk).bind(2, version).bind(3, host);
       FDO_TRY(bool row, st->step());
       if (row) {
         stages = as_u64(st->column_int64(0));
@@ -118,14 +82,14 @@ Expected<AppendResult> ProfileStore::append_feedback(std::span<const FeedbackRow
       }
     }
     {
-      FDO_TRY(auto st, db.cached("INSERT INTO feedback (pk, version, stages, exec_ns, "
-                                 "updated_at) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT "
-                                 "(pk, version) DO UPDATE SET stages = excluded.stages, "
+      FDO_TRY(auto st, db.cached("INSERT INTO feedback (pk, version, host, stages, exec_ns, "
+                                 "updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT "
+                                 "(pk, version, host) DO UPDATE SET stages = excluded.stages, "
                                  "exec_ns = excluded.exec_ns, updated_at = excluded.updated_at"));
-      st->bind(1, pk).bind(2, version);
-      st->bind(3, as_i64(sat_add(stages, m.totals.stages)));
-      st->bind(4, as_i64(sat_add(exec_ns, m.totals.exec_ns)));
-      st->bind(5, now);
+      st->bind(1, pk).bind(2, version).bind(3, host);
+      st->bind(4, as_i64(sat_add(stages, m.totals.stages)));
+      st->bind(5, as_i64(sat_add(exec_ns, m.totals.exec_ns)));
+      st->bind(6, now);
       FDO_TRY_STATUS(st->run());
     }
     for (const auto& [name, value] : m.totals.counters) {
@@ -134,40 +98,43 @@ Expected<AppendResult> ProfileStore::append_feedback(std::span<const FeedbackRow
       std::uint64_t old = 0;
       {
         FDO_TRY(auto st, db.cached("SELECT value FROM feedback_counters WHERE pk = ?1 AND "
-                                   "version = ?2 AND name = ?3"));
-        st->bind(1, pk).bind(2, version).bind(3, name);
+                                   "version = ?2 AND host = ?3 AND name = ?4"));
+        st->bind(1, pk).bind(2, version).bind(3, host).bind(4, name);
         FDO_TRY(bool row, st->step());
         if (row) old = as_u64(st->column_int64(0));
       }
-      FDO_TRY(auto st, db.cached("INSERT INTO feedback_counters (pk, version, name, value) "
-                                 "VALUES (?1, ?2, ?3, ?4) ON CONFLICT (pk, version, name) "
-                                 "DO UPDATE SET value = excluded.value"));
-      st->bind(1, pk).bind(2, version).bind(3, name).bind(4, as_i64(sat_add(old, value)));
+      FDO_TRY(auto st, db.cached("INSERT INTO feedback_counters (pk, version, host, name, value) "
+                                 "VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (pk, version, host, "
+                                 "name) DO UPDATE SET value = excluded.value"));
+      st->bind(1, pk).bind(2, version).bind(3, host).bind(4, name);
+      st->bind(5, as_i64(sat_add(old, value)));
       FDO_TRY_STATUS(st->run());
     }
     for (const auto& [fn, counts] : m.totals.function_counts) {
       std::vector<std::uint64_t> sum = counts;
       {
-        FDO_TRY(auto st, db.cached("SELECT counts FROM feedback_function_counts WHERE pk = ?1 "
-                                   "AND version = ?2 AND function = ?3"));
+        // Every host's vector of this function has one length.
+        FDO_TRY(auto st, db.cached("SELECT host, counts FROM feedback_function_counts WHERE "
+                                   "pk = ?1 AND version = ?2 AND function = ?3"));
         st->bind(1, pk).bind(2, version).bind(3, fn);
-        FDO_TRY(bool row, st->step());
-        if (row) {
-          FDO_TRY(auto old, decode_counts(st->column_blob(0), what + " function " + fn));
+        while (true) {
+          FDO_TRY(bool row, st->step());
+          if (!row) break;
+          FDO_TRY(auto old, decode_counts(st->column_blob(1), what + " function " + fn));
           if (old.size() != counts.size())
             return make_error(Errc::invalid_argument,
-                              what + ": function " + fn + " has " + std::to_string(counts.size()) +
-                                  " counts but " + std::to_string(old.size()) +
-                                  " are stored (nothing of the batch applied)");
+                              detail::length_mismatch(what, fn, counts.size(), old.size()));
+          if (st->column_text(0) != host) continue;
           for (size_t k = 0; k < sum.size(); ++k)
             sum[k] = sat_add(old[k], sum[k]);
         }
       }
-      FDO_TRY(auto st, db.cached("INSERT INTO feedback_function_counts (pk, version, function, "
-                                 "counts) VALUES (?1, ?2, ?3, ?4) ON CONFLICT "
-                                 "(pk, version, function) DO UPDATE SET counts = excluded.counts"));
+      FDO_TRY(auto st, db.cached("INSERT INTO feedback_function_counts (pk, version, host, "
+                                 "function, counts) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT "
+                                 "(pk, version, host, function) DO UPDATE SET counts = "
+                                 "excluded.counts"));
       auto blob = encode_counts(sum);
-      st->bind(1, pk).bind(2, version).bind(3, fn).bind_blob(4, blob);
+      st->bind(1, pk).bind(2, version).bind(3, host).bind(4, fn).bind_blob(5, blob);
       FDO_TRY_STATUS(st->run());
     }
     result.applied += m.rows;
@@ -176,8 +143,8 @@ Expected<AppendResult> ProfileStore::append_feedback(std::span<const FeedbackRow
   return result;
 }
 
-Expected<std::optional<FeedbackTotals>> ProfileStore::feedback(std::string_view pk,
-                                                               std::int64_t version) const {
+Expected<std::optional<FeedbackTotals>> SqliteBackend::feedback(std::string_view pk,
+                                                                std::int64_t version) const {
   FDO_TRY_STATUS(check_key("profile key", pk));
   FDO_TRY(auto lease, impl_->readers.acquire());
   sqlite::Connection& db = lease.db();
@@ -188,14 +155,16 @@ Expected<std::optional<FeedbackTotals>> ProfileStore::feedback(std::string_view 
   t.version = version;
   std::string what = "feedback for " + describe_profile(pk, version);
   {
-    FDO_TRY(auto st, db.cached("SELECT stages, exec_ns, updated_at FROM feedback "
+    FDO_TRY(auto st, db.cached("SELECT host, stages, exec_ns, updated_at FROM feedback "
                                "WHERE pk = ?1 AND version = ?2"));
     st->bind(1, pk).bind(2, version);
-    FDO_TRY(bool row, st->step());
-    if (!row) return std::optional<FeedbackTotals>();
-    t.stages = as_u64(st->column_int64(0));
-    t.exec_ns = as_u64(st->column_int64(1));
-    t.updated_at = st->column_int64(2);
+    while (true) {
+      FDO_TRY(bool row, st->step());
+      if (!row) break;
+      FDO_TRY_STATUS(detail::add_host_totals(t, st->column_text(0), as_u64(st->column_int64(1)),
+                                             as_u64(st->column_int64(2)), st->column_int64(3)));
+    }
+    if (t.host_stages.empty()) return std::optional<FeedbackTotals>();
   }
   {
     FDO_TRY(auto st, db.cached("SELECT name, value FROM feedback_counters "
@@ -204,7 +173,8 @@ Expected<std::optional<FeedbackTotals>> ProfileStore::feedback(std::string_view 
     while (true) {
       FDO_TRY(bool row, st->step());
       if (!row) break;
-      t.counters[st->column_text(0)] = as_u64(st->column_int64(1));
+      std::uint64_t& sum = t.counters[st->column_text(0)];
+      sum = sat_add(sum, as_u64(st->column_int64(1)));
     }
   }
   {
@@ -216,7 +186,7 @@ Expected<std::optional<FeedbackTotals>> ProfileStore::feedback(std::string_view 
       if (!row) break;
       std::string fn = st->column_text(0);
       FDO_TRY(auto counts, decode_counts(st->column_blob(1), what + " function " + fn));
-      t.function_counts[fn] = std::move(counts);
+      FDO_TRY_STATUS(detail::add_function_counts(t, fn, counts, what));
     }
   }
   FDO_TRY_STATUS(tx.commit());

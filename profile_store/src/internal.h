@@ -4,6 +4,8 @@
 #include "fdo/profile_store/profile_store.h"
 #include "fdo/profile_store/sqlite.h"
 #include "fdo/util/time.h"
+#include "profile_rules.h"
+#include "sqlite_backend.h"
 
 #include <atomic>
 #include <chrono>
@@ -130,7 +132,7 @@ private:
 Expected<sqlite::Connection> open_reader(const std::string& path,
                                          std::chrono::milliseconds busy_timeout);
 
-struct ProfileStore::Impl {
+struct SqliteBackend::Impl {
   Impl(std::string path_, const Options& options_)
       : path(std::move(path_)), options(options_), retention(options_.retention),
         readers(path, options_.busy_timeout, options_.read_connections) {}
@@ -155,12 +157,7 @@ struct ProfileStore::Impl {
   Expected<std::unique_lock<std::mutex>> lock_writer();
 
   // The profiles row of one key.
-  struct State {
-    std::int64_t owner = 0;
-    std::int64_t current = 0; // 0: no current profile
-    std::int64_t last = 0;
-    bool pinned = false;
-  };
+  using State = detail::ProfileState;
 
   // Helpers that run on a given connection: a borrowed reader, or the writer
   // with write_mu held (inside the caller's transaction, if any).

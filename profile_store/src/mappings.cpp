@@ -22,7 +22,7 @@ Expected<std::optional<std::string>> lookup_one(sqlite::Connection& db, const st
   return std::optional<std::string>(st->column_text(0));
 }
 
-Expected<bool> delete_one(ProfileStore::Impl& impl, const std::string& sql, std::string_view key) {
+Expected<bool> delete_one(SqliteBackend::Impl& impl, const std::string& sql, std::string_view key) {
   FDO_TRY(auto lock, impl.lock_writer());
   FDO_TRY(auto st, impl.writer.cached(sql));
   st->bind(1, key);
@@ -34,13 +34,13 @@ Expected<bool> delete_one(ProfileStore::Impl& impl, const std::string& sql, std:
 
 // --- profile key mapping IK -> PK ---
 
-Expected<std::optional<std::string>> ProfileStore::lookup_profile_key(std::string_view ik) const {
+Expected<std::optional<std::string>> SqliteBackend::lookup_profile_key(std::string_view ik) const {
   FDO_TRY_STATUS(check_key("initial key", ik));
   FDO_TRY(auto lease, impl_->readers.acquire());
   return lookup_one(lease.db(), "SELECT pk FROM profile_keys WHERE ik = ?1", ik);
 }
 
-Expected<MappingResult> ProfileStore::put_profile_key(std::string_view ik, std::string_view pk) {
+Expected<MappingResult> SqliteBackend::put_profile_key(std::string_view ik, std::string_view pk) {
   FDO_TRY_STATUS(check_key("initial key", ik));
   FDO_TRY_STATUS(check_key("profile key", pk));
   FDO_TRY(auto lock, impl_->lock_writer());
@@ -67,21 +67,21 @@ Expected<MappingResult> ProfileStore::put_profile_key(std::string_view ik, std::
   return result;
 }
 
-Expected<bool> ProfileStore::remove_profile_key(std::string_view ik) {
+Expected<bool> SqliteBackend::remove_profile_key(std::string_view ik) {
   FDO_TRY_STATUS(check_key("initial key", ik));
   return delete_one(*impl_, "DELETE FROM profile_keys WHERE ik = ?1", ik);
 }
 
 // --- virtual key mapping CK -> VK ---
 
-Expected<std::optional<std::string>> ProfileStore::lookup_virtual_key(std::string_view ck) const {
+Expected<std::optional<std::string>> SqliteBackend::lookup_virtual_key(std::string_view ck) const {
   FDO_TRY_STATUS(check_key("cache key", ck));
   FDO_TRY(auto lease, impl_->readers.acquire());
   return lookup_one(lease.db(), "SELECT vk FROM virtual_keys WHERE ck = ?1", ck);
 }
 
-Expected<MappingResult> ProfileStore::put_virtual_key(std::string_view ck, std::string_view vk,
-                                                      std::string_view ik) {
+Expected<MappingResult> SqliteBackend::put_virtual_key(std::string_view ck, std::string_view vk,
+                                                       std::string_view ik) {
   FDO_TRY_STATUS(check_key("cache key", ck));
   FDO_TRY_STATUS(check_key("virtual key", vk));
   if (!ik.empty()) FDO_TRY_STATUS(check_key("initial key", ik));
@@ -125,12 +125,12 @@ Expected<MappingResult> ProfileStore::put_virtual_key(std::string_view ck, std::
   return result;
 }
 
-Expected<bool> ProfileStore::remove_virtual_key(std::string_view ck) {
+Expected<bool> SqliteBackend::remove_virtual_key(std::string_view ck) {
   FDO_TRY_STATUS(check_key("cache key", ck));
   return delete_one(*impl_, "DELETE FROM virtual_keys WHERE ck = ?1", ck);
 }
 
-Expected<MappingRemoval> ProfileStore::remove_mappings(std::string_view ik) {
+Expected<MappingRemoval> SqliteBackend::remove_mappings(std::string_view ik) {
   FDO_TRY_STATUS(check_key("initial key", ik));
   FDO_TRY(auto lock, impl_->lock_writer());
   sqlite::Connection& db = impl_->writer;
@@ -190,7 +190,7 @@ Expected<std::optional<ProgramInfo>> program_row(sqlite::Connection& db, std::st
 
 } // namespace
 
-Expected<ProgramInfo> ProfileStore::register_program(const ProgramInfo& program) {
+Expected<ProgramInfo> SqliteBackend::register_program(const ProgramInfo& program) {
   FDO_TRY_STATUS(check_key("initial key", program.ik));
   if (program.size < 0)
     return make_error(Errc::invalid_argument, "program " + program.ik +
@@ -233,7 +233,7 @@ Expected<ProgramInfo> ProfileStore::register_program(const ProgramInfo& program)
   return std::move(*stored);
 }
 
-Status ProfileStore::touch_program(std::string_view ik) {
+Status SqliteBackend::touch_program(std::string_view ik) {
   FDO_TRY_STATUS(check_key("initial key", ik));
   FDO_TRY(auto lock, impl_->lock_writer());
   FDO_TRY(auto st,
@@ -245,13 +245,14 @@ Status ProfileStore::touch_program(std::string_view ik) {
   return ok();
 }
 
-Expected<std::optional<ProgramInfo>> ProfileStore::program(std::string_view ik) const {
+Expected<std::optional<ProgramInfo>> SqliteBackend::program(std::string_view ik) const {
   FDO_TRY_STATUS(check_key("initial key", ik));
   FDO_TRY(auto lease, impl_->readers.acquire());
   return program_row(lease.db(), ik);
 }
 
-Expected<std::vector<ProgramInfo>> ProfileStore::programs(std::optional<std::int64_t> owner) const {
+Expected<std::vector<ProgramInfo>>
+SqliteBackend::programs(std::optional<std::int64_t> owner) const {
   FDO_TRY(auto lease, impl_->readers.acquire());
   FDO_TRY(auto st, lease.db().cached(std::string(kProgramColumns) +
                                      "WHERE ?1 IS NULL OR owner = ?1 ORDER BY ik"));
@@ -268,7 +269,7 @@ Expected<std::vector<ProgramInfo>> ProfileStore::programs(std::optional<std::int
   return out;
 }
 
-Expected<std::int64_t> ProfileStore::count_programs(std::int64_t owner) const {
+Expected<std::int64_t> SqliteBackend::count_programs(std::int64_t owner) const {
   FDO_TRY(auto lease, impl_->readers.acquire());
   FDO_TRY(auto st, lease.db().cached("SELECT COUNT(*) FROM programs WHERE owner = ?1"));
   st->bind(1, owner);
@@ -276,7 +277,7 @@ Expected<std::int64_t> ProfileStore::count_programs(std::int64_t owner) const {
   return row ? st->column_int64(0) : 0;
 }
 
-Expected<bool> ProfileStore::remove_program(std::string_view ik) {
+Expected<bool> SqliteBackend::remove_program(std::string_view ik) {
   FDO_TRY_STATUS(check_key("initial key", ik));
   return delete_one(*impl_, "DELETE FROM programs WHERE ik = ?1", ik);
 }
@@ -292,8 +293,8 @@ Expected<bool> owns_program_with_pk(sqlite::Connection& db, std::int64_t owner,
 
 } // namespace detail
 
-Expected<bool> ProfileStore::owns_program_with_profile_key(std::int64_t owner,
-                                                           std::string_view pk) const {
+Expected<bool> SqliteBackend::owns_program_with_profile_key(std::int64_t owner,
+                                                            std::string_view pk) const {
   FDO_TRY_STATUS(check_key("profile key", pk));
   FDO_TRY(auto lease, impl_->readers.acquire());
   return detail::owns_program_with_pk(lease.db(), owner, pk);

@@ -225,12 +225,11 @@ Status prepare_writer(sqlite::Connection& db, const std::string& path, const Opt
 
 } // namespace
 
-ProfileStore::ProfileStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-ProfileStore::ProfileStore(ProfileStore&&) noexcept = default;
-ProfileStore& ProfileStore::operator=(ProfileStore&&) noexcept = default;
-ProfileStore::~ProfileStore() = default;
+SqliteBackend::SqliteBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SqliteBackend::~SqliteBackend() = default;
 
-Expected<ProfileStore> ProfileStore::open(const std::string& path, const Options& options) {
+Expected<std::unique_ptr<Backend>> SqliteBackend::open(const std::string& path,
+                                                       const Options& options) {
   FDO_TRY_STATUS(check_options(options));
   FDO_TRY_STATUS(check_file(path, options.mode));
   FDO_TRY(QuickCheck checked, inspect_quietly(path, options.mode));
@@ -256,26 +255,34 @@ Expected<ProfileStore> ProfileStore::open(const std::string& path, const Options
     FDO_TRY_STATUS(prepare_writer(db, path, options, info));
     impl->writer = std::move(db);
   }
-  return ProfileStore(std::move(impl));
+  return std::unique_ptr<Backend>(std::make_unique<SqliteBackend>(std::move(impl)));
 }
 
-Expected<std::unique_lock<std::mutex>> ProfileStore::Impl::lock_writer() {
+Expected<std::unique_lock<std::mutex>> SqliteBackend::Impl::lock_writer() {
   if (options.mode == OpenMode::read_only)
     return make_error(Errc::permission_denied, "profile store '" + path + "' is open read-only");
   return std::unique_lock(write_mu);
 }
 
-const std::string& ProfileStore::path() const {
+StoreKind SqliteBackend::kind() const {
+  return StoreKind::sqlite;
+}
+
+std::string SqliteBackend::location() const {
   return impl_->path;
 }
 
-Options ProfileStore::options() const {
+const std::string& SqliteBackend::path() const {
+  return impl_->path;
+}
+
+Options SqliteBackend::options() const {
   Options o = impl_->options;
   o.retention = impl_->retention.load(std::memory_order_relaxed);
   return o;
 }
 
-Status ProfileStore::set_retention(int versions) {
+Status SqliteBackend::set_retention(int versions) {
   if (versions < 1)
     return make_error(Errc::invalid_argument, "retention must keep at least 1 version (got " +
                                                   std::to_string(versions) + ")");
@@ -284,13 +291,13 @@ Status ProfileStore::set_retention(int versions) {
   return ok();
 }
 
-Expected<int> ProfileStore::schema_version() const {
+Expected<int> SqliteBackend::schema_version() const {
   FDO_TRY(auto lease, impl_->readers.acquire());
   FDO_TRY(std::int64_t v, lease.db().query_int("PRAGMA user_version"));
   return static_cast<int>(v);
 }
 
-Status ProfileStore::integrity_check() const {
+Status SqliteBackend::integrity_check() const {
   FDO_TRY(auto lease, impl_->readers.acquire());
   sqlite::Connection& db = lease.db();
   // Both checks look at one snapshot.

@@ -2,6 +2,7 @@
 // write path (on the write connection), pin/unpin/reset/remove, listing,
 // ownership; and the verified-document cache.
 #include "internal.h"
+#include "profile_rules.h"
 
 #include <iterator>
 
@@ -120,7 +121,7 @@ void DocCache::insert(const std::string& pk, std::int64_t version, const std::st
 
 // --- reads on a given connection ---
 
-Expected<StoredProfile> ProfileStore::Impl::read_profile_row(const Statement& st) {
+Expected<StoredProfile> SqliteBackend::Impl::read_profile_row(const Statement& st) {
   StoredProfile p;
   p.pk = st.column_text(0);
   p.version = st.column_int64(1);
@@ -139,26 +140,12 @@ Expected<StoredProfile> ProfileStore::Impl::read_profile_row(const Statement& st
   p.host = st.column_text(10);
   p.stage = st.column_int64(11);
   p.program = st.column_text(12);
-  if (auto cached = docs.find(p.pk, p.version, p.body, p.digest)) {
-    p.doc = std::move(*cached);
-    return p;
-  }
-  auto doc = parse_profile(p.body);
-  if (!doc)
-    return make_error(Errc::corrupt, describe_profile(p.pk, p.version) +
-                                         ": stored body does not parse: " + doc.error().message());
-  p.doc = std::move(*doc);
-  // The digest keys compiled outputs; serving a body that does not match it
-  // would compile one profile under another's cache key.
-  if (std::string d = profile_digest(p.doc); d != p.digest)
-    return make_error(Errc::corrupt, describe_profile(p.pk, p.version) + ": stored digest " +
-                                         p.digest + " does not match the body (" + d + ")");
-  docs.insert(p.pk, p.version, p.body, p.digest, p.doc);
+  FDO_TRY_STATUS(detail::decode_body(p, docs));
   return p;
 }
 
-Expected<std::optional<ProfileStore::Impl::State>> ProfileStore::Impl::state(sqlite::Connection& db,
-                                                                             std::string_view pk) {
+Expected<std::optional<SqliteBackend::Impl::State>>
+SqliteBackend::Impl::state(sqlite::Connection& db, std::string_view pk) {
   FDO_TRY(auto st, db.cached("SELECT owner, current_version, last_version, pinned FROM profiles "
                              "WHERE pk = ?1"));
   st->bind(1, pk);
@@ -172,8 +159,8 @@ Expected<std::optional<ProfileStore::Impl::State>> ProfileStore::Impl::state(sql
   return std::optional<State>(s);
 }
 
-Expected<std::optional<StoredProfile>> ProfileStore::Impl::current(sqlite::Connection& db,
-                                                                   std::string_view pk) {
+Expected<std::optional<StoredProfile>> SqliteBackend::Impl::current(sqlite::Connection& db,
+                                                                    std::string_view pk) {
   FDO_TRY(auto st, db.cached(std::string(kProfileColumns) +
                              "WHERE v.pk = ?1 AND v.version = p.current_version"));
   st->bind(1, pk);
@@ -184,7 +171,7 @@ Expected<std::optional<StoredProfile>> ProfileStore::Impl::current(sqlite::Conne
 }
 
 Expected<std::optional<StoredProfile>>
-ProfileStore::Impl::get(sqlite::Connection& db, std::string_view pk, std::int64_t version) {
+SqliteBackend::Impl::get(sqlite::Connection& db, std::string_view pk, std::int64_t version) {
   FDO_TRY(auto st, db.cached(std::string(kProfileColumns) + "WHERE v.pk = ?1 AND v.version = ?2"));
   st->bind(1, pk).bind(2, version);
   FDO_TRY(bool row, st->step());
@@ -193,8 +180,8 @@ ProfileStore::Impl::get(sqlite::Connection& db, std::string_view pk, std::int64_
   return std::optional<StoredProfile>(std::move(p));
 }
 
-Expected<std::vector<StoredProfile>> ProfileStore::Impl::history(sqlite::Connection& db,
-                                                                 std::string_view pk) {
+Expected<std::vector<StoredProfile>> SqliteBackend::Impl::history(sqlite::Connection& db,
+                                                                  std::string_view pk) {
   FDO_TRY(auto st, db.cached(std::string(kProfileColumns) + "WHERE v.pk = ?1 ORDER BY v.version"));
   st->bind(1, pk);
   std::vector<StoredProfile> out;
@@ -209,20 +196,20 @@ Expected<std::vector<StoredProfile>> ProfileStore::Impl::history(sqlite::Connect
 
 // --- public reads (each one statement, so one snapshot) ---
 
-Expected<std::optional<StoredProfile>> ProfileStore::current(std::string_view pk) const {
+Expected<std::optional<StoredProfile>> SqliteBackend::current(std::string_view pk) const {
   FDO_TRY_STATUS(check_key("profile key", pk));
   FDO_TRY(auto lease, impl_->readers.acquire());
   return impl_->current(lease.db(), pk);
 }
 
-Expected<std::optional<StoredProfile>> ProfileStore::get(std::string_view pk,
-                                                         std::int64_t version) const {
+Expected<std::optional<StoredProfile>> SqliteBackend::get(std::string_view pk,
+                                                          std::int64_t version) const {
   FDO_TRY_STATUS(check_key("profile key", pk));
   FDO_TRY(auto lease, impl_->readers.acquire());
   return impl_->get(lease.db(), pk, version);
 }
 
-Expected<std::vector<StoredProfile>> ProfileStore::history(std::string_view pk) const {
+Expected<std::vector<StoredProfile>> SqliteBackend::history(std::string_view pk) const {
   FDO_TRY_STATUS(check_key("profile key", pk));
   FDO_TRY(auto lease, impl_->readers.acquire());
   FDO_TRY(auto out, impl_->history(lease.db(), pk));
@@ -232,7 +219,7 @@ Expected<std::vector<StoredProfile>> ProfileStore::history(std::string_view pk) 
   return out;
 }
 
-Expected<std::optional<std::int64_t>> ProfileStore::owner(std::string_view pk) const {
+Expected<std::optional<std::int64_t>> SqliteBackend::owner(std::string_view pk) const {
   FDO_TRY_STATUS(check_key("profile key", pk));
   FDO_TRY(auto lease, impl_->readers.acquire());
   FDO_TRY(auto st, lease.db().cached("SELECT owner FROM profiles WHERE pk = ?1"));
@@ -264,7 +251,7 @@ ProfileSummary read_summary_row(const Statement& st) {
 
 } // namespace
 
-Expected<std::optional<ProfileSummary>> ProfileStore::summary(std::string_view pk) const {
+Expected<std::optional<ProfileSummary>> SqliteBackend::summary(std::string_view pk) const {
   FDO_TRY_STATUS(check_key("profile key", pk));
   FDO_TRY(auto lease, impl_->readers.acquire());
   FDO_TRY(auto st, lease.db().cached(std::string(kSummaryColumns) + "WHERE p.pk = ?1"));
@@ -274,7 +261,7 @@ Expected<std::optional<ProfileSummary>> ProfileStore::summary(std::string_view p
   return std::optional<ProfileSummary>(read_summary_row(*st));
 }
 
-Expected<std::vector<ProfileSummary>> ProfileStore::list(std::optional<std::int64_t> owner) const {
+Expected<std::vector<ProfileSummary>> SqliteBackend::list(std::optional<std::int64_t> owner) const {
   FDO_TRY(auto lease, impl_->readers.acquire());
   FDO_TRY(auto st, lease.db().cached(std::string(kSummaryColumns) +
                                      "WHERE ?1 IS NULL OR p.owner = ?1 ORDER BY p.pk"));
@@ -293,48 +280,11 @@ Expected<std::vector<ProfileSummary>> ProfileStore::list(std::optional<std::int6
 
 // --- writes ---
 
-Expected<std::int64_t> ProfileStore::Impl::write_profile(const WriteRequest& req,
-                                                         std::int64_t now) {
-  FDO_TRY_STATUS(check_key("profile key", req.pk));
-  if (req.expected_version < 0)
-    return make_error(Errc::invalid_argument,
-                      "expected version of profile " + req.pk + " must be >= 0");
-  ProfileDoc doc = req.doc;
-  doc.provenance.reason = req.info.reason;
-  doc.provenance.created_at = detail::rfc3339_ms(now);
-  doc.provenance.host = req.info.host;
-  doc.provenance.stage = req.info.stage;
-  doc.provenance.program = req.info.program;
-  json j = to_json(doc);
-  // The struct can hold values the document format forbids (opt_level 9);
-  // such a profile must not reach the compiler through the store.
-  auto valid = profile_from_json(j);
-  if (!valid) return std::move(valid).error().context("profile " + req.pk);
-  FDO_TRY(std::string body, detail::canonical_text(j, "profile " + req.pk));
-  std::string digest = profile_digest(doc);
-
-  std::int64_t new_version = 1;
+Expected<std::int64_t> SqliteBackend::Impl::write_profile(const WriteRequest& req,
+                                                          std::int64_t now) {
+  FDO_TRY(detail::PreparedWrite w, detail::prepare_write(req, now));
   FDO_TRY(auto st, state(writer, req.pk));
-  // The tenant check comes first, so nothing below (pin state, version) is
-  // ever reported about another tenant's profile.
-  if (const ActingOwner& acting = req.info.acting_owner) {
-    if (st && st->owner != *acting) return no_profile(req.pk);
-    if (!st && req.expected_version != 0) return no_profile(req.pk);
-  }
-  if (st) {
-    if (st->pinned && req.info.source == WriteSource::feedback)
-      return make_error(Errc::pinned, "profile " + req.pk +
-                                          " is pinned; feedback may not rewrite it (unpin it, "
-                                          "or write it as an operator)");
-    if (st->current != req.expected_version)
-      return make_error(Errc::conflict, "profile " + req.pk + " is at version " +
-                                            std::to_string(st->current) + " (expected " +
-                                            std::to_string(req.expected_version) + ")");
-    new_version = st->last + 1;
-  } else if (req.expected_version != 0) {
-    return make_error(Errc::conflict, "profile " + req.pk + " does not exist (expected version " +
-                                          std::to_string(req.expected_version) + ")");
-  }
+  FDO_TRY(std::int64_t new_version, detail::check_write(req, st));
   if (!st) {
     FDO_TRY(auto ins,
             writer.cached("INSERT INTO profiles (pk, owner, current_version, last_version, "
@@ -354,9 +304,9 @@ Expected<std::int64_t> ProfileStore::Impl::write_profile(const WriteRequest& req
                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"));
     ins->bind(1, req.pk)
         .bind(2, new_version)
-        .bind(3, digest)
-        .bind(4, body)
-        .bind(5, static_cast<std::int64_t>(doc.functions.size()))
+        .bind(3, w.digest)
+        .bind(4, w.body)
+        .bind(5, w.functions)
         .bind(6, to_string(req.info.source))
         .bind(7, req.info.reason)
         .bind(8, req.info.owner)
@@ -376,12 +326,12 @@ Expected<std::int64_t> ProfileStore::Impl::write_profile(const WriteRequest& req
   }
   // The next read of this version (usually the next stage) skips the parse.
   // Harmless if the transaction rolls back: hits compare the stored bytes.
-  docs.insert(req.pk, new_version, body, digest, *valid);
+  docs.insert(req.pk, new_version, w.body, w.digest, w.doc);
   return new_version;
 }
 
-Expected<std::int64_t> ProfileStore::write(std::string_view pk, std::int64_t expected_version,
-                                           const ProfileDoc& doc, const WriteInfo& info) {
+Expected<std::int64_t> SqliteBackend::write(std::string_view pk, std::int64_t expected_version,
+                                            const ProfileDoc& doc, const WriteInfo& info) {
   WriteRequest req{std::string(pk), expected_version, doc, info};
   FDO_TRY(auto lock, impl_->lock_writer());
   FDO_TRY(auto tx, Transaction::begin(impl_->writer, TxKind::immediate));
@@ -391,7 +341,7 @@ Expected<std::int64_t> ProfileStore::write(std::string_view pk, std::int64_t exp
 }
 
 Expected<std::vector<std::int64_t>>
-ProfileStore::write_batch(std::span<const WriteRequest> requests) {
+SqliteBackend::write_batch(std::span<const WriteRequest> requests) {
   FDO_TRY(auto lock, impl_->lock_writer());
   FDO_TRY(auto tx, Transaction::begin(impl_->writer, TxKind::immediate));
   std::int64_t now = now_ms();
@@ -413,7 +363,7 @@ namespace {
 // One UPDATE of the key's profiles row (?1 pk, ?2 now, ?3 value, ?4 acting
 // owner or NULL): the owner test is part of the statement that changes the
 // row, so it cannot go stale between check and change.
-Status update_profile_row(ProfileStore::Impl& impl, std::string_view pk, std::string_view set,
+Status update_profile_row(SqliteBackend::Impl& impl, std::string_view pk, std::string_view set,
                           std::optional<std::int64_t> value, const ActingOwner& acting) {
   FDO_TRY_STATUS(check_key("profile key", pk));
   FDO_TRY(auto lock, impl.lock_writer());
@@ -430,19 +380,19 @@ Status update_profile_row(ProfileStore::Impl& impl, std::string_view pk, std::st
 
 } // namespace
 
-Status ProfileStore::pin(std::string_view pk, ActingOwner acting_owner) {
+Status SqliteBackend::pin(std::string_view pk, ActingOwner acting_owner) {
   return update_profile_row(*impl_, pk, "pinned = ?3", 1, acting_owner);
 }
 
-Status ProfileStore::unpin(std::string_view pk, ActingOwner acting_owner) {
+Status SqliteBackend::unpin(std::string_view pk, ActingOwner acting_owner) {
   return update_profile_row(*impl_, pk, "pinned = ?3", 0, acting_owner);
 }
 
-Status ProfileStore::reset(std::string_view pk, ActingOwner acting_owner) {
+Status SqliteBackend::reset(std::string_view pk, ActingOwner acting_owner) {
   return update_profile_row(*impl_, pk, "current_version = NULL", std::nullopt, acting_owner);
 }
 
-Expected<RemoveSummary> ProfileStore::remove(std::string_view pk, ActingOwner acting_owner) {
+Expected<RemoveSummary> SqliteBackend::remove(std::string_view pk, ActingOwner acting_owner) {
   FDO_TRY_STATUS(check_key("profile key", pk));
   FDO_TRY(auto lock, impl_->lock_writer());
   sqlite::Connection& db = impl_->writer;
@@ -461,7 +411,7 @@ Expected<RemoveSummary> ProfileStore::remove(std::string_view pk, ActingOwner ac
     out.versions = st->column_int64(0);
   }
   {
-    FDO_TRY(auto st, db.cached("SELECT count(*) FROM feedback WHERE pk = ?1"));
+    FDO_TRY(auto st, db.cached("SELECT count(DISTINCT version) FROM feedback WHERE pk = ?1"));
     st->bind(1, pk);
     FDO_TRY_STATUS(st->step());
     out.feedback_rows = st->column_int64(0);

@@ -127,6 +127,59 @@ ALTER TABLE programs ADD COLUMN pk TEXT;
 UPDATE programs SET pk = (SELECT k.pk FROM profile_keys k WHERE k.ik = programs.ik);
 CREATE INDEX programs_by_pk ON programs (pk, owner);
 )sql"},
+    // v6
+    {"feedback kept per host; applied feedback batch ids",
+     R"sql(
+-- A profile version's evidence is the sum over the hosts that ran it. Rows
+-- from before v6 did not know their host: they become host ''.
+CREATE TABLE feedback_v6 (
+  pk         TEXT NOT NULL,
+  version    INTEGER NOT NULL,
+  host       TEXT NOT NULL,                   -- '' = not known
+  stages     INTEGER NOT NULL,                -- uint64 stored bit-for-bit
+  exec_ns    INTEGER NOT NULL,                -- uint64 stored bit-for-bit
+  updated_at INTEGER NOT NULL,
+  PRIMARY KEY (pk, version, host),
+  FOREIGN KEY (pk, version) REFERENCES profile_versions (pk, version) ON DELETE CASCADE
+) STRICT, WITHOUT ROWID;
+CREATE TABLE feedback_counters_v6 (
+  pk      TEXT NOT NULL,
+  version INTEGER NOT NULL,
+  host    TEXT NOT NULL,
+  name    TEXT NOT NULL,
+  value   INTEGER NOT NULL,                   -- uint64 stored bit-for-bit
+  PRIMARY KEY (pk, version, host, name),
+  FOREIGN KEY (pk, version, host) REFERENCES feedback_v6 (pk, version, host) ON DELETE CASCADE
+) STRICT, WITHOUT ROWID;
+CREATE TABLE feedback_function_counts_v6 (
+  pk       TEXT NOT NULL,
+  version  INTEGER NOT NULL,
+  host     TEXT NOT NULL,
+  function TEXT NOT NULL,
+  counts   BLOB NOT NULL,                     -- little-endian uint64 array
+  PRIMARY KEY (pk, version, host, function),
+  FOREIGN KEY (pk, version, host) REFERENCES feedback_v6 (pk, version, host) ON DELETE CASCADE
+) STRICT, WITHOUT ROWID;
+INSERT INTO feedback_v6 (pk, version, host, stages, exec_ns, updated_at)
+  SELECT pk, version, '', stages, exec_ns, updated_at FROM feedback;
+INSERT INTO feedback_counters_v6 (pk, version, host, name, value)
+  SELECT pk, version, '', name, value FROM feedback_counters;
+INSERT INTO feedback_function_counts_v6 (pk, version, host, function, counts)
+  SELECT pk, version, '', function, counts FROM feedback_function_counts;
+DROP TABLE feedback_function_counts;
+DROP TABLE feedback_counters;
+DROP TABLE feedback;
+ALTER TABLE feedback_v6 RENAME TO feedback;
+ALTER TABLE feedback_counters_v6 RENAME TO feedback_counters;
+ALTER TABLE feedback_function_counts_v6 RENAME TO feedback_function_counts;
+-- Ids of applied feedback batches (append_feedback's batch_id), so a batch
+-- replayed after a lost acknowledgement is applied once. Pruned by age.
+CREATE TABLE feedback_batches (
+  batch_id   TEXT PRIMARY KEY NOT NULL,
+  applied_at INTEGER NOT NULL                 -- unix ms
+) STRICT, WITHOUT ROWID;
+CREATE INDEX feedback_batches_by_age ON feedback_batches (applied_at);
+)sql"},
 };
 
 constexpr int kLatest = static_cast<int>(std::size(kMigrations));

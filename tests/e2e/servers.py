@@ -1,5 +1,5 @@
 """Real servers for end-to-end tests, in temp dirs, stopped afterwards (the
-Python side of tests/support/redis_server.h).
+Python side of tests/support/redis_server.h and postgres_server.h).
 
 RedisServer: redis-server on a Unix socket, no persistence; stop() and
 start() again on the same socket; command() speaks RESP to it directly (no
@@ -115,3 +115,92 @@ class RedisServer:
 
     def keys(self, pattern="fdo:obj:*"):
         return sorted(k.decode() for k in self.command("KEYS", pattern))
+
+
+# --- PostgreSQL (the Python side of tests/support/postgres_server.h)
+
+PG_BIN = "/usr/lib/postgresql/15/bin"
+
+
+def postgres_unavailable_reason():
+    """Empty when a PostgreSQL server can be started here, else why not."""
+    if not os.access(os.path.join(PG_BIN, "pg_ctl"), os.X_OK):
+        return f"{PG_BIN}/pg_ctl is not installed (tools/setup.sh installs postgresql)"
+    if os.geteuid() == 0:
+        import pwd
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            return "running as root and there is no postgres user to run the server as"
+        if not os.access("/usr/sbin/runuser", os.X_OK):
+            return "running as root and /usr/sbin/runuser is missing"
+    return ""
+
+
+class PostgresServer:
+    """A fresh cluster (initdb, trust authentication, fsync off) in a temp dir,
+    listening only on a Unix socket there; run as the postgres user when the
+    tests run as root (PostgreSQL refuses root). stop() and start() again keep
+    the data (for outage tests)."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="fdo-pg-")
+        os.chmod(self.dir, 0o755)
+        self.data = os.path.join(self.dir, "data")
+        self.running = False
+        self.as_user = []
+        if os.geteuid() == 0:
+            import pwd
+            pw = pwd.getpwnam("postgres")
+            os.chown(self.dir, pw.pw_uid, pw.pw_gid)
+            self.as_user = ["/usr/sbin/runuser", "-u", "postgres", "--"]
+        self._run([os.path.join(PG_BIN, "initdb"), "-D", self.data, "-A", "trust", "-U",
+                   "postgres", "-E", "UTF8", "--no-sync", "--no-instructions"], "initdb")
+
+    @property
+    def url(self):
+        """A libpq URI for fdod's profile_store (the socket dir as the host)."""
+        from urllib.parse import quote
+        return f"postgresql://postgres@{quote(self.dir, safe='')}/postgres"
+
+    def _run(self, argv, what):
+        r = subprocess.run(self.as_user + argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        if r.returncode != 0:
+            raise RuntimeError(f"{what} failed: {r.stdout.decode(errors='replace')[-2000:]}")
+
+    def start(self):
+        if self.running:
+            return self
+        self._run([os.path.join(PG_BIN, "pg_ctl"), "-D", self.data, "-l",
+                   os.path.join(self.dir, "server.log"), "-w", "-t", "30", "-o",
+                   f"-k {self.dir} -c listen_addresses= -c fsync=off -c full_page_writes=off",
+                   "start"], "pg_ctl start")
+        self.running = True
+        return self
+
+    def stop(self):
+        if not self.running:
+            return
+        self.running = False
+        subprocess.run(self.as_user + [os.path.join(PG_BIN, "pg_ctl"), "-D", self.data, "-m",
+                                       "fast", "-w", "stop"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def psql(self, sql):
+        """Runs SQL as postgres; returns stdout (unaligned, tuples only)."""
+        r = subprocess.run(self.as_user + [os.path.join(PG_BIN, "psql"), "-h", self.dir, "-U",
+                                           "postgres", "-d", "postgres", "-At", "-c", sql],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr.decode(errors="replace"))
+        return r.stdout.decode()
+
+    def cleanup(self):
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.cleanup()

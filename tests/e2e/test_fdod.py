@@ -339,6 +339,8 @@ class ConfigReload(unittest.TestCase):
         "exec_object_cache_entries": 4,
         "guard.checkpoint_pairs": 2,
         "policy.cs_pgo_stages": 7,
+        "profile_store": "postgresql://fdo:pw@127.0.0.1:1/fdo", "host_name": "host-b",
+        "profile_store_spool_max_bytes": 2097152,
     }
 
     def test_sighup_applies_runtime_keys_and_keeps_restart_keys(self):

@@ -1,5 +1,6 @@
 // Unit tests of the key mappings, the program registry, feedback aggregation
 // and export/import bundles.
+#include "backends.h"
 #include "fdo/profile_store/profile_store.h"
 #include "test_util.h"
 
@@ -40,7 +41,7 @@ std::string key(char c) {
 
 TEST_CASE("profile key mapping: idempotent put - replace reports the old key - remove",
           "[profile_store][keys]") {
-  TempDir dir;
+  STORE_DIR(dir);
   auto store = open_store(dir.file("k.db"));
   const std::string ik = key('1');
   CHECK_FALSE(store.lookup_profile_key(ik)->has_value());
@@ -74,7 +75,7 @@ TEST_CASE("profile key mapping: idempotent put - replace reports the old key - r
 
 TEST_CASE("virtual key mapping: idempotent put - replace - remove - remove all of an ik",
           "[profile_store][keys]") {
-  TempDir dir;
+  STORE_DIR(dir);
   auto store = open_store(dir.file("k.db"));
   const std::string ik = key('1'), other = key('2');
   CHECK(store.put_virtual_key("ck-a", "vk-1", ik)->change == MappingChange::inserted);
@@ -110,7 +111,7 @@ TEST_CASE("virtual key mapping: idempotent put - replace - remove - remove all o
 
 TEST_CASE("program registry keeps first_seen and owner - bumps last_used",
           "[profile_store][programs]") {
-  TempDir dir;
+  STORE_DIR(dir);
   auto store = open_store(dir.file("r.db"));
   auto a = store.register_program({key('1'), "prog-a.ll", 1234, 1000, 0, 0});
   REQUIRE(a);
@@ -154,7 +155,7 @@ TEST_CASE("program registry keeps first_seen and owner - bumps last_used",
 
 TEST_CASE("program rows record their program hash once and their profile key",
           "[profile_store][programs]") {
-  TempDir dir;
+  STORE_DIR(dir);
   auto store = open_store(dir.file("h.db"));
   ProgramInfo p{key('1'), "prog.ll", 10, 1000, 0, 0};
   auto unknown = store.register_program(p);
@@ -209,7 +210,7 @@ TEST_CASE("program rows record their program hash once and their profile key",
 }
 
 TEST_CASE("feedback rows aggregate within and across batches", "[profile_store][feedback]") {
-  TempDir dir;
+  STORE_DIR(dir);
   auto store = open_store(dir.file("f.db"));
   const std::string pk = key('a');
   REQUIRE(store.write(pk, 0, sample_doc(1), info()));
@@ -249,7 +250,7 @@ TEST_CASE("feedback rows aggregate within and across batches", "[profile_store][
 }
 
 TEST_CASE("feedback sums saturate instead of wrapping", "[profile_store][feedback]") {
-  TempDir dir;
+  STORE_DIR(dir);
   auto store = open_store(dir.file("f.db"));
   const std::string pk = key('a');
   REQUIRE(store.write(pk, 0, sample_doc(1), info()));
@@ -270,7 +271,7 @@ TEST_CASE("feedback sums saturate instead of wrapping", "[profile_store][feedbac
 
 TEST_CASE("a bad feedback row fails the whole batch and applies nothing",
           "[profile_store][feedback]") {
-  TempDir dir;
+  STORE_DIR(dir);
   auto store = open_store(dir.file("f.db"));
   const std::string pk = key('a');
   REQUIRE(store.write(pk, 0, sample_doc(1), info()));
@@ -310,7 +311,7 @@ TEST_CASE("a bad feedback row fails the whole batch and applies nothing",
 }
 
 TEST_CASE("export/import round trip moves profiles between stores", "[profile_store][bundle]") {
-  TempDir dir;
+  STORE_DIR(dir);
   auto src = open_store(dir.file("src.db"));
   std::mt19937_64 rng(20260101);
   std::vector<std::string> pks = {key('1'), key('2'), key('3')};
@@ -401,7 +402,7 @@ TEST_CASE("export/import round trip moves profiles between stores", "[profile_st
 }
 
 TEST_CASE("import validates the bundle before writing anything", "[profile_store][bundle]") {
-  TempDir dir;
+  STORE_DIR(dir);
   auto src = open_store(dir.file("src.db"));
   REQUIRE(src.write(key('1'), 0, sample_doc(1), info()));
   REQUIRE(src.write(key('2'), 0, sample_doc(2), info()));

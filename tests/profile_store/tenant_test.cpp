@@ -1,6 +1,7 @@
 // Ownership: owner() without reading versions, and the acting-tenant check
 // of every mutating call (another tenant's profile reads exactly like a key
 // that does not exist, and nothing about it leaks into error messages).
+#include "backends.h"
 #include "fdo/profile_store/profile_store.h"
 #include "test_util.h"
 
@@ -57,7 +58,7 @@ template <class T> void same_as_unknown(const Expected<T>& r, const std::string&
 
 TEST_CASE("owner reports the owner uid without reading versions - nullopt when unknown",
           "[profile_store][tenant]") {
-  TempDir dir;
+  STORE_DIR(dir);
   auto store = open_store(dir.file("p.db"));
   auto none = store.owner(kAlicePk);
   REQUIRE(none);
@@ -75,7 +76,7 @@ TEST_CASE("owner reports the owner uid without reading versions - nullopt when u
 
 TEST_CASE("write with an acting tenant: another tenant's profile is not found",
           "[profile_store][tenant]") {
-  TempDir dir;
+  STORE_DIR(dir);
   auto store = open_store(dir.file("p.db"));
   REQUIRE(*store.write(kAlicePk, 0, sample_doc(1), as(kAlice)) == 1);
   REQUIRE(store.pin(kAlicePk));
@@ -110,7 +111,7 @@ TEST_CASE("write with an acting tenant: another tenant's profile is not found",
 
 TEST_CASE("write_batch checks the tenant of every request - all or nothing",
           "[profile_store][tenant]") {
-  TempDir dir;
+  STORE_DIR(dir);
   auto store = open_store(dir.file("p.db"));
   REQUIRE(store.write(kAlicePk, 0, sample_doc(1), as(kAlice)));
   REQUIRE(store.write(kBobPk, 0, sample_doc(1), as(kBob)));
@@ -129,7 +130,7 @@ TEST_CASE("write_batch checks the tenant of every request - all or nothing",
 }
 
 TEST_CASE("pin - unpin - reset with an acting tenant", "[profile_store][tenant]") {
-  TempDir dir;
+  STORE_DIR(dir);
   auto store = open_store(dir.file("p.db"));
   REQUIRE(store.write(kAlicePk, 0, sample_doc(1), as(kAlice)));
 
@@ -153,7 +154,7 @@ TEST_CASE("pin - unpin - reset with an acting tenant", "[profile_store][tenant]"
 }
 
 TEST_CASE("remove with an acting tenant", "[profile_store][tenant]") {
-  TempDir dir;
+  STORE_DIR(dir);
   auto store = open_store(dir.file("p.db"));
   const std::string ik_alice(64, '1'), ik_bob(64, '2');
   REQUIRE(store.register_program({ik_alice, "a", 1, kAlice, 0, 0}));
@@ -193,7 +194,7 @@ TEST_CASE("remove with an acting tenant", "[profile_store][tenant]") {
 
 TEST_CASE("import with an acting tenant fails whole when any key is another tenant's",
           "[profile_store][tenant][bundle]") {
-  TempDir dir;
+  STORE_DIR(dir);
   auto src = open_store(dir.file("src.db"));
   REQUIRE(src.write(kAlicePk, 0, sample_doc(10), as(kAlice)));
   REQUIRE(src.write(kBobPk, 0, sample_doc(20), as(kBob)));
@@ -239,7 +240,7 @@ TEST_CASE("import with an acting tenant fails whole when any key is another tena
 
 TEST_CASE("import per tenant creates only the profile keys of the tenant's own programs",
           "[profile_store][tenant][bundle]") {
-  TempDir dir;
+  STORE_DIR(dir);
   auto src = open_store(dir.file("src.db"));
   REQUIRE(src.write(kAlicePk, 0, sample_doc(10), as(kAlice)));
   REQUIRE(src.write(kBobPk, 0, sample_doc(20), as(kBob)));
@@ -314,7 +315,7 @@ TEST_CASE("import per tenant creates only the profile keys of the tenant's own p
 
 TEST_CASE("an import whose digest does not match never prints the right digest",
           "[profile_store][tenant][bundle]") {
-  TempDir dir;
+  STORE_DIR(dir);
   auto src = open_store(dir.file("src.db"));
   REQUIRE(src.write(kAlicePk, 0, sample_doc(1), as(kAlice)));
   auto bundle = src.export_all();

@@ -6,6 +6,7 @@
 #include "fdo/profile_store/profile_store.h"
 #include "fdo/profile_store/sqlite.h"
 #include "fdo/util/base64.h"
+#include "support/postgres_server.h"
 
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -51,8 +52,8 @@ fdo::ProfileDoc profile(std::vector<std::uint64_t> counts) {
 
 // A state dir with a profile store: kPk1 at v1 and v2 (branch weights moved),
 // kPk2 at v1.
-void make_store(const std::string& dir) {
-  auto store = ps::ProfileStore::open(dir + "/profiles.db");
+void make_store_at(const std::string& location) {
+  auto store = ps::ProfileStore::open(location);
   REQUIRE(store);
   ps::WriteInfo info;
   info.reason = "feedback: enough counts";
@@ -64,6 +65,10 @@ void make_store(const std::string& dir) {
   REQUIRE(store->write(kPk1, 1, profile({100, 90, 10}), info));
   REQUIRE(store->write(kPk2, 0, profile({1, 1, 1}), info));
   REQUIRE(store->register_program({kIk, "interp", 10, 0, 0, 0}));
+}
+
+void make_store(const std::string& dir) {
+  make_store_at(dir + "/profiles.db");
 }
 
 } // namespace
@@ -654,4 +659,40 @@ TEST_CASE("cli: gc with fdod stopped collects in --state-dir, dry run first") {
   auto prog = store->program(kIk);
   REQUIRE(prog);
   CHECK(prog->has_value());
+}
+
+TEST_CASE("cli: --store reads a PostgreSQL profile store offline; errors hide the password") {
+  test::TempDir dir;
+  SECTION("a path works like the store under --state-dir") {
+    make_store_at(dir.file("elsewhere.db"));
+    Result r = fdoctl({"--offline", "--store", dir.file("elsewhere.db"), "profiles", "--json"});
+    REQUIRE(r.code == 0);
+    CHECK(r.doc()["profiles"].size() == 2);
+  }
+  SECTION("postgresql://") {
+    if (!fdo::test_support::PostgresServer::available()) {
+      WARN(fdo::test_support::PostgresServer::skip_reason());
+      return;
+    }
+    fdo::test_support::PostgresServer server;
+    const std::string uri = "postgresql:///postgres?host=" + server.socket_dir() + "&user=postgres";
+    make_store_at(uri);
+    Result r = fdoctl({"--offline", "--store", uri, "profiles", "--json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    json j = r.doc();
+    REQUIRE(j["profiles"].size() == 2);
+    CHECK(j["profiles"][0]["profile_key"] == kPk1);
+    CHECK(j["profiles"][0]["version"] == 2);
+    Result hist = fdoctl({"--offline", "--store", uri, "profile", "history", kPk1, "--json"});
+    INFO(hist.err);
+    CHECK(hist.code == 0);
+  }
+  SECTION("an unreachable server: exit non-zero, endpoint named, password not shown") {
+    Result r =
+        fdoctl({"--offline", "--store", "postgresql://fdo:s3cret@127.0.0.1:1/fdo", "profiles"});
+    CHECK(r.code != 0);
+    CHECK_THAT(r.err, Catch::Contains("127.0.0.1"));
+    CHECK_THAT(r.err, !Catch::Contains("s3cret"));
+  }
 }

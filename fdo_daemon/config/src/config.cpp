@@ -28,6 +28,9 @@ struct KeyDef {
   const char* description;
   std::function<std::optional<std::string>(Config&, std::string_view)> set;
   std::function<std::string(const Config&)> get;
+  // How a value is shown in errors, reload logs and the config method; null:
+  // as is. Keys whose value may carry a password hide it.
+  std::function<std::string(std::string_view)> shown = nullptr;
 };
 
 std::string_view trim(std::string_view s) {
@@ -190,6 +193,19 @@ std::optional<std::string> check_listen_address(std::string_view s) {
   }
   if (dots != 3) return what;
   return std::nullopt;
+}
+
+// profile_store: "sqlite" (or empty) or a libpq URI; the reason if not.
+std::optional<std::string> check_profile_store(std::string_view s) {
+  const char* what = "sqlite, or a postgresql:// or postgres:// URI";
+  if (s.empty() || s == kSqliteStore) return std::nullopt;
+  for (std::string_view scheme : {"postgresql://", "postgres://"})
+    if (s.starts_with(scheme)) {
+      for (unsigned char ch : s)
+        if (ch <= 0x20 || ch >= 0x7f) return std::string(what) + ", without spaces";
+      return std::nullopt;
+    }
+  return what;
 }
 
 constexpr std::uint64_t kDay = 86'400'000;
@@ -622,6 +638,41 @@ const std::vector<KeyDef>& key_defs() {
         "first; an execute of one it holds is sent without the object (0 = the object with "
         "every execute).",
         [](Config& c) -> unsigned& { return c.exec_object_cache_entries; }, 0, 4096));
+    {
+      KeyDef d{"profile_store", X,
+               "Where profiles live (docs/fleet.md): sqlite = profiles.db in the state dir; "
+               "postgresql://... (libpq URI) = a store shared by hosts.",
+               nullptr, nullptr};
+      d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
+        if (auto err = check_profile_store(s)) return err;
+        c.profile_store = s.empty() ? std::string(kSqliteStore) : std::string(s);
+        return std::nullopt;
+      };
+      d.get = [](const Config& c) { return c.profile_store; };
+      d.shown = [](std::string_view s) { return redact_store_location(s); };
+      v.push_back(std::move(d));
+    }
+    {
+      KeyDef d{"host_name", X,
+               "This host's name in feedback rows and profile history (empty = gethostname()).",
+               nullptr, nullptr};
+      d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
+        const char* what = "empty or 1-255 printable characters without spaces";
+        if (s.size() > 255) return what;
+        for (unsigned char ch : s)
+          if (ch <= 0x20 || ch >= 0x7f) return what;
+        c.host_name = std::string(s);
+        return std::nullopt;
+      };
+      d.get = [](const Config& c) { return c.host_name; };
+      v.push_back(std::move(d));
+    }
+    v.push_back(uint_key<std::uint64_t>(
+        "profile_store_spool_max_bytes", X,
+        "Most bytes of feedback and profile writes spooled in the state dir while the profile "
+        "store is unavailable; past it the oldest profile writes are dropped first (counted).",
+        [](Config& c) -> std::uint64_t& { return c.profile_store_spool_max_bytes; }, 1u << 20,
+        1024 * kGiB));
     return v;
   }();
   return defs;
@@ -633,10 +684,14 @@ const KeyDef* find_key(std::string_view name) {
   return nullptr;
 }
 
+std::string shown(const KeyDef& d, std::string_view value) {
+  return d.shown ? d.shown(value) : std::string(value);
+}
+
 Error bad_value(std::string_view where, const KeyDef& d, std::string_view value,
                 const std::string& expected) {
   return make_error(Errc::invalid_argument, std::string(where) + ": bad value for '" + d.name +
-                                                "': '" + std::string(value) + "' (expected " +
+                                                "': '" + shown(d, value) + "' (expected " +
                                                 expected + ")");
 }
 
@@ -666,6 +721,11 @@ std::string Config::get(std::string_view key) const {
   return d ? d->get(*this) : std::string();
 }
 
+std::string Config::get_shown(std::string_view key) const {
+  const KeyDef* d = find_key(key);
+  return d ? shown(*d, d->get(*this)) : std::string();
+}
+
 std::string Config::to_text() const {
   std::string out;
   for (const KeyDef& d : key_defs()) {
@@ -687,7 +747,7 @@ const std::vector<ConfigKeyInfo>& Config::keys() {
     std::vector<ConfigKeyInfo> v;
     Config defaults;
     for (const KeyDef& d : key_defs())
-      v.push_back({d.name, d.get(defaults), d.reload, d.description});
+      v.push_back({d.name, shown(d, d.get(defaults)), d.reload, d.description});
     return v;
   }();
   return infos;
@@ -758,8 +818,8 @@ Expected<ConfigReload> reload_config(const Config& running, const std::string& p
   FDO_TRY(Config fresh, Config::load(path, overrides));
   ConfigReload out{with_runtime_keys(running, fresh), {}, {}};
   for (const KeyDef& d : key_defs()) {
-    std::string before = d.get(running);
-    std::string after = d.get(fresh);
+    std::string before = shown(d, d.get(running));
+    std::string after = shown(d, d.get(fresh));
     if (before == after) continue;
     std::string change = std::string(d.name) + ": " + before + " -> " + after;
     if (d.reload == ReloadBehavior::runtime) {
@@ -773,6 +833,32 @@ Expected<ConfigReload> reload_config(const Config& running, const std::string& p
   }
   if (out.applied.empty() && out.ignored.empty())
     log::info("config reload: " + path + " unchanged");
+  return out;
+}
+
+std::string redact_store_location(std::string_view location) {
+  std::string out(location);
+  // The password of the userinfo: scheme://user:PASSWORD@host...
+  if (std::size_t scheme = out.find("://"); scheme != std::string::npos) {
+    std::size_t start = scheme + 3;
+    std::size_t end = out.find_first_of("/?", start);
+    std::size_t at = out.rfind('@', end == std::string::npos ? out.size() : end);
+    if (at != std::string::npos && at >= start) {
+      std::size_t colon = out.find(':', start);
+      if (colon != std::string::npos && colon < at) out.replace(colon + 1, at - colon - 1, "***");
+    }
+  }
+  // A password given as a query parameter: ...?password=PASSWORD&...
+  for (std::size_t pos = 0; (pos = out.find("password=", pos)) != std::string::npos;) {
+    if (pos == 0 || (out[pos - 1] != '?' && out[pos - 1] != '&')) {
+      pos += 9;
+      continue;
+    }
+    std::size_t value = pos + 9;
+    std::size_t end = out.find('&', value);
+    out.replace(value, (end == std::string::npos ? out.size() : end) - value, "***");
+    pos = value + 3;
+  }
   return out;
 }
 

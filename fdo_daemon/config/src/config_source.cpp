@@ -119,7 +119,7 @@ std::string print_config(const LoadedConfig& loaded) {
                     "\n";
   for (const auto& [key, origin] : loaded.origins) {
     out += "\n# from " + origin + "\n";
-    out += key + " = " + loaded.config.get(key) + "\n";
+    out += key + " = " + loaded.config.get_shown(key) + "\n";
   }
   return out;
 }

@@ -2,6 +2,7 @@
 
 #include "fdo/cache/keys.h"
 #include "fdo/daemon/isolation.h"
+#include "fdo/util/log.h"
 #include "fdo/util/log_record.h"
 
 #include <cstdio>
@@ -32,8 +33,7 @@ Status StoreKeys::put_virtual_key(const std::string& ck, const std::string& vk) 
   return ok();
 }
 
-Expected<cache::ProfileRef> StoreKeys::current_profile(const std::string& pk) {
-  FDO_TRY(std::optional<ps::StoredProfile> cur, store_.current(pk));
+cache::ProfileRef profile_ref(const std::string& pk, std::optional<ps::StoredProfile> cur) {
   if (!cur) return cache::no_profile(pk);
   cache::ProfileRef ref;
   ref.pk = pk;
@@ -41,6 +41,11 @@ Expected<cache::ProfileRef> StoreKeys::current_profile(const std::string& pk) {
   ref.digest = cur->digest;
   ref.doc = std::make_shared<const ProfileDoc>(std::move(cur->doc));
   return ref;
+}
+
+Expected<cache::ProfileRef> StoreKeys::current_profile(const std::string& pk) {
+  FDO_TRY(std::optional<ps::StoredProfile> cur, store_.current(pk));
+  return profile_ref(pk, std::move(cur));
 }
 
 // --- StoreFeedback -------------------------------------------------------
@@ -64,8 +69,11 @@ Expected<std::int64_t> StoreFeedback::write(std::string_view pk, std::int64_t ex
   return store_.write(pk, expected_version, doc, info);
 }
 
-Status StoreFeedback::append_feedback(std::span<const ps::FeedbackRow> rows) {
-  FDO_TRY_STATUS(store_.append_feedback(rows));
+Status StoreFeedback::append_feedback(std::span<const ps::FeedbackRow> rows,
+                                      std::string_view batch_id) {
+  FDO_TRY(ps::AppendResult r, store_.append_feedback(rows, batch_id));
+  if (r.duplicate)
+    log::info("feedback batch " + std::string(batch_id) + " was applied before; not counted again");
   return ok();
 }
 

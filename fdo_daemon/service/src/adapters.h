@@ -16,6 +16,10 @@
 
 namespace fdo::daemon {
 
+// The cache's view of a stored current profile (no profile: cache::no_profile).
+cache::ProfileRef profile_ref(const std::string& pk,
+                              std::optional<profile_store::StoredProfile> current);
+
 class StoreKeys final : public cache::KeyStore {
 public:
   explicit StoreKeys(profile_store::ProfileStore& store) : store_(store) {}
@@ -40,7 +44,8 @@ public:
   Expected<std::int64_t> write(std::string_view pk, std::int64_t expected_version,
                                const ProfileDoc& doc,
                                const profile_store::WriteInfo& info) override;
-  Status append_feedback(std::span<const profile_store::FeedbackRow> rows) override;
+  Status append_feedback(std::span<const profile_store::FeedbackRow> rows,
+                         std::string_view batch_id) override;
 
 private:
   profile_store::ProfileStore& store_;

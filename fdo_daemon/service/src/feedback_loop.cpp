@@ -14,6 +14,29 @@ using nlohmann::json;
 namespace {
 // Rewrite times kept per key: enough for any sensible hourly cap.
 constexpr std::size_t kRewriteTimesKept = 256;
+// How often a key's fleet totals are read again (other hosts' rows arrive at
+// their flush interval anyway; this bounds the store reads to one a second per key).
+constexpr std::chrono::seconds kFleetRefresh{1};
+
+// Adds `counts` into `sum` element-wise (saturating), growing it as needed.
+// "evidence from hosts a (12 stages), b (3 stages)": who contributed to a version.
+std::string hosts_phrase(const std::map<std::string, std::uint64_t>& hosts) {
+  std::string out = hosts.size() == 1 ? "evidence from host " : "evidence from hosts ";
+  bool first = true;
+  for (const auto& [host, stages] : hosts) {
+    if (!first) out += ", ";
+    first = false;
+    out += (host.empty() ? std::string("(unnamed)") : host) + " (" + std::to_string(stages) +
+           (stages == 1 ? " stage)" : " stages)");
+  }
+  return out;
+}
+
+void add_counts(std::vector<std::uint64_t>& sum, const std::vector<std::uint64_t>& counts) {
+  if (sum.size() < counts.size()) sum.resize(counts.size(), 0);
+  for (std::size_t i = 0; i < counts.size(); ++i)
+    sum[i] = counts[i] > UINT64_MAX - sum[i] ? UINT64_MAX : sum[i] + counts[i];
+}
 
 // A count as the worker sent it; anything else (negative, fractional, text) is no count.
 std::optional<std::uint64_t> as_count(const json& v) {
@@ -112,6 +135,7 @@ void FeedbackLoop::queue_row(const StageReport& stage) {
   row.counters = stage.feedback.counters;
   // What the drift window needs, so a restarted daemon starts from it.
   add_sample_counters(stage.samples, row.counters);
+  row.host = host_;
   for (const auto& [name, fc] : stage.feedback.counts)
     row.function_counts[name] = fc.counts;
   std::lock_guard lk(pending_mu_);
@@ -135,6 +159,8 @@ void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage) {
                  " unreadable, counting from this stage: " + totals.error().describe());
     return;
   }
+  st.fleet = *totals;
+  st.fleet_read = std::chrono::steady_clock::now();
   if (!*totals) return;
   FeedbackAccumulator loaded;
   for (const auto& [name, counts] : (*totals)->function_counts)
@@ -182,7 +208,9 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   in.current = *current ? &(*current)->doc : nullptr;
   in.current_version = *current ? (*current)->version : 0;
   in.pinned = *current && (*current)->pinned;
-  in.feedback = &st.acc;
+  FeedbackAccumulator fleet_scratch;
+  std::map<std::string, std::uint64_t> hosts;
+  in.feedback = &fleet_view(st, stage, fleet_scratch, hosts);
   in.now = std::chrono::system_clock::now();
   in.recent_rewrites = &st.rewrites;
   const std::map<std::string, std::vector<BranchStat>> branches =
@@ -215,7 +243,7 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   }
   ps::WriteInfo info;
   info.source = ps::WriteSource::feedback;
-  info.reason = d.reason;
+  info.reason = d.reason + "; " + hosts_phrase(hosts);
   info.owner = stage.owner;
   info.host = host_;
   info.stage = stage.stage;
@@ -250,6 +278,56 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   return out;
 }
 
+const FeedbackAccumulator& FeedbackLoop::fleet_view(KeyState& st, const StageReport& stage,
+                                                    FeedbackAccumulator& scratch,
+                                                    std::map<std::string, std::uint64_t>& hosts) {
+  hosts = {{host_, static_cast<std::uint64_t>(st.acc.stages())}};
+  if (stage.profile_version <= 0) return st.acc; // no rows before version 1: local only
+  const auto now = std::chrono::steady_clock::now();
+  if (now - st.fleet_read >= kFleetRefresh) {
+    auto totals = store_.feedback(stage.pk, stage.profile_version);
+    if (totals) {
+      st.fleet = std::move(*totals);
+      st.fleet_read = now;
+    }
+  }
+  if (!st.fleet) return st.acc;
+  std::uint64_t stages = st.fleet->stages, exec_ns = st.fleet->exec_ns;
+  std::map<std::string, std::vector<std::uint64_t>> counts = st.fleet->function_counts;
+  std::map<std::string, std::uint64_t> counters = st.fleet->counters;
+  std::map<std::string, std::uint64_t> fleet_hosts = st.fleet->host_stages;
+  {
+    std::lock_guard lk(pending_mu_);
+    for (const auto* rows : {&inflight_, &pending_})
+      for (const ps::FeedbackRow& r : *rows) {
+        if (r.pk != stage.pk || r.version != stage.profile_version) continue;
+        stages += r.stages;
+        exec_ns += r.exec_ns;
+        fleet_hosts[r.host] += r.stages;
+        for (const auto& [name, c] : r.function_counts)
+          add_counts(counts[name], c);
+        for (const auto& [name, v] : r.counters)
+          counters[name] += v;
+      }
+  }
+  if (static_cast<std::int64_t>(stages) < st.acc.stages()) return st.acc;
+  hosts = std::move(fleet_hosts);
+  scratch.set_totals(static_cast<std::int64_t>(stages), exec_ns);
+  scratch.mutable_counters() = std::move(counters);
+  for (auto& [name, c] : counts) {
+    auto h = stage.cfg_hashes.find(name);
+    if (h == stage.cfg_hashes.end()) continue;
+    FunctionCounts fc{h->second, std::move(c), {}, {}};
+    // Value profiles travel in no row: this host's own.
+    if (auto local = st.acc.counts().find(name); local != st.acc.counts().end()) {
+      fc.indirect_calls = local->second.indirect_calls;
+      fc.memop_sizes = local->second.memop_sizes;
+    }
+    scratch.mutable_counts()[name] = std::move(fc);
+  }
+  return scratch;
+}
+
 void FeedbackLoop::consider_reprofile(const PolicyConfig& policy, const PolicyInput& in,
                                       KeyState& st, PolicyDecision& d) {
   if (in.current == nullptr || in.pinned) return;
@@ -275,19 +353,22 @@ void FeedbackLoop::consider_reprofile(const PolicyConfig& policy, const PolicyIn
 }
 
 Status FeedbackLoop::flush() {
-  std::vector<ps::FeedbackRow> rows;
+  std::lock_guard flush_lk(flush_mu_);
   {
     std::lock_guard lk(pending_mu_);
-    rows.swap(pending_);
+    inflight_.swap(pending_);
   }
-  if (rows.empty()) return ok();
-  if (auto st = store_.append_feedback(rows); !st) {
-    std::lock_guard lk(pending_mu_);
-    rows.insert(rows.end(), std::make_move_iterator(pending_.begin()),
-                std::make_move_iterator(pending_.end()));
-    pending_.swap(rows);
+  if (inflight_.empty()) return ok();
+  Status st = store_.append_feedback(inflight_, {});
+  std::lock_guard lk(pending_mu_);
+  if (!st) {
+    inflight_.insert(inflight_.end(), std::make_move_iterator(pending_.begin()),
+                     std::make_move_iterator(pending_.end()));
+    pending_.swap(inflight_);
+    inflight_.clear();
     return std::move(st).error().context("flush feedback");
   }
+  inflight_.clear();
   return ok();
 }
 

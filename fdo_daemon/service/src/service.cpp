@@ -48,6 +48,15 @@ JobLimits exec_job_limits(const Config& c) {
 ServiceState::ServiceState(Config c) : config(std::move(c)) {}
 ServiceState::~ServiceState() = default;
 
+StoreHealth ServiceState::store_health() const {
+  if (fallback) return fallback->health();
+  StoreHealth h; // the SQLite file: local, answers or fails, never unavailable
+  h.kind = store ? std::string(profile_store::to_string(store->kind())) : "sqlite";
+  h.location = store ? store->location() : std::string();
+  h.state = StoreState::up;
+  return h;
+}
+
 Service::Service(std::unique_ptr<ServiceState> state) : state_(std::move(state)) {}
 
 Service::~Service() {
@@ -128,10 +137,14 @@ ServiceBuilder& ServiceBuilder::sampling_host(std::shared_ptr<SamplingHost> host
   return *this;
 }
 
-Expected<std::unique_ptr<ps::ProfileStore>> ServiceBuilder::sqlite_store(const Config& c) {
+Expected<std::unique_ptr<ps::ProfileStore>> ServiceBuilder::default_store(const Config& c) {
   ps::Options so;
   so.retention = static_cast<int>(c.profile_retention);
-  FDO_TRY(ps::ProfileStore store, ps::ProfileStore::open(c.state_dir + "/profiles.db", so));
+  // Anything but "sqlite" was checked to be a postgresql:// URI by the config.
+  const std::string location =
+      c.profile_store == kSqliteStore ? c.state_dir + "/profiles.db" : c.profile_store;
+  FDO_TRY(ps::ProfileStore store, ps::ProfileStore::open(location, so));
+  log::info("profile store: " + std::string(ps::to_string(store.kind())) + " " + store.location());
   return std::make_unique<ps::ProfileStore>(std::move(store));
 }
 
@@ -181,8 +194,9 @@ nlohmann::json probe_in_worker(const Config& c, JobRunner& exec) {
 
 Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
   const Config& c = config_;
-  FDO_TRY_STATUS(
-      prepare_state_dir(c.state_dir, store_ ? StoreLocation::elsewhere : StoreLocation::state_dir));
+  FDO_TRY_STATUS(prepare_state_dir(c.state_dir, store_ || c.profile_store != kSqliteStore
+                                                    ? StoreLocation::elsewhere
+                                                    : StoreLocation::state_dir));
   SandboxSupport host = sandbox_probe_ ? sandbox_probe_() : probe_sandbox_support();
   if (!host.seccomp)
     return make_error(Errc::unsupported,
@@ -193,11 +207,11 @@ Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
 
   auto s = std::make_unique<ServiceState>(c);
   s->isolation = std::make_shared<const Isolation>(std::move(isolation));
-  s->host = host_.empty() ? this_host() : host_;
+  s->host = !host_.empty() ? host_ : !c.host_name.empty() ? c.host_name : this_host();
   s->audit = audit_ ? audit_ : journal_audit_sink();
   s->sampling_host = sampling_host_ ? sampling_host_ : SamplingHost::real();
   s->identity = jit::host_identity();
-  StoreCreator open_store = store_ ? store_ : StoreCreator(sqlite_store);
+  StoreCreator open_store = store_ ? store_ : StoreCreator(default_store);
   FDO_TRY(s->store, open_store(c));
   std::string path = worker_path_;
   RunnerCreator runners = runners_;
@@ -208,9 +222,24 @@ Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
   FDO_TRY(s->exec_pool, runners(WorkerRole::exec, c, s->isolation, live_config));
   s->perf_caps = perf_probe_ ? perf_probe_(c, *s->exec_pool) : probe_in_worker(c, *s->exec_pool);
 
-  s->keys = std::make_unique<StoreKeys>(*s->store);
-  s->feedback_store = std::make_unique<StoreFeedback>(*s->store);
-  s->program_index = std::make_unique<StorePrograms>(*s->store);
+  s->store_keys = std::make_unique<StoreKeys>(*s->store);
+  s->store_feedback = std::make_unique<StoreFeedback>(*s->store);
+  s->store_programs = std::make_unique<StorePrograms>(*s->store);
+  s->keys = s->store_keys.get();
+  s->feedback_store = s->store_feedback.get();
+  s->program_index = s->store_programs.get();
+  if (c.profile_store != kSqliteStore) {
+    StoreFallbackOptions fo;
+    fo.kind = std::string(ps::to_string(s->store->kind()));
+    fo.location = s->store->location();
+    fo.spool_path = c.state_dir + "/store-spool.db";
+    fo.spool_max_bytes = c.profile_store_spool_max_bytes;
+    FDO_TRY(s->fallback,
+            StoreFallback::create(*s->keys, *s->feedback_store, *s->program_index, std::move(fo)));
+    s->keys = &s->fallback->keys();
+    s->feedback_store = &s->fallback->feedback();
+    s->program_index = &s->fallback->programs();
+  }
   s->compiler = std::make_unique<RemoteCompiler>(s->identity.canonical(), *s->compile_pool, [raw] {
     auto cfg = raw->config.get();
     return CompileJobLimits{compile_job_limits(*cfg), cfg->max_program_bytes};

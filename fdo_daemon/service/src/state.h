@@ -16,6 +16,7 @@
 #include "fdo/daemon/leases.h"
 #include "fdo/daemon/metrics.h"
 #include "fdo/daemon/program_registry.h"
+#include "fdo/daemon/store_fallback.h"
 #include "fdo/daemon/tenant.h"
 #include "fdo/jit/compiler.h"
 #include "fdo/profile_store/profile_store.h"
@@ -74,9 +75,16 @@ struct ServiceState {
   std::unique_ptr<profile_store::ProfileStore> store;
   std::unique_ptr<JobRunner> compile_pool;
   std::unique_ptr<JobRunner> exec_pool;
-  std::unique_ptr<StoreKeys> keys;
-  std::unique_ptr<StoreFeedback> feedback_store;
-  std::unique_ptr<StorePrograms> program_index;
+  // The adapters over `store`, and (a shared store only) the layer that
+  // serves through its outages (store_fallback.h).
+  std::unique_ptr<StoreKeys> store_keys;
+  std::unique_ptr<StoreFeedback> store_feedback;
+  std::unique_ptr<StorePrograms> store_programs;
+  std::unique_ptr<StoreFallback> fallback;
+  // What the parts use: the fallback's interfaces when there is one, else the adapters.
+  cache::KeyStore* keys = nullptr;
+  FeedbackStore* feedback_store = nullptr;
+  ProgramIndex* program_index = nullptr;
   std::unique_ptr<RemoteCompiler> compiler;
   std::unique_ptr<ProgramRegistry> programs;
   std::unique_ptr<FeedbackLoop> feedback;
@@ -91,6 +99,9 @@ struct ServiceState {
   ServiceState(const ServiceState&) = delete;
   ServiceState& operator=(const ServiceState&) = delete;
   ~ServiceState();
+
+  // `profile_store` in health, capabilities and metrics.
+  StoreHealth store_health() const;
 
   ProfileSharing sharing() const {
     return profile_sharing(config.get()->share_profiles_across_tenants);

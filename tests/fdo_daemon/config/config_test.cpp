@@ -359,3 +359,42 @@ TEST_CASE("config: policy.cs_pgo_stages - default - bounds - runtime reload", "[
   CHECK(r->config.policy.cs_pgo_stages == 3);
   CHECK(r->applied == std::vector<std::string>{"policy.cs_pgo_stages: 0 -> 3"});
 }
+
+TEST_CASE("config: profile_store, host_name and the spool cap", "[config][fleet]") {
+  Config d = Config::defaults();
+  REQUIRE(d.profile_store == "sqlite");
+  REQUIRE(d.host_name.empty());
+  REQUIRE(d.profile_store_spool_max_bytes == 256u << 20);
+
+  auto parsed = Config::parse("profile_store = postgresql://fdo:s3cret@db.example:5432/fdo\n"
+                              "host_name = host-a\nprofile_store_spool_max_bytes = 2097152\n",
+                              "test");
+  REQUIRE(parsed.has_value());
+  REQUIRE(parsed->profile_store == "postgresql://fdo:s3cret@db.example:5432/fdo");
+  REQUIRE(parsed->host_name == "host-a");
+  REQUIRE(parsed->profile_store_spool_max_bytes == 2097152);
+  // Shown to people without the password.
+  REQUIRE(parsed->get_shown("profile_store") == "postgresql://fdo:***@db.example:5432/fdo");
+  REQUIRE(parsed->get_shown("host_name") == "host-a");
+  REQUIRE(Config::parse("profile_store = postgres://db/fdo?sslmode=disable&password=pw\n", "t")
+              ->get_shown("profile_store") == "postgres://db/fdo?sslmode=disable&password=***");
+  REQUIRE(Config::parse("profile_store = sqlite\n", "t")->profile_store == "sqlite");
+  // Restart-only: a reload keeps the running store and name.
+  Config merged = with_runtime_keys(Config::defaults(), *parsed);
+  REQUIRE(merged.profile_store == "sqlite");
+  REQUIRE(merged.host_name.empty());
+
+  for (const char* bad : {"profile_store = mysql://db/fdo\n", "profile_store = /var/lib/x.db\n",
+                          "profile_store = postgresql://db/fdo x\n", "host_name = two words\n",
+                          "profile_store_spool_max_bytes = 10\n"}) {
+    auto e = Config::parse(bad, "test");
+    INFO(bad);
+    REQUIRE_FALSE(e.has_value());
+    REQUIRE(e.error().code() == fdo::Errc::invalid_argument);
+  }
+  // A refused URI's password is not repeated in the error.
+  auto e = Config::parse("profile_store = postgresql://u:hunter2@db/f o\n", "test");
+  REQUIRE_FALSE(e.has_value());
+  REQUIRE(e.error().message().find("hunter2") == std::string::npos);
+  REQUIRE(e.error().message().find("profile_store") != std::string::npos);
+}

@@ -157,12 +157,15 @@ public:
     k.versions.push_back(std::move(p));
     return cur + 1;
   }
-  Status append_feedback(std::span<const ps::FeedbackRow> rows) override {
+  Status append_feedback(std::span<const ps::FeedbackRow> rows,
+                         std::string_view batch_id) override {
     std::lock_guard lk(mu);
     if (append_failures_to_inject > 0) {
       --append_failures_to_inject;
       return make_error(Errc::timeout, "database is locked");
     }
+    // Idempotent by batch id, like ProfileStore::append_feedback.
+    if (!batch_id.empty() && !batch_ids.insert(std::string(batch_id)).second) return ok();
     for (const auto& r : rows) {
       appended.push_back(r);
       ps::FeedbackTotals& t = totals[{r.pk, r.version}];
@@ -172,6 +175,7 @@ public:
       t.exec_ns += r.exec_ns;
       for (const auto& [name, value] : r.counters)
         t.counters[name] += value;
+      t.host_stages[r.host] += r.stages;
       for (const auto& [name, counts] : r.function_counts) {
         auto& sum = t.function_counts[name];
         sum.resize(counts.size(), 0);
@@ -196,6 +200,7 @@ public:
   std::map<std::string, Key> keys;
   std::map<std::pair<std::string, std::int64_t>, ps::FeedbackTotals> totals;
   std::vector<ps::FeedbackRow> appended;
+  std::set<std::string> batch_ids;
   int reads = 0, writes = 0;
   int conflicts_to_inject = 0;
   bool hide_pin_from_reads = false;

@@ -329,3 +329,39 @@ TEST_CASE("feedback loop: sampled misses on one branch mark it !unpredictable on
     CHECK_FALSE(loop.fold(optimized(2, 20 + i), policy()).rewritten);
   CHECK(store.keys[kPk].versions.size() == 2);
 }
+
+TEST_CASE("feedback loop: decides on the fleet's totals and names the contributing hosts",
+          "[service][feedback][fleet]") {
+  FakeFeedbackStore store;
+  FeedbackLoop a(store, "host-a");
+  for (int i = 0; i < 3; ++i)
+    a.fold(stage(kPk, 0, 90, 10, i), policy());
+  REQUIRE(store.keys[kPk].versions.size() == 1);
+  // Every row carries its host.
+  a.fold(stage(kPk, 1, 10, 90, 3), policy());
+  REQUIRE(a.flush());
+  REQUIRE(store.appended.size() == 1);
+  CHECK(store.appended[0].host == "host-a");
+
+  // Host b has flushed two more stages of v1 with the same shift; host c
+  // sees its first stage of v1: alone it would wait (1 of 3), with the
+  // fleet's 3 stages + its own it rewrites.
+  ps::FeedbackRow b;
+  b.pk = kPk;
+  b.version = 1;
+  b.stages = 2;
+  b.exec_ns = 1000;
+  b.host = "host-b";
+  b.function_counts["loop"] = {20, 180};
+  REQUIRE(store.append_feedback(std::vector<ps::FeedbackRow>{b}, "batch-b"));
+  FeedbackLoop c(store, "host-c");
+  auto out = c.fold(stage(kPk, 1, 10, 90, 0), policy());
+  REQUIRE(out.rewritten);
+  CHECK(out.rewritten->to == 2);
+  const ps::StoredProfile& v2 = store.keys[kPk].versions.back();
+  // a's 1 + b's 2 flushed, c's 1 not flushed yet: all counted.
+  CHECK(v2.doc.functions.at("loop").counts == std::vector<std::uint64_t>{40, 360});
+  CHECK_THAT(v2.reason, Catch::Contains("evidence from hosts host-a (1 stage), host-b (2 "
+                                        "stages), host-c (1 stage)"));
+  CHECK(v2.host == "host-c");
+}

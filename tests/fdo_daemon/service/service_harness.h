@@ -89,9 +89,14 @@ struct Harness {
   std::unique_ptr<Service> service;
   Dispatcher dispatcher;
 
-  explicit Harness(Config c = base_config(), FakeRunner::Fn exec_fn = fake_exec) {
+  // `store`: the store to compose over (default: SQLite in the state dir);
+  // `host`: this service's host name.
+  explicit Harness(Config c = base_config(), FakeRunner::Fn exec_fn = fake_exec,
+                   ServiceBuilder::StoreCreator store = nullptr, std::string host = "test-host") {
     c.state_dir = dir.str();
-    auto s = ServiceBuilder(c)
+    ServiceBuilder builder(c);
+    if (store) builder.store(std::move(store));
+    auto s = builder
                  .runners([this, exec_fn](WorkerRole role, const Config&,
                                           auto&&...) -> Expected<std::unique_ptr<JobRunner>> {
                    auto r = std::make_unique<FakeRunner>(
@@ -104,7 +109,7 @@ struct Harness {
                    return json{{"pmu", false}};
                  })
                  .sandbox_probe([] { return testing::test_host(); })
-                 .host_name("test-host")
+                 .host_name(host)
                  .audit_sink(audit)
                  .create();
     REQUIRE(s);

@@ -2,6 +2,7 @@
 
 #include "fdo/cache/keys.h"
 #include "fdo/profile_store/json_view.h"
+#include "fdo/profile_store/location.h"
 #include "fdo/profile_store/profile_store.h"
 #include "fdo/util/base64.h"
 #include "fdo/util/fd.h"
@@ -129,6 +130,9 @@ struct StoreBackend::Impl {
     FDO_TRY(std::string ik, string_param(params, "program"));
     FDO_TRY(std::optional<ps::ProgramInfo> info, store.program(ik));
     if (!info) return make_error(Errc::not_found, "no program " + ik + " in " + path);
+    if (state_dir.empty())
+      return make_error(Errc::invalid_argument,
+                        "program sources live in fdod's state directory: give --state-dir too");
     const std::string file =
         (std::filesystem::path(state_dir) / "programs" / (ik + ".prog")).string();
     auto contents = read_file(file);
@@ -161,16 +165,22 @@ struct StoreBackend::Impl {
 StoreBackend::StoreBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 StoreBackend::~StoreBackend() = default;
 
-Expected<std::unique_ptr<StoreBackend>> StoreBackend::open(const std::string& state_dir) {
-  std::string path = (std::filesystem::path(state_dir) / "profiles.db").string();
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec))
-    return make_error(Errc::not_found, "no profile store at " + path + " (is " + state_dir +
-                                           " fdod's --state-dir? the default is /var/lib/fdod)");
+Expected<std::unique_ptr<StoreBackend>> StoreBackend::open(const std::string& state_dir,
+                                                           const std::string& location) {
+  std::string path = location;
+  if (path.empty()) {
+    path = (std::filesystem::path(state_dir) / "profiles.db").string();
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec))
+      return make_error(Errc::not_found, "no profile store at " + path + " (is " + state_dir +
+                                             " fdod's --state-dir? the default is /var/lib/fdod)");
+  }
   ps::Options options;
   options.mode = ps::OpenMode::read_only;
   auto store = ps::ProfileStore::open(path, options);
-  if (!store) return std::move(store).error().context("open " + path + " read-only");
+  if (!store)
+    return std::move(store).error().context("open " + ps::redact_location(path) + " read-only");
+  path = store->location(); // never the password
   auto impl = std::unique_ptr<Impl>(new Impl{path, std::move(*store), state_dir});
   return std::unique_ptr<StoreBackend>(new StoreBackend(std::move(impl)));
 }

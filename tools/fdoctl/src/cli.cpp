@@ -28,7 +28,8 @@ namespace {
 
 constexpr const char* kFooter = R"(Exit status: 0 ok, 1 the daemon (or store) reported an error,
 2 usage or invalid input, 3 cannot connect to fdod, 4 not found.
-Environment: FDO_SOCKET (default socket), FDO_STATE_DIR (default --state-dir).
+Environment: FDO_SOCKET (default socket), FDO_STATE_DIR (default --state-dir), FDO_STORE
+(default --store).
 Manual: docs/fdoctl.md)";
 
 // Edit distance counting a swap of two neighbours as one edit (optimal
@@ -101,8 +102,13 @@ int run_cli(const std::vector<std::string>& args, Io& io) {
   app.add_option("--state-dir", g.state_dir,
                  "fdod's state directory: read commands fall back to reading its profiles.db "
                  "read-only when the daemon cannot be reached (default: $FDO_STATE_DIR)");
+  g.store = env_or("FDO_STORE", "");
+  app.add_option("--store", g.store,
+                 "the profile store read commands read when fdod is not asked (--offline) or "
+                 "cannot be reached: a path or a postgresql:// URI (default: "
+                 "<state-dir>/profiles.db; $FDO_STORE)");
   app.add_flag("--offline", g.offline,
-               "never contact fdod: read the profile store under --state-dir only");
+               "never contact fdod: read the profile store (--store, or under --state-dir) only");
   app.add_flag("--json", g.json, "machine output: exactly one JSON document on stdout");
   app.add_option("--timeout", g.timeout_s,
                  "seconds to wait for one reply from fdod (default 300; 0 = no limit)")

@@ -27,13 +27,14 @@ using nlohmann::json;
 
 Expected<std::unique_ptr<Backend>> Context::backend(Need need) {
   if (g_.offline) {
-    if (g_.state_dir.empty())
-      return make_error(Errc::invalid_argument, "--offline reads the profile store and needs "
-                                                "--state-dir DIR (fdod's state directory)");
+    if (g_.state_dir.empty() && g_.store.empty())
+      return make_error(Errc::invalid_argument,
+                        "--offline reads the profile store and needs --state-dir DIR (fdod's "
+                        "state directory) or --store LOCATION");
     if (need == Need::daemon)
       return make_error(Errc::invalid_argument,
                         "this command needs the daemon; --offline only reads the profile store");
-    FDO_TRY(std::unique_ptr<StoreBackend> store, StoreBackend::open(g_.state_dir));
+    FDO_TRY(std::unique_ptr<StoreBackend> store, StoreBackend::open(g_.state_dir, g_.store));
     return std::unique_ptr<Backend>(std::move(store));
   }
   ClientOptions options = cli_client_options();
@@ -45,8 +46,8 @@ Expected<std::unique_ptr<Backend>> Context::backend(Need need) {
   auto client = RpcClient::connect(g_.socket, options);
   if (client) return std::unique_ptr<Backend>(std::make_unique<DaemonBackend>(std::move(*client)));
   if (client.error().code() != Errc::unavailable) return std::move(client).error();
-  if (need == Need::read && !g_.state_dir.empty()) {
-    auto store = StoreBackend::open(g_.state_dir);
+  if (need == Need::read && (!g_.state_dir.empty() || !g_.store.empty())) {
+    auto store = StoreBackend::open(g_.state_dir, g_.store);
     if (!store) {
       connect_failed_ = true;
       return make_error(Errc::unavailable,

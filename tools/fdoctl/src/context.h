@@ -18,6 +18,7 @@ namespace fdo::ctl {
 struct Globals {
   std::string socket;
   std::string state_dir;
+  std::string store; // --store: a path or postgresql:// URI; empty: <state_dir>/profiles.db
   bool offline = false;
   bool json = false;
   double timeout_s = 300;

@@ -27,6 +27,21 @@ json remote_tier_state(ServiceState& s, bool with_limits) {
   return j;
 }
 
+// The profile store's state (docs/fleet.md, "When the profile store is down").
+json profile_store_state(ServiceState& s, bool with_limits) {
+  StoreHealth h = s.store_health();
+  json j = {{"kind", h.kind},
+            {"location", h.location},
+            {"state", std::string(to_string(h.state))},
+            {"last_error", h.last_error},
+            {"spooled_batches", h.spool.feedback_batches},
+            {"spooled_writes", h.spool.profile_writes},
+            {"spooled_other", h.spool.other},
+            {"spool_bytes", h.spool.bytes}};
+  if (with_limits) j["spool_max_bytes"] = h.spool_max_bytes;
+  return j;
+}
+
 Expected<json> health(ServiceState& s, const json&, const CallContext&) {
   double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started).count();
   return json{
@@ -36,6 +51,8 @@ Expected<json> health(ServiceState& s, const json&, const CallContext&) {
       {"uptime_s", up},
       {"workers", {{"compile", s.compile_pool->stats().live}, {"exec", s.exec_pool->stats().live}}},
       {"object_cache_remote", remote_tier_state(s, false)},
+      {"profile_store", profile_store_state(s, false)},
+      {"host", s.host},
       {"inprocess",
        {{"leases", s.leases->size()},
         {"leases_granted", s.leases->granted()},
@@ -55,7 +72,9 @@ Expected<json> capabilities(ServiceState& s, const json&, const CallContext&) {
       {"share_profiles_across_tenants", c->share_profiles_across_tenants},
       {"perf", s.perf_caps},
       {"sandbox", s.isolation->to_json()},
-      {"object_cache_remote", remote_tier_state(s, true)}};
+      {"object_cache_remote", remote_tier_state(s, true)},
+      {"profile_store", profile_store_state(s, true)},
+      {"host", s.host}};
 }
 
 Expected<json> metrics(ServiceState& s, const json&, const CallContext&) {
@@ -71,7 +90,7 @@ Expected<json> config(ServiceState& s, const json&, const CallContext& ctx) {
   json keys = json::array();
   for (const ConfigKeyInfo& k : Config::keys())
     keys.push_back({{"name", k.name},
-                    {"value", c->get(k.name)},
+                    {"value", c->get_shown(k.name)},
                     {"default", k.default_value},
                     {"reload", std::string(to_string(k.reload))}});
   return json{{"keys", std::move(keys)}};
@@ -175,6 +194,40 @@ std::vector<prometheus::MetricFamily> live_metrics(ServiceState& s) {
     out.push_back(one("fdo_cache_remote_errors_total",
                       "Connect and command failures of the remote object tier.", C, d(r->errors)));
   }
+  StoreHealth ph = s.store_health();
+  out.push_back(one("fdo_profile_store_up",
+                    "1 while the profile store answers and nothing is spooled, else 0.", G,
+                    ph.state == StoreState::down ? 0 : 1));
+  out.push_back(metric_family("fdo_profile_store_spooled",
+                              "Entries waiting in the local spool for the profile store, by kind.",
+                              G,
+                              {{"feedback", d(ph.spool.feedback_batches)},
+                               {"profile_write", d(ph.spool.profile_writes)},
+                               {"other", d(ph.spool.other)}},
+                              "kind"));
+  out.push_back(
+      one("fdo_profile_store_spool_bytes", "Bytes in the local spool.", G, d(ph.spool.bytes)));
+  out.push_back(metric_family("fdo_profile_store_replayed_total",
+                              "Spooled entries replayed into the profile store, by kind.", C,
+                              {{"feedback", d(ph.replayed_batches)},
+                               {"profile_write", d(ph.replayed_writes)},
+                               {"other", d(ph.replayed_other)}},
+                              "kind"));
+  out.push_back(metric_family(
+      "fdo_profile_store_dropped_total",
+      "Spooled entries dropped: conflict (a profile write another writer overtook), "
+      "cap_write / cap_feedback / cap_other (the spool cap), refused (the store refused it).",
+      C,
+      {{"conflict", d(ph.dropped_conflicts)},
+       {"cap_write", d(ph.dropped_cap_writes)},
+       {"cap_feedback", d(ph.dropped_cap_feedback)},
+       {"cap_other", d(ph.dropped_cap_other)},
+       {"refused", d(ph.dropped_refused)}},
+      "reason"));
+  out.push_back(
+      one("fdo_profile_store_dropped_rows_total",
+          "Spooled feedback rows dropped (their profile version was dropped, or the cap).", C,
+          d(ph.dropped_rows)));
   return out;
 }
 

@@ -1,8 +1,11 @@
-// The profile store: one SQLite database holding versioned optimization
-// profiles (current version + history per profile key), the profile key
-// mapping IK -> PK, the virtual key mapping CK -> VK, the program registry and
-// aggregated execution feedback. See docs/profile_store.md for the schema,
-// migrations, durability settings and concurrency model.
+// The profile store: versioned optimization profiles (current version +
+// history per profile key), the profile key mapping IK -> PK, the virtual key
+// mapping CK -> VK, the program registry and aggregated execution feedback.
+// A facade over a back end (backend.h): an embedded SQLite database (one
+// host, the default) or a PostgreSQL server shared by a fleet of hosts. See
+// docs/profile_store.md for the schemas, migrations, durability settings and
+// concurrency model; what follows describes the SQLite back end, the
+// PostgreSQL one keeps the same semantics across processes and hosts.
 //
 // Keys (pk, ik, ck, vk) are opaque non-empty strings to the store.
 //
@@ -36,6 +39,14 @@
 
 namespace fdo::profile_store {
 
+class Backend;
+
+// Which back end a store runs on.
+enum class StoreKind { sqlite, postgresql };
+inline constexpr EnumNames<StoreKind, 2> kStoreKindNames{
+    {{{StoreKind::sqlite, "sqlite"}, {StoreKind::postgresql, "postgresql"}}}};
+std::string_view to_string(StoreKind kind);
+
 enum class OpenMode {
   read_write, // creates the file if missing, upgrades an older schema
   read_only   // inspection: never writes; works while another process writes
@@ -55,8 +66,15 @@ struct Options {
   std::chrono::milliseconds busy_timeout{5000};
   Synchronous synchronous = Synchronous::full;
   // Most read connections the store opens (>= 1); each is opened on first
-  // need, so a store that is only written never opens one.
+  // need, so a store that is only written never opens one. PostgreSQL: the
+  // most pooled connections (reads and writes), also opened on first need.
   int read_connections = 4;
+  // PostgreSQL only: the most time opening a connection may take (libpq
+  // connect_timeout, whole seconds, at least 1 s; then Errc::unavailable), and
+  // the server's limit on each statement (statement_timeout; then
+  // Errc::timeout). 0 disables the statement limit.
+  std::chrono::milliseconds connect_timeout{5000};
+  std::chrono::milliseconds statement_timeout{30000};
 };
 
 // The tenant (peer uid) a mutating call acts for. When set, the call may only
@@ -172,6 +190,9 @@ struct FeedbackRow {
   std::map<std::string, std::uint64_t> counters; // e.g. "branch-misses" -> sum
   // Instrumentation counts per function, in the instrumentation's order.
   std::map<std::string, std::vector<std::uint64_t>> function_counts;
+  // The host that ran the stages ("" = not known). Feedback is kept per
+  // (pk, version, host); totals sum over hosts.
+  std::string host = {};
 };
 
 // Rows written together by append_feedback, in one transaction.
@@ -186,6 +207,8 @@ struct FeedbackTotals {
   std::map<std::string, std::uint64_t> counters;
   std::map<std::string, std::vector<std::uint64_t>> function_counts;
   std::int64_t updated_at = 0; // unix ms of the last batch that touched it
+  // Stages per contributing host ("" = rows that named no host).
+  std::map<std::string, std::uint64_t> host_stages = {};
 };
 
 struct AppendResult {
@@ -193,6 +216,8 @@ struct AppendResult {
   // Rows whose (pk, version) is not in the history (pruned by retention,
   // removed, or never written): reported, not stored.
   std::vector<std::pair<std::string, std::int64_t>> skipped;
+  // The batch id was already applied to this store: nothing applied now.
+  bool duplicate = false;
 };
 
 enum class ExportHistory { current_only, full };
@@ -245,19 +270,34 @@ public:
   // Bundle format written by export_bundle and accepted by import_bundle.
   static constexpr std::string_view kBundleFormat = "fdo-profile-bundle";
   static constexpr int kBundleVersion = 1;
+  // How long an applied feedback batch id is remembered (append_feedback).
+  static constexpr std::chrono::hours kBatchIdRetention{24 * 7};
 
-  // Opens (read_write: creates or upgrades) the store at `path`. A file that
+  // `location` is a filesystem path (SQLite) or a libpq URI
+  // "postgresql://..." / "postgres://..." (PostgreSQL).
+  //
+  // SQLite: opens (read_write: creates or upgrades) the store at the path. A file that
   // is not an SQLite database, is damaged (PRAGMA quick_check), belongs to
   // another application, or has a newer schema than this build knows is
   // refused with an error naming the path, and is left byte-for-byte
   // untouched. A database file created here gets mode 0600 whatever the
   // umask (SQLite gives its -wal and -shm files the same mode).
-  static Expected<ProfileStore> open(const std::string& path, const Options& options = {});
+  static Expected<ProfileStore> open(const std::string& location, const Options& options = {});
+  // Whether `location` names a PostgreSQL server (a libpq URI) rather than a path.
+  static bool is_postgres_location(std::string_view location);
 
   ProfileStore(ProfileStore&&) noexcept;
   ProfileStore& operator=(ProfileStore&&) noexcept;
   ~ProfileStore();
 
+  StoreKind kind() const;
+  // The path, or the URI with any password replaced by "***" (for logs and errors).
+  std::string location() const;
+  // PostgreSQL: whether the change listener is connected, i.e. whether
+  // current()/summary() may be served from the notification-coherent cache
+  // (false: every read queries the server). SQLite: nullopt (no cache).
+  std::optional<bool> change_listener_up() const;
+  // The SQLite file's path; for PostgreSQL the same as location().
   const std::string& path() const;
   // The options the store was opened with, with the retention now in force.
   Options options() const;
@@ -266,13 +306,15 @@ public:
   // pruned by the next write of their key, not at once.
   Status set_retention(int versions);
   Expected<int> schema_version() const;
-  // PRAGMA integrity_check and foreign_key_check; error describing the first problems.
+  // SQLite: PRAGMA integrity_check and foreign_key_check; error describing the
+  // first problems. PostgreSQL: unsupported (the server keeps its own integrity).
   Status integrity_check() const;
   // Replaces the whole database, while it is open and in use, with a copy
   // made by backup_database (backup.h): the copy is checked first (it opens,
   // passes PRAGMA quick_check, is an fdo store with this build's schema
   // version; anything else changes nothing), then written over this database
-  // through SQLite's backup API on the write connection, so every write of
+  // through SQLite's backup API (SQLite only; PostgreSQL: unsupported, use
+  // pg_dump / pg_restore) on the write connection, so every write of
   // this store waits until it is done and every reader sees the old or the
   // new database, never a mix. Callers drop what they cached from the old one.
   Expected<BackupSummary> restore_from(const std::string& from_path);
@@ -349,10 +391,15 @@ public:
   Expected<bool> owns_program_with_profile_key(std::int64_t owner, std::string_view pk) const;
 
   // --- feedback ---
-  // One transaction for the whole batch. Rows for the same (pk, version) add
-  // up. A row whose counts vector for a function has a different length than
-  // what is stored fails the whole batch (invalid_argument), nothing applied.
-  Expected<AppendResult> append_feedback(std::span<const FeedbackRow> rows);
+  // One transaction for the whole batch. Rows for the same (pk, version,
+  // host) add up. A row whose counts vector for a function has a different
+  // length than what is stored for that (pk, version) fails the whole batch
+  // (invalid_argument), nothing applied. A non-empty batch_id makes the call
+  // idempotent: an id this store has already applied applies nothing and
+  // returns duplicate = true. Ids are recorded in the batch's transaction and
+  // kept kBatchIdRetention after they were applied.
+  Expected<AppendResult> append_feedback(std::span<const FeedbackRow> rows,
+                                         std::string_view batch_id = {});
   Expected<std::optional<FeedbackTotals>> feedback(std::string_view pk, std::int64_t version) const;
 
   // --- export / import ---
@@ -378,11 +425,10 @@ public:
                                                        ActingOwner acting_owner = std::nullopt,
                                                        ImportNewKeys new_keys = ImportNewKeys::any);
 
-  struct Impl; // public only so the implementation's helpers can name it
+  explicit ProfileStore(std::unique_ptr<Backend> backend);
 
 private:
-  explicit ProfileStore(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<Backend> impl_;
 };
 
 } // namespace fdo::profile_store

@@ -59,6 +59,13 @@ struct SamplingConfig {
   std::uint64_t max_samples = 4000; // attributed per stage
 };
 
+// profile_store's value for the SQLite file in the state dir.
+inline constexpr std::string_view kSqliteStore = "sqlite";
+
+// `location` with any password (URI userinfo or a password= parameter)
+// replaced by "***".
+std::string redact_store_location(std::string_view location);
+
 struct Config {
   std::string socket = "/run/fdod/fdod.sock";
   std::string state_dir = "/var/lib/fdod";
@@ -116,6 +123,13 @@ struct Config {
   // Linked programs an exec worker keeps by storage key (the object travels
   // once per worker); 0 = the object is sent with every execute.
   unsigned exec_object_cache_entries = 16;
+  // The profile store (docs/fleet.md): kSqliteStore = profiles.db in the state
+  // dir; or a libpq URI postgresql://... shared by hosts.
+  std::string profile_store = std::string(kSqliteStore);
+  // This host's name in feedback rows and history; "" = gethostname().
+  std::string host_name;
+  // Cap of the local spool of writes kept while the profile store is down.
+  std::uint64_t profile_store_spool_max_bytes = 256u << 20;
 
   static Config defaults() { return Config{}; }
 
@@ -132,6 +146,9 @@ struct Config {
   Status apply_overrides(const ConfigOverrides& overrides);
   // The value of one key in file syntax; empty for an unknown key.
   std::string get(std::string_view key) const;
+  // get() as shown to people (errors, logs, the config method): a password in
+  // profile_store is replaced by "***".
+  std::string get_shown(std::string_view key) const;
   // The whole configuration as a file that parse() reads back unchanged.
   std::string to_text() const;
 

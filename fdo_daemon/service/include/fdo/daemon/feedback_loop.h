@@ -44,7 +44,11 @@ public:
   virtual Expected<std::int64_t> write(std::string_view pk, std::int64_t expected_version,
                                        const ProfileDoc& doc,
                                        const profile_store::WriteInfo& info) = 0;
-  virtual Status append_feedback(std::span<const profile_store::FeedbackRow> rows) = 0;
+  // batch_id non-empty: idempotent, a batch id the store already applied
+  // applies nothing (so a batch retried after an ambiguous failure is never
+  // counted twice); empty: the store_fallback.h decorator assigns one.
+  virtual Status append_feedback(std::span<const profile_store::FeedbackRow> rows,
+                                 std::string_view batch_id) = 0;
 };
 
 // What one stage produced, with what the loop needs to know about it.
@@ -116,11 +120,22 @@ private:
     // Sampled i-cache misses per function of every stage under `version`.
     std::map<std::string, std::uint64_t> icache;
     std::deque<std::chrono::system_clock::time_point> rewrites;
+    // The fleet's totals for `version` (every host's flushed rows) when last
+    // read from the store, at most every kFleetRefresh (fleet_view).
+    std::optional<profile_store::FeedbackTotals> fleet;
+    std::chrono::steady_clock::time_point fleet_read{};
   };
 
   std::shared_ptr<KeyState> state_of(const std::string& pk);
   void queue_row(const StageReport& stage);
   void load_totals(KeyState& st, const StageReport& stage);
+  // What the policy decides on: the fleet's totals for the stage's version
+  // plus this host's rows not yet in the store, when that is at least what
+  // this host saw itself (else, e.g. while the store is down, its own view).
+  // `hosts`: stages per contributing host of the view returned.
+  const FeedbackAccumulator& fleet_view(KeyState& st, const StageReport& stage,
+                                        FeedbackAccumulator& scratch,
+                                        std::map<std::string, std::uint64_t>& hosts);
   // Drift re-profiling when the policy kept the profile (time_share.h).
   void consider_reprofile(const PolicyConfig& policy, const PolicyInput& in, KeyState& st,
                           PolicyDecision& d);
@@ -133,6 +148,10 @@ private:
 
   mutable std::mutex pending_mu_;
   std::vector<profile_store::FeedbackRow> pending_;
+  // The rows of the flush in progress (read by fleet_view; written under
+  // pending_mu_ by the one flush at a time that flush_mu_ admits).
+  std::vector<profile_store::FeedbackRow> inflight_;
+  std::mutex flush_mu_;
 
   std::atomic<std::uint64_t> rewrites_{0};
 };

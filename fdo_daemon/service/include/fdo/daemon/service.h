@@ -83,7 +83,7 @@ public:
   Expected<std::unique_ptr<Service>> create();
 
   // The defaults, usable from a custom creator.
-  static Expected<std::unique_ptr<profile_store::ProfileStore>> sqlite_store(const Config& c);
+  static Expected<std::unique_ptr<profile_store::ProfileStore>> default_store(const Config& c);
   // A supervised pool of fdo-worker processes whose workers bind to one tenant
   // each and enter its sandbox (isolation.h).
   static Expected<std::unique_ptr<JobRunner>>

@@ -5,10 +5,9 @@
 // source.
 #pragma once
 
-#include "fdo/util/time.h"
-
 #include "fdo/ctl/client.h"
 #include "fdo/util/expected.h"
+#include "fdo/util/time.h"
 
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -47,7 +46,10 @@ private:
 // holds (whoever can read the file can read them all).
 class StoreBackend final : public Backend {
 public:
-  static Expected<std::unique_ptr<StoreBackend>> open(const std::string& state_dir);
+  // The store under `state_dir` (profiles.db), or at `location` when given
+  // (a path or a postgresql:// URI, --store); opened read-only.
+  static Expected<std::unique_ptr<StoreBackend>> open(const std::string& state_dir,
+                                                      const std::string& location = {});
   ~StoreBackend() override;
 
   Expected<nlohmann::json> call(std::string_view method, const nlohmann::json& params) override;

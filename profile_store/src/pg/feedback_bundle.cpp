@@ -1,0 +1,260 @@
+// Feedback per host (with idempotent batch ids) and export/import bundles on
+// PostgreSQL.
+#include "../bundle_format.h"
+#include "../feedback_rows.h"
+#include "internal.h"
+
+#include <set>
+
+namespace fdo::profile_store {
+
+using detail::as_i64;
+using detail::as_u64;
+using detail::check_key;
+using detail::describe_profile;
+using detail::now_ms;
+using detail::sat_add;
+using nlohmann::json;
+using pg::p;
+
+// --- feedback ---
+
+Expected<AppendResult> PgBackend::append_feedback(std::span<const FeedbackRow> rows,
+                                                  std::string_view batch_id) {
+  if (!batch_id.empty()) FDO_TRY_STATUS(detail::check_batch_id(batch_id));
+  FDO_TRY(auto merged, detail::merge_feedback(rows));
+  FDO_TRY_STATUS(impl_->writable());
+  FDO_TRY(auto lease, impl_->pool.acquire());
+  pg::Conn& c = lease.conn();
+  FDO_TRY(pg::Tx tx, pg::Tx::begin(c));
+  const std::int64_t now = now_ms();
+  AppendResult result;
+  if (!batch_id.empty()) {
+    FDO_TRY_STATUS(
+        c.exec("DELETE FROM feedback_batches WHERE applied_at < $1",
+               {p(now - std::chrono::milliseconds(ProfileStore::kBatchIdRetention).count())}));
+    // A second host replaying the same id waits here for the first to commit.
+    FDO_TRY(pg::Result claimed, c.exec("INSERT INTO feedback_batches (batch_id, applied_at) "
+                                       "VALUES ($1, $2) ON CONFLICT (batch_id) DO NOTHING",
+                                       {p(batch_id), p(now)}));
+    if (claimed.affected() == 0) {
+      result.duplicate = true;
+      return result; // rolls back: nothing changed
+    }
+  }
+  std::set<std::pair<std::string, std::int64_t>> skipped;
+  for (auto& [key, m] : merged) {
+    const auto& [pk, version, host] = key;
+    std::string what = "feedback for " + describe_profile(pk, version);
+    FDO_TRY(pg::Result exists,
+            c.exec("SELECT 1 FROM profile_versions WHERE pk = $1 AND version = $2",
+                   {p(pk), p(version)}));
+    if (exists.rows() == 0) {
+      if (skipped.emplace(pk, version).second) result.skipped.emplace_back(pk, version);
+      continue;
+    }
+    // The host's row, created if needed and locked: appenders of one
+    // (pk, version, host) take turns, so no sum is lost.
+    FDO_TRY_STATUS(c.exec("INSERT INTO feedback (pk, version, host, stages, exec_ns, updated_at) "
+                          "VALUES ($1, $2, $3, 0, 0, $4) ON CONFLICT DO NOTHING",
+                          {p(pk), p(version), p(host), p(now)}));
+    FDO_TRY(pg::Result old, c.exec("SELECT stages, exec_ns FROM feedback WHERE pk = $1 AND "
+                                   "version = $2 AND host = $3 FOR UPDATE",
+                                   {p(pk), p(version), p(host)}));
+    FDO_TRY_STATUS(c.exec("UPDATE feedback SET stages = $4, exec_ns = $5, updated_at = $6 WHERE "
+                          "pk = $1 AND version = $2 AND host = $3",
+                          {p(pk), p(version), p(host),
+                           p(as_i64(sat_add(as_u64(old.i64(0, 0)), m.totals.stages))),
+                           p(as_i64(sat_add(as_u64(old.i64(0, 1)), m.totals.exec_ns))), p(now)}));
+    for (const auto& [name, value] : m.totals.counters) {
+      FDO_TRY(pg::Result cur, c.exec("SELECT value FROM feedback_counters WHERE pk = $1 AND "
+                                     "version = $2 AND host = $3 AND name = $4",
+                                     {p(pk), p(version), p(host), p(name)}));
+      std::uint64_t before = cur.rows() ? as_u64(cur.i64(0, 0)) : 0;
+      FDO_TRY_STATUS(
+          c.exec("INSERT INTO feedback_counters (pk, version, host, name, value) "
+                 "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (pk, version, host, name) "
+                 "DO UPDATE SET value = excluded.value",
+                 {p(pk), p(version), p(host), p(name), p(as_i64(sat_add(before, value)))}));
+    }
+    for (const auto& [fn, counts] : m.totals.function_counts) {
+      std::vector<std::uint64_t> sum = counts;
+      FDO_TRY(pg::Result cur, c.exec("SELECT host, counts FROM feedback_function_counts WHERE "
+                                     "pk = $1 AND version = $2 AND function = $3",
+                                     {p(pk), p(version), p(fn)}));
+      for (int i = 0; i < cur.rows(); ++i) {
+        FDO_TRY(auto stored, pg::parse_counts(cur.text(i, 1), what + " function " + fn));
+        if (stored.size() != counts.size())
+          return make_error(Errc::invalid_argument,
+                            detail::length_mismatch(what, fn, counts.size(), stored.size()));
+        if (cur.text(i, 0) != host) continue;
+        for (size_t k = 0; k < sum.size(); ++k)
+          sum[k] = sat_add(stored[k], sum[k]);
+      }
+      FDO_TRY_STATUS(c.exec("INSERT INTO feedback_function_counts (pk, version, host, function, "
+                            "counts) VALUES ($1, $2, $3, $4, $5::bigint[]) ON CONFLICT (pk, "
+                            "version, host, function) DO UPDATE SET counts = excluded.counts",
+                            {p(pk), p(version), p(host), p(fn), p(pg::counts_literal(sum))}));
+    }
+    result.applied += m.rows;
+  }
+  FDO_TRY_STATUS(tx.commit());
+  return result;
+}
+
+Expected<std::optional<FeedbackTotals>> PgBackend::feedback(std::string_view pk,
+                                                            std::int64_t version) const {
+  FDO_TRY_STATUS(check_key("profile key", pk));
+  FDO_TRY(auto lease, impl_->pool.acquire());
+  pg::Conn& c = lease.conn();
+  // One snapshot for the totals and their details.
+  FDO_TRY(pg::Tx tx, pg::Tx::begin(c));
+  FDO_TRY_STATUS(c.exec_script("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"));
+  FeedbackTotals t;
+  t.pk = std::string(pk);
+  t.version = version;
+  std::string what = "feedback for " + describe_profile(pk, version);
+  FDO_TRY(pg::Result hosts, c.exec("SELECT host, stages, exec_ns, updated_at FROM feedback "
+                                   "WHERE pk = $1 AND version = $2",
+                                   {p(pk), p(version)}));
+  if (hosts.rows() == 0) return std::optional<FeedbackTotals>();
+  for (int i = 0; i < hosts.rows(); ++i)
+    FDO_TRY_STATUS(detail::add_host_totals(t, hosts.text(i, 0), as_u64(hosts.i64(i, 1)),
+                                           as_u64(hosts.i64(i, 2)), hosts.i64(i, 3)));
+  FDO_TRY(pg::Result counters, c.exec("SELECT name, value FROM feedback_counters WHERE pk = $1 "
+                                      "AND version = $2",
+                                      {p(pk), p(version)}));
+  for (int i = 0; i < counters.rows(); ++i) {
+    std::uint64_t& sum = t.counters[counters.text(i, 0)];
+    sum = sat_add(sum, as_u64(counters.i64(i, 1)));
+  }
+  FDO_TRY(pg::Result fns, c.exec("SELECT function, counts FROM feedback_function_counts WHERE "
+                                 "pk = $1 AND version = $2",
+                                 {p(pk), p(version)}));
+  for (int i = 0; i < fns.rows(); ++i) {
+    std::string fn = fns.text(i, 0);
+    FDO_TRY(auto counts, pg::parse_counts(fns.text(i, 1), what + " function " + fn));
+    FDO_TRY_STATUS(detail::add_function_counts(t, fn, counts, what));
+  }
+  FDO_TRY_STATUS(tx.commit());
+  return std::optional<FeedbackTotals>(std::move(t));
+}
+
+// --- export / import ---
+
+namespace {
+
+// Inside a REPEATABLE READ transaction: one snapshot for the whole bundle.
+Expected<json> export_snapshot(PgBackend::Impl& impl, pg::Conn& c,
+                               const std::vector<std::string>& pks, ExportHistory history) {
+  json profiles = json::array();
+  std::set<std::string> seen;
+  for (const std::string& pk : pks) {
+    if (!seen.insert(pk).second) continue;
+    FDO_TRY_STATUS(check_key("profile key", pk));
+    FDO_TRY(auto state, impl.state(c, pk, false));
+    if (!state) return make_error(Errc::not_found, "export: no profile " + pk);
+    FDO_TRY(auto current, impl.current(c, pk));
+    std::optional<std::vector<StoredProfile>> versions;
+    if (history == ExportHistory::full) {
+      FDO_TRY(versions, impl.history(c, pk));
+    }
+    profiles.push_back(detail::bundle_entry(pk, state->owner, state->pinned, state->last, current,
+                                            versions ? &*versions : nullptr));
+  }
+  return detail::bundle_envelope(std::move(profiles), history);
+}
+
+Status begin_snapshot(pg::Conn& c) {
+  return c.exec_script("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY");
+}
+
+} // namespace
+
+Expected<json> PgBackend::export_bundle(std::span<const std::string> pks,
+                                        ExportHistory history) const {
+  FDO_TRY(auto lease, impl_->pool.acquire());
+  FDO_TRY(pg::Tx tx, pg::Tx::begin(lease.conn()));
+  FDO_TRY_STATUS(begin_snapshot(lease.conn()));
+  FDO_TRY(json bundle, export_snapshot(*impl_, lease.conn(),
+                                       std::vector<std::string>(pks.begin(), pks.end()), history));
+  FDO_TRY_STATUS(tx.commit());
+  return bundle;
+}
+
+Expected<json> PgBackend::export_all(ExportHistory history) const {
+  FDO_TRY(auto lease, impl_->pool.acquire());
+  pg::Conn& c = lease.conn();
+  FDO_TRY(pg::Tx tx, pg::Tx::begin(c));
+  FDO_TRY_STATUS(begin_snapshot(c));
+  FDO_TRY(pg::Result r, c.exec("SELECT pk FROM profiles ORDER BY pk"));
+  std::vector<std::string> pks;
+  for (int i = 0; i < r.rows(); ++i)
+    pks.push_back(r.text(i, 0));
+  FDO_TRY(json bundle, export_snapshot(*impl_, c, pks, history));
+  FDO_TRY_STATUS(tx.commit());
+  return bundle;
+}
+
+Expected<std::vector<ImportedProfile>>
+PgBackend::import_bundle(const json& bundle, std::int64_t owner, ImportConflict policy,
+                         ActingOwner acting_owner, ImportNewKeys new_keys) {
+  if (new_keys == ImportNewKeys::own_programs && !acting_owner)
+    return make_error(Errc::invalid_argument,
+                      "import: creating only the profile keys of an owner's programs needs the "
+                      "acting owner");
+  FDO_TRY(std::vector<detail::Incoming> incoming, detail::parse_bundle(bundle));
+  FDO_TRY_STATUS(impl_->writable());
+  FDO_TRY(auto lease, impl_->pool.acquire());
+  pg::Conn& c = lease.conn();
+  std::vector<ImportedProfile> out;
+  {
+    FDO_TRY(pg::Tx tx, pg::Tx::begin(c));
+    if (acting_owner) {
+      // Every key first, locked, as on SQLite (docs/profile_store.md, "Tenants").
+      for (const detail::Incoming& in : incoming) {
+        FDO_TRY(auto state, impl_->state(c, in.pk, true));
+        bool allowed = state ? state->owner == *acting_owner : true;
+        if (!state && new_keys == ImportNewKeys::own_programs) {
+          FDO_TRY(pg::Result r,
+                  c.exec("SELECT 1 FROM programs WHERE pk = $1 AND owner = $2 LIMIT 1",
+                         {p(in.pk), p(*acting_owner)}));
+          allowed = r.rows() > 0;
+        }
+        if (!allowed) return detail::no_profile(in.pk).context("import (nothing imported)");
+      }
+    }
+    const std::int64_t now = now_ms();
+    for (const detail::Incoming& in : incoming) {
+      ImportedProfile r;
+      r.pk = in.pk;
+      FDO_TRY(auto state, impl_->state(c, in.pk, true));
+      std::int64_t local = state ? state->current : 0;
+      r.version = local;
+      r.digest = std::string(no_profile_digest());
+      if (local != 0) {
+        FDO_TRY(auto cur, impl_->current(c, in.pk));
+        if (cur) r.digest = cur->digest;
+      }
+      FDO_TRY(bool write, detail::decide_import(in, policy, r));
+      if (write) {
+        auto v =
+            impl_->write_profile(c, detail::import_request(in, owner, acting_owner, local), now);
+        if (!v) return std::move(v).error().context("import (nothing imported)");
+        r.version = *v;
+        r.digest = in.digest;
+      }
+      if (in.pinned && (write || r.action == ImportAction::unchanged)) {
+        FDO_TRY_STATUS(c.exec("UPDATE profiles SET pinned = true WHERE pk = $1", {p(in.pk)}));
+        FDO_TRY_STATUS(pg::notify(c, in.pk));
+      }
+      out.push_back(std::move(r));
+    }
+    FDO_TRY_STATUS(tx.commit());
+  }
+  for (const ImportedProfile& r : out)
+    impl_->changed(r.pk);
+  return out;
+}
+
+} // namespace fdo::profile_store

@@ -1,0 +1,73 @@
+#include "profile_rules.h"
+
+#include "internal.h"
+
+namespace fdo::profile_store::detail {
+
+Expected<PreparedWrite> prepare_write(const WriteRequest& req, std::int64_t now) {
+  FDO_TRY_STATUS(check_key("profile key", req.pk));
+  if (req.expected_version < 0)
+    return make_error(Errc::invalid_argument,
+                      "expected version of profile " + req.pk + " must be >= 0");
+  ProfileDoc doc = req.doc;
+  doc.provenance.reason = req.info.reason;
+  doc.provenance.created_at = rfc3339_ms(now);
+  doc.provenance.host = req.info.host;
+  doc.provenance.stage = req.info.stage;
+  doc.provenance.program = req.info.program;
+  nlohmann::json j = to_json(doc);
+  // The struct can hold values the document format forbids (opt_level 9);
+  // such a profile must not reach the compiler through the store.
+  auto valid = profile_from_json(j);
+  if (!valid) return std::move(valid).error().context("profile " + req.pk);
+  PreparedWrite w;
+  FDO_TRY(w.body, canonical_text(j, "profile " + req.pk));
+  w.digest = profile_digest(doc);
+  w.functions = static_cast<std::int64_t>(doc.functions.size());
+  w.doc = std::move(*valid);
+  return w;
+}
+
+Expected<std::int64_t> check_write(const WriteRequest& req, const std::optional<ProfileState>& st) {
+  // The tenant check comes first, so nothing below (pin state, version) is
+  // ever reported about another tenant's profile.
+  if (const ActingOwner& acting = req.info.acting_owner) {
+    if (st && st->owner != *acting) return no_profile(req.pk);
+    if (!st && req.expected_version != 0) return no_profile(req.pk);
+  }
+  if (!st) {
+    if (req.expected_version != 0)
+      return make_error(Errc::conflict, "profile " + req.pk + " does not exist (expected version " +
+                                            std::to_string(req.expected_version) + ")");
+    return std::int64_t{1};
+  }
+  if (st->pinned && req.info.source == WriteSource::feedback)
+    return make_error(Errc::pinned, "profile " + req.pk +
+                                        " is pinned; feedback may not rewrite it (unpin it, "
+                                        "or write it as an operator)");
+  if (st->current != req.expected_version)
+    return make_error(Errc::conflict, "profile " + req.pk + " is at version " +
+                                          std::to_string(st->current) + " (expected " +
+                                          std::to_string(req.expected_version) + ")");
+  return st->last + 1;
+}
+
+Status decode_body(StoredProfile& p, DocCache& docs) {
+  if (auto cached = docs.find(p.pk, p.version, p.body, p.digest)) {
+    p.doc = std::move(*cached);
+    return ok();
+  }
+  auto doc = parse_profile(p.body);
+  if (!doc)
+    return make_error(Errc::corrupt, describe_profile(p.pk, p.version) +
+                                         ": stored body does not parse: " + doc.error().message());
+  p.doc = std::move(*doc);
+  // The digest keys compiled outputs; serving a body that does not match it
+  // would compile one profile under another's cache key.
+  if (std::string d = profile_digest(p.doc); d != p.digest)
+    return make_error(Errc::corrupt, describe_profile(p.pk, p.version) + ": stored digest " +
+                                         p.digest + " does not match the body (" + d + ")");
+  docs.insert(p.pk, p.version, p.body, p.digest, p.doc);
+  return ok();
+}
+} // namespace fdo::profile_store::detail

@@ -1,0 +1,46 @@
+// Back-end-neutral rules of the versioned write path and of reading a stored
+// version: what a write stores (stamped, validated, canonical body, digest),
+// which writes are allowed over a key's state, and the checks every read
+// body passes. Shared by the SQLite and PostgreSQL back ends.
+#pragma once
+
+#include "fdo/profile_store/profile_store.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace fdo::profile_store {
+class DocCache;
+}
+
+namespace fdo::profile_store::detail {
+
+// The profiles row of one key.
+struct ProfileState {
+  std::int64_t owner = 0;
+  std::int64_t current = 0; // 0: no current profile
+  std::int64_t last = 0;
+  bool pinned = false;
+};
+
+struct PreparedWrite {
+  ProfileDoc doc; // with provenance stamped; valid per profile_from_json
+  std::string body;
+  std::string digest;
+  std::int64_t functions = 0;
+};
+// Checks the key and expected version, stamps the provenance from the
+// request and `now`, and validates the document.
+Expected<PreparedWrite> prepare_write(const WriteRequest& req, std::int64_t now);
+
+// The version the write gets over the key's state `st` (nullopt: no row), or
+// the error: tenant first (not_found, like an unknown key), then pinned, then
+// conflict.
+Expected<std::int64_t> check_write(const WriteRequest& req, const std::optional<ProfileState>& st);
+
+// Parses p.body into p.doc and checks it against p.digest (Errc::corrupt
+// otherwise), reusing the cache's document for the same bytes.
+Status decode_body(StoredProfile& p, DocCache& docs);
+
+} // namespace fdo::profile_store::detail

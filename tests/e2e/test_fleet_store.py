@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""The profile store as fdod sees it (docs/fleet.md, "When the profile store is
+down"; docs/fdod-config.md, "Profile store keys"): a malformed profile_store is
+refused at start with a clear error that never shows a password; health and
+capabilities report the store; every feedback row and history entry carries
+this host's name (host_name)."""
+import pathlib
+import sys
+import time
+import unittest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from harness import Daemon, ir  # noqa: E402
+from servers import PostgresServer, postgres_unavailable_reason  # noqa: E402
+
+
+class ProfileStoreSelection(unittest.TestCase):
+    def test_malformed_profile_store_is_refused_at_start_without_the_password(self):
+        for bad in ["mysql://fdo:hunter2@db/fdo", "postgresql://fdo:hunter2@db/f do",
+                    "/var/lib/fdod/other.db"]:
+            d = Daemon({"profile_store": bad})
+            try:
+                with self.assertRaises(RuntimeError, msg=bad) as cm:
+                    d.start()
+                text = str(cm.exception)
+                self.assertIn("profile_store", text)
+                self.assertIn("postgresql://", text, "the error says what is accepted")
+                self.assertNotIn("hunter2", text)
+                self.assertNotIn("hunter2", d.log_text())
+            finally:
+                d.cleanup()
+
+    def test_default_store_and_host_name_in_health_rows_and_history(self):
+        d = Daemon({"host_name": "host-x", "policy.min_stages": 2}).start()
+        c = d.client()
+        try:
+            health = c.call("health")
+            self.assertEqual(health["host"], "host-x")
+            ps = health["profile_store"]
+            self.assertEqual(ps["kind"], "sqlite")
+            self.assertEqual(ps["state"], "up")
+            self.assertTrue(ps["location"].endswith("/profiles.db"), ps)
+            self.assertEqual(ps["spooled_batches"] + ps["spooled_writes"], 0)
+            caps = c.call("capabilities")
+            self.assertEqual(caps["profile_store"]["kind"], "sqlite")
+            self.assertEqual(caps["host"], "host-x")
+            metrics = c.call("metrics")["text"]
+            self.assertIn("fdo_profile_store_up 1", metrics)
+
+            prog = c.call("program.register", {"ir": ir("branchy.ll")})["program"]
+            stages = [c.call("execute", {"program": prog, "entry": "run"})["stage"]
+                      for _ in range(3)]
+            rw = [s for s in stages if s["profile_rewritten"]]
+            self.assertEqual(len(rw), 1, [s["policy"] for s in stages])
+            hist = c.call("profile.history", {"profile_key": stages[0]["profile_key"]})
+            v1 = hist["versions"][-1]
+            self.assertEqual(v1["host"], "host-x")
+            self.assertIn("evidence from host host-x (2 stages)", v1["reason"])
+        finally:
+            c.close()
+            d.cleanup()
+
+
+@unittest.skipIf(postgres_unavailable_reason(), postgres_unavailable_reason())
+class PostgresFixture(unittest.TestCase):
+    """servers.PostgresServer, which the fleet tests over a real PostgreSQL use."""
+
+    def test_starts_answers_and_keeps_its_data_across_a_restart(self):
+        pg = PostgresServer().start()
+        try:
+            self.assertTrue(pg.url.startswith("postgresql://postgres@%2F"), pg.url)
+            pg.psql("CREATE TABLE t (v int); INSERT INTO t VALUES (42)")
+            pg.stop()
+            with self.assertRaises(RuntimeError):
+                pg.psql("SELECT 1")
+            pg.start()
+            self.assertEqual(pg.psql("SELECT v FROM t").strip(), "42")
+        finally:
+            pg.cleanup()
+
+
+def wait_for(pred, what, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError("timed out waiting for " + what)
+
+
+@unittest.skipIf(postgres_unavailable_reason(), postgres_unavailable_reason())
+class PostgresOutage(unittest.TestCase):
+    """fdod on a real PostgreSQL store: the server stopped mid-stream, stages
+    keep succeeding, and after its restart the spooled rows and versions
+    arrive, none lost or duplicated."""
+
+    def setUp(self):
+        self.pg = PostgresServer().start()
+        self.d = Daemon({"profile_store": self.pg.url, "host_name": "host-a",
+                         "policy.min_stages": 2, "feedback_flush_ms": 100}).start()
+        self.c = self.d.client()
+
+    def tearDown(self):
+        self.c.close()
+        self.d.cleanup()
+        self.pg.cleanup()
+
+    def store(self):
+        return self.c.call("health")["profile_store"]
+
+    def stages_in_store(self, pk, version):
+        out = self.pg.psql(f"SELECT coalesce(sum(stages), 0) FROM feedback "
+                           f"WHERE pk = '{pk}' AND version = {version} AND host = 'host-a'")
+        return int(out.strip() or 0)
+
+    def test_stages_keep_succeeding_and_the_spool_is_replayed_once(self):
+        ps = self.store()
+        self.assertEqual(ps["kind"], "postgresql")
+        prog = self.c.call("program.register", {"ir": ir("branchy.ll")})["program"]
+        run = lambda: self.c.call("execute", {"program": prog, "entry": "run"})  # noqa: E731
+        first = [run() for _ in range(3)]
+        pk = first[0]["stage"]["profile_key"]
+        self.assertEqual(sum(1 for r in first if r["stage"]["profile_rewritten"]), 1)
+        wait_for(lambda: self.stages_in_store(pk, 1) == 1, "v1's stage rows in PostgreSQL")
+        self.assertEqual(self.store()["state"], "up")
+
+        self.pg.stop()
+        during = [run() for _ in range(4)]
+        self.assertEqual({r["value"] for r in during}, {first[0]["value"]})
+        wait_for(lambda: self.store()["state"] == "down", "state down")
+        wait_for(lambda: self.store()["spooled_batches"] >= 1, "feedback spooled")
+
+        self.pg.start()
+        wait_for(lambda: self.store()["state"] == "up", "state up after the restart", 90)
+        ps = self.store()
+        self.assertEqual(ps["spooled_batches"] + ps["spooled_writes"] + ps["spooled_other"], 0)
+        # Every stage run at v1 is in the store exactly once: 1 before, 4 during.
+        try:
+            wait_for(lambda: self.stages_in_store(pk, 1) >= 5, "the spooled rows", 20)
+        except AssertionError:  # say where the rows went
+            print("TABLE", self.pg.psql("SELECT pk, version, host, stages FROM feedback"), "METRICS", [l for l in self.c.call("metrics")["text"].splitlines() if "profile_store" in l and not l.startswith("#")])
+            raise
+        time.sleep(0.5)
+        self.assertEqual(self.stages_in_store(pk, 1), 5, self.d.log_text())
+        metrics = self.c.call("metrics")["text"]
+        self.assertIn("fdo_profile_store_up 1", metrics)
+
+
+if __name__ == "__main__":
+    unittest.main()
