@@ -125,6 +125,28 @@ public:
     return f_.current(pk);
   }
 
+  // A retained version (the guard's incumbent). While the store is down only
+  // the remembered current version can answer; any other is the store's
+  // unavailable error, so the caller does not mistake it for a pruned one.
+  Expected<std::optional<ps::StoredProfile>> version(std::string_view pk,
+                                                     std::int64_t version) override {
+    bool direct;
+    {
+      std::lock_guard lk(f_.mu_);
+      direct = !f_.routes_to_spool();
+    }
+    if (direct) {
+      auto r = f_.inner_feedback_.version(pk, version);
+      if (r || !is_unavailable(r.error())) return r;
+      f_.went_down(r.error());
+    }
+    FDO_TRY(std::optional<ps::StoredProfile> cur, f_.current(pk));
+    if (cur && cur->version == version) return cur;
+    return make_error(Errc::unavailable, "the profile store is unavailable and version " +
+                                             std::to_string(version) + " of " + std::string(pk) +
+                                             " is not the remembered current one");
+  }
+
   Expected<std::optional<ps::FeedbackTotals>> feedback(std::string_view pk,
                                                        std::int64_t version) override {
     const std::string key = std::string(pk) + "@" + std::to_string(version);

@@ -85,6 +85,11 @@ public:
     if (fail()) return unavailable();
     return fb.current(pk);
   }
+  Expected<std::optional<ps::StoredProfile>> version(std::string_view pk,
+                                                     std::int64_t version) override {
+    if (fail()) return unavailable();
+    return fb.version(pk, version);
+  }
   Expected<std::optional<ps::FeedbackTotals>> feedback(std::string_view pk,
                                                        std::int64_t version) override {
     if (fail()) return unavailable();
@@ -421,4 +426,27 @@ TEST_CASE("store spool: refuses a file that is not a spool", "[fleet][fallback]"
   auto spool = StoreSpool::open(path, 1u << 20);
   REQUIRE_FALSE(spool.has_value());
   REQUIRE(spool.error().message().find(path) != std::string::npos);
+}
+
+TEST_CASE("store fallback: a retained version while down is the remembered current one or "
+          "unavailable",
+          "[fleet][fallback]") {
+  TempDir dir;
+  FlakyStore s;
+  auto f = make(s, options(dir));
+  REQUIRE(f->feedback().write(kPk, 0, doc_with(5), info_from("a")).value() == 1);
+  REQUIRE(f->feedback().write(kPk, 1, doc_with(6), info_from("a")).value() == 2);
+  REQUIRE(f->feedback().current(kPk).value()->version == 2);
+  REQUIRE(f->feedback().version(kPk, 1).value()->version == 1); // straight from the store
+
+  s.down = true;
+  auto cur = f->feedback().version(kPk, 2);
+  REQUIRE(cur.has_value());
+  REQUIRE(cur->has_value());
+  CHECK((*cur)->version == 2);
+  // Not remembered: the outage, not "pruned", so the guard does not fall back silently.
+  auto old = f->feedback().version(kPk, 1);
+  REQUIRE_FALSE(old.has_value());
+  CHECK(old.error().code() == fdo::Errc::unavailable);
+  CHECK(f->health().state == StoreState::down);
 }
