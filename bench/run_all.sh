@@ -79,6 +79,7 @@ run "sampling overhead + drift" python3 bench/sampling/run_sampling.py \
 
 if [ "$components" = 1 ]; then
   run "profile_store micro-bench" "$BUILD/bench/profile_store/profile_store_bench"
+  run "profile_store SQLite vs PostgreSQL" "$BUILD/bench/profile_store/profile_store_backends_bench"
   run "jit micro-bench" "$BUILD/bench/jit/jit_bench"
   run "cache micro-bench" "$BUILD/bench/cache/cache_bench"
   run "remote object tier (Redis) micro-bench" "$BUILD/bench/cache/remote_bench" "${quick[@]}"

@@ -115,7 +115,7 @@ TEST_CASE("a feedback batch id is applied once", "[profile_store][feedback]") {
   CHECK(too_long.error().code() == Errc::invalid_argument);
 }
 
-TEST_CASE("kind and location name the back end; a URI's password is never shown",
+TEST_CASE("kind and location name the back end - a URI's password is never shown",
           "[profile_store]") {
   TempDir dir;
   auto store = ProfileStore::open(dir.file("p.db"));

@@ -190,7 +190,7 @@ TEST_CASE("postgresql: two hosts racing on one key keep a linear history with no
   WARN("conflicts reported and retried: " << conflicts.load());
 }
 
-TEST_CASE("postgresql: a newer schema is refused; SQLite-only calls are unsupported",
+TEST_CASE("postgresql: a newer schema is refused - SQLite-only calls are unsupported",
           "[profile_store][postgresql]") {
   SKIP_WITHOUT_POSTGRES();
   const std::string uri = test::fresh_postgres_database();

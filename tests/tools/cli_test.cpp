@@ -661,7 +661,7 @@ TEST_CASE("cli: gc with fdod stopped collects in --state-dir, dry run first") {
   CHECK(prog->has_value());
 }
 
-TEST_CASE("cli: --store reads a PostgreSQL profile store offline; errors hide the password") {
+TEST_CASE("cli: --store reads a PostgreSQL profile store offline - errors hide the password") {
   test::TempDir dir;
   SECTION("a path works like the store under --state-dir") {
     make_store_at(dir.file("elsewhere.db"));
