@@ -214,7 +214,7 @@ TEST_CASE("tier-up queue: a job that throws does not end its thread", "[cache][t
   CHECK(runs.of("throws") == 1);
 }
 
-TEST_CASE("tier-up queue: background jobs wait for stage jobs; a stage's request promotes one",
+TEST_CASE("tier-up queue: background jobs wait for stage jobs - a stage's request promotes one",
           "[cache][tier_up]") {
   TierUpQueue q(1, 0ms, 100);
   Gate gate;

@@ -6,10 +6,10 @@ _fdoctl() {
   local cur prev cmd sub i w
   cur=${COMP_WORDS[COMP_CWORD]}
   prev=${COMP_WORDS[COMP_CWORD-1]}
-  local globals="--socket --state-dir --offline --json --timeout --help --version"
+  local globals="--socket --state-dir --store --offline --json --timeout --help --version"
   local commands="run programs program profiles profile backup restore gc cache explain status doctor metrics config web"
   case $prev in
-    --socket|--state-dir)
+    --socket|--state-dir|--store)
       mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
     --timeout|--stages|-n|--arg|-a|--buffer|-b|--name|--entry|-e|-v|--threshold|-t|--limit|-l|--wait-timeout|--max-age|--listen)
       return ;;
@@ -24,7 +24,7 @@ _fdoctl() {
   for ((i = 1; i < COMP_CWORD; i++)); do
     w=${COMP_WORDS[i]}
     case $w in
-      --socket|--state-dir|--timeout) ((i++)) ;;
+      --socket|--state-dir|--store|--timeout) ((i++)) ;;
       -*) ;;
       *) if [[ -z $cmd ]]; then cmd=$w; elif [[ -z $sub ]]; then sub=$w; fi ;;
     esac
