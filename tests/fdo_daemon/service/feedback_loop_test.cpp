@@ -365,3 +365,32 @@ TEST_CASE("feedback loop: decides on the fleet's totals and names the contributi
                                         "stages), host-c (1 stage)"));
   CHECK(v2.host == "host-c");
 }
+
+TEST_CASE("feedback loop: a new version counts only its own stages, not the fleet totals of the "
+          "one before",
+          "[service][feedback][fleet]") {
+  FakeFeedbackStore store;
+  store.keys[kPk].versions.push_back(ps::StoredProfile{});
+  store.keys[kPk].versions.back().version = 1;
+  store.keys[kPk].versions.back().doc.functions["loop"] =
+      FunctionProfile{.cfg_hash = kHash, .counts = {900, 100}};
+  ps::FeedbackTotals& t = store.totals[{kPk, 1}];
+  t.stages = 2;
+  t.function_counts["loop"] = {2, 400};
+  FeedbackLoop loop(store, "h");
+  // v1's stored totals (2 stages) + this one: v2 is written.
+  auto o = loop.fold(stage(kPk, 1, 1, 200), policy());
+  REQUIRE(o.rewritten);
+  REQUIRE(o.rewritten->to == 2);
+  // The first stage of v2, at once (well inside the fleet refresh interval):
+  // one stage of three, whatever v1's rows held.
+  auto first = loop.fold(stage(kPk, 2, 50, 50), policy());
+  CHECK_FALSE(first.rewritten);
+  CHECK_THAT(first.policy, Catch::Contains("waiting for stages (1 of 3)"));
+  CHECK_FALSE(loop.fold(stage(kPk, 2, 50, 50), policy()).rewritten);
+  auto third = loop.fold(stage(kPk, 2, 50, 50), policy());
+  REQUIRE(third.rewritten);
+  // v3 holds v2's three stages' counts alone.
+  CHECK(store.keys[kPk].versions.back().doc.functions.at("loop").counts ==
+        std::vector<std::uint64_t>{150, 150});
+}
