@@ -114,28 +114,25 @@ std::string shown_name(const FunctionDiff& f) {
 // functions whose counts (or CFG) differ.
 void diff_cs_functions(const ProfileDoc& before, const ProfileDoc& after, ProfileDiff& d) {
   std::map<std::string, CsFunctionDiff> by_name;
-  for (const CsFunctionSummary& s : cs_summary(before)) {
-    CsFunctionDiff& c = by_name[s.name];
-    c.name = s.name;
-    c.shown = s.shown;
-    c.before = true;
-    c.counters_before = s.counters;
-    c.total_before = s.total;
-    ++d.cs_functions_before;
-    d.cs_total_before =
-        d.cs_total_before > UINT64_MAX - s.total ? UINT64_MAX : d.cs_total_before + s.total;
-  }
-  for (const CsFunctionSummary& s : cs_summary(after)) {
-    CsFunctionDiff& c = by_name[s.name];
-    c.name = s.name;
-    c.shown = s.shown;
-    c.after = true;
-    c.counters_after = s.counters;
-    c.total_after = s.total;
-    ++d.cs_functions_after;
-    d.cs_total_after =
-        d.cs_total_after > UINT64_MAX - s.total ? UINT64_MAX : d.cs_total_after + s.total;
-  }
+  // One side's functions into by_name and its totals.
+  auto add_side = [&](const ProfileDoc& doc, bool CsFunctionDiff::*present,
+                      std::size_t CsFunctionDiff::*counters, std::uint64_t CsFunctionDiff::*total,
+                      std::size_t& functions, std::uint64_t& all) {
+    for (const CsFunctionSummary& s : cs_summary(doc)) {
+      CsFunctionDiff& c = by_name[s.name];
+      c.name = s.name;
+      c.shown = s.shown;
+      c.*present = true;
+      c.*counters = s.counters;
+      c.*total = s.total;
+      ++functions;
+      all = all > UINT64_MAX - s.total ? UINT64_MAX : all + s.total;
+    }
+  };
+  add_side(before, &CsFunctionDiff::before, &CsFunctionDiff::counters_before,
+           &CsFunctionDiff::total_before, d.cs_functions_before, d.cs_total_before);
+  add_side(after, &CsFunctionDiff::after, &CsFunctionDiff::counters_after,
+           &CsFunctionDiff::total_after, d.cs_functions_after, d.cs_total_after);
   for (auto& [name, c] : by_name) {
     if (c.before && c.after && before.cs_functions.at(name) == after.cs_functions.at(name))
       continue;
