@@ -9,6 +9,7 @@
 #include "pgo.h"
 #include "pgo_setup.h"
 #include "pipeline_options.h"
+#include "rotate_idiom.h"
 #include "thunks.h"
 
 #include <algorithm>
@@ -225,6 +226,8 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
   }
   lower_ctors_dtors(m);
   add_thunks(m, result.entries);
+  // Before codegen's constant hoisting can hide them (rotate_idiom.h).
+  if (level != llvm::OptimizationLevel::O0) restore_folded_rotates(m);
   if (layout) {
     layout->before_codegen(m);
     layout->configure_codegen(*p.tm);

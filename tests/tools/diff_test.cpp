@@ -189,3 +189,72 @@ TEST_CASE("the diff names functions by source name, the PGO name beside it") {
   for (const auto& f : j["functions"])
     CHECK(f["source_name"] == (f["name"] == "main" ? "main" : "/src/run.c:step"));
 }
+
+TEST_CASE("code layout changes are reported per function by source name") {
+  FunctionProfile step{1, {50, 50}};
+  step.source_name = "interp.c:step";
+  ProfileDoc a = doc({{"fdo:fdo.local.1", step}, {"usage", {2, {0}}}, {"main", {3, {1}}}});
+  ProfileDoc b = a;
+  b.functions["fdo:fdo.local.1"].layout = fdo::FunctionLayout::hot;
+  b.functions["usage"].layout = fdo::FunctionLayout::cold;
+  ProfileDiff d = diff_profiles(a, b);
+  const FunctionDiff& hot = find(d, "fdo:fdo.local.1");
+  CHECK(hot.change == FunctionChange::changed);
+  CHECK(hot.code_layout_before == fdo::FunctionLayout::normal);
+  CHECK(hot.code_layout_after == fdo::FunctionLayout::hot);
+  CHECK_FALSE(hot.layout_changed); // the CFG did not change
+  CHECK(find(d, "usage").change == FunctionChange::changed);
+  CHECK(find(d, "main").change == FunctionChange::unchanged);
+  CHECK(d.changed == 2);
+  CHECK_FALSE(d.compile_affecting_equal); // layout is compile-affecting
+  const std::string text = render_diff(d, "t");
+  INFO(text);
+  CHECK_THAT(text, Catch::Contains("interp.c:step (fdo:fdo.local.1)  [changed]"));
+  CHECK_THAT(text, Catch::Contains("code layout: normal -> hot"));
+  CHECK_THAT(text, Catch::Contains("code layout: normal -> cold"));
+  nlohmann::json j = to_json(d);
+  for (const auto& f : j["functions"])
+    if (f["name"] == "usage") {
+      CHECK(f["code_layout_before"] == "normal");
+      CHECK(f["code_layout_after"] == "cold");
+    }
+  // Back to normal is a change too.
+  ProfileDiff back = diff_profiles(b, a);
+  CHECK_THAT(render_diff(back, "t"), Catch::Contains("code layout: hot -> normal"));
+}
+
+TEST_CASE("context-sensitive counts are summarized per function in the diff") {
+  FunctionProfile step{1, {50, 50}};
+  step.source_name = "interp.c:step";
+  ProfileDoc a = doc({{"fdo:fdo.local.1", step}, {"main", {3, {1}}}});
+  ProfileDoc b = a;
+  // No CS counts on either side: no such section.
+  CHECK(render_diff(diff_profiles(a, b), "t").find("context-sensitive") == std::string::npos);
+  const std::uint64_t cs = fdo::kCsHashFlag | 1;
+  a.cs_functions["fdo:fdo.local.1"] = FunctionProfile{cs, {10, 20}};
+  a.cs_functions["gone"] = FunctionProfile{cs, {5}};
+  b.cs_functions["fdo:fdo.local.1"] = FunctionProfile{cs, {100, 200, 300}};
+  b.cs_functions["main"] = FunctionProfile{cs, {7}};
+  ProfileDiff d = diff_profiles(a, b);
+  CHECK(d.cs_functions_before == 2);
+  CHECK(d.cs_functions_after == 2);
+  CHECK(d.cs_total_before == 35);
+  CHECK(d.cs_total_after == 607);
+  REQUIRE(d.cs_functions.size() == 3);
+  CHECK_FALSE(d.compile_affecting_equal);
+  const std::string text = render_diff(d, "t");
+  INFO(text);
+  CHECK_THAT(text, Catch::Contains("context-sensitive counts (cs_functions): 2 -> 2 functions, "
+                                   "35 -> 607 counts"));
+  CHECK_THAT(text, Catch::Contains("interp.c:step (fdo:fdo.local.1): 30 -> 600 counts, 2 -> 3 "
+                                   "counters"));
+  CHECK_THAT(text, Catch::Contains("main: added, 7 counts"));
+  CHECK_THAT(text, Catch::Contains("gone: removed (had 5 counts)"));
+  nlohmann::json j = to_json(d);
+  CHECK(j["cs_functions"]["total_after"] == 607);
+  CHECK(j["cs_functions"]["changed"].size() == 3);
+  // Unchanged CS counts are counted, not listed.
+  ProfileDiff same = diff_profiles(b, b);
+  CHECK(same.cs_functions.empty());
+  CHECK(same.cs_functions_after == 2);
+}

@@ -1,3 +1,4 @@
+#include "fdo/ctl/cs_summary.h"
 #include "fdo/ctl/hot_functions.h"
 
 #include <catch2/catch.hpp>
@@ -95,4 +96,27 @@ TEST_CASE("profile show: the i-cache layout by source name", "[fdoctl][sampling]
              Catch::Contains("hot (together, first in the text): interp.c:step (fdo:fdo.local.1)"));
   CHECK_THAT(out, Catch::Contains("cold (optimized for size, last): usage"));
   CHECK(out.find("main") == std::string::npos);
+}
+
+TEST_CASE("profile show: context-sensitive counts per function by source name", "[fdoctl][cs]") {
+  ProfileDoc doc;
+  doc.functions["fdo:fdo.local.1"].source_name = "interp.c:step";
+  CHECK(render_cs_functions(doc).empty()); // no CS round: nothing shown
+  const std::uint64_t cs = kCsHashFlag | 9;
+  doc.cs_functions["fdo:fdo.local.1"] = FunctionProfile{cs, {300, 600}};
+  doc.cs_functions["main"] = FunctionProfile{cs, {100}};
+  const std::vector<CsFunctionSummary> s = cs_summary(doc);
+  REQUIRE(s.size() == 2);
+  CHECK(s[0].name == "fdo:fdo.local.1"); // most counts first
+  CHECK(s[0].shown == "interp.c:step (fdo:fdo.local.1)");
+  CHECK(s[0].counters == 2);
+  CHECK(s[0].total == 900);
+  CHECK(s[1].shown == "main");
+  const std::string out = render_cs_functions(doc);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("context-sensitive counts (cs_functions): 2 functions, 1,000 "
+                                  "counts in total"));
+  CHECK_THAT(out, Catch::Contains("interp.c:step (fdo:fdo.local.1)"));
+  CHECK_THAT(out, Catch::Contains("90.0%"));
+  CHECK(render_cs_functions(doc, 1).find("(1 more functions)") != std::string::npos);
 }

@@ -265,6 +265,11 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   st.window.clear();
   st.blocks = {};
   st.icache.clear();
+  // The fleet's totals were the old version's: the new version's first stages
+  // must not count them (a re-profile would otherwise end after one
+  // instrumented stage, its counters mixed with the old code's).
+  st.fleet.reset();
+  st.fleet_read = {};
   out.rewritten = Rewrite{in.current_version, *written, d.reason};
   const std::string owner = std::to_string(stage.owner), version = std::to_string(*written);
   log::record(log::Level::info,

@@ -39,6 +39,18 @@ StageReport stage(const std::string& pk, std::int64_t version, std::uint64_t tak
   return r;
 }
 
+// Version 1 of kPk ({900, 100}) with two stages' totals already stored
+// ({2, 400}: far from the profile), as a daemon finds them after a restart.
+void seed_v1_with_totals(FakeFeedbackStore& store) {
+  store.keys[kPk].versions.push_back(ps::StoredProfile{});
+  store.keys[kPk].versions.back().version = 1;
+  store.keys[kPk].versions.back().doc.functions["loop"] =
+      FunctionProfile{.cfg_hash = kHash, .counts = {900, 100}};
+  ps::FeedbackTotals& t = store.totals[{kPk, 1}];
+  t.stages = 2;
+  t.function_counts["loop"] = {2, 400};
+}
+
 } // namespace
 
 TEST_CASE("feedback loop: folds stages and writes the first profile when the policy says so",
@@ -164,13 +176,7 @@ TEST_CASE("feedback loop: a failed flush keeps every row for the next one", "[se
 TEST_CASE("feedback loop: totals already in the store count after a restart",
           "[service][feedback]") {
   FakeFeedbackStore store;
-  store.keys[kPk].versions.push_back(ps::StoredProfile{});
-  store.keys[kPk].versions.back().version = 1;
-  store.keys[kPk].versions.back().doc.functions["loop"] =
-      FunctionProfile{.cfg_hash = kHash, .counts = {900, 100}};
-  ps::FeedbackTotals& t = store.totals[{kPk, 1}];
-  t.stages = 2;
-  t.function_counts["loop"] = {2, 400};
+  seed_v1_with_totals(store);
   FeedbackLoop fresh(store, "h");
   // Stage 3 under v1 (with the two stored ones) reaches min_stages; the
   // distribution moved far from the profile's, so v2 is written.
@@ -364,4 +370,27 @@ TEST_CASE("feedback loop: decides on the fleet's totals and names the contributi
   CHECK_THAT(v2.reason, Catch::Contains("evidence from hosts host-a (1 stage), host-b (2 "
                                         "stages), host-c (1 stage)"));
   CHECK(v2.host == "host-c");
+}
+
+TEST_CASE("feedback loop: a new version counts only its own stages, not the fleet totals of the "
+          "one before",
+          "[service][feedback][fleet]") {
+  FakeFeedbackStore store;
+  seed_v1_with_totals(store);
+  FeedbackLoop loop(store, "h");
+  // v1's stored totals (2 stages) + this one: v2 is written.
+  auto o = loop.fold(stage(kPk, 1, 1, 200), policy());
+  REQUIRE(o.rewritten);
+  REQUIRE(o.rewritten->to == 2);
+  // The first stage of v2, at once (well inside the fleet refresh interval):
+  // one stage of three, whatever v1's rows held.
+  auto first = loop.fold(stage(kPk, 2, 50, 50), policy());
+  CHECK_FALSE(first.rewritten);
+  CHECK_THAT(first.policy, Catch::Contains("waiting for stages (1 of 3)"));
+  CHECK_FALSE(loop.fold(stage(kPk, 2, 50, 50), policy()).rewritten);
+  auto third = loop.fold(stage(kPk, 2, 50, 50), policy());
+  REQUIRE(third.rewritten);
+  // v3 holds v2's three stages' counts alone.
+  CHECK(store.keys[kPk].versions.back().doc.functions.at("loop").counts ==
+        std::vector<std::uint64_t>{150, 150});
 }

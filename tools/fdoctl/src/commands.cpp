@@ -1,6 +1,7 @@
 // The read and operator commands: profiles, profile *, cache stats, explain,
 // status, doctor, metrics. `run` lives in run_command.cpp.
 #include "context.h"
+#include "fdo/ctl/cs_summary.h"
 #include "fdo/ctl/diff.h"
 #include "fdo/ctl/doctor.h"
 #include "fdo/ctl/hot_functions.h"
@@ -361,6 +362,7 @@ Status cmd_profile_show(Context& ctx, const std::string& key_text,
   out << t.render();
   out << render_hot_functions(typed);
   out << render_code_layout(typed);
+  out << render_cs_functions(typed);
   if (counts == RawCounts::print) {
     out << "\ncounts:\n";
     for (const auto& [total, name] : order)

@@ -1,11 +1,13 @@
 #include "fdo/ctl/diff.h"
 
+#include "fdo/ctl/cs_summary.h"
 #include "fdo/ctl/table.h"
 #include "fdo/util/enum_names.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 
 namespace fdo::ctl {
@@ -72,6 +74,31 @@ std::string join_indexes(const std::vector<std::uint32_t>& v) {
   return s;
 }
 
+// The context-sensitive counts' part of the report; "" when neither side
+// has any.
+std::string render_cs_changes(const ProfileDiff& d) {
+  if (d.cs_functions_before == 0 && d.cs_functions_after == 0) return "";
+  std::string out =
+      "\ncontext-sensitive counts (cs_functions): " + std::to_string(d.cs_functions_before) +
+      " -> " + std::to_string(d.cs_functions_after) + " functions, " +
+      format_count(d.cs_total_before) + " -> " + format_count(d.cs_total_after) + " counts\n";
+  for (const CsFunctionDiff& c : d.cs_functions) {
+    out += "  " + c.shown + ": ";
+    if (!c.before)
+      out += "added, " + format_count(c.total_after) + " counts\n";
+    else if (!c.after)
+      out += "removed (had " + format_count(c.total_before) + " counts)\n";
+    else
+      out += format_count(c.total_before) + " -> " + format_count(c.total_after) + " counts" +
+             (c.counters_before != c.counters_after
+                  ? ", " + std::to_string(c.counters_before) + " -> " +
+                        std::to_string(c.counters_after) + " counters"
+                  : std::string()) +
+             "\n";
+  }
+  return out;
+}
+
 std::string knob_text(const json& v) {
   return v.is_null() ? "unset" : v.dump();
 }
@@ -81,6 +108,36 @@ std::string knob_text(const json& v) {
 std::string shown_name(const FunctionDiff& f) {
   if (f.source_name.empty() || f.source_name == f.name) return f.name;
   return f.source_name + " (" + f.name + ")";
+}
+
+// Context-sensitive counts, per function: totals on each side and the
+// functions whose counts (or CFG) differ.
+void diff_cs_functions(const ProfileDoc& before, const ProfileDoc& after, ProfileDiff& d) {
+  std::map<std::string, CsFunctionDiff> by_name;
+  // One side's functions into by_name and its totals.
+  auto add_side = [&](const ProfileDoc& doc, bool CsFunctionDiff::*present,
+                      std::size_t CsFunctionDiff::*counters, std::uint64_t CsFunctionDiff::*total,
+                      std::size_t& functions, std::uint64_t& all) {
+    for (const CsFunctionSummary& s : cs_summary(doc)) {
+      CsFunctionDiff& c = by_name[s.name];
+      c.name = s.name;
+      c.shown = s.shown;
+      c.*present = true;
+      c.*counters = s.counters;
+      c.*total = s.total;
+      ++functions;
+      all = all > UINT64_MAX - s.total ? UINT64_MAX : all + s.total;
+    }
+  };
+  add_side(before, &CsFunctionDiff::before, &CsFunctionDiff::counters_before,
+           &CsFunctionDiff::total_before, d.cs_functions_before, d.cs_total_before);
+  add_side(after, &CsFunctionDiff::after, &CsFunctionDiff::counters_after,
+           &CsFunctionDiff::total_after, d.cs_functions_after, d.cs_total_after);
+  for (auto& [name, c] : by_name) {
+    if (c.before && c.after && before.cs_functions.at(name) == after.cs_functions.at(name))
+      continue;
+    d.cs_functions.push_back(std::move(c));
+  }
 }
 
 } // namespace
@@ -112,12 +169,14 @@ ProfileDiff diff_profiles(const ProfileDoc& before, const ProfileDoc& after,
                      : fa != nullptr                           ? fa->source_name
                                                                : std::string();
     if (fa != nullptr) {
+      fd.code_layout_before = fa->layout;
       fd.cfg_hash_before = fa->cfg_hash;
       fd.counters_before = fa->counts.size();
       fd.total_before = sum(fa->counts);
       fd.share_before = share(fd.total_before, d.total_before);
     }
     if (fb != nullptr) {
+      fd.code_layout_after = fb->layout;
       fd.cfg_hash_after = fb->cfg_hash;
       fd.counters_after = fb->counts.size();
       fd.total_after = sum(fb->counts);
@@ -170,7 +229,8 @@ ProfileDiff diff_profiles(const ProfileDoc& before, const ProfileDoc& after,
     for (auto i : ua)
       if (!ub.contains(i)) fd.unpredictable_removed.push_back(i);
     bool changed = fd.layout_changed || fd.hotness_changed || fd.weights_changed > 0 ||
-                   !fd.unpredictable_added.empty() || !fd.unpredictable_removed.empty();
+                   !fd.unpredictable_added.empty() || !fd.unpredictable_removed.empty() ||
+                   fd.code_layout_before != fd.code_layout_after;
     fd.change = changed ? FunctionChange::changed : FunctionChange::unchanged;
     d.functions.push_back(std::move(fd));
   }
@@ -193,6 +253,7 @@ ProfileDiff diff_profiles(const ProfileDoc& before, const ProfileDoc& after,
   std::stable_partition(d.functions.begin(), d.functions.end(), [](const FunctionDiff& f) {
     return f.change != FunctionChange::unchanged;
   });
+  diff_cs_functions(before, after, d);
   ProfileDoc a = before, b = after;
   a.provenance = {};
   b.provenance = {};
@@ -230,8 +291,20 @@ json to_json(const ProfileDiff& d) {
                          {"max_weight_change", f.max_weight_change},
                          {"counters", std::move(counters)},
                          {"unpredictable_added", f.unpredictable_added},
-                         {"unpredictable_removed", f.unpredictable_removed}});
+                         {"unpredictable_removed", f.unpredictable_removed},
+                         {"code_layout_before", std::string(to_string(f.code_layout_before))},
+                         {"code_layout_after", std::string(to_string(f.code_layout_after))}});
   }
+  json cs = json::array();
+  for (const auto& c : d.cs_functions)
+    cs.push_back({{"name", c.name},
+                  {"shown", c.shown},
+                  {"before", c.before},
+                  {"after", c.after},
+                  {"counters_before", c.counters_before},
+                  {"counters_after", c.counters_after},
+                  {"total_before", c.total_before},
+                  {"total_after", c.total_after}});
   return {{"knobs", std::move(knobs)},
           {"functions", std::move(functions)},
           {"total_before", d.total_before},
@@ -241,7 +314,13 @@ json to_json(const ProfileDiff& d) {
             {"removed", d.removed},
             {"changed", d.changed},
             {"unchanged", d.unchanged}}},
-          {"compile_affecting_equal", d.compile_affecting_equal}};
+          {"compile_affecting_equal", d.compile_affecting_equal},
+          {"cs_functions",
+           {{"functions_before", d.cs_functions_before},
+            {"functions_after", d.cs_functions_after},
+            {"total_before", d.cs_total_before},
+            {"total_after", d.cs_total_after},
+            {"changed", std::move(cs)}}}};
 }
 
 std::string render_diff(const ProfileDiff& d, const std::string& title, Unchanged unchanged) {
@@ -313,7 +392,11 @@ std::string render_diff(const ProfileDiff& d, const std::string& title, Unchange
       out += "  !unpredictable added: " + join_indexes(f.unpredictable_added) + "\n";
     if (!f.unpredictable_removed.empty())
       out += "  !unpredictable removed: " + join_indexes(f.unpredictable_removed) + "\n";
+    if (f.code_layout_before != f.code_layout_after)
+      out += "  code layout: " + std::string(to_string(f.code_layout_before)) + " -> " +
+             std::string(to_string(f.code_layout_after)) + "\n";
   }
+  out += render_cs_changes(d);
   if (unchanged == Unchanged::list && d.unchanged > 0) {
     out += "\nunchanged:";
     for (const auto& f : d.functions)

@@ -27,7 +27,8 @@ namespace fdo::jit {
 // (pre-inliner and early cleanup first, as clang), value profiling on.
 // 4: synthetic block locations and their DWARF line table in the object.
 // 5: context-sensitive PGO (cs_instrumented mode, CSIRUse in optimized mode).
-inline constexpr int kPipelineVersion = 5;
+// 6: rotates folded into a multiply made explicit before codegen.
+inline constexpr int kPipelineVersion = 6;
 inline constexpr std::string_view kFdoVersion = "0.1.0";
 
 struct CompilerIdentity {

@@ -7,8 +7,9 @@
 // counters). A counter is listed when its weight moved by at least
 // `min_weight_change` (absolute, 0..1). A function's hotness is its share of
 // all counts in the profile; it is reported when that moved by the same
-// threshold. Knobs, the CFG hash, the counter layout and the !unpredictable
-// branch set are compared exactly.
+// threshold. Knobs, the CFG hash, the counter layout, the !unpredictable
+// branch set and the code layout (hot/cold placement) are compared exactly;
+// the context-sensitive counts (cs_functions) are summarized per function.
 #pragma once
 
 #include "fdo/util/profile.h"
@@ -56,6 +57,19 @@ struct FunctionDiff {
   std::vector<CounterChange> counters; // the largest moves, at most max_counters_per_function
   double max_weight_change = 0;
   std::vector<std::uint32_t> unpredictable_added, unpredictable_removed;
+  // Placement of the function's code (docs/perf.md, "i-cache layout").
+  FunctionLayout code_layout_before = FunctionLayout::normal;
+  FunctionLayout code_layout_after = FunctionLayout::normal;
+};
+
+// One function of cs_functions whose context-sensitive counts differ (or that
+// is on one side only): its counters and the sum of its counts on each side.
+struct CsFunctionDiff {
+  std::string name;                   // PGO name
+  std::string shown;                  // source name, the PGO name beside it when they differ
+  bool before = false, after = false; // present on that side
+  std::size_t counters_before = 0, counters_after = 0;
+  std::uint64_t total_before = 0, total_after = 0;
 };
 
 struct ProfileDiff {
@@ -64,6 +78,11 @@ struct ProfileDiff {
   std::uint64_t total_before = 0, total_after = 0;
   std::size_t added = 0, removed = 0, changed = 0, unchanged = 0;
   bool compile_affecting_equal = false; // nothing the compiler sees differs
+  // Context-sensitive counts: functions and counts on each side, and the
+  // functions whose counts differ (by name).
+  std::size_t cs_functions_before = 0, cs_functions_after = 0;
+  std::uint64_t cs_total_before = 0, cs_total_after = 0;
+  std::vector<CsFunctionDiff> cs_functions;
 };
 
 ProfileDiff diff_profiles(const ProfileDoc& before, const ProfileDoc& after,
