@@ -304,7 +304,12 @@ ProfileDoc reprofile_doc(const ProfileDoc& current) {
     f.indirect_calls.clear();
     f.memop_sizes.clear();
   }
-  if (doc.knobs.mode == CompileMode::optimized) doc.knobs.mode.reset();
+  // Context-sensitive counts were gathered over code built from the old
+  // counts: stale for the new workload, and CSIRUse must not meet them before
+  // the next context-sensitive round has counted again.
+  doc.cs_functions.clear();
+  if (doc.knobs.mode == CompileMode::optimized || doc.knobs.mode == CompileMode::cs_instrumented)
+    doc.knobs.mode.reset();
   return doc;
 }
 

@@ -165,6 +165,31 @@ TEST_CASE("drift: a workload shift re-profiles within a bounded number of stages
   CHECK(store.keys[kPk].versions.size() == 3);
 }
 
+TEST_CASE("drift: a re-profile drops every count of the old workload - context-sensitive ones too",
+          "[service][time_share][drift]") {
+  ProfileDoc cur;
+  FunctionProfile f;
+  f.cfg_hash = kHash;
+  f.counts = {90, 10};
+  f.layout = FunctionLayout::hot;
+  cur.functions["phase_a"] = f;
+  FunctionProfile cs = f;
+  cs.cfg_hash = kHash | kCsHashFlag;
+  cur.cs_functions["phase_a"] = cs;
+  cur.knobs.unroll = false;
+  for (CompileMode m : {CompileMode::optimized, CompileMode::cs_instrumented}) {
+    cur.knobs.mode = m;
+    ProfileDoc d = reprofile_doc(cur);
+    CHECK(d.functions.at("phase_a").counts.empty());
+    CHECK(d.functions.at("phase_a").cfg_hash == kHash);
+    CHECK(d.functions.at("phase_a").layout == FunctionLayout::hot);
+    CHECK(d.cs_functions.empty());
+    CHECK_FALSE(d.knobs.mode.has_value());
+    CHECK_FALSE(d.knobs.unroll); // tuned knobs carry over
+    CHECK(choose_mode(&d) == CompileMode::instrumented);
+  }
+}
+
 TEST_CASE("drift: pins, the rate cap and unsampled stages hold re-profiling back",
           "[service][time_share][drift]") {
   FakeFeedbackStore store;
