@@ -52,6 +52,15 @@ struct GuardHarness {
     return {p, g};
   }
 
+  // Stages until one ends the trial (at most 200): its verdict and how many ran.
+  template <class TimeOf> std::pair<std::optional<TrialRecord>, int> run_to_verdict(TimeOf&& t) {
+    std::optional<TrialRecord> verdict;
+    int stages = 0;
+    for (; stages < 200 && !verdict; ++stages)
+      verdict = stage_with(t).second.verdict;
+    return {verdict, stages};
+  }
+
   ps::StoredProfile current() {
     auto c = store.current(pk);
     REQUIRE(c);
@@ -206,10 +215,7 @@ TEST_CASE("guard: a faster profiled build is accepted and served", "[guard]") {
 TEST_CASE("guard: equal builds end in no difference and keep the plain build", "[guard]") {
   GuardHarness h;
   auto time = timing(1.0, 3);
-  std::optional<TrialRecord> verdict;
-  int stages = 0;
-  for (; stages < 200 && !verdict; ++stages)
-    verdict = h.stage_with(time).second.verdict;
+  auto [verdict, stages] = h.run_to_verdict(time);
   REQUIRE(verdict);
   CHECK(verdict->verdict == TrialVerdict::no_difference);
   CHECK(stages == 2 * h.config.trial.max_pairs);
@@ -227,10 +233,7 @@ TEST_CASE("guard: an inconclusive profile trial keeps a candidate whose median r
     if (role != VariantRole::candidate) return 1'000'000;
     return candidate_stages++ % 3 == 2 ? 1'030'928 : 970'000;
   };
-  std::optional<TrialRecord> verdict;
-  int stages = 0;
-  for (; stages < 200 && !verdict; ++stages)
-    verdict = h.stage_with(time).second.verdict;
+  auto [verdict, stages] = h.run_to_verdict(time);
   REQUIRE(verdict);
   CHECK(verdict->verdict == TrialVerdict::no_difference);
   CHECK(stages == 2 * h.config.trial.max_pairs);
