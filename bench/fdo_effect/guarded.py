@@ -18,7 +18,8 @@ from run_native import BenchError
 U64 = (1 << 64) - 1
 COLUMNS = [("fdo_guard_final", "fdo guard final")]
 # The summary a verdict's stage reports: "<candidate> accepted: ...".
-VERDICT = re.compile(r" (accepted|rejected|not taken \(no difference\)): ")
+VERDICT = re.compile(r" (accepted|rejected|not taken \(no difference\)|"
+                     r"kept \(no difference, faster median\)): ")
 COMPILES = re.compile(r"^fdo_cache_compiles_total (\d+)$", re.M)
 
 
@@ -34,9 +35,8 @@ def settings(min_stages: int, quick: bool) -> Dict[str, object]:
         "guard.min_stages": 0,
         "guard.tune_min_stages": 4,
         "guard.tune_max_variants": 1 if quick else 4,
-        # Accepting needs |z| >= guard.accept_z (2.8): at least 10 pairs, all
-        # one way. A smaller budget can never switch to a faster candidate;
-        # a full run keeps the daemon's default budget (24 pairs).
+        # A large effect is decided in about six pairs (the rank test,
+        # guard.rank_p); a full run keeps the daemon's default budget (24).
         "guard.max_pairs": 10 if quick else 24,
         "compile_workers": 1,
         "exec_workers": 1,

@@ -146,13 +146,18 @@ class GuardColumn(unittest.TestCase):
                                                "over 1+1 stages (profile v3)"),
                   _stage("plain", "incumbent"), _stage("plain", "candidate"),
                   _stage("plain", "incumbent", "plain O3 -unroll not taken (no difference): no "
-                                               "faster or slower (1.000x) than plain O3")]
+                                               "faster or slower (1.000x) than plain O3"),
+                  _stage("optimized", "candidate"),
+                  _stage("optimized", "incumbent", "v2 profiled O3 kept (no difference, faster "
+                                                   "median): 1.30x faster than plain O3 over "
+                                                   "10+10 stages")]
         losing, under, verdicts = self.g.losing_stages(stages)
         # Rejected profile: its current stage and two candidate stages lost;
-        # accepted O3: the incumbent stage of that trial lost; no difference: none.
+        # accepted O3: the incumbent stage of that trial lost; no difference
+        # (either way): none.
         self.assertEqual(losing, 3 + 1)
-        self.assertEqual(under, 11)
-        self.assertEqual(len(verdicts), 3)
+        self.assertEqual(under, 13)
+        self.assertEqual(len(verdicts), 4)
 
     def test_targets_use_the_printed_noise_and_the_geomean(self):
         res = {"k1": {"o2": {"median_ns": 100, "spread": 0.1}, "pgo": {"median_ns": 90, "spread": 0.1},

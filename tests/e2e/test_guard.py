@@ -120,6 +120,19 @@ def serve(c, prog):
     return c.call("execute", {"program": prog, "entry": "run", "args": SERVE})["stage"]
 
 
+def two_pairs(test, c, prog):
+    """Served stages until two pairs of the trial are counted (no verdict yet:
+    the early stop needs three)."""
+    counted = 0
+    for _ in range(20):
+        st = serve(c, prog)
+        counted += st["variant"]["counted"]
+        test.assertNotIn("rejected", st["variant"]["trial"] or "", st["variant"])
+        if counted == 4:
+            break
+    test.assertEqual(counted, 4)
+
+
 def wait_for(predicate, timeout=120):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -174,14 +187,7 @@ class TrialSurvivesRestart(unittest.TestCase):
             prog = c.call("program.register", {"ir": ir("pgo_loses.ll"), "name": "restart"})
             prog = prog["program"]
             pk = train(self, c, prog)["profile_key"]
-            counted = 0
-            for _ in range(20):  # two counted pairs, then stop the daemon
-                st = serve(c, prog)
-                counted += st["variant"]["counted"]
-                self.assertNotIn("rejected", st["variant"]["trial"] or "", st["variant"])
-                if counted == 4:
-                    break
-            self.assertEqual(counted, 4)
+            two_pairs(self, c, prog)  # then stop the daemon
             saved = c.call("profile.get", {"profile_key": pk})["profile"]["guard"]["running"]
             self.assertEqual(len(saved["incumbent_ns"]), 2, saved)
             self.assertEqual(len(saved["candidate_ns"]), 2, saved)
@@ -211,6 +217,38 @@ class TrialSurvivesRestart(unittest.TestCase):
             self.assertIn("fdo_guard_trials_started_total 0", metrics)
             guard = c.call("profile.get", {"profile_key": pk})["profile"]["guard"]
             self.assertIsNone(guard["running"])
+            c.close()
+        finally:
+            d.cleanup()
+
+
+class TrialSavedAtShutdown(unittest.TestCase):
+    def test_clean_stop_saves_the_pairs_since_the_last_checkpoint(self):
+        # checkpoint_pairs far above the trial's length: only the shutdown saves.
+        d = Daemon({"guard.min_stages": 0, "guard.checkpoint_pairs": 100,
+                    "exec_timeout_ms": 20000}).start()
+        try:
+            c = d.client()
+            prog = c.call("program.register", {"ir": ir("pgo_loses.ll"), "name": "shutdown"})
+            prog = prog["program"]
+            pk = train(self, c, prog)["profile_key"]
+            two_pairs(self, c, prog)
+            before = c.call("profile.get", {"profile_key": pk})["profile"].get("guard") or {}
+            self.assertIsNone(before.get("running"), before)  # no periodic save happened
+            c.close()
+            self.assertEqual(d.stop(), 0, d.log_text())  # SIGTERM
+            self.assertIn("running trial saved at shutdown", d.log_text())
+
+            d.start()
+            c = d.client()
+            saved = c.call("profile.get", {"profile_key": pk})["profile"]["guard"]["running"]
+            self.assertEqual(len(saved["incumbent_ns"]), 2, saved)
+            self.assertEqual(len(saved["candidate_ns"]), 2, saved)
+            st = serve(c, prog)
+            self.assertIn("2+2 stages", st["variant"]["reason"], st["variant"])
+            metrics = c.call("metrics", {})["text"]
+            self.assertIn("fdo_guard_trials_resumed_total 1", metrics)
+            self.assertIn("fdo_guard_trials_started_total 0", metrics)
             c.close()
         finally:
             d.cleanup()

@@ -563,7 +563,7 @@ const std::vector<KeyDef>& key_defs() {
         [](Config& c) -> int& { return c.guard.trial.min_pairs; }, 2, 10'000));
     v.push_back(uint_key<int>(
         "guard.max_pairs", R,
-        "Stage pairs after which a trial ends with no difference (the incumbent stays).",
+        "Stage pairs after which a trial ends with no difference (what it keeps: docs/guard.md).",
         [](Config& c) -> int& { return c.guard.trial.max_pairs; }, 2, 10'000));
     v.push_back(double_key(
         "guard.accept_z", R, "Signed-rank |z| needed to switch to a faster candidate.",
@@ -584,6 +584,12 @@ const std::vector<KeyDef>& key_defs() {
         "A running trial's samples are saved in the profile after every this many pairs, so a "
         "restart continues it (0 = never: a restart starts the trial over).",
         [](Config& c) -> int& { return c.guard.checkpoint_pairs; }, 0, 10'000));
+    v.push_back(double_key(
+        "guard.rank_p", R,
+        "One-sided p-value at which the two-sample rank test (every candidate stage against "
+        "every incumbent stage, beyond guard.min_effect) ends a trial at once: a large effect is "
+        "decided within a few pairs (0 = off: only the signed-rank test decides).",
+        [](Config& c) -> double& { return c.guard.trial.rank_p; }, 0.0, 0.1));
     v.push_back(uint_key<unsigned>(
         "control_threads", X,
         "Threads running control methods (health, capabilities, metrics, config) apart from the "

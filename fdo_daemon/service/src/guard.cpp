@@ -171,6 +171,24 @@ std::string stage_shape(const std::string& entry, const PreparedCall& call) {
   return s + ")";
 }
 
+Arm kept_arm(const TrialResult& result, TrialKind kind, const TrialConfig& config) {
+  switch (result.verdict) {
+  case Verdict::accepted:
+    return Arm::candidate;
+  case Verdict::no_difference:
+    // The profiled build is what fdo serves without the guard; a trial that
+    // could not tell the builds apart is no evidence against it when its
+    // stages ran faster by the smallest effect acted on.
+    return kind == TrialKind::profile && result.ratio < 1.0 / (1.0 + config.min_effect)
+               ? Arm::candidate
+               : Arm::incumbent;
+  case Verdict::rejected:
+  case Verdict::undecided:
+    break;
+  }
+  return Arm::incumbent;
+}
+
 std::string_view to_string(VariantRole r) {
   return kRoleNames.name(r);
 }
@@ -331,6 +349,8 @@ StagePlan Guard::plan(const std::string& ik, const std::string& shape, const Gua
     st.since_sample = 0;
     st.arms = arms;
     st.trial_version = sp.version;
+    st.trial_digest = digest;
+    st.saved_pairs = 0;
     st.incumbent_digest = ref(arms.incumbent).digest;
     st.candidate_digest = ref(*arms.candidate).digest;
   };
@@ -346,6 +366,7 @@ StagePlan Guard::plan(const std::string& ik, const std::string& shape, const Gua
         st.trial.add(Arm::candidate, static_cast<double>(ns));
       st.shape = saved->shape;
       if (saved->version > 0) st.trial_version = saved->version;
+      st.saved_pairs = std::min(st.trial.samples(Arm::incumbent), st.trial.samples(Arm::candidate));
       ++counters_.resumed;
     } else {
       ++counters_.trials_started;
@@ -399,6 +420,9 @@ GuardStage Guard::record(const StagePlan& plan, const std::string& served_digest
   out.counted = st.trial.samples(arm) > before;
   if (out.counted) {
     st.since_sample = 0;
+    st.last_stage = stage;
+    st.last_owner = owner;
+    st.last_program = program;
     std::lock_guard c(counters_mu_);
     ++(arm == Arm::candidate ? counters_.candidate_stages : counters_.incumbent_stages);
   }
@@ -408,10 +432,11 @@ GuardStage Guard::record(const StagePlan& plan, const std::string& served_digest
     const std::size_t pairs = st.trial.samples(Arm::incumbent);
     if (out.counted && config.checkpoint_pairs > 0 && pairs == st.trial.samples(Arm::candidate) &&
         pairs % static_cast<std::size_t>(config.checkpoint_pairs) == 0)
-      save_checkpoint(plan, st, stage, program, owner, out.note);
+      save_checkpoint(plan.pk, st, stage, program, owner, out.note);
     return out;
   }
-  out.verdict = write_verdict(plan, st, r, stage, program, owner, out.note);
+  out.verdict = write_verdict(plan, st, r, kept_arm(r, st.arms->kind, config.trial), stage, program,
+                              owner, out.note);
   if (out.verdict) {
     std::lock_guard c(counters_mu_);
     switch (out.verdict->verdict) {
@@ -435,10 +460,34 @@ GuardStage Guard::record(const StagePlan& plan, const std::string& served_digest
   return out;
 }
 
-void Guard::save_checkpoint(const StagePlan& plan, const KeyState& st, std::int64_t stage,
+int Guard::save_running(const GuardConfig& config) {
+  if (config.checkpoint_pairs <= 0) return 0;
+  std::vector<std::pair<std::string, std::shared_ptr<KeyState>>> all;
+  {
+    std::lock_guard lk(states_mu_);
+    all.assign(states_.begin(), states_.end());
+  }
+  int saved = 0;
+  for (auto& [pk, state] : all) {
+    std::lock_guard lk(state->mu);
+    KeyState& st = *state;
+    const std::size_t pairs =
+        std::min(st.trial.samples(Arm::incumbent), st.trial.samples(Arm::candidate));
+    if (st.trial_id.empty() || !st.arms || pairs <= st.saved_pairs) continue;
+    std::string note;
+    if (save_checkpoint(pk, st, st.last_stage, st.last_program, st.last_owner, note)) {
+      ++saved;
+      log::info("guard " + pk.substr(0, 12) + ": running trial saved at shutdown (" +
+                std::to_string(pairs) + " pairs" + note + ")");
+    }
+  }
+  return saved;
+}
+
+bool Guard::save_checkpoint(const std::string& pk, KeyState& st, std::int64_t stage,
                             const std::string& program, std::int64_t owner, std::string& note) {
-  auto current = store_.current(plan.pk);
-  if (!current || !*current || profile_digest((*current)->doc) != plan.current_digest) return;
+  auto current = store_.current(pk);
+  if (!current || !*current || profile_digest((*current)->doc) != st.trial_digest) return false;
   const ps::StoredProfile& sp = **current;
   ProfileDoc doc = sp.doc;
   TrialCheckpoint saved;
@@ -463,17 +512,19 @@ void Guard::save_checkpoint(const StagePlan& plan, const KeyState& st, std::int6
   info.program = program;
   // A refused save (another writer was first) costs nothing now: the trial
   // goes on in memory and the next save carries these samples too.
-  if (auto written = store_.write(plan.pk, sp.version, doc, info)) {
-    note += "; saved in profile v" + std::to_string(*written);
-    std::lock_guard c(counters_mu_);
-    ++counters_.checkpoints;
-  }
+  auto written = store_.write(pk, sp.version, doc, info);
+  if (!written) return false;
+  note += "; saved in profile v" + std::to_string(*written);
+  st.saved_pairs = std::min(st.trial.samples(Arm::incumbent), st.trial.samples(Arm::candidate));
+  std::lock_guard c(counters_mu_);
+  ++counters_.checkpoints;
+  return true;
 }
 
 std::optional<TrialRecord> Guard::write_verdict(const StagePlan& plan, const KeyState& st,
-                                                const TrialResult& result, std::int64_t stage,
-                                                const std::string& program, std::int64_t owner,
-                                                std::string& note) {
+                                                const TrialResult& result, Arm kept,
+                                                std::int64_t stage, const std::string& program,
+                                                std::int64_t owner, std::string& note) {
   const Arms& arms = *st.arms;
   auto current = store_.current(plan.pk);
   if (!current || !*current) {
@@ -501,6 +552,7 @@ std::optional<TrialRecord> Guard::write_verdict(const StagePlan& plan, const Key
   t.summary = t.candidate + " " +
               (t.verdict == TrialVerdict::accepted   ? "accepted"
                : t.verdict == TrialVerdict::rejected ? "rejected"
+               : kept == Arm::candidate              ? "kept (no difference, faster median)"
                                                      : "not taken (no difference)") +
               ": " + describe_ratio(t.ratio) + " than " + t.incumbent + " over " +
               std::to_string(t.candidate_stages) + "+" + std::to_string(t.incumbent_stages) +
@@ -508,8 +560,8 @@ std::optional<TrialRecord> Guard::write_verdict(const StagePlan& plan, const Key
 
   ProfileDoc doc = sp.doc;
   GuardRecord& g = doc.guard;
-  const bool accepted = t.verdict == TrialVerdict::accepted;
-  const Variant& winner = accepted ? *arms.candidate : arms.incumbent;
+  const bool kept_candidate = kept == Arm::candidate;
+  const Variant& winner = kept_candidate ? *arms.candidate : arms.incumbent;
   g.incumbent_base = winner.base;
   g.incumbent_knobs = to_json(winner.knobs);
   // A profiled incumbent keeps the version of its counts, so that the next
@@ -517,7 +569,7 @@ std::optional<TrialRecord> Guard::write_verdict(const StagePlan& plan, const Key
   g.incumbent_version = winner.base == VariantBase::profiled
                             ? (winner.version ? winner.version : st.trial_version)
                             : 0;
-  g.incumbent_digest = accepted ? st.candidate_digest : st.incumbent_digest;
+  g.incumbent_digest = kept_candidate ? st.candidate_digest : st.incumbent_digest;
   g.running.reset();
   if (arms.kind == TrialKind::profile) {
     g.trialled_digest = plan.current_digest;

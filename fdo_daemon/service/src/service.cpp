@@ -64,6 +64,8 @@ Service::~Service() {
   if (state_->orch) state_->orch->wait_idle();
   if (state_->feedback)
     if (auto st = state_->feedback->flush(); !st) log::error(st.error().describe());
+  // After the flush: a trial whose profile that flush rewrote is void anyway.
+  if (state_->guard) state_->guard->save_running(state_->config.get()->guard);
 }
 
 void Service::register_methods(Dispatcher& d) {

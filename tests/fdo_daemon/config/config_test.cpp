@@ -398,3 +398,18 @@ TEST_CASE("config: profile_store, host_name and the spool cap", "[config][fleet]
   REQUIRE(e.error().message().find("hunter2") == std::string::npos);
   REQUIRE(e.error().message().find("profile_store") != std::string::npos);
 }
+
+TEST_CASE("config: guard.rank_p - default - range - reload", "[config][guard]") {
+  CHECK(Config::defaults().guard.trial.rank_p == 0.002);
+  CHECK(Config::defaults().get("guard.rank_p") == "0.002");
+  auto off = Config::parse("guard.rank_p = 0\n", "t");
+  REQUIRE(off);
+  CHECK(off->guard.trial.rank_p == 0.0);
+  for (const char* bad : {"guard.rank_p = -0.1\n", "guard.rank_p = 0.2\n", "guard.rank_p = x\n"})
+    CHECK_THAT(error_of(Config::parse(bad, "f.conf")),
+               Catch::Contains("guard.rank_p") && Catch::Contains("0 to 0.1"));
+  auto key = std::find_if(Config::keys().begin(), Config::keys().end(),
+                          [](const ConfigKeyInfo& k) { return k.name == "guard.rank_p"; });
+  REQUIRE(key != Config::keys().end());
+  CHECK(key->reload == ReloadBehavior::runtime);
+}

@@ -52,6 +52,15 @@ struct GuardHarness {
     return {p, g};
   }
 
+  // Stages until one ends the trial (at most 200): its verdict and how many ran.
+  template <class TimeOf> std::pair<std::optional<TrialRecord>, int> run_to_verdict(TimeOf&& t) {
+    std::optional<TrialRecord> verdict;
+    int stages = 0;
+    for (; stages < 200 && !verdict; ++stages)
+      verdict = stage_with(t).second.verdict;
+    return {verdict, stages};
+  }
+
   ps::StoredProfile current() {
     auto c = store.current(pk);
     REQUIRE(c);
@@ -206,14 +215,56 @@ TEST_CASE("guard: a faster profiled build is accepted and served", "[guard]") {
 TEST_CASE("guard: equal builds end in no difference and keep the plain build", "[guard]") {
   GuardHarness h;
   auto time = timing(1.0, 3);
-  std::optional<TrialRecord> verdict;
-  int stages = 0;
-  for (; stages < 200 && !verdict; ++stages)
-    verdict = h.stage_with(time).second.verdict;
+  auto [verdict, stages] = h.run_to_verdict(time);
   REQUIRE(verdict);
   CHECK(verdict->verdict == TrialVerdict::no_difference);
   CHECK(stages == 2 * h.config.trial.max_pairs);
   CHECK(*h.current().doc.guard.incumbent_base == VariantBase::plain);
+}
+
+TEST_CASE("guard: an inconclusive profile trial keeps a candidate whose median ran faster",
+          "[guard]") {
+  GuardHarness h;
+  // Two pairs in three 3% faster, the third 3% slower (the same log ratio
+  // the other way): the median pair says 3% faster, but neither test is sure
+  // of it within the budget.
+  int candidate_stages = 0;
+  auto time = [&](VariantRole role) -> std::uint64_t {
+    if (role != VariantRole::candidate) return 1'000'000;
+    return candidate_stages++ % 3 == 2 ? 1'030'928 : 970'000;
+  };
+  auto [verdict, stages] = h.run_to_verdict(time);
+  REQUIRE(verdict);
+  CHECK(verdict->verdict == TrialVerdict::no_difference);
+  CHECK(stages == 2 * h.config.trial.max_pairs);
+  CHECK(verdict->ratio < 0.98);
+  CHECK_THAT(verdict->summary,
+             Contains("v1 profiled O2 kept (no difference, faster median): 1.03x faster"));
+  // The profiled build is served from now on: the profile's own CK.
+  CHECK(*h.current().doc.guard.incumbent_base == VariantBase::profiled);
+  auto [p, g] = h.stage_with(time);
+  CHECK(p.role == VariantRole::incumbent);
+  REQUIRE(p.variant);
+  CHECK(p.variant->digest == profile_digest(counted_profile()));
+  CHECK(h.guard.counters().no_difference == 1);
+  CHECK(h.guard.counters().accepted == 0);
+}
+
+TEST_CASE("guard: what a finished trial keeps", "[guard]") {
+  TrialConfig c; // min_effect 1%
+  TrialResult r;
+  r.verdict = Verdict::accepted;
+  CHECK(kept_arm(r, TrialKind::tuning, c) == Arm::candidate);
+  r.verdict = Verdict::rejected;
+  CHECK(kept_arm(r, TrialKind::profile, c) == Arm::incumbent);
+  r.verdict = Verdict::no_difference;
+  r.ratio = 0.95;
+  CHECK(kept_arm(r, TrialKind::profile, c) == Arm::candidate);
+  CHECK(kept_arm(r, TrialKind::tuning, c) == Arm::incumbent); // a knob change must win outright
+  r.ratio = 0.995;                                            // faster, but by less than min_effect
+  CHECK(kept_arm(r, TrialKind::profile, c) == Arm::incumbent);
+  r.ratio = 1.2;
+  CHECK(kept_arm(r, TrialKind::profile, c) == Arm::incumbent);
 }
 
 TEST_CASE("guard: stages that ran another variant or another shape are not counted", "[guard]") {
@@ -501,6 +552,47 @@ TEST_CASE("guard: a running trial's samples survive a restart", "[guard]") {
   CHECK_THAT(q.reason, Contains("0+0 stages"));
   CHECK(after.counters().resumed == 0);
   CHECK(after.counters().trials_started == 1);
+}
+
+TEST_CASE("guard: a clean shutdown saves the pairs since the last checkpoint", "[guard]") {
+  GuardHarness h;
+  h.config.checkpoint_pairs = 100; // no periodic save within this test
+  auto time = timing(1.06, 11);
+  for (int i = 0; i < 6; ++i) // 3 pairs
+    REQUIRE(h.stage_with(time).second.counted);
+  CHECK_FALSE(h.current().doc.guard.running);
+  CHECK(h.guard.save_running(h.config) == 1);
+  ps::StoredProfile saved = h.current();
+  REQUIRE(saved.doc.guard.running);
+  CHECK(saved.doc.guard.running->incumbent_ns.size() == 3);
+  CHECK(saved.doc.guard.running->candidate_ns.size() == 3);
+  CHECK_THAT(saved.reason, Contains("guard: trial saved (3+3 stages"));
+  CHECK(saved.digest == profile_digest(counted_profile()));
+  // Nothing new since: a second shutdown save writes nothing.
+  CHECK(h.guard.save_running(h.config) == 0);
+  CHECK(h.current().version == saved.version);
+
+  // The restarted guard continues from those pairs; its own shutdown saves
+  // only once it has more.
+  Guard restarted(h.keys, h.store, "testhost");
+  StagePlan p = restarted.plan(h.ik, h.shape, h.config);
+  CHECK_THAT(p.reason, Contains("3+3 stages"));
+  CHECK(restarted.counters().resumed == 1);
+  CHECK(restarted.save_running(h.config) == 0);
+  REQUIRE(
+      restarted.record(p, p.variant->digest, time(p.role), h.stage++, h.ik, 0, h.config).counted);
+  StagePlan q = restarted.plan(h.ik, h.shape, h.config);
+  REQUIRE(
+      restarted.record(q, q.variant->digest, time(q.role), h.stage++, h.ik, 0, h.config).counted);
+  CHECK(restarted.save_running(h.config) == 1);
+  CHECK(h.current().doc.guard.running->incumbent_ns.size() == 4);
+
+  // checkpoint_pairs 0 (saving off): nothing is written at shutdown either.
+  GuardHarness off;
+  for (int i = 0; i < 4; ++i)
+    off.stage_with(time);
+  CHECK(off.guard.save_running(off.config) == 0);
+  CHECK_FALSE(off.current().doc.guard.running);
 }
 
 TEST_CASE("guard: records written before versions and checkpoints read as before", "[guard]") {

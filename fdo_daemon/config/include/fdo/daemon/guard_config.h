@@ -17,6 +17,10 @@ struct TrialConfig {
   // incumbent by more than early_margin in every pair is rejected at once.
   int early_pairs = 3;
   double early_margin = 0.10;
+  // Fast path: a two-sample rank test of every candidate stage against every
+  // incumbent stage, beyond min_effect, decides as soon as its exact one-sided
+  // p-value is at most this (a large effect: within five or six pairs).
+  double rank_p = 0.002;
 };
 
 enum class GuardMode { on, off };

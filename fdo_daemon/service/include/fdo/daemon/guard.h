@@ -58,6 +58,10 @@ inline constexpr int kKnobVariants = 5;
 // incumbent: the build served now (the plain build before any verdict, or an
 // earlier profile's build that won its trial).
 enum class TrialKind { profile, tuning };
+// Which arm a finished trial keeps: the winner; after "no difference" the
+// incumbent, except in a profile trial whose candidate's median pair ratio is
+// faster by at least min_effect (docs/guard.md, "What no difference keeps").
+Arm kept_arm(const TrialResult& result, TrialKind kind, const TrialConfig& config);
 struct Arms {
   Variant incumbent;
   std::optional<Variant> candidate; // none: serve the incumbent, nothing on trial
@@ -133,6 +137,10 @@ public:
                     std::int64_t stage, const std::string& program, std::int64_t owner,
                     const GuardConfig& config);
   GuardCounters counters() const;
+  // At a clean shutdown: saves each running trial's samples that the last
+  // checkpoint does not hold yet (nothing with checkpoint_pairs 0), so a
+  // restart loses no pair. Returns how many trials were saved.
+  int save_running(const GuardConfig& config);
   // Drops the in-memory state of `pk` (after a reset or delete).
   void forget(const std::string& pk);
 
@@ -146,6 +154,11 @@ private:
     Trial trial;
     std::optional<Arms> arms; // what trial_id compares
     std::int64_t trial_version = 0;
+    std::string trial_digest;    // the profile digest the trial runs under
+    std::size_t saved_pairs = 0; // pairs the last checkpoint (or the resumed one) holds
+    // The last counted stage, named in a checkpoint written at shutdown.
+    std::int64_t last_stage = 0, last_owner = 0;
+    std::string last_program;
     std::string incumbent_digest, candidate_digest; // the arms' variant digests
     std::string ahead_digest;                       // the build last asked for ahead of need
     // An incumbent from an earlier profile version: that version's document.
@@ -162,10 +175,12 @@ private:
   std::optional<cache::ProfileRef> request_ahead(KeyState& st, const std::string& pk,
                                                  const profile_store::StoredProfile& sp,
                                                  const Arms& arms);
-  void save_checkpoint(const StagePlan& plan, const KeyState& st, std::int64_t stage,
+  // Writes st's running trial into profile `pk` if its digest is still the
+  // trial's; true when written.
+  bool save_checkpoint(const std::string& pk, KeyState& st, std::int64_t stage,
                        const std::string& program, std::int64_t owner, std::string& note);
   std::optional<TrialRecord> write_verdict(const StagePlan& plan, const KeyState& st,
-                                           const TrialResult& result, std::int64_t stage,
+                                           const TrialResult& result, Arm kept, std::int64_t stage,
                                            const std::string& program, std::int64_t owner,
                                            std::string& note);
 

@@ -5,12 +5,17 @@
 //
 // Stages alternate between the arms; the k-th incumbent time is paired with
 // the k-th candidate time (neighbours in time, so slow machine drift hits both
-// halves of a pair alike) and the test is a Wilcoxon signed-rank test on the
-// pairs' log ratios, normal approximation, applied after every pair once
-// min_pairs are in (a sequential test; the error rates that result are
-// measured in tests/fdo_daemon/service/trial_test.cpp and stated in
-// docs/guard.md). Switching is the costly mistake, so accepting a candidate
-// needs a larger z than rejecting one.
+// halves of a pair alike). Two sequential tests run after every pair, each
+// with an effect threshold (guard.min_effect):
+//  - fast path: an exact two-sample rank test (Mann-Whitney U) of every
+//    candidate stage against every incumbent stage, the candidate's times
+//    scaled by 1 + min_effect; it uses how far apart the arms are, not only
+//    the pairs' signs, so a large effect is decided within five or six pairs;
+//  - paired path: a Wilcoxon signed-rank test on the pairs' log ratios
+//    (normal approximation) from min_pairs on, which keeps small effects
+//    decidable on a drifting machine.
+// The error rates that result are measured in
+// tests/fdo_daemon/service/trial_test.cpp and stated in docs/guard.md.
 #pragma once
 
 #include "fdo/daemon/guard_config.h"
@@ -40,6 +45,10 @@ struct TrialResult {
   // (1.07 = the candidate is 7% slower). 1 with no pairs.
   double ratio = 1.0;
   double z = 0.0; // signed-rank statistic, > 0 when the candidate is slower
+  // Exact one-sided p-values of the rank test: that the candidate is faster
+  // (resp. slower) by more than min_effect. 1 with no pairs.
+  double p_faster = 1.0;
+  double p_slower = 1.0;
   bool early_stop = false;
 };
 
@@ -63,6 +72,10 @@ public:
 private:
   std::vector<double> incumbent_, candidate_;
 };
+
+// P(U >= u) for the Mann-Whitney count U of m against n exchangeable samples
+// (no ties): exact up to 30 samples an arm, normal approximation beyond.
+double rank_sum_tail(int m, int n, double u);
 
 // "1.07x slower" / "1.05x faster" / "no faster or slower (1.00x)".
 std::string describe_ratio(double ratio);
