@@ -28,6 +28,13 @@ std::size_t open_fds() {
   return n;
 }
 
+// This process's open descriptors once the server has accepted `c` (its end
+// of the connection counts too): after one answered call.
+std::size_t open_fds_after_a_call(RawClient& c) {
+  REQUIRE(c.call("echo", json::object()).contains("result"));
+  return open_fds();
+}
+
 // The server closes a call's descriptors just after its reply may have gone
 // out: wait a moment for the count to settle.
 bool fds_back_to(std::size_t baseline) {
@@ -114,7 +121,7 @@ TEST_CASE("request fds: a method that takes them gets the ones sent with its req
           "[server][fds]") {
   FdServer s;
   RawClient c = s.r.client();
-  const std::size_t baseline = open_fds();
+  const std::size_t baseline = open_fds_after_a_call(c);
   {
     auto fds = memfds(2);
     auto carry = GENERATE(Carry::first_byte, Carry::whole_line);
@@ -151,7 +158,7 @@ TEST_CASE("request fds: a method that takes none refuses the request and closes 
           "[server][fds]") {
   FdServer s;
   RawClient c = s.r.client();
-  const std::size_t baseline = open_fds();
+  const std::size_t baseline = open_fds_after_a_call(c);
   for (const char* method : {"echo", "health"}) {
     INFO(method);
     {
@@ -172,7 +179,7 @@ TEST_CASE("request fds: a method that takes none refuses the request and closes 
 TEST_CASE("request fds: more than 16 on one request are refused and all closed", "[server][fds]") {
   FdServer s;
   RawClient c = s.r.client();
-  const std::size_t baseline = open_fds();
+  const std::size_t baseline = open_fds_after_a_call(c);
   {
     auto fds = memfds(20);
     send_request_with_fds(c.fd(), request("read_fds", json::object(), 4), raw(fds));
@@ -197,7 +204,7 @@ TEST_CASE("request fds: descriptors with no request line get an error and are cl
           "[server][fds]") {
   FdServer s;
   RawClient c = s.r.client();
-  const std::size_t baseline = open_fds();
+  const std::size_t baseline = open_fds_after_a_call(c);
   {
     auto fds = memfds(1);
     send_request_with_fds(c.fd(), "\n", raw(fds));
