@@ -159,10 +159,12 @@ fdo_value decode_value(const json& result) {
   std::string returns = result.value("returns", std::string("void"));
   const json& value = result.contains("value") ? result["value"] : json();
   if (value.is_null()) return v;
-  if (returns == "f32") {
+  // fdod names return types as LLVM does ("float", "double"); "f32" and
+  // "f64" are the ABI's other spelling.
+  if (returns == "float" || returns == "f32") {
     v.type = FDO_F32;
     v.as.f32 = value.get<float>();
-  } else if (returns == "f64") {
+  } else if (returns == "double" || returns == "f64") {
     v.type = FDO_F64;
     v.as.f64 = value.get<double>();
   } else if (returns == "i64" || returns == "ptr") {
