@@ -45,9 +45,9 @@ int fail(fdo_error** err, Errc code, std::string message) {
 }
 
 Expected<nlohmann::json> call(fdo_conn* conn, std::string_view method, const nlohmann::json& params,
-                              fdo_error** err, int* rc) {
+                              fdo_error** err, int* rc, std::span<const int> request_fds) {
   std::lock_guard lock(conn->mu);
-  auto reply = conn->client.exchange(method, params);
+  auto reply = conn->client.exchange(method, params, request_fds);
   if (!reply) {
     *rc = fail(err, reply.error());
     return std::move(reply).error();

@@ -10,6 +10,7 @@
 #include <exception>
 #include <mutex>
 #include <new>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -53,8 +54,10 @@ int fail(fdo_error** err, Errc code, std::string message);
 
 // One request on a connection, serialised with the connection's other
 // callers. A daemon error becomes *err with its JSON-RPC code and data.
+// request_fds go with the request (SCM_RIGHTS); the caller keeps them.
 fdo::Expected<nlohmann::json> call(fdo_conn* conn, std::string_view method,
-                                   const nlohmann::json& params, fdo_error** err, int* rc);
+                                   const nlohmann::json& params, fdo_error** err, int* rc,
+                                   std::span<const int> request_fds = {});
 
 // Copies a C string the caller frees with fdo_string_free.
 char* dup_string(const std::string& s);

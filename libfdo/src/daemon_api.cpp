@@ -4,7 +4,11 @@
 #include "fdo/util/base64.h"
 
 #include <array>
+#include <cerrno>
 #include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 using nlohmann::json;
 using namespace fdo::capi;
@@ -31,8 +35,31 @@ void copy_key(const json& result, const char* field, char* out) {
   out[n] = '\0';
 }
 
+// A sealed memfd holding `bytes` (docs/fdod-protocol.md, "Buffers as memfds"):
+// fdod takes only memfds that can no longer be written, grown or shrunk.
+fdo::Expected<fdo::Fd> sealed_memfd(std::string_view bytes, const std::string& where) {
+  fdo::Fd fd(::memfd_create("fdo-buffer", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd) return fdo::Error::from_errno(where + ": memfd_create", errno);
+  std::size_t off = 0;
+  while (off < bytes.size()) {
+    ssize_t n = ::write(fd.get(), bytes.data() + off, bytes.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fdo::Error::from_errno(where + ": writing its memfd", errno);
+    off += static_cast<std::size_t>(n);
+  }
+  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0)
+    return fdo::Error::from_errno(where + ": sealing its memfd", errno);
+  return fd;
+}
+
+// Which buffers travel as memfds.
+enum class MemfdUse { never, large, all };
+
 // The execute params for a call, or an error naming the bad argument.
-fdo::Expected<json> execute_params(const char* program_id, const fdo_call& call) {
+// Buffers sent as memfds land in `memfds`, in the order their "memfd"
+// indexes name them.
+fdo::Expected<json> execute_params(const char* program_id, const fdo_call& call, MemfdUse use,
+                                   std::vector<fdo::Fd>& memfds) {
   if (!valid_key(program_id))
     return fdo::make_error(Errc::invalid_argument,
                            "fdo_execute: program id must be 64 lowercase hex digits");
@@ -83,9 +110,15 @@ fdo::Expected<json> execute_params(const char* program_id, const fdo_call& call)
     if (b.count > 0 && b.data == nullptr)
       return fdo::make_error(Errc::invalid_argument, where + ": data is NULL");
     std::size_t bytes = b.count * kElemSizes[elem];
-    buffers.push_back({{"type", kElemNames[elem]},
-                       {"base64", fdo::base64_encode(
-                                      std::string_view(static_cast<const char*>(b.data), bytes))}});
+    std::string_view data(static_cast<const char*>(b.data), bytes);
+    if (use == MemfdUse::all || (use == MemfdUse::large && bytes >= FDO_MEMFD_MIN_BYTES)) {
+      FDO_TRY(fdo::Fd fd, sealed_memfd(data, where));
+      buffers.push_back(
+          {{"type", kElemNames[elem]}, {"memfd", memfds.size()}, {"length", b.count}});
+      memfds.push_back(std::move(fd));
+      continue;
+    }
+    buffers.push_back({{"type", kElemNames[elem]}, {"base64", fdo::base64_encode(data)}});
   }
   json params = {{"program", program_id}, {"entry", call.entry}, {"args", std::move(args)}};
   if (!buffers.empty()) params["buffers"] = std::move(buffers);
@@ -126,10 +159,12 @@ fdo_value decode_value(const json& result) {
   std::string returns = result.value("returns", std::string("void"));
   const json& value = result.contains("value") ? result["value"] : json();
   if (value.is_null()) return v;
-  if (returns == "f32") {
+  // fdod names return types as LLVM does ("float", "double"); "f32" and
+  // "f64" are the ABI's other spelling.
+  if (returns == "float" || returns == "f32") {
     v.type = FDO_F32;
     v.as.f32 = value.get<float>();
-  } else if (returns == "f64") {
+  } else if (returns == "double" || returns == "f64") {
     v.type = FDO_F64;
     v.as.f64 = value.get<double>();
   } else if (returns == "i64" || returns == "ptr") {
@@ -214,10 +249,21 @@ int fdo_execute(fdo_conn* conn, const char* program_id, const fdo_call* call_des
   return guarded(err, [&]() -> int {
     if (conn == nullptr) return null_arg(err, "fdo_execute", "conn");
     if (call_desc == nullptr) return null_arg(err, "fdo_execute", "call");
-    auto params = execute_params(program_id, *call_desc);
+    // The capabilities are read-only after the handshake: no lock needed.
+    bool offered = false;
+    for (const auto& c : conn->capabilities)
+      offered = offered || c == "buffers.memfd";
+    const MemfdUse use = (call_desc->flags & FDO_CALL_MEMFD) != 0 ? MemfdUse::all
+                         : offered                                ? MemfdUse::large
+                                                                  : MemfdUse::never;
+    std::vector<fdo::Fd> memfds; // closed here once the request is sent
+    auto params = execute_params(program_id, *call_desc, use, memfds);
     if (!params) return fail(err, params.error());
+    std::vector<int> raw;
+    for (const fdo::Fd& fd : memfds)
+      raw.push_back(fd.get());
     int rc = -1;
-    auto r = call(conn, "execute", *params, err, &rc);
+    auto r = call(conn, "execute", *params, err, &rc, raw);
     if (!r) return rc;
     if ((call_desc->flags & FDO_CALL_COPY_BACK) != 0)
       if (auto copied = copy_back(*r, *call_desc); !copied) return fail(err, copied.error());

@@ -1,5 +1,7 @@
 #include "fdo/client/rpc_client.h"
 
+#include "fdo/util/scm_rights.h"
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -141,30 +143,15 @@ constexpr std::size_t kMaxFdsPerMessage = 253;
 
 Expected<std::size_t> RpcClient::receive(std::string_view method) {
   char chunk[65536];
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)];
-  iovec iov{chunk, sizeof chunk};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t got = ::recvmsg(fd_.get(), &msg, MSG_CMSG_CLOEXEC);
+  // Take ownership of every descriptor first, so none leaks on any path.
+  std::vector<Fd> fds;
+  bool truncated = false;
+  ssize_t got = receive_with_fds(fd_.get(), chunk, kMaxFdsPerMessage, 0, fds, truncated);
   if (got < 0) {
     if (errno == EINTR || errno == EAGAIN) return std::size_t(0);
     return Error::from_errno("read reply to " + std::string(method), errno);
   }
-  // Take ownership of every descriptor first, so none leaks on any path.
-  std::vector<Fd> fds;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    std::size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (std::size_t i = 0; i < n; ++i) {
-      int raw;
-      std::memcpy(&raw, CMSG_DATA(c) + i * sizeof(int), sizeof raw);
-      fds.emplace_back(raw);
-    }
-  }
-  if ((msg.msg_flags & MSG_CTRUNC) != 0)
+  if (truncated)
     return make_error(Errc::corrupt, "reply to " + std::string(method) + " carried more than " +
                                          std::to_string(kMaxFdsPerMessage) +
                                          " file descriptors; the rest were dropped");
@@ -226,7 +213,36 @@ Expected<RpcClient::Line> RpcClient::read_line(std::string_view method,
   }
 }
 
-Expected<Reply> RpcClient::exchange(std::string_view method, const json& params) {
+Status RpcClient::send_request(std::string_view method, const std::string& line,
+                               std::span<const int> request_fds) {
+  std::size_t off = 0;
+  if (!request_fds.empty()) {
+    // The descriptors ride on the first byte alone, so fdod's read that
+    // takes them ends inside this request's line.
+    if (request_fds.size() > kMaxFdsPerMessage)
+      return make_error(Errc::invalid_argument, std::string(method) + ": " +
+                                                    std::to_string(request_fds.size()) +
+                                                    " descriptors for one request is too many");
+    ssize_t n;
+    do
+      n = send_with_fds(fd_.get(), std::string_view(line).substr(0, 1), request_fds, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) return Error::from_errno("send " + std::string(method) + " to fdod", errno);
+    off = 1;
+  }
+  while (off < line.size()) {
+    ssize_t n = ::send(fd_.get(), line.data() + off, line.size() - off, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Error::from_errno("send " + std::string(method) + " to fdod", errno);
+    }
+    off += static_cast<std::size_t>(n);
+  }
+  return ok();
+}
+
+Expected<Reply> RpcClient::exchange(std::string_view method, const json& params,
+                                    std::span<const int> request_fds) {
   if (!fd_)
     return make_error(Errc::io, "the connection to fdod at " + path_ +
                                     " broke on an earlier request; not sending " +
@@ -239,16 +255,10 @@ Expected<Reply> RpcClient::exchange(std::string_view method, const json& params)
   std::string line = request.dump(-1, ' ', false, json::error_handler_t::replace);
   line += '\n';
   auto deadline = std::chrono::steady_clock::now() + options_.timeout;
-  std::size_t off = 0;
-  while (off < line.size()) {
-    ssize_t n = ::send(fd_.get(), line.data() + off, line.size() - off, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      fd_.reset();
-      return Error::from_errno("send " + std::string(method) + " to fdod", err);
-    }
-    off += static_cast<std::size_t>(n);
+  if (auto sent = send_request(method, line, request_fds); !sent) {
+    // Part of a request may have gone out: the stream is no longer in step.
+    fd_.reset();
+    return std::move(sent).error();
   }
   auto reply = read_line(method, deadline);
   if (!reply) {

@@ -2,6 +2,7 @@
 objects and numpy arrays to execute's {"type", "base64"} form and back."""
 import array
 import base64
+import os
 import sys
 
 # fdod's element types with their size and array.array typecode.
@@ -52,6 +53,33 @@ def is_buffer(obj):
 
 def encode(obj, elem=None):
     """obj -> (wire dict, element type). bytes/bytearray are u8 unless elem says otherwise."""
+    raw, found = raw_bytes(obj, elem)
+    return {"type": found, "base64": base64.b64encode(raw).decode("ascii")}, found
+
+
+# Buffers of this many bytes or more go as memfds when fdod offers buffers.memfd
+# (libfdo's FDO_MEMFD_MIN_BYTES).
+MEMFD_MIN_BYTES = 65536
+
+
+def sealed_memfd(raw):
+    """A memfd holding raw, sealed so it can no longer change (what fdod accepts)."""
+    import fcntl
+    fd = os.memfd_create("fdo-buffer", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        view = memoryview(raw)
+        while view:
+            view = view[os.write(fd, view):]
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW |
+                    fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def raw_bytes(obj, elem=None):
+    """obj -> (its bytes, element type)."""
     np_elem = _numpy_elem(obj)
     if np_elem is not None:
         if sys.byteorder != "little" or obj.dtype.byteorder == ">":
@@ -74,7 +102,7 @@ def encode(obj, elem=None):
         if len(raw) % ELEM_TYPES[elem][0] != 0:
             raise ValueError(f"{len(raw)} bytes is not a whole number of {elem} elements")
         found = elem
-    return {"type": found, "base64": base64.b64encode(raw).decode("ascii")}, found
+    return raw, found
 
 
 def decode(wire, like=None):

@@ -132,8 +132,10 @@ class Client:
         line, self._buf = self._buf.split(b"\n", 1)
         return line
 
-    def call(self, method, params=None):
-        """Any method by name; returns its result or raises RpcError."""
+    def call(self, method, params=None, fds=()):
+        """Any method by name; returns its result or raises RpcError. fds go
+        with the request (SCM_RIGHTS on its first byte; execute's memfd
+        buffers); the caller keeps and closes its copies."""
         with self._lock:
             if self._sock is None:
                 raise TransportError(f"the connection to fdod at {self.socket_path} is closed; "
@@ -143,7 +145,11 @@ class Client:
             request = {"jsonrpc": "2.0", "id": rid, "method": method,
                        "params": {} if params is None else params}
             try:
-                self._sock.sendall(json.dumps(request).encode() + b"\n")
+                line = json.dumps(request).encode() + b"\n"
+                if fds:
+                    socket.send_fds(self._sock, [line[:1]], list(fds))
+                    line = line[1:]
+                self._sock.sendall(line)
             except OSError as e:
                 self._fail(f"send {method} to fdod: {e}")
             line = self._read_line(method)
@@ -207,25 +213,37 @@ class Client:
         bytes-like buffers that are not u8. With return_buffers the buffers
         come back as the program left them (result.buffers, in argument order)."""
         program_id = program.id if isinstance(program, Program) else program
-        wire_args, wire_buffers, originals = [], [], []
-        for i, a in enumerate(args):
-            if _buffers.is_buffer(a):
-                wire, _ = _buffers.encode(a, (buffer_types or {}).get(i))
-                wire_buffers.append(wire)
-                originals.append(a)
-                wire_args.append({"buffer": len(wire_buffers) - 1})
-            elif isinstance(a, bool) or not isinstance(a, (int, float)):
-                raise TypeError(f"args[{i}]: expected a number or a buffer, got "
-                                f"{type(a).__name__}")
-            else:
-                wire_args.append(a)
-        params = {"program": program_id, "entry": entry, "args": wire_args}
-        if wire_buffers:
-            params["buffers"] = wire_buffers
-        if return_buffers:
-            params["return_buffers"] = True
-            params["buffer_encoding"] = "base64"
-        r = self.call("execute", params)
+        wire_args, wire_buffers, originals, fds = [], [], [], []
+        # Large buffers go as sealed memfds where fdod takes them
+        # (docs/fdod-protocol.md, "Buffers as memfds"): no base64 either way in.
+        memfd_ok = "buffers.memfd" in self.capabilities
+        try:
+            for i, a in enumerate(args):
+                if _buffers.is_buffer(a):
+                    raw, found = _buffers.raw_bytes(a, (buffer_types or {}).get(i))
+                    if memfd_ok and len(raw) >= _buffers.MEMFD_MIN_BYTES:
+                        fds.append(_buffers.sealed_memfd(raw))
+                        wire = {"type": found, "memfd": len(fds) - 1}
+                    else:
+                        wire, _ = _buffers.encode(raw, found)
+                    wire_buffers.append(wire)
+                    originals.append(a)
+                    wire_args.append({"buffer": len(wire_buffers) - 1})
+                elif isinstance(a, bool) or not isinstance(a, (int, float)):
+                    raise TypeError(f"args[{i}]: expected a number or a buffer, got "
+                                    f"{type(a).__name__}")
+                else:
+                    wire_args.append(a)
+            params = {"program": program_id, "entry": entry, "args": wire_args}
+            if wire_buffers:
+                params["buffers"] = wire_buffers
+            if return_buffers:
+                params["return_buffers"] = True
+                params["buffer_encoding"] = "base64"
+            r = self.call("execute", params, fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
         out = []
         if return_buffers:
             out = [_buffers.decode(w, like) for w, like in zip(r.get("buffers", []), originals)]

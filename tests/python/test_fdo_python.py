@@ -157,6 +157,25 @@ class RoundTrip(unittest.TestCase):
             first = c.profile(prog.profile_key, version=1)
             self.assertEqual(first["version"], 1)
 
+    def test_large_buffers_go_as_memfds(self):
+        # fdod takes request lines of at most 256 KiB here: a 1.6 MB buffer
+        # reaches it only as a memfd (base64 would make a 2.1 MB line).
+        d = harness.Daemon(prefix="fdo-python-memfd-",
+                           config={"max_request_bytes": 256 << 10}).start()
+        try:
+            with fdo.connect(d.socket, client_name="python-test") as c:
+                self.assertIn("buffers.memfd", c.capabilities)
+                prog = c.register(KERNELS, name="kernels")
+                xs = array.array("q", range(200_000))
+                self.assertEqual(c.execute(prog, "sum", [xs, len(xs)]).value, sum(xs))
+                ds = array.array("d", [0.5] * 100_000)
+                r = c.execute(prog, "scale", [ds, len(ds), 4.0], return_buffers=True)
+                self.assertEqual(set(r.buffers[0]), {2.0})
+                # Small ones still go inline.
+                self.assertEqual(c.execute(prog, "sum", [array.array("q", [4, 5]), 2]).value, 9)
+        finally:
+            d.cleanup()
+
     def test_numpy_buffers_when_present(self):
         try:
             import numpy as np

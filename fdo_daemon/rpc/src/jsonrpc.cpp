@@ -184,8 +184,9 @@ std::string_view to_string(MethodClass c) {
   return "work";
 }
 
-void Dispatcher::add(std::string method, Handler handler, MethodClass method_class) {
-  Entry e{std::make_shared<const Handler>(std::move(handler)), method_class};
+void Dispatcher::add(std::string method, Handler handler, MethodClass method_class,
+                     RequestFds request_fds) {
+  Entry e{std::make_shared<const Handler>(std::move(handler)), method_class, request_fds};
   std::unique_lock lk(mu_);
   handlers_[std::move(method)] = std::move(e);
 }
@@ -198,7 +199,7 @@ std::optional<MethodClass> Dispatcher::method_class(std::string_view method) con
 }
 
 bool Dispatcher::has(std::string_view method) const {
-  return find(method) != nullptr;
+  return find(method).has_value();
 }
 
 std::vector<std::string> Dispatcher::methods() const {
@@ -212,10 +213,11 @@ std::vector<std::string> Dispatcher::methods() const {
   return out;
 }
 
-std::shared_ptr<const Handler> Dispatcher::find(std::string_view method) const {
+std::optional<Dispatcher::Entry> Dispatcher::find(std::string_view method) const {
   std::shared_lock lk(mu_);
   auto it = handlers_.find(std::string(method));
-  return it == handlers_.end() ? nullptr : it->second.handler;
+  if (it == handlers_.end()) return std::nullopt;
+  return it->second;
 }
 
 ParsedLine Dispatcher::parse(std::string_view line) const {
@@ -291,12 +293,24 @@ ParsedLine Dispatcher::parse(std::string_view line) const {
 
 std::optional<std::string> Dispatcher::invoke(const Request& req, const CallContext& ctx) const {
   const json& rid = req.response_id();
-  std::shared_ptr<const Handler> handler = find(req.method);
-  if (!handler) {
+  std::optional<Entry> entry = find(req.method);
+  if (!entry) {
     if (req.is_notification()) return std::nullopt;
     return rpc::error_response(rid, rpc::method_not_found, "method not found: '" + req.method + "'",
                                to_string(Errc::not_found), {{"method", req.method}});
   }
+  if (ctx.request_fds != nullptr && !ctx.request_fds->empty() &&
+      entry->request_fds == RequestFds::refused) {
+    if (req.is_notification()) return std::nullopt;
+    return rpc::error_response(
+        rid, rpc::invalid_params,
+        "'" + req.method + "' takes no file descriptors, and " +
+            std::to_string(ctx.request_fds->size()) +
+            " came with the request (closed unread; only execute takes memfd buffers)",
+        to_string(Errc::invalid_argument),
+        {{"method", req.method}, {"fds", ctx.request_fds->size()}});
+  }
+  const std::shared_ptr<const Handler>& handler = entry->handler;
   std::string failure;
   try {
     Expected<json> result = (*handler)(req.params, ctx);

@@ -1,5 +1,7 @@
 #include "session.h"
 
+#include "fdo/util/scm_rights.h"
+
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <cerrno>
@@ -11,6 +13,10 @@ namespace fdo::daemon {
 namespace {
 
 constexpr std::size_t kReadChunk = 64 * 1024;
+
+// Most descriptors one request may carry (execute's memfd buffers); more are
+// refused with the request, and the kernel closes what did not fit.
+constexpr std::size_t kMaxRequestFds = 16;
 
 // Lines up to this size are parsed on the control pool (microseconds), so a
 // health request is never queued behind blocked work handlers; larger ones
@@ -89,6 +95,14 @@ void Session::next() {
     if (!pending_.empty()) {
       Pending p = std::move(pending_.front());
       pending_.pop_front();
+      if (p.no_request) {
+        log::debug(who() + ": " + p.fd_error);
+        queue_reply(rpc::error_response(nullptr, rpc::invalid_request, p.fd_error,
+                                        to_string(Errc::invalid_argument)));
+        continue;
+      }
+      call_fds_ = std::move(p.fds);
+      call_fd_error_ = std::move(p.fd_error);
       if (p.frame.kind == FrameKind::oversized) {
         srv_.stats.oversized.fetch_add(1, std::memory_order_relaxed);
         log::warning(who() + ": request line over max_request_bytes (" +
@@ -122,12 +136,74 @@ void Session::do_read() {
   read_timer_.async_wait([self = shared_from_this(), gen = ++read_gen_](const error_code& ec) {
     self->on_read_timer(gen, ec);
   });
-  socket_.async_read_some(
-      asio::buffer(read_buf_),
-      [self = shared_from_this()](const error_code& ec, std::size_t n) { self->on_read(ec, n); });
+  socket_.async_wait(stream::socket::wait_read,
+                     [self = shared_from_this()](const error_code& ec) { self->on_readable(ec); });
 }
 
-void Session::on_read(const error_code& ec, std::size_t n) {
+void Session::on_readable(const error_code& ec) {
+  if (stage_ == Stage::closed) return;
+  if (ec) {
+    on_read(ec, 0, {}, false);
+    return;
+  }
+  // Every descriptor is owned at once, so none leaks on any path below.
+  std::vector<Fd> fds;
+  bool truncated = false;
+  ssize_t got;
+  do
+    got = receive_with_fds(socket_.native_handle(), read_buf_, kMaxRequestFds, MSG_DONTWAIT, fds,
+                           truncated);
+  while (got < 0 && errno == EINTR);
+  const int err = got < 0 ? errno : 0;
+  if (got < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
+    socket_.async_wait(stream::socket::wait_read,
+                       [self = shared_from_this()](const error_code& e) { self->on_readable(e); });
+    return;
+  }
+  if (got < 0)
+    on_read(error_code(err, boost::system::system_category()), 0, {}, false);
+  else if (got == 0)
+    on_read(asio::error::eof, 0, std::move(fds), truncated);
+  else
+    on_read({}, static_cast<std::size_t>(got), std::move(fds), truncated);
+}
+
+void Session::attach_fds(std::size_t first_new_frame, bool chunk_ended_line, std::vector<Fd> fds,
+                         bool truncated) {
+  if (fds.empty() && !truncated) return;
+  std::vector<Fd>* to = nullptr;
+  std::string* error = nullptr;
+  if (!chunk_ended_line && parser_.in_line()) {
+    to = &line_fds_;
+    error = &line_fd_error_;
+  } else if (pending_.size() > first_new_frame) {
+    to = &pending_.back().fds;
+    error = &pending_.back().fd_error;
+  } else {
+    // A chunk of blank lines: descriptors with no request at all. Answered
+    // (without an id) in turn with the requests before it; closed here.
+    Pending none{{}, Clock::now(), {}, {}};
+    none.no_request = true;
+    none.fd_error = std::to_string(fds.size()) +
+                    " file descriptor(s) came with no request line (send them with the first "
+                    "byte of the request they belong to); closed unread";
+    pending_.push_back(std::move(none));
+    return;
+  }
+  if (truncated || to->size() + fds.size() > kMaxRequestFds) {
+    if (error->empty())
+      *error = "more than " + std::to_string(kMaxRequestFds) +
+               " file descriptors came with the request; all were closed unread";
+    to->clear();
+    return;
+  }
+  if (!error->empty()) return; // already refused: these close here
+  for (Fd& fd : fds)
+    to->push_back(std::move(fd));
+}
+
+void Session::on_read(const error_code& ec, std::size_t n, std::vector<Fd> fds,
+                      bool fds_truncated) {
   if (stage_ == Stage::closed) return;
   ++read_gen_; // a timer completion already queued is stale
   error_code ignored;
@@ -137,16 +213,34 @@ void Session::on_read(const error_code& ec, std::size_t n) {
   if (n > 0) {
     std::uint64_t ended = parser_.lines_ended();
     frames_.clear();
+    const bool continues_line = parser_.in_line() && !parser_.discarding();
     parser_.feed({read_buf_.data(), n}, frames_);
     // A line begun in this chunk has not been waited for yet.
     if (!parser_.in_line() || parser_.lines_ended() != ended) line_waited_ = {};
+    const std::size_t first_new = pending_.size();
     for (Frame& f : frames_)
-      pending_.push_back({std::move(f), now});
+      pending_.push_back({std::move(f), now, {}, {}});
+    // The line in progress before this chunk completes as its first frame:
+    // it takes the descriptors that came with its earlier bytes.
+    if (continues_line && parser_.lines_ended() != ended && pending_.size() > first_new) {
+      pending_[first_new].fds = std::move(line_fds_);
+      pending_[first_new].fd_error = std::move(line_fd_error_);
+    }
+    if (parser_.lines_ended() != ended) {
+      line_fds_.clear(); // a line that ended without a frame (blank) had no request
+      line_fd_error_.clear();
+    }
+    attach_fds(first_new, read_buf_[n - 1] == '\n', std::move(fds), fds_truncated);
+    if (parser_.discarding()) line_fds_.clear(); // an oversized line: already answered
   }
   if (ec) {
     if (ec == asio::error::eof) {
       eof_ = true;
-      if (auto tail = parser_.finish()) pending_.push_back({std::move(*tail), now});
+      if (auto tail = parser_.finish())
+        pending_.push_back(
+            {std::move(*tail), now, std::move(line_fds_), std::move(line_fd_error_)});
+      line_fds_.clear();
+      line_fd_error_.clear();
       line_waited_ = {};
     } else if (ec == asio::error::operation_aborted) {
       close_when_sent("daemon stopping");
@@ -224,6 +318,7 @@ void Session::start_parse(std::string line, Clock::time_point received) {
 void Session::on_parsed(ParsedLine parsed, Clock::time_point received) {
   if (stage_ == Stage::closed) return;
   if (!parsed.request) {
+    call_fds_.clear(); // a line that is no request uses none
     if (!parsed.response.empty()) queue_reply(std::move(parsed.response));
     next();
     return;
@@ -240,6 +335,15 @@ void Session::start_call(Request req, Clock::time_point received) {
   current_method_ = req.method;
   current_notification_ = req.is_notification();
   current_timeout_ = timeout;
+  // The descriptors are this call's alone; they close when it is done.
+  std::vector<Fd> fds = std::move(call_fds_);
+  call_fds_.clear();
+  if (!call_fd_error_.empty()) {
+    std::string why = std::move(call_fd_error_);
+    call_fd_error_.clear();
+    refuse_call(req, make_error(Errc::invalid_argument, why), {{"fds_max", kMaxRequestFds}});
+    return;
+  }
   if (Clock::now() >= deadline) {
     // Queued behind slow requests for longer than the whole budget.
     timed_out("before it started");
@@ -248,14 +352,16 @@ void Session::start_call(Request req, Clock::time_point received) {
   // An unknown method is answered at once by invoke(): nothing to protect.
   MethodClass cls = srv_.dispatcher.method_class(req.method).value_or(MethodClass::immediate);
   if (cls == MethodClass::immediate) {
-    call_now(req, deadline);
+    call_now(req, deadline, fds);
     return;
   }
   TenantLimits::Lease slot;
   if (cls == MethodClass::work) {
     auto got = srv_.tenants.acquire(peer_.uid, TenantResource::inflight_request);
     if (!got) {
-      refuse_call(req, got.error());
+      TenantResource r = TenantResource::inflight_request;
+      refuse_call(req, got.error(),
+                  {{"limit", std::string(limit_key(r))}, {"max", srv_.tenants.quota().limit(r)}});
       return;
     }
     slot = std::move(*got);
@@ -272,11 +378,13 @@ void Session::start_call(Request req, Clock::time_point received) {
   ctx.connection = id_;
   asio::thread_pool& pool = cls == MethodClass::control ? srv_.control : srv_.handlers;
   asio::post(pool, [self = shared_from_this(), gen, req = std::move(req), ctx,
-                    slot = std::move(slot)]() mutable {
+                    slot = std::move(slot), request_fds = std::move(fds)]() mutable {
     std::optional<std::string> response;
     std::vector<Fd> fds;
     ctx.reply_fds = &fds;
+    ctx.request_fds = &request_fds;
     response = invoke_guarded(self->srv_.dispatcher, req, ctx);
+    request_fds.clear(); // closed as soon as the handler is done with them
     // The thread is free again: so is the tenant's slot, even when its client
     // was sent a timeout long ago.
     slot.reset();
@@ -288,26 +396,23 @@ void Session::start_call(Request req, Clock::time_point received) {
   });
 }
 
-void Session::call_now(const Request& req, Clock::time_point deadline) {
+void Session::call_now(const Request& req, Clock::time_point deadline,
+                       const std::vector<Fd>& request_fds) {
   CallContext ctx = peer_;
   ctx.deadline = deadline;
   ctx.connection = id_;
+  ctx.request_fds = &request_fds;
   std::optional<std::string> response = invoke_guarded(srv_.dispatcher, req, ctx);
   if (response) queue_reply(std::move(*response));
   next();
 }
 
-void Session::refuse_call(const Request& req, const Error& why) {
+void Session::refuse_call(const Request& req, const Error& why, const nlohmann::json& data) {
   srv_.stats.requests_refused.fetch_add(1, std::memory_order_relaxed);
   // debug: a tenant hammering at its limit must not flood the log; the
   // counter (requests_refused) shows it.
   log::debug(who() + ": '" + req.method + "' refused: " + why.message());
-  if (!req.is_notification()) {
-    TenantResource r = TenantResource::inflight_request;
-    queue_reply(rpc::error_response(
-        req.response_id(), why,
-        {{"limit", std::string(limit_key(r))}, {"max", srv_.tenants.quota().limit(r)}}));
-  }
+  if (!req.is_notification()) queue_reply(rpc::error_response(req.response_id(), why, data));
   next();
 }
 
@@ -376,26 +481,13 @@ void Session::on_writable_for_fds(const error_code& ec) {
     return;
   }
   Outgoing& out = outbox_.front();
-  const std::size_t n = out.fds.size();
-  std::vector<char> control(CMSG_SPACE(n * sizeof(int)), 0);
-  char first = out.line.front();
-  iovec iov{&first, 1};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control.data();
-  msg.msg_controllen = control.size();
-  cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-  cm->cmsg_level = SOL_SOCKET;
-  cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(n * sizeof(int));
-  for (std::size_t i = 0; i < n; ++i) {
-    int fd = out.fds[i].get();
-    std::memcpy(CMSG_DATA(cm) + i * sizeof(int), &fd, sizeof(int));
-  }
+  std::vector<int> raw;
+  for (const Fd& fd : out.fds)
+    raw.push_back(fd.get());
   ssize_t sent;
   do
-    sent = ::sendmsg(socket_.native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    sent = send_with_fds(socket_.native_handle(), std::string_view(out.line).substr(0, 1), raw,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
   while (sent < 0 && errno == EINTR);
   if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
     socket_.async_wait(

@@ -48,18 +48,32 @@ private:
   struct Pending {
     Frame frame;
     Clock::time_point received;
+    // Descriptors that came with the line's bytes (execute's memfd buffers),
+    // or why they were refused (more than kMaxRequestFds).
+    std::vector<Fd> fds;
+    std::string fd_error;
+    // Not a line: descriptors that came with none (fd_error says so).
+    bool no_request = false;
   };
 
   void next();
   void do_read();
-  void on_read(const error_code& ec, std::size_t n);
+  // The socket is readable: recvmsg takes bytes and any descriptors sent
+  // with them (SCM_RIGHTS), then on_read frames them.
+  void on_readable(const error_code& ec);
+  void on_read(const error_code& ec, std::size_t n, std::vector<Fd> fds, bool fds_truncated);
+  // Gives descriptors that arrived with a chunk to the line holding its last
+  // byte (docs/fdod-protocol.md): a frame just completed, or the line still
+  // in progress.
+  void attach_fds(std::size_t first_new_frame, bool chunk_ended_line, std::vector<Fd> fds,
+                  bool truncated);
   void on_read_timer(std::uint64_t gen, const error_code& ec);
   void start_parse(std::string line, Clock::time_point received);
   void on_parsed(ParsedLine parsed, Clock::time_point received);
   void start_call(Request req, Clock::time_point received);
   // An immediate method: invoked here on the io thread, its reply queued.
-  void call_now(const Request& req, Clock::time_point deadline);
-  void refuse_call(const Request& req, const Error& why);
+  void call_now(const Request& req, Clock::time_point deadline, const std::vector<Fd>& request_fds);
+  void refuse_call(const Request& req, const Error& why, const nlohmann::json& data);
   void on_call_done(std::uint64_t gen, std::optional<std::string> response, std::vector<Fd> fds);
   void on_deadline(std::uint64_t gen, const error_code& ec);
   void timed_out(const char* when);
@@ -89,6 +103,12 @@ private:
   std::vector<char> read_buf_;
   std::vector<Frame> frames_;
   std::deque<Pending> pending_;
+  // Descriptors of the line in progress, until it completes.
+  std::vector<Fd> line_fds_;
+  std::string line_fd_error_;
+  // Those of the request being parsed or called (one at a time).
+  std::vector<Fd> call_fds_;
+  std::string call_fd_error_;
   Stage stage_ = Stage::idle;
   bool eof_ = false;
   bool paused_ = false; // in waiting_for_writes because of max_unsent_bytes

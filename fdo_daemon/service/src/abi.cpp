@@ -126,7 +126,44 @@ Expected<std::uint64_t> int_bits_of(const json& v, unsigned bits, const std::str
   return static_cast<std::uint64_t>(s);
 }
 
-Expected<Buffer> parse_buffer(std::size_t i, const json& b, std::size_t budget) {
+// {"memfd": k [, "length": n]}: the request's k-th attached buffer.
+Expected<Buffer> attached_buffer(const std::string& where, const json& b, Buffer buf,
+                                 std::size_t budget, std::span<const std::string> attached,
+                                 std::vector<bool>& used) {
+  const json& k = b["memfd"];
+  if (!k.is_number_integer() || k.get<std::int64_t>() < 0)
+    return make_error(Errc::invalid_argument,
+                      where + ".memfd: expected the index of a descriptor sent with the request");
+  const auto idx = k.get<std::uint64_t>();
+  if (idx >= attached.size())
+    return make_error(Errc::invalid_argument,
+                      where + ".memfd: descriptor " + std::to_string(idx) + " out of range (" +
+                          std::to_string(attached.size()) + " came with the request)");
+  const std::string& bytes = attached[idx];
+  const std::size_t es = elem_size(buf.elem);
+  if (bytes.size() % es != 0)
+    return make_error(Errc::invalid_argument, where + ".memfd: " + std::to_string(bytes.size()) +
+                                                  " bytes is not a whole number of " +
+                                                  std::string(to_string(buf.elem)) + " elements");
+  if (auto len = b.find("length"); len != b.end()) {
+    if (!len->is_number_integer() || len->get<std::int64_t>() < 0)
+      return make_error(Errc::invalid_argument, where + ".length: expected a non-negative integer");
+    if (len->get<std::uint64_t>() != bytes.size() / es)
+      return make_error(Errc::invalid_argument,
+                        where + ": length " + std::to_string(len->get<std::uint64_t>()) +
+                            " but the memfd holds " + std::to_string(bytes.size() / es) + " " +
+                            std::string(to_string(buf.elem)) + " elements (" +
+                            std::to_string(bytes.size()) + " bytes)");
+  }
+  if (bytes.size() > budget)
+    return make_error(Errc::resource_exhausted, where + ": buffer exceeds the size limit");
+  used[idx] = true;
+  buf.bytes = bytes;
+  return buf;
+}
+
+Expected<Buffer> parse_buffer(std::size_t i, const json& b, std::size_t budget,
+                              std::span<const std::string> attached, std::vector<bool>& used) {
   std::string where = "buffers[" + std::to_string(i) + "]";
   if (!b.is_object()) return make_error(Errc::invalid_argument, where + ": expected an object");
   auto type = b.find("type");
@@ -136,10 +173,13 @@ Expected<Buffer> parse_buffer(std::size_t i, const json& b, std::size_t budget) 
   Buffer buf;
   buf.elem = elem;
   std::size_t es = elem_size(elem);
-  int forms = b.contains("data") + b.contains("base64") + b.contains("length");
+  const bool memfd = b.contains("memfd");
+  int forms = b.contains("data") + b.contains("base64") + memfd + (!memfd && b.contains("length"));
   if (forms != 1)
     return make_error(Errc::invalid_argument,
-                      where + ": give exactly one of \"data\", \"base64\" or \"length\"");
+                      where +
+                          ": give exactly one of \"data\", \"base64\", \"memfd\" or \"length\"");
+  if (memfd) return attached_buffer(where, b, std::move(buf), budget, attached, used);
   if (auto len = b.find("length"); len != b.end()) {
     if (!len->is_number_unsigned() && !(len->is_number_integer() && len->get<long long>() >= 0))
       return make_error(Errc::invalid_argument, where + ".length: expected a non-negative integer");
@@ -194,7 +234,8 @@ Expected<Buffer> parse_buffer(std::size_t i, const json& b, std::size_t budget) 
 } // namespace
 
 Expected<PreparedCall> prepare_call(const Signature& sig, const json& args, const json& buffers,
-                                    const CallLimits& limits) {
+                                    const CallLimits& limits,
+                                    std::span<const std::string> attached) {
   PreparedCall call;
   json no_args = json::array();
   const json& a = args.is_null() ? no_args : args;
@@ -206,13 +247,23 @@ Expected<PreparedCall> prepare_call(const Signature& sig, const json& args, cons
   if (!buffers.is_null() && !buffers.is_array())
     return make_error(Errc::invalid_argument, "buffers: expected an array");
   std::size_t budget = limits.max_buffer_bytes;
+  std::vector<bool> used(attached.size(), false);
   if (buffers.is_array()) {
     for (std::size_t i = 0; i < buffers.size(); ++i) {
-      FDO_TRY(Buffer b, parse_buffer(i, buffers[i], budget));
+      FDO_TRY(Buffer b, parse_buffer(i, buffers[i], budget, attached, used));
       budget -= b.bytes.size();
       call.buffers.push_back(std::move(b));
     }
   }
+  // A descriptor no buffer names is a client mistake (or a wrong index):
+  // better told than silently dropped.
+  for (std::size_t k = 0; k < used.size(); ++k)
+    if (!used[k])
+      return make_error(
+          Errc::invalid_argument,
+          "descriptor " + std::to_string(k) + " of the " + std::to_string(used.size()) +
+              " sent with the request is named by no buffer (\"memfd\": " + std::to_string(k) +
+              ")");
   for (std::size_t i = 0; i < sig.params.size(); ++i) {
     ScalarType t = sig.params[i];
     const json& v = a[i];

@@ -120,7 +120,40 @@ void FeedbackLoop::forget_all() {
 
 std::size_t FeedbackLoop::pending_rows() const {
   std::lock_guard lk(pending_mu_);
-  return pending_.size();
+  return pending_.rows.size();
+}
+
+namespace {
+// Adds `r` into `sum`, a row of the same (pk, version).
+void add_row(ps::FeedbackRow& sum, const ps::FeedbackRow& r) {
+  sum.stages += r.stages;
+  sum.exec_ns += r.exec_ns;
+  for (const auto& [name, v] : r.counters)
+    sum.counters[name] += v;
+  for (const auto& [name, c] : r.function_counts)
+    add_counts(sum.function_counts[name], c);
+}
+} // namespace
+
+void FeedbackLoop::Batch::add(ps::FeedbackRow row) {
+  auto [it, fresh] = sums.try_emplace(RowKey{row.pk, row.version});
+  if (fresh) {
+    it->second.pk = row.pk;
+    it->second.version = row.version;
+    it->second.host = row.host;
+  }
+  add_row(it->second, row);
+  rows.push_back(std::move(row));
+}
+
+void FeedbackLoop::Batch::append(Batch&& later) {
+  for (auto& [key, sum] : later.sums) {
+    auto [it, fresh] = sums.try_emplace(key, sum);
+    if (!fresh) add_row(it->second, sum);
+  }
+  rows.insert(rows.end(), std::make_move_iterator(later.rows.begin()),
+              std::make_move_iterator(later.rows.end()));
+  later.clear();
 }
 
 void FeedbackLoop::queue_row(const StageReport& stage) {
@@ -139,7 +172,7 @@ void FeedbackLoop::queue_row(const StageReport& stage) {
   for (const auto& [name, fc] : stage.feedback.counts)
     row.function_counts[name] = fc.counts;
   std::lock_guard lk(pending_mu_);
-  pending_.push_back(std::move(row));
+  pending_.add(std::move(row));
 }
 
 // The totals recorded for the stage's version before this daemon saw the key
@@ -303,9 +336,10 @@ const FeedbackAccumulator& FeedbackLoop::fleet_view(KeyState& st, const StageRep
   std::map<std::string, std::uint64_t> fleet_hosts = st.fleet->host_stages;
   {
     std::lock_guard lk(pending_mu_);
-    for (const auto* rows : {&inflight_, &pending_})
-      for (const ps::FeedbackRow& r : *rows) {
-        if (r.pk != stage.pk || r.version != stage.profile_version) continue;
+    const RowKey key{stage.pk, stage.profile_version};
+    for (const Batch* batch : {&inflight_, &pending_})
+      if (auto it = batch->sums.find(key); it != batch->sums.end()) {
+        const ps::FeedbackRow& r = it->second;
         stages += r.stages;
         exec_ns += r.exec_ns;
         fleet_hosts[r.host] += r.stages;
@@ -361,15 +395,14 @@ Status FeedbackLoop::flush() {
   std::lock_guard flush_lk(flush_mu_);
   {
     std::lock_guard lk(pending_mu_);
-    inflight_.swap(pending_);
+    std::swap(inflight_, pending_);
   }
-  if (inflight_.empty()) return ok();
-  Status st = store_.append_feedback(inflight_, {});
+  if (inflight_.rows.empty()) return ok();
+  Status st = store_.append_feedback(inflight_.rows, {});
   std::lock_guard lk(pending_mu_);
   if (!st) {
-    inflight_.insert(inflight_.end(), std::make_move_iterator(pending_.begin()),
-                     std::make_move_iterator(pending_.end()));
-    pending_.swap(inflight_);
+    inflight_.append(std::move(pending_));
+    std::swap(pending_, inflight_);
     inflight_.clear();
     return std::move(st).error().context("flush feedback");
   }

@@ -183,6 +183,11 @@ typedef struct fdo_buffer {
 
 /* fdo_call.flags */
 #define FDO_CALL_COPY_BACK 1u /* write the buffers as the program left them back into data */
+/* Send every buffer as a sealed memfd with the request instead of base64 text
+ * (fdod with capability "buffers.memfd"; an older fdod fails the call). Without
+ * it, buffers of FDO_MEMFD_MIN_BYTES or more go as memfds when fdod offers it. */
+#define FDO_CALL_MEMFD 2u
+#define FDO_MEMFD_MIN_BYTES 65536u
 
 typedef struct fdo_call {
   const char* entry;

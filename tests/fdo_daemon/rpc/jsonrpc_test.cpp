@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 #include <stdexcept>
+#include <unistd.h>
 
 using namespace fdo::daemon;
 using fdo::Errc;
@@ -326,4 +327,35 @@ TEST_CASE("jsonrpc: a method may be added as immediate", "[jsonrpc]") {
   REQUIRE(d.method_class("ping") == MethodClass::immediate);
   REQUIRE(to_string(MethodClass::immediate) == "immediate");
   REQUIRE(respond(d, R"({"jsonrpc":"2.0","id":1,"method":"ping"})")["result"] == "pong");
+}
+
+TEST_CASE("request descriptors reach only methods added to take them", "[rpc][fds]") {
+  Dispatcher d;
+  add_methods(d);
+  d.add(
+      "takes",
+      [](const json&, const CallContext& c) -> Expected<json> {
+        return json{{"fds", c.request_fds == nullptr ? 0 : c.request_fds->size()}};
+      },
+      MethodClass::work, RequestFds::accepted);
+  std::vector<fdo::Fd> fds;
+  fds.emplace_back(::dup(0));
+  fds.emplace_back(::dup(0));
+  CallContext ctx;
+  ctx.request_fds = &fds;
+  json ok = json::parse(*d.handle_line(R"({"jsonrpc":"2.0","id":1,"method":"takes"})", ctx));
+  CHECK(ok["result"]["fds"] == 2);
+  json refused = json::parse(*d.handle_line(R"({"jsonrpc":"2.0","id":2,"method":"echo"})", ctx));
+  CHECK(refused["error"]["code"] == rpc::invalid_params);
+  CHECK(refused["error"]["data"]["fds"] == 2);
+  CHECK_THAT(refused["error"]["message"].get<std::string>(),
+             Catch::Contains("'echo' takes no file descriptors, and 2 came"));
+  // Unknown methods stay -32601; notifications get nothing.
+  json unknown = json::parse(*d.handle_line(R"({"jsonrpc":"2.0","id":3,"method":"nope"})", ctx));
+  CHECK(unknown["error"]["code"] == rpc::method_not_found);
+  CHECK_FALSE(d.handle_line(R"({"jsonrpc":"2.0","method":"echo"})", ctx));
+  // No descriptors: every method runs as before.
+  ctx.request_fds = nullptr;
+  CHECK(json::parse(*d.handle_line(R"({"jsonrpc":"2.0","id":4,"method":"echo"})", ctx))
+            .contains("result"));
 }

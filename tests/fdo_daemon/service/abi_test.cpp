@@ -86,3 +86,42 @@ TEST_CASE("return slots decode by type", "[daemon][abi]") {
   CHECK(parse_scalar_type("double").value() == ScalarType::f64);
   CHECK_FALSE(parse_scalar_type("i128"));
 }
+
+TEST_CASE("memfd buffers take the request's attached bytes and are checked", "[daemon][abi]") {
+  Signature sig{"m", ScalarType::void_, {ScalarType::ptr, ScalarType::ptr}};
+  const json args = json::parse(R"([{"buffer":0},{"buffer":1}])");
+  const std::vector<std::string> attached = {std::string(16, '\x01'), std::string(3, '\x02')};
+  auto call = prepare_call(
+      sig, args, json::parse(R"([{"type":"f64","memfd":0,"length":2},{"type":"u8","memfd":1}])"),
+      {}, attached);
+  REQUIRE(call);
+  CHECK(call->buffers[0].bytes == attached[0]);
+  CHECK(call->buffers[1].bytes == attached[1]);
+
+  auto error = [&](const char* buffers, CallLimits limits = {}) {
+    auto r = prepare_call(sig, args, json::parse(buffers), limits, attached);
+    REQUIRE_FALSE(r);
+    return r.error();
+  };
+  auto e = error(R"([{"type":"f64","memfd":0,"length":3},{"type":"u8","memfd":1}])");
+  CHECK(e.code() == Errc::invalid_argument);
+  CHECK_THAT(e.message(), Catch::Contains("length 3 but the memfd holds 2 f64 elements"));
+  e = error(R"([{"type":"f64","memfd":1},{"type":"u8","memfd":0}])");
+  CHECK_THAT(e.message(), Catch::Contains("3 bytes is not a whole number of f64 elements"));
+  e = error(R"([{"type":"u8","memfd":2},{"type":"u8","memfd":1}])");
+  CHECK_THAT(e.message(), Catch::Contains("descriptor 2 out of range (2 came with the request)"));
+  e = error(R"([{"type":"u8","memfd":-1},{"type":"u8","memfd":1}])");
+  CHECK_THAT(e.message(), Catch::Contains("buffers[0].memfd: expected the index"));
+  e = error(R"([{"type":"u8","memfd":1},{"type":"u8","memfd":1}])");
+  CHECK_THAT(e.message(), Catch::Contains("descriptor 0 of the 2 sent with the request is named "
+                                          "by no buffer"));
+  e = error(R"([{"type":"u8","memfd":0,"data":[1]},{"type":"u8","memfd":1}])");
+  CHECK_THAT(e.message(), Catch::Contains("give exactly one of"));
+  e = error(R"([{"type":"u8","memfd":0},{"type":"u8","memfd":1}])", CallLimits{18});
+  CHECK(e.code() == Errc::resource_exhausted);
+  // Without attached bytes, "memfd" names nothing.
+  auto none =
+      prepare_call(sig, args, json::parse(R"([{"type":"u8","memfd":0},{"type":"u8","length":1}])"));
+  REQUIRE_FALSE(none);
+  CHECK_THAT(none.error().message(), Catch::Contains("out of range (0 came"));
+}

@@ -394,3 +394,40 @@ TEST_CASE("feedback loop: a new version counts only its own stages, not the flee
   CHECK(store.keys[kPk].versions.back().doc.functions.at("loop").counts ==
         std::vector<std::uint64_t>{150, 150});
 }
+
+TEST_CASE("feedback loop: rows not yet flushed count per key and through a failed flush",
+          "[service][feedback][fleet]") {
+  FakeFeedbackStore store;
+  for (const std::string& pk : {kPk, kOtherPk}) {
+    store.keys[pk].versions.push_back(ps::StoredProfile{});
+    store.keys[pk].versions.back().version = 1;
+  }
+  // Another host flushed one stage of v1 already.
+  ps::FeedbackRow b;
+  b.pk = kPk;
+  b.version = 1;
+  b.stages = 1;
+  b.exec_ns = 500;
+  b.host = "host-b";
+  b.function_counts["loop"] = {20, 180};
+  REQUIRE(store.append_feedback(std::vector<ps::FeedbackRow>{b}, "batch-b"));
+
+  FeedbackLoop c(store, "host-c");
+  CHECK_FALSE(c.fold(stage(kPk, 1, 10, 90, 0), policy()).rewritten);
+  // Rows of another key sit in the same batch and must not count for kPk.
+  for (int i = 0; i < 4; ++i)
+    c.fold(stage(kOtherPk, 1, 1000, 1000, i), policy());
+  CHECK(c.pending_rows() == 5);
+  store.append_failures_to_inject = 1;
+  REQUIRE_FALSE(c.flush());
+  CHECK(c.pending_rows() == 5);
+  CHECK(store.keys[kPk].versions.size() == 1);
+  // b's 1 + c's 2 (one of them kept through the failed flush): the third stage.
+  auto out = c.fold(stage(kPk, 1, 10, 90, 1), policy());
+  REQUIRE(out.rewritten);
+  CHECK(out.rewritten->to == 2);
+  CHECK(store.keys[kPk].versions.back().doc.functions.at("loop").counts ==
+        std::vector<std::uint64_t>{40, 360});
+  CHECK_THAT(store.keys[kPk].versions.back().reason,
+             Catch::Contains("host-b (1 stage), host-c (2 stages)"));
+}

@@ -4,6 +4,7 @@
 #include "fdo/daemon/abi.h"
 #include "fdo/daemon/guard.h"
 #include "fdo/daemon/isolation.h"
+#include "fdo/daemon/memfd_buffers.h"
 #include "fdo/jit/compiler.h"
 #include "fdo/util/log_record.h"
 #include "methods.h"
@@ -264,8 +265,14 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   json buffers_param = params.contains("buffers") ? params["buffers"] : json(nullptr);
   CallLimits call_limits;
   call_limits.max_buffer_bytes = c.max_output_bytes / 2;
-  FDO_TRY(PreparedCall call,
-          prepare_call(sig, params.value("args", json::array()), buffers_param, call_limits));
+  // memfd buffers (docs/fdod-protocol.md): checked and read before the call
+  // is prepared, so a bad descriptor fails the request before any work.
+  std::vector<std::string> attached;
+  if (ctx.request_fds != nullptr && !ctx.request_fds->empty()) {
+    FDO_TRY(attached, read_memfd_buffers(*ctx.request_fds, call_limits.max_buffer_bytes));
+  }
+  FDO_TRY(PreparedCall call, prepare_call(sig, params.value("args", json::array()), buffers_param,
+                                          call_limits, attached));
   FDO_TRY(bool return_buffers, optional_param<bool>(params, "return_buffers", false));
   FDO_TRY(BufferEncoding encoding, buffer_encoding_param(params));
   FDO_TRY(bool verbose, optional_param<bool>(params, "verbose", false));

@@ -20,6 +20,7 @@ const std::vector<std::string>& capability_names() {
       "execute.compact", // execute replies without per-event reasons unless "verbose": true
       "inprocess",       // program.lease (object memfd over SCM_RIGHTS), feedback.submit
       "program.source",  // a program's registered IR, to its owner
+      "buffers.memfd",   // execute buffers as sealed memfds sent with the request
   };
   return names;
 }

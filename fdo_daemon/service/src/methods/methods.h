@@ -105,13 +105,14 @@ template <class Fn> auto audited(const char* action, Fn fn) {
 // runs them on its small control pool).
 template <class Fn>
 void bind(Dispatcher& d, const char* method, ServiceState& s, Fn fn,
-          MethodClass method_class = MethodClass::work) {
+          MethodClass method_class = MethodClass::work,
+          RequestFds request_fds = RequestFds::refused) {
   d.add(
       method,
       [&s, fn](const json& params, const CallContext& ctx) -> Expected<json> {
         return fn(s, params, ctx);
       },
-      method_class);
+      method_class, request_fds);
 }
 
 } // namespace fdo::daemon::methods

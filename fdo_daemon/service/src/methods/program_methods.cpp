@@ -76,7 +76,8 @@ json cache_outcome_json(const cache::StageOutput& so) {
 void add_program_methods(Dispatcher& d, ServiceState& s) {
   bind(d, "program.register", s, program_register);
   bind(d, "program.compile", s, program_compile);
-  bind(d, "execute", s, execute);
+  // The only method that takes descriptors: memfd buffers (docs/fdod-protocol.md).
+  bind(d, "execute", s, execute, MethodClass::work, RequestFds::accepted);
 }
 
 } // namespace fdo::daemon::methods

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -94,8 +95,11 @@ public:
   // The whole answer: the outer error is a transport or protocol failure
   // (the connection is then closed); a daemon error is a Reply whose answer
   // holds the error and whose failure holds the JSON-RPC code, message and data.
+  // request_fds go with the request's first byte (SCM_RIGHTS; execute's
+  // memfd buffers, docs/fdod-protocol.md); the caller keeps its copies.
   Expected<Reply> exchange(std::string_view method,
-                           const nlohmann::json& params = nlohmann::json::object());
+                           const nlohmann::json& params = nlohmann::json::object(),
+                           std::span<const int> request_fds = {});
 
   const std::string& socket_path() const { return path_; }
   bool connected() const { return fd_.valid(); }
@@ -121,6 +125,8 @@ private:
     std::vector<Fd> fds;
   };
   Expected<Line> read_line(std::string_view method, std::chrono::steady_clock::time_point deadline);
+  Status send_request(std::string_view method, const std::string& line,
+                      std::span<const int> request_fds);
   Expected<std::size_t> receive(std::string_view method);
 
   Fd fd_;

@@ -39,6 +39,11 @@ struct CallContext {
   // transport cannot pass fds; a handler that needs to send one must then
   // fail. Dropped (closed) when the handler fails.
   std::vector<Fd>* reply_fds = nullptr;
+  // Descriptors that came with the request (SCM_RIGHTS on its line, in
+  // arrival order; docs/fdod-protocol.md), owned by the transport, which
+  // closes them after the call. Null or empty when none came. Only methods
+  // added with RequestFds::accepted ever see any.
+  const std::vector<Fd>* request_fds = nullptr;
 };
 
 using Handler =
@@ -55,6 +60,11 @@ using Handler =
 // pool: they must return in microseconds, take no lock that anything holds
 // across I/O or a compile, and never wait (health, capabilities).
 enum class MethodClass { work, control, immediate };
+
+// Whether a method takes file descriptors with its request (execute's memfd
+// buffers). A request carrying descriptors to any other method is refused
+// before its handler runs, so no handler holds descriptors it ignores.
+enum class RequestFds { refused, accepted };
 std::string_view to_string(MethodClass c); // "work", "control", "immediate"
 
 namespace rpc {
@@ -125,7 +135,8 @@ struct ParsedLine {
 class Dispatcher {
 public:
   // Registers or replaces `method` (a replacement takes the new class too).
-  void add(std::string method, Handler handler, MethodClass method_class = MethodClass::work);
+  void add(std::string method, Handler handler, MethodClass method_class = MethodClass::work,
+           RequestFds request_fds = RequestFds::refused);
   bool has(std::string_view method) const;
   // The class `method` was added with; nullopt when there is no such method.
   std::optional<MethodClass> method_class(std::string_view method) const;
@@ -138,6 +149,8 @@ public:
   // Step 2: run the handler. Returns the response line, or nullopt for a
   // notification. Unknown methods give -32601; handler errors map through
   // rpc::error_code; a handler exception becomes -32603 with its message.
+  // Descriptors sent to a method that refuses them (ctx.request_fds) give
+  // -32602 without running the handler.
   std::optional<std::string> invoke(const Request& request, const CallContext& ctx) const;
   // parse() then invoke(): the whole request-to-response path, for tests
   // and for callers without deadlines.
@@ -153,8 +166,9 @@ private:
   struct Entry {
     std::shared_ptr<const Handler> handler;
     MethodClass method_class = MethodClass::work;
+    RequestFds request_fds = RequestFds::refused;
   };
-  std::shared_ptr<const Handler> find(std::string_view method) const;
+  std::optional<Entry> find(std::string_view method) const;
 
   mutable std::shared_mutex mu_;
   std::unordered_map<std::string, Entry> handlers_;

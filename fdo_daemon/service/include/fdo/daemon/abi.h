@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,9 +49,13 @@ struct CallLimits {
 // args: array with one entry per parameter: a number (or true/false) for
 // scalars, {"buffer": i} for pointer parameters. buffers: array of
 // {"type": "i64", "data": [..]} | {"type": "u8", "base64": ".."} |
-// {"type": "f64", "length": n} (zero-filled).
+// {"type": "f64", "length": n} (zero-filled) |
+// {"type": "f32", "memfd": k [, "length": n]}: the bytes of the request's k-th
+// descriptor, read beforehand (memfd_buffers.h) into attached[k]; "length",
+// when given, must be its element count. Every attached buffer must be used.
 Expected<PreparedCall> prepare_call(const Signature& sig, const nlohmann::json& args,
-                                    const nlohmann::json& buffers, const CallLimits& limits = {});
+                                    const nlohmann::json& buffers, const CallLimits& limits = {},
+                                    std::span<const std::string> attached = {});
 
 // The return slot as JSON: integers as signed numbers of the return width,
 // floats as numbers, void as null.
