@@ -89,16 +89,19 @@ def wait_for(pred, what, timeout=60):
     raise AssertionError("timed out waiting for " + what)
 
 
-@unittest.skipIf(postgres_unavailable_reason(), postgres_unavailable_reason())
-class PostgresOutage(unittest.TestCase):
-    """fdod on a real PostgreSQL store: the server stopped mid-stream, stages
-    keep succeeding, and after its restart the spooled rows and versions
-    arrive, none lost or duplicated."""
+class PostgresDaemon(unittest.TestCase):
+    """One fdod (host-a) on a PostgreSQL server of its own (no tests here)."""
+
+    START_SERVER = True
+    CONFIG = {}
 
     def setUp(self):
-        self.pg = PostgresServer().start()
-        self.d = Daemon({"profile_store": self.pg.url, "host_name": "host-a",
-                         "policy.min_stages": 2, "feedback_flush_ms": 100}).start()
+        self.pg = PostgresServer()
+        if self.START_SERVER:
+            self.pg.start()
+        self.d = Daemon(dict({"profile_store": self.pg.url, "host_name": "host-a",
+                              "policy.min_stages": 2, "feedback_flush_ms": 100},
+                             **self.CONFIG)).start()
         self.c = self.d.client()
 
     def tearDown(self):
@@ -108,6 +111,13 @@ class PostgresOutage(unittest.TestCase):
 
     def store(self):
         return self.c.call("health")["profile_store"]
+
+
+@unittest.skipIf(postgres_unavailable_reason(), postgres_unavailable_reason())
+class PostgresOutage(PostgresDaemon):
+    """fdod on a real PostgreSQL store: the server stopped mid-stream, stages
+    keep succeeding, and after its restart the spooled rows and versions
+    arrive, none lost or duplicated."""
 
     def stages_in_store(self, pk, version):
         out = self.pg.psql(f"SELECT coalesce(sum(stages), 0) FROM feedback "
@@ -148,26 +158,15 @@ class PostgresOutage(unittest.TestCase):
 
 
 @unittest.skipIf(postgres_unavailable_reason(), postgres_unavailable_reason())
-class PostgresDownAtStart(unittest.TestCase):
+class PostgresDownAtStart(PostgresDaemon):
     """fdod started while its PostgreSQL server is down: it starts and serves
     (health says the store is down), spools what it writes, and when the
     server comes up it migrates the schema and replays the spool once. Admin
     writes, which go to the store itself, fail meanwhile with an unavailable
     error that says what to do."""
 
-    def setUp(self):
-        self.pg = PostgresServer()  # initialised, not started
-        self.d = Daemon({"profile_store": self.pg.url, "host_name": "host-a", "guard": "off",
-                         "policy.min_stages": 2, "feedback_flush_ms": 100}).start()
-        self.c = self.d.client()
-
-    def tearDown(self):
-        self.c.close()
-        self.d.cleanup()
-        self.pg.cleanup()
-
-    def store(self):
-        return self.c.call("health")["profile_store"]
+    START_SERVER = False  # initialised, not started
+    CONFIG = {"guard": "off"}  # stage by stage: no trials of the plain build
 
     def test_starts_serves_spools_and_replays_once_when_the_server_comes_up(self):
         self.assertEqual(self.store()["kind"], "postgresql")

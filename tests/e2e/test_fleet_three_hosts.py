@@ -27,7 +27,7 @@ import time
 import unittest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from harness import BUILD, Daemon, ir  # noqa: E402
+from harness import BUILD, Daemon, ir, wait_for  # noqa: E402
 from servers import (PostgresServer, RedisServer, postgres_unavailable_reason,  # noqa: E402
                      redis_unavailable_reason)
 
@@ -43,16 +43,6 @@ def program(n):
     return ir("branchy.ll").replace("i64 200000", f"i64 {200000 + n}")
 
 
-def wait_for(pred, what, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for " + what)
-
-
 @unittest.skipIf(unavailable_reason(), unavailable_reason())
 class ThreeHosts(unittest.TestCase):
     @classmethod
@@ -66,7 +56,7 @@ class ThreeHosts(unittest.TestCase):
                     "profile_store": cls.pg.url, "object_cache_remote": cls.redis.url,
                     "object_cache_remote_timeout_ms": 2000, "host_name": name,
                     "policy.min_stages": 2, "policy.cs_pgo_stages": CS_STAGES,
-                    "guard": "off", "feedback_flush_ms": 50}).start()
+                    "guard": "off", "feedback_flush_ms": 200}).start()
         except Exception:
             cls.tearDownClass()
             raise
