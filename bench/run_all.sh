@@ -9,7 +9,8 @@
 #
 # Usage: bash bench/run_all.sh [--quick] [--components] [--no-build]
 #   --quick       tiny sample counts (a smoke run, well under a minute of measuring)
-#   --components  also run profile_store_bench, jit_bench, cache_bench, remote_bench, perf_bench
+#   --components  also run profile_store_bench, jit_bench, cache_bench, remote_bench, perf_bench,
+#                 and fdod_cache/run_fleet.py (these start real PostgreSQL/Redis servers)
 #   --no-build    skip tools/setup.sh + tools/build.sh (use the build as it is)
 # Environment: FDO_BUILD_DIR (default build), FDO_BENCH_OUT (default
 # $FDO_BUILD_DIR/bench/results): each bench's full JSON goes there, and the
@@ -26,7 +27,7 @@ for a in "$@"; do
     --components) components=1 ;;
     --no-build) build=0 ;;
     -h | --help)
-      sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+      sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
@@ -83,6 +84,8 @@ if [ "$components" = 1 ]; then
   run "jit micro-bench" "$BUILD/bench/jit/jit_bench"
   run "cache micro-bench" "$BUILD/bench/cache/cache_bench"
   run "remote object tier (Redis) micro-bench" "$BUILD/bench/cache/remote_bench" "${quick[@]}"
+  run "fleet: a second host on PostgreSQL + Redis" python3 bench/fdod_cache/run_fleet.py \
+    --build-dir "$BUILD" --json "$OUT/fleet.json" "${quick[@]}"
   run "perf micro-bench" "$BUILD/bench/perf/perf_bench"
 fi
 

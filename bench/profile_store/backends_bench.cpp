@@ -1,8 +1,8 @@
 // backends_bench: the profile store's SQLite and PostgreSQL back ends side by
 // side, one run: profile-version writes/s (one per transaction), feedback
-// rows/s (batches of 50), current(pk) lookups/s (PostgreSQL: served by the
-// notification-coherent cache) and lookup_profile_key(ik)/s (a query on both),
-// with PostgreSQL / SQLite ratios. Medians over interleaved rounds.
+// rows/s (batches of 50; also with 16 functions' counts per row), current(pk) lookups/s
+// (PostgreSQL: served by the notification-coherent cache) and lookup_profile_key(ik)/s (a query on
+// both), with PostgreSQL / SQLite ratios. Medians over interleaved rounds.
 //
 // Usage: backends_bench [--rounds N] [--pg URI]
 //   Without --pg it starts a throwaway PostgreSQL server like the tests do
@@ -62,7 +62,7 @@ std::string key(const char* prefix, std::size_t i) {
 }
 
 struct Figures {
-  std::vector<double> writes, feedback, current, lookup;
+  std::vector<double> writes, feedback, feedback_functions, current, lookup;
 };
 
 void round(ProfileStore& s, Figures& f, int r) {
@@ -82,6 +82,16 @@ void round(ProfileStore& s, Figures& f, int r) {
     batch[i].counters = {{"cycles", 100}};
   }
   f.feedback.push_back(rate(kRows, [&] {
+    for (std::size_t i = 0; i < kRows / batch.size(); ++i)
+      must(s.append_feedback(batch), "append_feedback");
+  }));
+  // Rows as a stage of an instrumented program sends them: counts per function.
+  for (std::size_t i = 0; i < batch.size(); ++i)
+    for (int fn = 0; fn < 16; ++fn) {
+      std::string name = std::to_string(fn); // (not "f" + ...: GCC 12's bogus -Wrestrict)
+      batch[i].function_counts[name.insert(0, 1, 'f')] = {i, 2 * i, 3 * i, 4 * i};
+    }
+  f.feedback_functions.push_back(rate(kRows, [&] {
     for (std::size_t i = 0; i < kRows / batch.size(); ++i)
       must(s.append_feedback(batch), "append_feedback");
   }));
@@ -139,6 +149,7 @@ int main(int argc, char** argv) {
   };
   line("profile-version writes/s (1 per tx)", fs.writes, fp.writes);
   line("feedback rows/s (50 per batch, 3 hosts)", fs.feedback, fp.feedback);
+  line("  the same, 16 functions' counts per row", fs.feedback_functions, fp.feedback_functions);
   line("current(pk)/s (PG: notification cache)", fs.current, fp.current);
   line("lookup_profile_key(ik)/s (a query)", fs.lookup, fp.lookup);
   return 0;

@@ -150,3 +150,14 @@ class Daemon:
 
 def ir(name):
     return (FIXTURES / name).read_text()
+
+
+def wait_for(pred, what, timeout=30, interval=0.05):
+    """pred()'s first true value within timeout seconds, else AssertionError."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(interval)
+    raise AssertionError("timed out waiting for " + what)

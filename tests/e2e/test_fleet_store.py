@@ -10,7 +10,7 @@ import time
 import unittest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from harness import Daemon, ir  # noqa: E402
+from harness import Daemon, RpcError, ir  # noqa: E402
 from servers import PostgresServer, postgres_unavailable_reason  # noqa: E402
 
 
@@ -89,16 +89,19 @@ def wait_for(pred, what, timeout=60):
     raise AssertionError("timed out waiting for " + what)
 
 
-@unittest.skipIf(postgres_unavailable_reason(), postgres_unavailable_reason())
-class PostgresOutage(unittest.TestCase):
-    """fdod on a real PostgreSQL store: the server stopped mid-stream, stages
-    keep succeeding, and after its restart the spooled rows and versions
-    arrive, none lost or duplicated."""
+class PostgresDaemon(unittest.TestCase):
+    """One fdod (host-a) on a PostgreSQL server of its own (no tests here)."""
+
+    START_SERVER = True
+    CONFIG = {}
 
     def setUp(self):
-        self.pg = PostgresServer().start()
-        self.d = Daemon({"profile_store": self.pg.url, "host_name": "host-a",
-                         "policy.min_stages": 2, "feedback_flush_ms": 100}).start()
+        self.pg = PostgresServer()
+        if self.START_SERVER:
+            self.pg.start()
+        self.d = Daemon(dict({"profile_store": self.pg.url, "host_name": "host-a",
+                              "policy.min_stages": 2, "feedback_flush_ms": 100},
+                             **self.CONFIG)).start()
         self.c = self.d.client()
 
     def tearDown(self):
@@ -108,6 +111,13 @@ class PostgresOutage(unittest.TestCase):
 
     def store(self):
         return self.c.call("health")["profile_store"]
+
+
+@unittest.skipIf(postgres_unavailable_reason(), postgres_unavailable_reason())
+class PostgresOutage(PostgresDaemon):
+    """fdod on a real PostgreSQL store: the server stopped mid-stream, stages
+    keep succeeding, and after its restart the spooled rows and versions
+    arrive, none lost or duplicated."""
 
     def stages_in_store(self, pk, version):
         out = self.pg.psql(f"SELECT coalesce(sum(stages), 0) FROM feedback "
@@ -145,6 +155,59 @@ class PostgresOutage(unittest.TestCase):
         self.assertEqual(self.stages_in_store(pk, 1), 5, self.d.log_text())
         metrics = self.c.call("metrics")["text"]
         self.assertIn("fdo_profile_store_up 1", metrics)
+
+
+@unittest.skipIf(postgres_unavailable_reason(), postgres_unavailable_reason())
+class PostgresDownAtStart(PostgresDaemon):
+    """fdod started while its PostgreSQL server is down: it starts and serves
+    (health says the store is down), spools what it writes, and when the
+    server comes up it migrates the schema and replays the spool once. Admin
+    writes, which go to the store itself, fail meanwhile with an unavailable
+    error that says what to do."""
+
+    START_SERVER = False  # initialised, not started
+    CONFIG = {"guard": "off"}  # stage by stage: no trials of the plain build
+
+    def test_starts_serves_spools_and_replays_once_when_the_server_comes_up(self):
+        self.assertEqual(self.store()["kind"], "postgresql")
+        prog = self.c.call("program.register", {"ir": ir("branchy.ll")})["program"]
+        stages = [self.c.call("execute", {"program": prog, "entry": "run"})["stage"]
+                  for _ in range(5)]
+        pk = stages[0]["profile_key"]
+        # The host profiles and optimizes on its own, through the spool.
+        self.assertEqual([s["profile_version"] for s in stages], [0, 0, 1, 1, 1])
+        self.assertEqual(stages[1]["profile_rewritten"]["to"], 1)
+        self.assertEqual(stages[2]["mode"], "optimized")
+        wait_for(lambda: self.store()["spooled_batches"] >= 1, "feedback spooled")
+        ps = self.store()
+        self.assertEqual(ps["state"], "down", ps)
+        self.assertIn("unreachable", ps["last_error"])
+        self.assertGreaterEqual(ps["spooled_writes"], 1, ps)
+        self.assertIn("fdo_profile_store_up 0", self.c.call("metrics")["text"])
+
+        # An admin write goes to the store itself: refused, saying what to do.
+        with self.assertRaises(RpcError) as cm:
+            self.c.call("profile.pin", {"profile_key": pk})
+        self.assertEqual(cm.exception.errc, "unavailable", cm.exception.error)
+        self.assertIn("profile.pin needs the shared profile store", cm.exception.message)
+        self.assertIn("fdoctl health", cm.exception.message)
+
+        self.pg.start()
+        wait_for(lambda: self.store()["state"] == "up", "state up once the server answers", 90)
+        ps = self.store()
+        self.assertEqual(ps["spooled_batches"] + ps["spooled_writes"] + ps["spooled_other"], 0)
+        # The schema was created on the first connection, then the spool arrived, once.
+        self.assertNotEqual(self.pg.psql("SELECT version FROM fdo_schema").strip(), "")
+        self.assertEqual(self.pg.psql(f"SELECT version, host FROM profile_versions "
+                                      f"WHERE pk = '{pk}'").split(), ["1|host-a"])
+        self.assertEqual(self.pg.psql(f"SELECT count(*) FROM profile_keys WHERE pk = '{pk}'").strip(),
+                         "1")
+        rows = f"SELECT coalesce(sum(stages), 0) FROM feedback WHERE pk = '{pk}' AND version = 1"
+        wait_for(lambda: int(self.pg.psql(rows).strip()) >= 3, "the spooled rows", 20)
+        time.sleep(0.5)
+        self.assertEqual(int(self.pg.psql(rows).strip()), 3, self.d.log_text())
+        # Admin writes work again.
+        self.assertTrue(self.c.call("profile.pin", {"profile_key": pk})["pinned"])
 
 
 if __name__ == "__main__":

@@ -139,6 +139,42 @@ TEST_CASE("postgresql: server stopped mid-use is unavailable, the cache is bypas
   CHECK((*b.current(kPk))->version == 2);
 }
 
+TEST_CASE("postgresql: a store opened deferred while its server is down answers unavailable "
+          "then migrates on the first connection that works",
+          "[profile_store][postgresql]") {
+  SKIP_WITHOUT_POSTGRES();
+  const std::string uri = test::fresh_postgres_database(); // no schema yet
+  auto& server = test::postgres_server();
+  server.stop();
+  Options o;
+  o.connect_timeout = seconds(2);
+  auto refused = ProfileStore::open(uri, o);
+  REQUIRE_FALSE(refused); // the default: refuse
+  CHECK(refused.error().code() == Errc::unavailable);
+
+  o.when_unreachable = WhenUnreachable::defer;
+  auto opened = ProfileStore::open(uri, o);
+  if (!opened) server.start();
+  REQUIRE(opened);
+  ProfileStore s = std::move(*opened);
+  auto down = s.current(kPk);
+  REQUIRE_FALSE(down);
+  CHECK(down.error().code() == Errc::unavailable);
+  auto write = s.write(kPk, 0, sample_doc(1), from_host("a"));
+  REQUIRE_FALSE(write);
+  CHECK(write.error().code() == Errc::unavailable);
+
+  server.start();
+  // The first call that connects creates the schema before it runs.
+  auto first = s.write(kPk, 0, sample_doc(1), from_host("a"));
+  REQUIRE(first);
+  CHECK(*first == 1);
+  CHECK(*s.schema_version() > 0);
+  CHECK((*s.current(kPk))->version == 1);
+  ProfileStore other = open_pg(uri, Options{}); // the default open sees a usable schema
+  CHECK((*other.current(kPk))->version == 1);
+}
+
 TEST_CASE("postgresql: two hosts racing on one key keep a linear history with no lost update",
           "[profile_store][postgresql]") {
   SKIP_WITHOUT_POSTGRES();

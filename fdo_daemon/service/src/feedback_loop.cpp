@@ -212,8 +212,8 @@ void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage) {
 
 FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig& policy) {
   FeedbackOutcome out;
-  queue_row(stage);
   if (stage.profile_version != stage.target_profile_version) {
+    queue_row(stage);
     out.policy = "tier-up pending: stage ran profile version " +
                  std::to_string(stage.profile_version) + ", current is " +
                  std::to_string(stage.target_profile_version);
@@ -223,6 +223,9 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   std::lock_guard lk(state->mu);
   KeyState& st = *state;
   if (st.version != stage.profile_version) load_totals(st, stage);
+  // Queued only after load_totals read the store: a flush landing in between
+  // would otherwise put this stage in the loaded totals and in acc twice.
+  queue_row(stage);
   st.acc.add(stage.feedback);
   if (stage.samples.present) {
     st.window.add(stage.samples, static_cast<std::size_t>(policy.time_share_window_stages));

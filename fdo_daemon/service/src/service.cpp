@@ -142,6 +142,9 @@ ServiceBuilder& ServiceBuilder::sampling_host(std::shared_ptr<SamplingHost> host
 Expected<std::unique_ptr<ps::ProfileStore>> ServiceBuilder::default_store(const Config& c) {
   ps::Options so;
   so.retention = static_cast<int>(c.profile_retention);
+  // A shared store that is down at start is served through StoreFallback's
+  // spool like an outage later on (docs/fleet.md): fdod starts anyway.
+  so.when_unreachable = ps::WhenUnreachable::defer;
   // Anything but "sqlite" was checked to be a postgresql:// URI by the config.
   const std::string location =
       c.profile_store == kSqliteStore ? c.state_dir + "/profiles.db" : c.profile_store;

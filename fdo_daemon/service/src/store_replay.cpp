@@ -119,6 +119,18 @@ Expected<StoreFallback::Applied> StoreFallback::apply_write(const SpoolEntry& e,
 }
 
 Expected<StoreFallback::Applied> StoreFallback::apply(const SpoolEntry& e, Error* unavailable) {
+  // A body without a field its kind needs (a damaged row) is unreadable, not
+  // a crash of the replayer: the caller drops it, counted and logged.
+  try {
+    return apply_entry(e, unavailable);
+  } catch (const json::exception& ex) {
+    return make_error(Errc::corrupt, "spooled " + std::string(to_string(e.kind)) +
+                                         " entry is missing a field: " + ex.what());
+  }
+}
+
+Expected<StoreFallback::Applied> StoreFallback::apply_entry(const SpoolEntry& e,
+                                                            Error* unavailable) {
   switch (e.kind) {
   case SpoolKind::feedback:
     return apply_feedback(e, unavailable);
@@ -128,11 +140,13 @@ Expected<StoreFallback::Applied> StoreFallback::apply(const SpoolEntry& e, Error
     break;
   }
   Status st = ok();
-  const std::string key = e.body.at("key").is_string() ? e.body.at("key").get<std::string>() : "";
+  // Key entries carry {key, value}; a program entry is the program row itself.
   if (e.kind == SpoolKind::profile_key)
-    st = inner_keys_.put_profile_key(key, e.body.at("value").get<std::string>());
+    st = inner_keys_.put_profile_key(e.body.at("key").get<std::string>(),
+                                     e.body.at("value").get<std::string>());
   else if (e.kind == SpoolKind::virtual_key)
-    st = inner_keys_.put_virtual_key(key, e.body.at("value").get<std::string>());
+    st = inner_keys_.put_virtual_key(e.body.at("key").get<std::string>(),
+                                     e.body.at("value").get<std::string>());
   else
     st = inner_programs_.add(program_from_json(e.body));
   if (!st) {

@@ -4,6 +4,8 @@
 #include "../feedback_rows.h"
 #include "internal.h"
 
+#include <algorithm>
+#include <map>
 #include <set>
 
 namespace fdo::profile_store {
@@ -18,6 +20,36 @@ using nlohmann::json;
 using pg::p;
 
 // --- feedback ---
+
+namespace {
+
+// INSERT INTO `into` VALUES ($1, $2, $3, $a, $b<cast>), ... ON CONFLICT
+// `on_conflict`: the three key params shared by every row, two of each row's
+// own; in statements of at most kRowsPerStatement rows (PostgreSQL takes at
+// most 65535 parameters per statement).
+Status upsert(pg::Conn& c, std::string_view into, std::string_view cast,
+              std::string_view on_conflict, const std::vector<pg::Param>& key,
+              const std::vector<std::pair<pg::Param, pg::Param>>& rows) {
+  constexpr std::size_t kRowsPerStatement = 1000;
+  for (std::size_t first = 0; first < rows.size(); first += kRowsPerStatement) {
+    const std::size_t last = std::min(rows.size(), first + kRowsPerStatement);
+    std::vector<pg::Param> params = key;
+    std::string sql = "INSERT INTO " + std::string(into) + " VALUES ";
+    for (std::size_t i = first; i < last; ++i) {
+      const std::string a = std::to_string(params.size() + 1);
+      const std::string b = std::to_string(params.size() + 2);
+      sql += (i == first ? "" : ", ") + std::string("($1, $2, $3, $") + a + ", $" + b +
+             std::string(cast) + ")";
+      params.push_back(rows[i].first);
+      params.push_back(rows[i].second);
+    }
+    sql += " ON CONFLICT " + std::string(on_conflict);
+    FDO_TRY_STATUS(c.exec(sql, params));
+  }
+  return ok();
+}
+
+} // namespace
 
 Expected<AppendResult> PgBackend::append_feedback(std::span<const FeedbackRow> rows,
                                                   std::string_view batch_id) {
@@ -53,48 +85,60 @@ Expected<AppendResult> PgBackend::append_feedback(std::span<const FeedbackRow> r
       if (skipped.emplace(pk, version).second) result.skipped.emplace_back(pk, version);
       continue;
     }
-    // The host's row, created if needed and locked: appenders of one
-    // (pk, version, host) take turns, so no sum is lost.
-    FDO_TRY_STATUS(c.exec("INSERT INTO feedback (pk, version, host, stages, exec_ns, updated_at) "
-                          "VALUES ($1, $2, $3, 0, 0, $4) ON CONFLICT DO NOTHING",
-                          {p(pk), p(version), p(host), p(now)}));
-    FDO_TRY(pg::Result old, c.exec("SELECT stages, exec_ns FROM feedback WHERE pk = $1 AND "
-                                   "version = $2 AND host = $3 FOR UPDATE",
-                                   {p(pk), p(version), p(host)}));
+    // The host's row, created if needed and locked (the upsert locks it):
+    // appenders of one (pk, version, host) take turns, so no sum is lost.
+    FDO_TRY(pg::Result old,
+            c.exec("INSERT INTO feedback (pk, version, host, stages, exec_ns, updated_at) "
+                   "VALUES ($1, $2, $3, 0, 0, $4) ON CONFLICT (pk, version, host) DO UPDATE "
+                   "SET updated_at = excluded.updated_at RETURNING stages, exec_ns",
+                   {p(pk), p(version), p(host), p(now)}));
     FDO_TRY_STATUS(c.exec("UPDATE feedback SET stages = $4, exec_ns = $5, updated_at = $6 WHERE "
                           "pk = $1 AND version = $2 AND host = $3",
                           {p(pk), p(version), p(host),
                            p(as_i64(sat_add(as_u64(old.i64(0, 0)), m.totals.stages))),
                            p(as_i64(sat_add(as_u64(old.i64(0, 1)), m.totals.exec_ns))), p(now)}));
-    for (const auto& [name, value] : m.totals.counters) {
-      FDO_TRY(pg::Result cur, c.exec("SELECT value FROM feedback_counters WHERE pk = $1 AND "
-                                     "version = $2 AND host = $3 AND name = $4",
-                                     {p(pk), p(version), p(host), p(name)}));
-      std::uint64_t before = cur.rows() ? as_u64(cur.i64(0, 0)) : 0;
-      FDO_TRY_STATUS(
-          c.exec("INSERT INTO feedback_counters (pk, version, host, name, value) "
-                 "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (pk, version, host, name) "
-                 "DO UPDATE SET value = excluded.value",
-                 {p(pk), p(version), p(host), p(name), p(as_i64(sat_add(before, value)))}));
+    // Counters and function counts: one read and one multi-row upsert each
+    // (the sums are made here, saturating, as on SQLite), not two statements
+    // per counter and per function.
+    if (!m.totals.counters.empty()) {
+      FDO_TRY(pg::Result cur, c.exec("SELECT name, value FROM feedback_counters WHERE pk = $1 "
+                                     "AND version = $2 AND host = $3",
+                                     {p(pk), p(version), p(host)}));
+      std::map<std::string, std::uint64_t> before;
+      for (int i = 0; i < cur.rows(); ++i)
+        before[cur.text(i, 0)] = as_u64(cur.i64(i, 1));
+      std::vector<std::pair<pg::Param, pg::Param>> values;
+      for (const auto& [name, value] : m.totals.counters)
+        values.emplace_back(p(name), p(as_i64(sat_add(before[name], value))));
+      FDO_TRY_STATUS(upsert(c, "feedback_counters (pk, version, host, name, value)", "",
+                            "(pk, version, host, name) DO UPDATE SET value = excluded.value",
+                            {p(pk), p(version), p(host)}, values));
     }
-    for (const auto& [fn, counts] : m.totals.function_counts) {
-      std::vector<std::uint64_t> sum = counts;
-      FDO_TRY(pg::Result cur, c.exec("SELECT host, counts FROM feedback_function_counts WHERE "
-                                     "pk = $1 AND version = $2 AND function = $3",
-                                     {p(pk), p(version), p(fn)}));
+    if (!m.totals.function_counts.empty()) {
+      // Every host's row of each function, for the length check; this host's to sum.
+      FDO_TRY(pg::Result cur, c.exec("SELECT host, function, counts FROM "
+                                     "feedback_function_counts WHERE pk = $1 AND version = $2",
+                                     {p(pk), p(version)}));
+      auto sums = m.totals.function_counts;
       for (int i = 0; i < cur.rows(); ++i) {
-        FDO_TRY(auto stored, pg::parse_counts(cur.text(i, 1), what + " function " + fn));
-        if (stored.size() != counts.size())
+        const std::string fn = cur.text(i, 1);
+        auto it = sums.find(fn);
+        if (it == sums.end()) continue;
+        FDO_TRY(auto stored, pg::parse_counts(cur.text(i, 2), what + " function " + fn));
+        if (stored.size() != it->second.size())
           return make_error(Errc::invalid_argument,
-                            detail::length_mismatch(what, fn, counts.size(), stored.size()));
+                            detail::length_mismatch(what, fn, it->second.size(), stored.size()));
         if (cur.text(i, 0) != host) continue;
-        for (size_t k = 0; k < sum.size(); ++k)
-          sum[k] = sat_add(stored[k], sum[k]);
+        for (size_t k = 0; k < stored.size(); ++k)
+          it->second[k] = sat_add(stored[k], it->second[k]);
       }
-      FDO_TRY_STATUS(c.exec("INSERT INTO feedback_function_counts (pk, version, host, function, "
-                            "counts) VALUES ($1, $2, $3, $4, $5::bigint[]) ON CONFLICT (pk, "
-                            "version, host, function) DO UPDATE SET counts = excluded.counts",
-                            {p(pk), p(version), p(host), p(fn), p(pg::counts_literal(sum))}));
+      std::vector<std::pair<pg::Param, pg::Param>> values;
+      for (const auto& [fn, sum] : sums)
+        values.emplace_back(p(fn), p(pg::counts_literal(sum)));
+      FDO_TRY_STATUS(upsert(c, "feedback_function_counts (pk, version, host, function, counts)",
+                            "::bigint[]",
+                            "(pk, version, host, function) DO UPDATE SET counts = excluded.counts",
+                            {p(pk), p(version), p(host)}, values));
     }
     result.applied += m.rows;
   }

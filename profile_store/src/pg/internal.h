@@ -23,7 +23,9 @@ Expected<int> schema_version(Conn& conn);
 struct PgBackend::Impl {
   Impl(std::string uri_, std::string endpoint_, const Options& options_)
       : uri(std::move(uri_)), endpoint(std::move(endpoint_)), options(options_),
-        retention(options_.retention), pool(uri, endpoint, options_) {}
+        retention(options_.retention),
+        pool(uri, endpoint, options_,
+             [mode = options_.mode](pg::Conn& c) { return pg::migrate(c, mode); }) {}
 
   const std::string uri; // with the password: never logged
   const std::string endpoint;

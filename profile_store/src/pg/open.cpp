@@ -1,6 +1,7 @@
 // Opening a PostgreSQL store (first connection, migrations, the listener)
 // and the store-wide calls.
 #include "fdo/profile_store/location.h"
+#include "fdo/util/log.h"
 #include "internal.h"
 
 #include <limits>
@@ -30,10 +31,16 @@ Status check_pg_options(const Options& o) {
 Expected<std::unique_ptr<Backend>> PgBackend::open(const std::string& uri, const Options& options) {
   FDO_TRY_STATUS(check_pg_options(options));
   auto impl = std::make_unique<Impl>(uri, redact_location(uri), options);
-  {
-    // The first connection proves the server reachable and the schema usable.
-    FDO_TRY(auto lease, impl->pool.acquire());
-    FDO_TRY_STATUS(pg::migrate(lease.conn(), options.mode));
+  // The first connection proves the server reachable and the schema usable
+  // (the pool migrates on it). Deferred: a server that does not answer yet
+  // is the first call's problem, and each call's until it answers.
+  if (auto lease = impl->pool.acquire(); !lease) {
+    if (lease.error().code() != Errc::unavailable ||
+        options.when_unreachable != WhenUnreachable::defer)
+      return std::move(lease).error();
+    log::warning(lease.error().describe() +
+                 "; opened anyway: calls fail as unavailable until it answers, and the "
+                 "schema is checked on the first connection that works");
   }
   Impl* raw = impl.get();
   impl->listener = std::make_unique<pg::Listener>(

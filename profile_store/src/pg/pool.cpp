@@ -7,6 +7,20 @@ Pool::Lease::~Lease() {
 }
 
 Expected<Pool::Lease> Pool::acquire() {
+  FDO_TRY(Lease lease, lease_one());
+  if (!prepared_.load(std::memory_order_acquire)) FDO_TRY_STATUS(ensure_prepared(lease));
+  return lease;
+}
+
+Status Pool::ensure_prepared(Lease& lease) {
+  std::lock_guard lock(prepare_mu_);
+  if (prepared_.load(std::memory_order_relaxed)) return ok();
+  if (prepare_) FDO_TRY_STATUS(prepare_(lease.conn()));
+  prepared_.store(true, std::memory_order_release);
+  return ok();
+}
+
+Expected<Pool::Lease> Pool::lease_one() {
   {
     std::unique_lock lock(mu_);
     returned_.wait(lock, [&] { return !idle_.empty() || open_ < options_.read_connections; });

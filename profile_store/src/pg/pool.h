@@ -3,11 +3,18 @@
 // was left inside a transaction is not given back but closed, so the next
 // call opens a fresh one: a lost connection costs the call that saw it
 // (Errc::unavailable), not every later call.
+//
+// `prepare` (the schema check and migrations) runs on the first connection
+// that works, before any lease is handed out, and again on later ones until it
+// has succeeded once: a store opened while its server is down migrates when it
+// first answers.
 #pragma once
 
 #include "conn.h"
 
+#include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -16,8 +23,10 @@ namespace fdo::profile_store::pg {
 
 class Pool {
 public:
-  Pool(std::string uri, std::string endpoint, Options options)
-      : uri_(std::move(uri)), endpoint_(std::move(endpoint)), options_(options) {}
+  using Prepare = std::function<Status(Conn&)>;
+  Pool(std::string uri, std::string endpoint, Options options, Prepare prepare)
+      : uri_(std::move(uri)), endpoint_(std::move(endpoint)), options_(options),
+        prepare_(std::move(prepare)) {}
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
 
@@ -44,11 +53,17 @@ public:
   }
 
 private:
+  Expected<Lease> lease_one();
   void give_back(std::unique_ptr<Conn> conn);
+  // Runs prepare_ once it is needed; the lease's connection is the one used.
+  Status ensure_prepared(Lease& lease);
 
   const std::string uri_;
   const std::string endpoint_;
   const Options options_;
+  const Prepare prepare_;
+  std::mutex prepare_mu_; // held across prepare_ only, until it succeeded once
+  std::atomic<bool> prepared_{false};
   std::mutex mu_;
   std::condition_variable returned_;
   std::vector<std::unique_ptr<Conn>> idle_;

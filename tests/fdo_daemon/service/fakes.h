@@ -119,6 +119,7 @@ public:
   }
   Expected<std::optional<ps::FeedbackTotals>> feedback(std::string_view pk,
                                                        std::int64_t version) override {
+    if (on_feedback_read) on_feedback_read(); // e.g. a flush racing the read
     std::lock_guard lk(mu);
     auto it = totals.find({std::string(pk), version});
     if (it == totals.end()) return std::optional<ps::FeedbackTotals>();
@@ -206,6 +207,7 @@ public:
   bool hide_pin_from_reads = false;
   int append_failures_to_inject = 0;
   std::set<std::int64_t> forget_versions; // version() finds none (pruned by retention)
+  std::function<void()> on_feedback_read; // runs at the start of each feedback() call
 
   std::mutex hold_mu;
   std::condition_variable hold_cv;

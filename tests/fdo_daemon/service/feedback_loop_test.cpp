@@ -79,6 +79,25 @@ TEST_CASE("feedback loop: folds stages and writes the first profile when the pol
   CHECK(loop.pending_rows() == 0);
 }
 
+TEST_CASE("feedback loop: a flush while a stage reads its version's totals counts it once",
+          "[service][feedback]") {
+  FakeFeedbackStore store;
+  FeedbackLoop loop(store, "h");
+  for (int i = 0; i < 3; ++i)
+    loop.fold(stage(kPk, 0, 90, 10, i), policy());
+  REQUIRE(store.keys[kPk].versions.size() == 1);
+  // The first stage of version 1 reads the store's totals for v1; the
+  // periodic flush lands exactly then.
+  store.on_feedback_read = [&] { REQUIRE(loop.flush()); };
+  auto o = loop.fold(stage(kPk, 1, 90, 10, 3), policy());
+  store.on_feedback_read = nullptr;
+  CHECK_THAT(o.policy, Catch::Contains("(1 of 3)"));
+  REQUIRE(loop.flush());
+  CHECK(store.totals[{kPk, 1}].stages == 1);
+  auto o2 = loop.fold(stage(kPk, 1, 90, 10, 4), policy());
+  CHECK_THAT(o2.policy, Catch::Contains("(2 of 3)"));
+}
+
 TEST_CASE("feedback loop: stages under a profile version are queued and flushed in one call",
           "[service][feedback]") {
   FakeFeedbackStore store;

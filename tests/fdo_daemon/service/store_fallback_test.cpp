@@ -287,6 +287,30 @@ TEST_CASE("store fallback: a reply lost after the commit never duplicates on rep
   REQUIRE(s.fb.totals[{kPk, 2}].stages == 1);
 }
 
+TEST_CASE("store fallback: a program registered while down reaches the store on replay",
+          "[fleet][fallback]") {
+  TempDir dir;
+  FlakyStore s;
+  auto f = make(s, options(dir));
+  s.down = true; // from the start: fdod started while the store was down
+  REQUIRE(f->programs().add(ps::ProgramInfo{"ik9", "late", 10, 1000, 0, 0, "hash9", kPk}));
+  REQUIRE(f->keys().put_profile_key("ik9", kPk));
+  REQUIRE(f->programs().find("ik9").value()->name == "late");
+  REQUIRE(f->health().spool.other == 2);
+  REQUIRE(s.index.rows.empty());
+
+  s.down = false;
+  REQUIRE(f->replay_now());
+  StoreHealth h = f->health();
+  REQUIRE(h.state == StoreState::up);
+  REQUIRE(h.spool.entries() == 0);
+  REQUIRE(h.replayed_other == 2);
+  REQUIRE(h.dropped_refused == 0);
+  REQUIRE(s.index.rows.at("ik9").name == "late");
+  REQUIRE(s.index.rows.at("ik9").program_hash == "hash9");
+  REQUIRE(s.pks.at("ik9") == kPk);
+}
+
 TEST_CASE("store fallback: a write overtaken by another writer is dropped with its rows",
           "[fleet][fallback]") {
   TempDir dir;

@@ -56,9 +56,11 @@ Expected<json> profile_delete(ServiceState& s, const json& p, const CallContext&
 } // namespace
 
 void add_lifecycle_methods(Dispatcher& d, ServiceState& s) {
-  bind(d, "program.list", s, program_list);
-  bind(d, "program.delete", s, audited("program.delete", program_delete));
-  bind(d, "profile.delete", s, audited("profile.delete", profile_delete));
+  bind(d, "program.list", s, store_direct("program.list", program_list));
+  bind(d, "program.delete", s,
+       store_direct("program.delete", audited("program.delete", program_delete)));
+  bind(d, "profile.delete", s,
+       store_direct("profile.delete", audited("profile.delete", profile_delete)));
 }
 
 } // namespace fdo::daemon::methods

@@ -180,8 +180,8 @@ Expected<json> store_restore(ServiceState& s, const json& p, const CallContext& 
 } // namespace
 
 void add_maintenance_methods(Dispatcher& d, ServiceState& s) {
-  bind(d, "gc", s, gc);
-  bind(d, "store.restore", s, store_restore);
+  bind(d, "gc", s, store_direct("gc", gc));
+  bind(d, "store.restore", s, store_direct("store.restore", store_restore));
 }
 
 } // namespace fdo::daemon::methods

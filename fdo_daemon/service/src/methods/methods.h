@@ -99,6 +99,26 @@ template <class Fn> auto audited(const char* action, Fn fn) {
   };
 }
 
+// A handler that reads or changes the profile store itself, not through
+// StoreFallback's last-known answers and spool (profile.*, program.list and
+// the deletes, gc, store.restore): while a shared store is unreachable it
+// fails with Errc::unavailable, and this says so and what to do instead of
+// passing on the connection error alone (docs/fleet.md, "When the profile
+// store is down").
+template <class Fn> auto store_direct(const char* method, Fn fn) {
+  return [method, fn](ServiceState& s, const json& p, const CallContext& ctx) -> Expected<json> {
+    Expected<json> r = fn(s, p, ctx);
+    if (r || r.error().code() != Errc::unavailable || !s.fallback) return r;
+    return make_error(
+        Errc::unavailable,
+        std::string(method) + " needs the shared profile store, which is unreachable (" +
+            r.error().message() + "). Stages are still served and their feedback is spooled, but " +
+            method +
+            " is not: retry once `fdoctl health` shows the profile store "
+            "up");
+  };
+}
+
 // Binds a handler of the form `Expected<json> fn(ServiceState&, const json&,
 // const CallContext&)` to the dispatcher. MethodClass::control only for
 // methods that never wait on a worker, the store or a compile (the server

@@ -173,14 +173,17 @@ Expected<json> profile_import(ServiceState& s, const json& p, const CallContext&
 } // namespace
 
 void add_profile_methods(Dispatcher& d, ServiceState& s) {
-  bind(d, "profile.list", s, profile_list);
-  bind(d, "profile.get", s, profile_get);
-  bind(d, "profile.history", s, profile_history);
-  bind(d, "profile.pin", s, audited("profile.pin", profile_pin));
-  bind(d, "profile.unpin", s, audited("profile.unpin", profile_unpin));
-  bind(d, "profile.reset", s, audited("profile.reset", profile_reset));
-  bind(d, "profile.export", s, profile_export);
-  bind(d, "profile.import", s, audited("profile.import", profile_import));
+  bind(d, "profile.list", s, store_direct("profile.list", profile_list));
+  bind(d, "profile.get", s, store_direct("profile.get", profile_get));
+  bind(d, "profile.history", s, store_direct("profile.history", profile_history));
+  bind(d, "profile.pin", s, store_direct("profile.pin", audited("profile.pin", profile_pin)));
+  bind(d, "profile.unpin", s,
+       store_direct("profile.unpin", audited("profile.unpin", profile_unpin)));
+  bind(d, "profile.reset", s,
+       store_direct("profile.reset", audited("profile.reset", profile_reset)));
+  bind(d, "profile.export", s, store_direct("profile.export", profile_export));
+  bind(d, "profile.import", s,
+       store_direct("profile.import", audited("profile.import", profile_import)));
 }
 
 } // namespace fdo::daemon::methods

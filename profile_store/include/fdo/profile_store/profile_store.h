@@ -58,6 +58,14 @@ enum class OpenMode {
 // and throwaway stores; see docs/profile_store.md for measured costs).
 enum class Synchronous { full, normal };
 
+// PostgreSQL only: what open does when the server does not answer.
+// refuse: open fails with Errc::unavailable (tools, tests). defer: open
+// succeeds; each call answers Errc::unavailable until the server answers, and
+// the first connection that works runs the schema check and migrations before
+// any call uses it (fdod, which serves through an outage: docs/fleet.md). A
+// server that answers but refuses (newer schema, bad options) still fails open.
+enum class WhenUnreachable { refuse, defer };
+
 struct Options {
   OpenMode mode = OpenMode::read_write;
   // History versions kept per profile key (>= 1), oldest pruned. Changeable
@@ -75,6 +83,7 @@ struct Options {
   // Errc::timeout). 0 disables the statement limit.
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds statement_timeout{30000};
+  WhenUnreachable when_unreachable = WhenUnreachable::refuse;
 };
 
 // The tenant (peer uid) a mutating call acts for. When set, the call may only

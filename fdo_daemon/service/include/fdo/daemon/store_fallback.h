@@ -143,6 +143,7 @@ private:
 
   enum class Applied { done, unavailable };
   Expected<Applied> apply(const SpoolEntry& entry, Error* unavailable);
+  Expected<Applied> apply_entry(const SpoolEntry& entry, Error* unavailable);
   Expected<Applied> apply_write(const SpoolEntry& entry, Error* unavailable);
   Expected<Applied> apply_feedback(const SpoolEntry& entry, Error* unavailable);
   void replayer_main();
