@@ -17,6 +17,9 @@ constexpr EnumNames<VariantRole, 3> kRoleNames{{{{VariantRole::current, "current
                                                  {VariantRole::incumbent, "incumbent"},
                                                  {VariantRole::candidate, "candidate"}}}};
 
+// Builds asked for ahead of need that a key remembers (a handful per profile version).
+constexpr std::size_t kAheadKept = 32;
+
 std::string short_digest(const std::string& d) {
   return d.substr(0, 16);
 }
@@ -57,14 +60,6 @@ std::string not_guarded(const ps::StoredProfile& sp) {
   return {};
 }
 
-Knobs incumbent_knobs(const GuardRecord& record, const ProfileDoc& current) {
-  Knobs k = current.knobs;
-  if (record.incumbent_base && !record.incumbent_knobs.is_null())
-    if (auto parsed = knobs_from_json(record.incumbent_knobs)) k = *parsed;
-  k.mode.reset();
-  return k;
-}
-
 std::string progress(const Trial& t, const TrialConfig& c) {
   TrialResult r = t.evaluate(c);
   std::string s = std::to_string(t.samples(Arm::candidate)) + "+" +
@@ -74,120 +69,6 @@ std::string progress(const Trial& t, const TrialConfig& c) {
 }
 
 } // namespace
-
-std::string describe(const Variant& v) {
-  const Knobs& k = v.knobs;
-  std::string s(to_string(v.base));
-  s += k.size_level == 1 ? " Os" : k.size_level == 2 ? " Oz" : " O" + std::to_string(k.opt_level);
-  if (!k.unroll) s += " -unroll";
-  if (!k.vectorize) s += " -vectorize";
-  if (k.inline_threshold) s += " inline=" + std::to_string(*k.inline_threshold);
-  return s;
-}
-
-ProfileDoc variant_doc(const Variant& v, const ProfileDoc& current) {
-  ProfileDoc doc;
-  doc.knobs = v.knobs;
-  if (v.base == VariantBase::plain) {
-    doc.knobs.mode = CompileMode::plain;
-    return doc;
-  }
-  doc.knobs.mode.reset();
-  doc.functions = current.functions;
-  doc.cs_functions = current.cs_functions;
-  return doc;
-}
-
-std::optional<Variant> knob_variant(const Variant& from, int step) {
-  Variant v = from;
-  Knobs& k = v.knobs;
-  switch (step) {
-  case 0: // more optimisation (or back to O2 when the incumbent is O3)
-    k.opt_level = from.knobs.opt_level >= 3 ? 2 : 3;
-    break;
-  case 1: // unrolling grows hot loops: it can cost i-cache
-    k.unroll = !from.knobs.unroll;
-    break;
-  case 2:
-    k.vectorize = !from.knobs.vectorize;
-    break;
-  case 3: // aggressive inlining
-    k.inline_threshold = from.knobs.inline_threshold == 500 ? std::optional<int>() : 500;
-    break;
-  case 4: // conservative inlining
-    k.inline_threshold = from.knobs.inline_threshold == 75 ? std::optional<int>() : 75;
-    break;
-  default:
-    return std::nullopt;
-  }
-  return v;
-}
-
-Arms arms_of(const GuardRecord& record, const ProfileDoc& current,
-             const std::string& current_digest, std::int64_t stages_seen,
-             const GuardConfig& config) {
-  Arms a;
-  a.incumbent.base = record.incumbent_base.value_or(VariantBase::plain);
-  a.incumbent.knobs = incumbent_knobs(record, current);
-  if (a.incumbent.base == VariantBase::profiled) a.incumbent.version = record.incumbent_version;
-  if (record.trialled_digest != current_digest) {
-    if (!record.incumbent_base && stages_seen < config.min_stages) {
-      a.incumbent.base = VariantBase::profiled;
-      a.waiting = true;
-      return a;
-    }
-    // A new profile, tried against what is served now: the plain build
-    // before any verdict, or the earlier profile's build that won. A record
-    // written before profiled incumbents kept their version (0) cannot name
-    // that build: the plain build stands in, as it did then.
-    if (a.incumbent.base == VariantBase::profiled && a.incumbent.version == 0)
-      a.incumbent.base = VariantBase::plain;
-    a.candidate = Variant{VariantBase::profiled, a.incumbent.knobs, 0};
-    a.kind = TrialKind::profile;
-    return a;
-  }
-  const int budget = std::min(config.tune_max_variants, kKnobVariants);
-  if (stages_seen >= config.tune_min_stages && record.tuning_step < budget) {
-    a.candidate = knob_variant(a.incumbent, record.tuning_step);
-    a.kind = TrialKind::tuning;
-  }
-  return a;
-}
-
-std::string stage_shape(const std::string& entry, const PreparedCall& call) {
-  std::string s = entry + "(";
-  for (std::size_t i = 0; i < call.slots.size(); ++i) {
-    if (i) s += ",";
-    int b = i < call.buffer_of_param.size() ? call.buffer_of_param[i] : -1;
-    if (b >= 0 && static_cast<std::size_t>(b) < call.buffers.size()) {
-      const Buffer& buf = call.buffers[static_cast<std::size_t>(b)];
-      s += std::string(to_string(buf.elem)) + "[" + std::to_string(buf.bytes.size()) + "B]";
-    } else {
-      char hex[20];
-      std::snprintf(hex, sizeof hex, "%llx", static_cast<unsigned long long>(call.slots[i]));
-      s += hex;
-    }
-  }
-  return s + ")";
-}
-
-Arm kept_arm(const TrialResult& result, TrialKind kind, const TrialConfig& config) {
-  switch (result.verdict) {
-  case Verdict::accepted:
-    return Arm::candidate;
-  case Verdict::no_difference:
-    // The profiled build is what fdo serves without the guard; a trial that
-    // could not tell the builds apart is no evidence against it when its
-    // stages ran faster by the smallest effect acted on.
-    return kind == TrialKind::profile && result.ratio < 1.0 / (1.0 + config.min_effect)
-               ? Arm::candidate
-               : Arm::incumbent;
-  case Verdict::rejected:
-  case Verdict::undecided:
-    break;
-  }
-  return Arm::incumbent;
-}
 
 std::string_view to_string(VariantRole r) {
   return kRoleNames.name(r);
@@ -217,7 +98,7 @@ Guard::Source Guard::incumbent_source(KeyState& st, const std::string& pk, Guard
                                       const ProfileDoc& current) {
   Source out;
   if (record.incumbent_base != VariantBase::profiled || record.incumbent_version == 0) return out;
-  const Variant v{VariantBase::profiled, incumbent_knobs(record, current), 0};
+  const Variant v = recorded_incumbent(record, current);
   // After the verdict that made it the incumbent the profile kept its counts
   // (a verdict or a checkpoint rewrites bookkeeping only): no read needed.
   if (profile_digest(variant_doc(v, current)) == record.incumbent_digest) {
@@ -252,15 +133,28 @@ Guard::Source Guard::incumbent_source(KeyState& st, const std::string& pk, Guard
 
 std::optional<cache::ProfileRef> Guard::request_ahead(KeyState& st, const std::string& pk,
                                                       const ps::StoredProfile& sp,
-                                                      const Arms& arms) {
+                                                      const Source& source, const Arms& arms) {
+  auto once = [&](cache::ProfileRef ref) -> std::optional<cache::ProfileRef> {
+    if (st.ahead_digests.contains(ref.digest)) return std::nullopt;
+    // A handful per profile version; bounded so a long-lived key cannot grow it.
+    if (st.ahead_digests.size() >= kAheadKept) st.ahead_digests.clear();
+    st.ahead_digests.insert(ref.digest);
+    return ref;
+  };
   // The plain build is an arm of the first trial and of every later profile
   // trial while it stays the incumbent.
-  if (!arms.waiting && arms.incumbent.base != VariantBase::plain) return std::nullopt;
-  const Variant plain{VariantBase::plain, arms.incumbent.knobs, 0};
-  cache::ProfileRef ref = profile_ref(pk, sp.version, variant_doc(plain, sp.doc));
-  if (st.ahead_digest == ref.digest) return std::nullopt;
-  st.ahead_digest = ref.digest;
-  return ref;
+  if (arms.waiting || arms.incumbent.base == VariantBase::plain) {
+    Variant plain = arms.incumbent;
+    plain.base = VariantBase::plain;
+    plain.version = 0;
+    if (auto ref = once(profile_ref(pk, sp.version, variant_doc(plain, sp.doc)))) return ref;
+  }
+  // The next knob variant, so that its trial's first stages run it.
+  if (arms.next) {
+    const ProfileDoc& from = arms.next->version != 0 && source.doc ? *source.doc : sp.doc;
+    return once(profile_ref(pk, sp.version, variant_doc(*arms.next, from)));
+  }
+  return std::nullopt;
 }
 
 std::optional<cache::ProfileRef> Guard::ahead(const std::string& ik, const GuardConfig& config) {
@@ -273,9 +167,9 @@ std::optional<cache::ProfileRef> Guard::ahead(const std::string& ik, const Guard
   std::shared_ptr<KeyState> state = state_of(**pk);
   std::lock_guard lk(state->mu);
   GuardRecord record = sp.doc.guard;
-  incumbent_source(*state, **pk, record, sp.doc);
+  const Source source = incumbent_source(*state, **pk, record, sp.doc);
   Arms arms = arms_of(record, sp.doc, profile_digest(sp.doc), state->stages_seen, config);
-  return request_ahead(*state, **pk, sp, arms);
+  return request_ahead(*state, **pk, sp, source, arms);
 }
 
 StagePlan Guard::plan(const std::string& ik, const std::string& shape, const GuardConfig& config) {
@@ -313,7 +207,7 @@ StagePlan Guard::plan(const std::string& ik, const std::string& shape, const Gua
   GuardRecord record = sp.doc.guard;
   const Source source = incumbent_source(st, p.pk, record, sp.doc);
   Arms arms = arms_of(record, sp.doc, digest, st.stages_seen, config);
-  p.ahead = request_ahead(st, p.pk, sp, arms);
+  p.ahead = request_ahead(st, p.pk, sp, source, arms);
   const std::string fallback =
       source.fallback.empty() ? "" : " (" + source.fallback + ": the plain build stands in)";
   if (arms.waiting) {
@@ -563,7 +457,7 @@ std::optional<TrialRecord> Guard::write_verdict(const StagePlan& plan, const Key
   const bool kept_candidate = kept == Arm::candidate;
   const Variant& winner = kept_candidate ? *arms.candidate : arms.incumbent;
   g.incumbent_base = winner.base;
-  g.incumbent_knobs = to_json(winner.knobs);
+  g.incumbent_knobs = variant_knobs_json(winner);
   // A profiled incumbent keeps the version of its counts, so that the next
   // profile is tried against it (and it stays servable) after rewrites.
   g.incumbent_version = winner.base == VariantBase::profiled
@@ -575,7 +469,8 @@ std::optional<TrialRecord> Guard::write_verdict(const StagePlan& plan, const Key
     g.trialled_digest = plan.current_digest;
     g.tuning_step = 0;
   } else {
-    ++g.tuning_step;
+    // Past the candidate's step (steps that did not apply were passed over).
+    g.tuning_step = arms.step + 1;
   }
   g.trials.push_back(t);
   while (g.trials.size() > GuardRecord::kTrialsKept)

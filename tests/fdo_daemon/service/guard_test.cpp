@@ -69,6 +69,11 @@ struct GuardHarness {
   }
 };
 
+// "plain" for a plain build's document, "knobs" for a profiled variant's.
+std::string describe_variant_doc(const ProfileDoc& doc) {
+  return choose_mode(&doc) == CompileMode::plain ? "plain" : "knobs";
+}
+
 // Candidate slower (or faster) by `ratio`, with a little seeded noise.
 auto timing(double ratio, std::uint64_t seed) {
   return [ratio, rng = std::mt19937_64(seed),
@@ -96,10 +101,13 @@ TEST_CASE("guard: variants derive from the profile with their own digests", "[gu
   auto o3 = knob_variant(profiled, 0);
   REQUIRE(o3);
   CHECK(describe(*o3) == "profiled O3");
-  CHECK(describe(*knob_variant(profiled, 1)) == "profiled O2 -unroll");
-  CHECK(describe(*knob_variant(profiled, 2)) == "profiled O2 -vectorize");
-  CHECK(describe(*knob_variant(profiled, 3)) == "profiled O2 inline=500");
-  CHECK(describe(*knob_variant(profiled, 4)) == "profiled O2 inline=75");
+  // Steps 1 and 2 (the sampled marks and layout) need the profile to look at.
+  CHECK_FALSE(knob_variant(profiled, 1));
+  CHECK_FALSE(knob_variant(profiled, 2));
+  CHECK(describe(*knob_variant(profiled, 3)) == "profiled O2 -unroll");
+  CHECK(describe(*knob_variant(profiled, 4)) == "profiled O2 -vectorize");
+  CHECK(describe(*knob_variant(profiled, 5)) == "profiled O2 inline=500");
+  CHECK(describe(*knob_variant(profiled, 6)) == "profiled O2 inline=75");
   CHECK_FALSE(knob_variant(profiled, kKnobVariants));
   CHECK(profile_digest(variant_doc(*o3, cur)) != profile_digest(cur));
 }
@@ -131,7 +139,9 @@ TEST_CASE("guard: arms follow the record, the profile and the stage budgets", "[
   REQUIRE(a.candidate);
   CHECK(a.kind == TrialKind::tuning);
   CHECK(describe(*a.candidate) == "plain O3");
-  decided.tuning_step = 2;
+  // O3 tried (step 0), the sampled parts passed over (a plain incumbent),
+  // -unroll tried (step 3): two variants, the budget is spent.
+  decided.tuning_step = 4;
   CHECK_FALSE(arms_of(decided, cur, digest, 1000, c).candidate); // budget spent
 
   // A new profile version: trial it again, against the plain build.
@@ -355,6 +365,165 @@ TEST_CASE("guard: knob variants are tried on programs that run many stages", "[g
   StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
   CHECK(p.name == "plain O3");
   CHECK(p.trial_id.empty());
+}
+
+ProfileDoc marked_profile() {
+  ProfileDoc doc = counted_profile();
+  doc.functions["main"].unpredictable = {1};
+  doc.functions["helper"] = FunctionProfile{0x99, {2000, 0}};
+  doc.functions["helper"].layout = FunctionLayout::hot;
+  return doc;
+}
+
+TEST_CASE("guard: the sampled marks and layout are knob variants where the profile has them",
+          "[guard]") {
+  ProfileDoc cur = marked_profile();
+  Variant profiled{VariantBase::profiled, cur.knobs};
+  Variant plain{VariantBase::plain, cur.knobs};
+  // Not applicable without a profile to look at, on the plain build, or
+  // where the profile has no marks / layout: the same code would compile.
+  CHECK_FALSE(knob_variant(profiled, 1));
+  CHECK_FALSE(knob_variant(plain, 1, &cur));
+  CHECK_FALSE(knob_variant(plain, 2, &cur));
+  ProfileDoc bare = counted_profile();
+  CHECK_FALSE(knob_variant(profiled, 1, &bare));
+  CHECK_FALSE(knob_variant(profiled, 2, &bare));
+
+  auto no_marks = knob_variant(profiled, 1, &cur);
+  REQUIRE(no_marks);
+  CHECK(describe(*no_marks) == "profiled O2 -marks");
+  ProfileDoc d = variant_doc(*no_marks, cur);
+  CHECK(d.functions.at("main").unpredictable.empty());
+  CHECK(d.functions.at("main").counts == cur.functions.at("main").counts);
+  CHECK(d.functions.at("helper").layout == FunctionLayout::hot); // only the marks go
+  CHECK(d.knobs == cur.knobs);
+  CHECK(profile_digest(d) != profile_digest(cur));
+
+  auto no_layout = knob_variant(profiled, 2, &cur);
+  REQUIRE(no_layout);
+  CHECK(describe(*no_layout) == "profiled O2 -layout");
+  d = variant_doc(*no_layout, cur);
+  CHECK(d.functions.at("helper").layout == FunctionLayout::normal);
+  CHECK(d.functions.at("main").unpredictable == std::vector<std::uint32_t>{1});
+  CHECK(profile_digest(d) != profile_digest(cur));
+  // From an incumbent without them, the step tries them again.
+  auto back = knob_variant(*no_marks, 1, &cur);
+  REQUIRE(back);
+  CHECK(back->branch_marks == SampledPart::kept);
+  CHECK(profile_digest(variant_doc(*back, cur)) == profile_digest(cur));
+
+  // The record's form keeps them, and reads back; a malformed one is refused.
+  Variant both = *no_marks;
+  both.layout = SampledPart::dropped;
+  json j = variant_knobs_json(both);
+  CHECK(j.at("branch_marks") == false);
+  CHECK(j.at("layout") == false);
+  CHECK_FALSE(variant_knobs_json(profiled).contains("branch_marks"));
+  auto read = variant_from_knobs_json(VariantBase::profiled, j);
+  REQUIRE(read);
+  CHECK(*read == both);
+  j["layout"] = "off";
+  CHECK_FALSE(variant_from_knobs_json(VariantBase::profiled, j));
+}
+
+TEST_CASE("guard: tuning passes over steps that do not apply and names the next variant",
+          "[guard]") {
+  GuardConfig c;
+  c.tune_min_stages = 100;
+  c.tune_max_variants = kKnobVariants;
+  GuardRecord decided;
+  decided.incumbent_base = VariantBase::profiled;
+  decided.incumbent_version = 1;
+  ProfileDoc cur = counted_profile();
+  cur.functions["helper"] = FunctionProfile{0x99, {2000, 0}};
+  cur.functions["helper"].layout = FunctionLayout::hot; // a layout, no marks
+  decided.incumbent_knobs = to_json(cur.knobs);
+  const std::string digest = profile_digest(cur);
+  decided.trialled_digest = digest;
+
+  // Halfway to tuning: nothing on trial, its first variant named for an early compile.
+  Arms a = arms_of(decided, cur, digest, 49, c);
+  CHECK_FALSE(a.candidate);
+  CHECK_FALSE(a.next);
+  a = arms_of(decided, cur, digest, 50, c);
+  CHECK_FALSE(a.candidate);
+  REQUIRE(a.next);
+  CHECK(describe(*a.next) == "profiled O3");
+  a = arms_of(decided, cur, digest, 100, c);
+  REQUIRE(a.candidate);
+  CHECK(a.step == 0);
+  REQUIRE(a.next); // no marks: step 1 is passed over
+  CHECK(describe(*a.next) == "profiled O2 -layout");
+
+  decided.tuning_step = 1;
+  a = arms_of(decided, cur, digest, 100, c);
+  REQUIRE(a.candidate);
+  CHECK(a.step == 2);
+  CHECK(describe(*a.candidate) == "profiled O2 -layout");
+  CHECK(a.candidate->version == 1); // the incumbent's counts, as every knob variant
+  REQUIRE(a.next);
+  CHECK(describe(*a.next) == "profiled O2 -unroll");
+  // The budget counts variants tried: O3 and -layout are two.
+  c.tune_max_variants = 2;
+  decided.tuning_step = 3;
+  CHECK_FALSE(arms_of(decided, cur, digest, 100, c).candidate);
+  c.tune_max_variants = 3;
+  a = arms_of(decided, cur, digest, 100, c);
+  REQUIRE(a.candidate);
+  CHECK(describe(*a.candidate) == "profiled O2 -unroll");
+  CHECK_FALSE(a.next); // the last one the budget allows
+  c.tune_max_variants = kKnobVariants;
+  decided.tuning_step = kKnobVariants;
+  CHECK_FALSE(arms_of(decided, cur, digest, 100, c).candidate);
+  // Neither marks nor layout: from step 1 the next variant is -unroll.
+  ProfileDoc bare = counted_profile();
+  decided.trialled_digest = profile_digest(bare);
+  decided.tuning_step = 1;
+  a = arms_of(decided, bare, profile_digest(bare), 100, c);
+  REQUIRE(a.candidate);
+  CHECK(a.step == 3);
+}
+
+TEST_CASE("guard: a profile without its marks wins a knob trial and keeps them out", "[guard]") {
+  GuardHarness h;
+  ps::WriteInfo info;
+  REQUIRE(h.store.write(h.pk, 1, marked_profile(), info));
+  h.config.tune_min_stages = 40;
+  h.config.tune_max_variants = 2; // O3 and -marks; -layout is past the budget
+  // The profile trial (profiled faster: accepted), O3 (slower: rejected),
+  // then the profile without its marks (faster: accepted).
+  std::vector<TrialRecord> verdicts;
+  std::vector<std::string> aheads;
+  for (int i = 0; i < 3000 && verdicts.size() < 3; ++i) {
+    StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
+    if (p.ahead) aheads.push_back(describe_variant_doc(*p.ahead->doc));
+    const bool candidate = p.role == VariantRole::candidate;
+    double ratio = verdicts.empty() || p.name.find("-marks") != std::string::npos ? 0.8 : 1.25;
+    std::uint64_t t = candidate ? static_cast<std::uint64_t>(1e6 * ratio) : 1'000'000;
+    t += static_cast<std::uint64_t>(i % 7) * 1000;
+    std::string served = p.variant ? p.variant->digest : std::string();
+    GuardStage g = h.guard.record(p, served, t, i, h.ik, 0, h.config);
+    if (g.verdict) verdicts.push_back(*g.verdict);
+  }
+  REQUIRE(verdicts.size() == 3);
+  CHECK(verdicts[0].verdict == TrialVerdict::accepted);
+  CHECK(verdicts[1].candidate == "v2 profiled O3");
+  CHECK(verdicts[1].verdict == TrialVerdict::rejected);
+  CHECK(verdicts[2].candidate == "v2 profiled O2 -marks");
+  CHECK(verdicts[2].verdict == TrialVerdict::accepted);
+  ps::StoredProfile cur = h.current();
+  CHECK(cur.doc.guard.tuning_step == 2);
+  CHECK(cur.doc.guard.incumbent_knobs.at("branch_marks") == false);
+  // What is served from now on compiles without the marks, with the layout.
+  StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
+  REQUIRE(p.variant);
+  CHECK(p.trial_id.empty());
+  CHECK(p.name == "v2 profiled O2 -marks");
+  CHECK(p.variant->doc->functions.at("main").unpredictable.empty());
+  CHECK(p.variant->doc->functions.at("helper").layout == FunctionLayout::hot);
+  // Compiled ahead: the plain build, then O3 (halfway to tuning) and -marks
+  // (during O3's trial); nothing during the last trial the budget allows.
+  CHECK(aheads == std::vector<std::string>{"plain", "knobs", "knobs"});
 }
 
 TEST_CASE("guard: a malformed guard record is a clear error naming the field", "[guard]") {

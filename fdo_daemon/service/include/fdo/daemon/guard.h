@@ -28,9 +28,16 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 
 namespace fdo::daemon {
+
+// Whether a profiled variant keeps a sampling-derived part of the profile
+// (docs/perf.md): the `!unpredictable` branch marks, the i-cache layout
+// (hot functions first, cold ones apart and for size). The guard tries
+// variants without them (docs/guard.md, "Knob tuning").
+enum class SampledPart { kept, dropped };
 
 // One compiled variant of a program: what it compiles from and with which knobs.
 struct Variant {
@@ -39,19 +46,37 @@ struct Variant {
   // profiled: the profile version whose counts it compiles from; 0: the
   // current profile. An incumbent kept from an earlier profile has one.
   std::int64_t version = 0;
+  SampledPart branch_marks = SampledPart::kept;
+  SampledPart layout = SampledPart::kept;
 
   bool operator==(const Variant&) const = default;
 };
 
-// "plain O2", "profiled O3 -unroll": base and the knobs that differ from -O2.
+// The incumbent as the guard record keeps it (base, knobs, sampled parts);
+// version 0 (the caller sets the record's). No incumbent recorded: the plain
+// build with the current profile's knobs.
+Variant recorded_incumbent(const GuardRecord& record, const ProfileDoc& current);
+// "plain O2", "profiled O3 -unroll", "profiled O2 -marks": base, the knobs
+// that differ from -O2 and the sampled parts left out.
 std::string describe(const Variant& v);
 // The document a variant compiles from: plain = no functions, mode plain;
-// profiled = the current profile's functions, mode derived (optimized).
+// profiled = the current profile's functions, mode derived (optimized),
+// without the branch marks or the layout where the variant drops them.
 ProfileDoc variant_doc(const Variant& v, const ProfileDoc& current);
-// The `step`-th knob variant tried from `from` (O3, unrolling, vectorization,
-// inline threshold); nullopt past the end of the sequence.
-std::optional<Variant> knob_variant(const Variant& from, int step);
-inline constexpr int kKnobVariants = 5;
+// The guard record's form of a variant's knobs (`guard.incumbent.knobs`): the
+// knobs member's form, plus `"branch_marks": false` / `"layout": false` for
+// a dropped sampled part; and back (a malformed object: nullopt).
+nlohmann::json variant_knobs_json(const Variant& v);
+std::optional<Variant> variant_from_knobs_json(VariantBase base, const nlohmann::json& j);
+// The `step`-th knob variant tried from `from`: O3 (or back to O2), the
+// sampled parts toggled — without (or again with) the `!unpredictable` marks,
+// the i-cache layout —, unrolling, vectorization, inline threshold 500,
+// inline threshold 75. A step that would compile the same code is not
+// applicable and gives nullopt: the sampled-part steps need a profiled `from`
+// and a `current` profile that has marks (a layout); nullopt also past the end.
+std::optional<Variant> knob_variant(const Variant& from, int step,
+                                    const ProfileDoc* current = nullptr);
+inline constexpr int kKnobVariants = 7;
 
 // What a trial compares, derived from the guard record and the current
 // profile (pure; guard_test.cpp). A new profile is tried against the
@@ -69,6 +94,12 @@ struct Arms {
   // No decision yet and too few stages for a trial: the profile is served as
   // it is (the incumbent is then the profiled build).
   bool waiting = false;
+  // A tuning candidate's step in knob_variant's sequence (steps that are not
+  // applicable to this profile are passed over).
+  int step = 0;
+  // The knob variant that would be tried next if the candidate loses (or,
+  // before tuning starts, the first one): compiled ahead of its trial.
+  std::optional<Variant> next;
 };
 Arms arms_of(const GuardRecord& record, const ProfileDoc& current,
              const std::string& current_digest, std::int64_t stages_seen,
@@ -97,7 +128,9 @@ struct StagePlan {
   std::string current_digest;     // that version's digest
   // A build to compile ahead of need, in the background at low priority
   // (Orchestrator::precompile): the plain build, so that the first trial
-  // stage finds both arms compiled. Set once per build and daemon.
+  // stage finds both arms compiled; once the plain build is not needed, the
+  // next knob variant, so that its trial starts on a compiled build. Set once
+  // per build and daemon.
   std::optional<cache::ProfileRef> ahead;
 };
 
@@ -160,7 +193,7 @@ private:
     std::int64_t last_stage = 0, last_owner = 0;
     std::string last_program;
     std::string incumbent_digest, candidate_digest; // the arms' variant digests
-    std::string ahead_digest;                       // the build last asked for ahead of need
+    std::set<std::string> ahead_digests; // builds asked for ahead of need (bounded)
     // An incumbent from an earlier profile version: that version's document.
     std::int64_t source_version = 0;
     std::shared_ptr<const ProfileDoc> source;
@@ -174,7 +207,7 @@ private:
                           const ProfileDoc& current);
   std::optional<cache::ProfileRef> request_ahead(KeyState& st, const std::string& pk,
                                                  const profile_store::StoredProfile& sp,
-                                                 const Arms& arms);
+                                                 const Source& source, const Arms& arms);
   // Writes st's running trial into profile `pk` if its digest is still the
   // trial's; true when written.
   bool save_checkpoint(const std::string& pk, KeyState& st, std::int64_t stage,

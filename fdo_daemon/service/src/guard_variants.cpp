@@ -1,0 +1,231 @@
+// The guard's pure part (docs/guard.md): the variants a program can be
+// served, the documents they compile from, the knob sequence, and what a
+// trial compares (arms_of) — functions of the guard record and the current
+// profile, no state. The stateful Guard is in guard.cpp.
+#include "fdo/daemon/guard.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace fdo::daemon {
+
+namespace {
+
+bool has_marks(const ProfileDoc& doc) {
+  auto marked = [](const auto& entry) { return !entry.second.unpredictable.empty(); };
+  return std::any_of(doc.functions.begin(), doc.functions.end(), marked) ||
+         std::any_of(doc.cs_functions.begin(), doc.cs_functions.end(), marked);
+}
+
+bool has_layout(const ProfileDoc& doc) {
+  return std::any_of(doc.functions.begin(), doc.functions.end(), [](const auto& entry) {
+    return entry.second.layout != FunctionLayout::normal;
+  });
+}
+
+SampledPart toggled(SampledPart p) {
+  return p == SampledPart::kept ? SampledPart::dropped : SampledPart::kept;
+}
+
+// The first knob variant from step `from_step` on that applies; `step` gets its step.
+std::optional<Variant> first_applicable(const Variant& from, int from_step, int end,
+                                        const ProfileDoc& current, int& step) {
+  for (int s = from_step; s < end; ++s)
+    if (auto v = knob_variant(from, s, &current)) {
+      step = s;
+      return v;
+    }
+  return std::nullopt;
+}
+
+} // namespace
+
+Variant recorded_incumbent(const GuardRecord& record, const ProfileDoc& current) {
+  Variant v;
+  v.knobs = current.knobs;
+  if (record.incumbent_base && !record.incumbent_knobs.is_null())
+    if (auto parsed = variant_from_knobs_json(*record.incumbent_base, record.incumbent_knobs))
+      v = *parsed;
+  v.base = record.incumbent_base.value_or(VariantBase::plain);
+  v.knobs.mode.reset();
+  v.version = 0;
+  return v;
+}
+
+std::string describe(const Variant& v) {
+  const Knobs& k = v.knobs;
+  std::string s(to_string(v.base));
+  s += k.size_level == 1 ? " Os" : k.size_level == 2 ? " Oz" : " O" + std::to_string(k.opt_level);
+  if (!k.unroll) s += " -unroll";
+  if (!k.vectorize) s += " -vectorize";
+  if (k.inline_threshold) s += " inline=" + std::to_string(*k.inline_threshold);
+  if (v.branch_marks == SampledPart::dropped) s += " -marks";
+  if (v.layout == SampledPart::dropped) s += " -layout";
+  return s;
+}
+
+nlohmann::json variant_knobs_json(const Variant& v) {
+  nlohmann::json j = to_json(v.knobs);
+  if (v.branch_marks == SampledPart::dropped) j["branch_marks"] = false;
+  if (v.layout == SampledPart::dropped) j["layout"] = false;
+  return j;
+}
+
+std::optional<Variant> variant_from_knobs_json(VariantBase base, const nlohmann::json& j) {
+  auto knobs = knobs_from_json(j);
+  if (!knobs) return std::nullopt;
+  Variant v;
+  v.base = base;
+  v.knobs = *knobs;
+  auto part = [&](const char* key, SampledPart& out) {
+    auto it = j.find(key);
+    if (it == j.end()) return true;
+    if (!it->is_boolean()) return false;
+    out = it->get<bool>() ? SampledPart::kept : SampledPart::dropped;
+    return true;
+  };
+  if (!part("branch_marks", v.branch_marks) || !part("layout", v.layout)) return std::nullopt;
+  return v;
+}
+
+ProfileDoc variant_doc(const Variant& v, const ProfileDoc& current) {
+  ProfileDoc doc;
+  doc.knobs = v.knobs;
+  if (v.base == VariantBase::plain) {
+    doc.knobs.mode = CompileMode::plain;
+    return doc;
+  }
+  doc.knobs.mode.reset();
+  doc.functions = current.functions;
+  doc.cs_functions = current.cs_functions;
+  if (v.branch_marks == SampledPart::dropped) {
+    for (auto& [name, f] : doc.functions)
+      f.unpredictable.clear();
+    for (auto& [name, f] : doc.cs_functions)
+      f.unpredictable.clear();
+  }
+  if (v.layout == SampledPart::dropped)
+    for (auto& [name, f] : doc.functions)
+      f.layout = FunctionLayout::normal;
+  return doc;
+}
+
+std::optional<Variant> knob_variant(const Variant& from, int step, const ProfileDoc* current) {
+  Variant v = from;
+  Knobs& k = v.knobs;
+  switch (step) {
+  case 0: // more optimisation (or back to O2 when the incumbent is O3)
+    k.opt_level = from.knobs.opt_level >= 3 ? 2 : 3;
+    break;
+  case 1: // the sampled !unpredictable marks (select/cmov for the marked branches)
+    if (from.base != VariantBase::profiled || !current || !has_marks(*current)) return std::nullopt;
+    v.branch_marks = toggled(from.branch_marks);
+    break;
+  case 2: // the sampled i-cache layout (hot functions first, cold apart and for size)
+    if (from.base != VariantBase::profiled || !current || !has_layout(*current))
+      return std::nullopt;
+    v.layout = toggled(from.layout);
+    break;
+  case 3: // unrolling grows hot loops: it can cost i-cache
+    k.unroll = !from.knobs.unroll;
+    break;
+  case 4:
+    k.vectorize = !from.knobs.vectorize;
+    break;
+  case 5: // aggressive inlining
+    k.inline_threshold = from.knobs.inline_threshold == 500 ? std::optional<int>() : 500;
+    break;
+  case 6: // conservative inlining
+    k.inline_threshold = from.knobs.inline_threshold == 75 ? std::optional<int>() : 75;
+    break;
+  default:
+    return std::nullopt;
+  }
+  return v;
+}
+
+Arms arms_of(const GuardRecord& record, const ProfileDoc& current,
+             const std::string& current_digest, std::int64_t stages_seen,
+             const GuardConfig& config) {
+  Arms a;
+  a.incumbent = recorded_incumbent(record, current);
+  if (a.incumbent.base == VariantBase::profiled) a.incumbent.version = record.incumbent_version;
+  if (record.trialled_digest != current_digest) {
+    if (!record.incumbent_base && stages_seen < config.min_stages) {
+      a.incumbent.base = VariantBase::profiled;
+      a.waiting = true;
+      return a;
+    }
+    // A new profile, tried against what is served now: the plain build
+    // before any verdict, or the earlier profile's build that won. A record
+    // written before profiled incumbents kept their version (0) cannot name
+    // that build: the plain build stands in, as it did then.
+    if (a.incumbent.base == VariantBase::profiled && a.incumbent.version == 0)
+      a.incumbent.base = VariantBase::plain;
+    // The new profile with the incumbent's knobs and sampled parts.
+    Variant candidate = a.incumbent;
+    candidate.base = VariantBase::profiled;
+    candidate.version = 0;
+    a.candidate = candidate;
+    a.kind = TrialKind::profile;
+    return a;
+  }
+  // The budget counts variants tried, not steps passed over.
+  int tried = 0;
+  for (int s = 0; s < std::min(record.tuning_step, kKnobVariants); ++s)
+    if (knob_variant(a.incumbent, s, &current)) ++tried;
+  if (tried >= config.tune_max_variants) return a;
+  int step = 0;
+  std::optional<Variant> first =
+      first_applicable(a.incumbent, record.tuning_step, kKnobVariants, current, step);
+  if (!first) return a;
+  if (stages_seen >= config.tune_min_stages) {
+    a.candidate = std::move(first);
+    a.kind = TrialKind::tuning;
+    a.step = step;
+    int after = 0;
+    if (tried + 1 < config.tune_max_variants)
+      a.next = first_applicable(a.incumbent, step + 1, kKnobVariants, current, after);
+  } else if (2 * stages_seen >= config.tune_min_stages) {
+    // Halfway to tuning: its first variant is compiled ahead of its trial.
+    a.next = std::move(first);
+  }
+  return a;
+}
+
+std::string stage_shape(const std::string& entry, const PreparedCall& call) {
+  std::string s = entry + "(";
+  for (std::size_t i = 0; i < call.slots.size(); ++i) {
+    if (i) s += ",";
+    int b = i < call.buffer_of_param.size() ? call.buffer_of_param[i] : -1;
+    if (b >= 0 && static_cast<std::size_t>(b) < call.buffers.size()) {
+      const Buffer& buf = call.buffers[static_cast<std::size_t>(b)];
+      s += std::string(to_string(buf.elem)) + "[" + std::to_string(buf.bytes.size()) + "B]";
+    } else {
+      char hex[20];
+      std::snprintf(hex, sizeof hex, "%llx", static_cast<unsigned long long>(call.slots[i]));
+      s += hex;
+    }
+  }
+  return s + ")";
+}
+
+Arm kept_arm(const TrialResult& result, TrialKind kind, const TrialConfig& config) {
+  switch (result.verdict) {
+  case Verdict::accepted:
+    return Arm::candidate;
+  case Verdict::no_difference:
+    // The profiled build is what fdo serves without the guard; a trial that
+    // could not tell the builds apart is no evidence against it when its
+    // stages ran faster by the smallest effect acted on.
+    return kind == TrialKind::profile && result.ratio < 1.0 / (1.0 + config.min_effect)
+               ? Arm::candidate
+               : Arm::incumbent;
+  case Verdict::rejected:
+  case Verdict::undecided:
+    break;
+  }
+  return Arm::incumbent;
+}
+
+} // namespace fdo::daemon
