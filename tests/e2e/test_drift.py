@@ -34,6 +34,8 @@ MIN_STAGES = 2
 class DriftDaemon(unittest.TestCase):
     """A daemon that samples every stage at 2000 Hz and judges drift over WINDOW stages."""
 
+    EXTRA_CONFIG = {}
+
     def setUp(self):
         self.d = Daemon({
             "sampling.frequency_hz": 2000,
@@ -42,6 +44,7 @@ class DriftDaemon(unittest.TestCase):
             "policy.time_share_drift_threshold": 0.3,
             "policy.min_stages": MIN_STAGES,
             "exec_timeout_ms": 20000,
+            **self.EXTRA_CONFIG,
         }).start()
         self.c = self.d.client()
 
@@ -151,6 +154,10 @@ def disassembler():
 
 class DriftGain(DriftDaemon):
     """A re-profile for phase B changes phase_b's code the way two_phase_vec.c predicts."""
+
+    # Every stage runs the profile's own build: no guard trial alternating with another
+    # build, so the leased object is the one the stages ran.
+    EXTRA_CONFIG = {"guard": "off"}
 
     def lease_object(self, prog):
         """The object fdod serves now for `run`, with the lease's reply; the lease is released."""
