@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
 """Sampling in the loop: what it costs and what drift re-profiling buys.
 
-Program: tests/e2e/fixtures/two_phase.ll, run(phase, n): phase 0 spends its
-time in phase_a, phase 1 in phase_b (docs/perf.md, "Drift").
+Program: tests/e2e/fixtures/two_phase_vec.ll (--fixture vec, the default),
+run(phase, n): phase 0 spends its time in phase_a (a xorshift chain), phase 1 in
+phase_b (a byte transform that vectorizes where its profile calls it hot and
+stays scalar where phase A's profile calls it cold; two_phase_vec.c says why).
+--fixture plain runs tests/e2e/fixtures/two_phase.ll instead, whose two
+phase_b versions run the same dependency chain (the 2026-11-24 figures in
+docs/perf.md).
 
 1. Overhead. Two fdods side by side, identical but for sampling.frequency_hz
    (0 = off, and --frequency, default 250 Hz as fdod; sampling.events at its
@@ -19,7 +24,8 @@ time in phase_a, phase 1 in phase_b (docs/perf.md, "Drift").
 3. Before/after on B. Rounds alternating between the phase-change daemon, now
    running code optimized for B, and a fourth fdod kept on the code optimized
    for A (drift off: policy.time_share_drift_threshold = 1), both executing
-   phase B: median thread CPU time each and the ratio A-code/B-code on B.
+   phase B: median thread CPU time and median exec_ns each, and the ratios
+   A-code/B-code on B.
 
 Exit status: 0 ok; 1 a measurement failed; 2 setup problem.
 """
@@ -39,8 +45,8 @@ sys.path.insert(0, str(REPO / "bench"))
 import harness  # noqa: E402
 from benchhost import host_info, loadavg  # noqa: E402
 
-PROGRAM = (REPO / "tests" / "e2e" / "fixtures" / "two_phase.ll").read_text()
-
+FIXTURES = {"vec": "two_phase_vec.ll", "plain": "two_phase.ll"}
+PROGRAM = None  # --fixture
 
 BUILD_DIR = None  # --build-dir
 
@@ -57,7 +63,8 @@ class Runner:
         self.d = d
         self.c = d.client()
         self.n = n
-        self.prog = self.c.call("program.register", {"ir": PROGRAM, "name": "two_phase"})["program"]
+        self.prog = self.c.call("program.register",
+                                {"ir": PROGRAM[1], "name": PROGRAM[0]})["program"]
 
     def stage(self, phase):
         t0 = time.perf_counter_ns()
@@ -125,14 +132,18 @@ def phase_change(n, rounds, max_b):
         reached = trail[-1]["mode"] == "optimized" and trail[-1]["version"] >= 3
         moving.warm(1)
         res = {"trail": trail, "stages_to_new_code": len(trail) if reached else None,
-               "a_code_on_b": [], "b_code_on_b": []}
+               "a_code_on_b": [], "b_code_on_b": [], "a_exec_on_b": [], "b_exec_on_b": [],
+               "versions": {}}
         for i in range(rounds):
-            order = [(moving, "b_code_on_b"), (stay, "a_code_on_b")]
+            order = [(moving, "b"), (stay, "a")]
             if i % 2:
                 order.reverse()
-            for r, key in order:
+            for r, side in order:
                 s = r.stage(1)
-                res[key].append(s["counters"]["thread_cpu_ns"] or s["exec_ns"])
+                res[side + "_code_on_b"].append(s["counters"]["thread_cpu_ns"] or s["exec_ns"])
+                res[side + "_exec_on_b"].append(s["exec_ns"])
+                res["versions"].setdefault(side, set()).add((s["mode"], s["profile_version"]))
+        res["versions"] = {k: sorted(v) for k, v in res["versions"].items()}
         return res
     finally:
         moving.close()
@@ -147,12 +158,17 @@ def main():
     ap.add_argument("--frequency", type=int, default=250,
                     help="sampling.frequency_hz of the sampled daemon in the overhead part (default: "
                     "fdod's default)")
+    ap.add_argument("--fixture", choices=sorted(FIXTURES), default="vec",
+                    help="vec: two_phase_vec.ll (phase B gains from its profile; default); plain: "
+                    "two_phase.ll (both phase_b versions run one dependency chain)")
     ap.add_argument("--quick", action="store_true", help="small counts: a smoke run")
     ap.add_argument("--json", help="write the full results here")
     ap.add_argument("--build-dir", default=str(harness.BUILD), help="the build with fdod")
     a = ap.parse_args()
-    global BUILD_DIR
+    global BUILD_DIR, PROGRAM
     BUILD_DIR = a.build_dir
+    name = FIXTURES[a.fixture]
+    PROGRAM = (name[:-3], (REPO / "tests" / "e2e" / "fixtures" / name).read_text())
     if a.quick:
         a.iterations, a.rounds = 10_000_000, 4
     if not (pathlib.Path(a.build_dir) / "fdod").exists():
@@ -174,7 +190,8 @@ def main():
     print("  exec_ns     off %10.0f  on %10.0f  ratio on/off %.4f" % (off_e, on_e, on_e / off_e))
     print("  round trip  off %10.0f  on %10.0f  ratio on/off %.4f" % (off_r, on_r, on_r / off_r))
     print()
-    print("Phase change A -> B (tier_up sync, policy.min_stages 2, window 3 stages)")
+    print("Phase change A -> B (%s, tier_up sync, policy.min_stages 2, window 3 stages)" %
+          FIXTURES[a.fixture])
     for i, t in enumerate(pc["trail"]):
         rw = t["rewritten"]
         print("  B stage %2d: %-12s v%d  exec %8.2f ms  %s" %
@@ -182,8 +199,12 @@ def main():
                ("rewrote v%d->v%d: %s" % (rw["from"], rw["to"], rw["reason"])) if rw else ""))
     print("  stages from the phase change to new optimized code: %s" % pc["stages_to_new_code"])
     a_on_b, b_on_b = med(pc["a_code_on_b"]), med(pc["b_code_on_b"])
-    print("  phase B thread CPU ns: code optimized for A %.0f, for B %.0f, ratio A-code/B-code %.3f" %
-          (a_on_b, b_on_b, a_on_b / b_on_b))
+    a_ex, b_ex = med(pc["a_exec_on_b"]), med(pc["b_exec_on_b"])
+    print("Before/after on phase B (%d rounds interleaved, medians; A-code %s, B-code %s)" %
+          (a.rounds, pc["versions"].get("a"), pc["versions"].get("b")))
+    for what, a_ns, b_ns in (("thread CPU", a_on_b, b_on_b), ("exec_ns", a_ex, b_ex)):
+        print("  %-10s  code optimized for A %10.0f ns  for B %10.0f ns  ratio A-code/B-code %.3f" %
+              (what, a_ns, b_ns, a_ns / b_ns))
     out = {"started": started, "host": host_info(), "load_before": load_before,
            "load_after": loadavg(), "params": vars(a), "overhead": ov, "phase_change": pc}
     if a.json:
