@@ -72,61 +72,51 @@ Expected<json> SqliteBackend::export_all(ExportHistory history) const {
   return bundle;
 }
 
+namespace {
+
+// Import on the writer connection, inside the import's transaction.
+class SqliteImportTarget final : public detail::ImportTarget {
+public:
+  SqliteImportTarget(SqliteBackend::Impl& impl, sqlite::Connection& db) : impl_(impl), db_(db) {}
+  Expected<std::optional<detail::ProfileState>> state(const std::string& pk) override {
+    return impl_.state(db_, pk);
+  }
+  Expected<std::optional<std::string>> current_digest(const std::string& pk) override {
+    FDO_TRY(auto cur, impl_.current(db_, pk));
+    if (!cur) return std::optional<std::string>();
+    return std::optional<std::string>(std::move(cur->digest));
+  }
+  Expected<bool> owns_program_with_pk(std::int64_t owner, const std::string& pk) override {
+    return detail::owns_program_with_pk(db_, owner, pk);
+  }
+  Expected<std::int64_t> write(const WriteRequest& req, std::int64_t now) override {
+    return impl_.write_profile(req, now);
+  }
+  Status set_pinned(const std::string& pk) override {
+    FDO_TRY(auto st, db_.cached("UPDATE profiles SET pinned = 1 WHERE pk = ?1"));
+    st->bind(1, pk);
+    return st->run();
+  }
+
+private:
+  SqliteBackend::Impl& impl_;
+  sqlite::Connection& db_;
+};
+
+} // namespace
+
 Expected<std::vector<ImportedProfile>>
 SqliteBackend::import_bundle(const json& bundle, std::int64_t owner, ImportConflict policy,
                              ActingOwner acting_owner, ImportNewKeys new_keys) {
-  if (new_keys == ImportNewKeys::own_programs && !acting_owner)
-    return make_error(Errc::invalid_argument,
-                      "import: creating only the profile keys of an owner's programs needs the "
-                      "acting owner");
+  FDO_TRY_STATUS(detail::check_import_request(new_keys, acting_owner));
   FDO_TRY(std::vector<detail::Incoming> incoming, detail::parse_bundle(bundle));
   FDO_TRY(auto lock, impl_->lock_writer());
   sqlite::Connection& db = impl_->writer;
   // All or nothing: a failure (or policy fail) leaves the store as it was.
   FDO_TRY(auto tx, Transaction::begin(db, TxKind::immediate));
-  if (acting_owner) {
-    // Every key first, so another tenant's profile fails the import before
-    // anything (a conflict naming a local digest, say) is reported about
-    // the bundle's other keys. A key the caller may not create reads the
-    // same as another tenant's: neither says whether the key exists. Checked
-    // in this transaction, so no key appears or changes hands in between.
-    for (const detail::Incoming& in : incoming) {
-      FDO_TRY(auto state, impl_->state(db, in.pk));
-      bool allowed = state ? state->owner == *acting_owner : true;
-      if (!state && new_keys == ImportNewKeys::own_programs) {
-        FDO_TRY(allowed, detail::owns_program_with_pk(db, *acting_owner, in.pk));
-      }
-      if (!allowed) return detail::no_profile(in.pk).context("import (nothing imported)");
-    }
-  }
-  std::int64_t now = detail::now_ms();
-  std::vector<ImportedProfile> out;
-  for (const detail::Incoming& in : incoming) {
-    ImportedProfile r;
-    r.pk = in.pk;
-    FDO_TRY(auto state, impl_->state(db, in.pk));
-    std::int64_t local = state ? state->current : 0;
-    std::string local_digest(no_profile_digest());
-    if (local != 0) {
-      FDO_TRY(auto cur, impl_->current(db, in.pk));
-      if (cur) local_digest = cur->digest;
-    }
-    r.version = local;
-    r.digest = local_digest;
-    FDO_TRY(bool write, detail::decide_import(in, policy, r));
-    if (write) {
-      auto v = impl_->write_profile(detail::import_request(in, owner, acting_owner, local), now);
-      if (!v) return std::move(v).error().context("import (nothing imported)");
-      r.version = *v;
-      r.digest = in.digest;
-    }
-    if (in.pinned && (write || r.action == ImportAction::unchanged)) {
-      FDO_TRY(auto st, db.cached("UPDATE profiles SET pinned = 1 WHERE pk = ?1"));
-      st->bind(1, in.pk);
-      FDO_TRY_STATUS(st->run());
-    }
-    out.push_back(std::move(r));
-  }
+  SqliteImportTarget target(*impl_, db);
+  FDO_TRY(auto out, detail::import_into(target, incoming, owner, policy, acting_owner, new_keys,
+                                        detail::now_ms()));
   FDO_TRY_STATUS(tx.commit());
   return out;
 }

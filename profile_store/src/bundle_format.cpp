@@ -183,4 +183,59 @@ WriteRequest import_request(const Incoming& in, std::int64_t owner, const Acting
   return req;
 }
 
+Status check_import_request(ImportNewKeys new_keys, const ActingOwner& acting_owner) {
+  if (new_keys == ImportNewKeys::own_programs && !acting_owner)
+    return make_error(Errc::invalid_argument,
+                      "import: creating only the profile keys of an owner's programs needs the "
+                      "acting owner");
+  return ok();
+}
+
+Expected<std::vector<ImportedProfile>> import_into(ImportTarget& target,
+                                                   const std::vector<Incoming>& incoming,
+                                                   std::int64_t owner, ImportConflict policy,
+                                                   const ActingOwner& acting_owner,
+                                                   ImportNewKeys new_keys, std::int64_t now) {
+  if (acting_owner) {
+    // Every key first, so another tenant's profile fails the import before
+    // anything (a conflict naming a local digest, say) is reported about
+    // the bundle's other keys. A key the caller may not create reads the
+    // same as another tenant's: neither says whether the key exists. Checked
+    // in the caller's transaction, so no key appears or changes hands in
+    // between.
+    for (const Incoming& in : incoming) {
+      FDO_TRY(auto state, target.state(in.pk));
+      bool allowed = state ? state->owner == *acting_owner : true;
+      if (!state && new_keys == ImportNewKeys::own_programs) {
+        FDO_TRY(allowed, target.owns_program_with_pk(*acting_owner, in.pk));
+      }
+      if (!allowed) return no_profile(in.pk).context("import (nothing imported)");
+    }
+  }
+  std::vector<ImportedProfile> out;
+  for (const Incoming& in : incoming) {
+    ImportedProfile r;
+    r.pk = in.pk;
+    FDO_TRY(auto state, target.state(in.pk));
+    const std::int64_t local = state ? state->current : 0;
+    r.version = local;
+    r.digest = std::string(no_profile_digest());
+    if (local != 0) {
+      FDO_TRY(auto digest, target.current_digest(in.pk));
+      if (digest) r.digest = std::move(*digest);
+    }
+    FDO_TRY(bool write, decide_import(in, policy, r));
+    if (write) {
+      auto v = target.write(import_request(in, owner, acting_owner, local), now);
+      if (!v) return std::move(v).error().context("import (nothing imported)");
+      r.version = *v;
+      r.digest = in.digest;
+    }
+    if (in.pinned && (write || r.action == ImportAction::unchanged))
+      FDO_TRY_STATUS(target.set_pinned(in.pk));
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 } // namespace fdo::profile_store::detail

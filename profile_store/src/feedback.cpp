@@ -173,8 +173,7 @@ Expected<std::optional<FeedbackTotals>> SqliteBackend::feedback(std::string_view
     while (true) {
       FDO_TRY(bool row, st->step());
       if (!row) break;
-      std::uint64_t& sum = t.counters[st->column_text(0)];
-      sum = sat_add(sum, as_u64(st->column_int64(1)));
+      detail::add_counter(t, st->column_text(0), as_u64(st->column_int64(1)));
     }
   }
   {

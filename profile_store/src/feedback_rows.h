@@ -52,6 +52,12 @@ Status check_batch_id(std::string_view batch_id);
 Status add_host_totals(FeedbackTotals& into, const std::string& host, std::uint64_t stages,
                        std::uint64_t exec_ns, std::int64_t updated_at);
 
+// Adds one host's stored value of counter `name` (saturating).
+inline void add_counter(FeedbackTotals& into, const std::string& name, std::uint64_t value) {
+  std::uint64_t& sum = into.counters[name];
+  sum = sat_add(sum, value);
+}
+
 // Adds one host's stored counts of `fn` (corrupt when lengths differ).
 Status add_function_counts(FeedbackTotals& into, const std::string& fn,
                            const std::vector<std::uint64_t>& counts, const std::string& what);

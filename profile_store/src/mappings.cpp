@@ -1,6 +1,5 @@
 // The patent's key mappings (profile key mapping IK -> PK, virtual key
 // mapping CK -> VK) and the program registry.
-#include "fdo/util/log.h"
 #include "internal.h"
 
 namespace fdo::profile_store {
@@ -47,24 +46,15 @@ Expected<MappingResult> SqliteBackend::put_profile_key(std::string_view ik, std:
   sqlite::Connection& db = impl_->writer;
   FDO_TRY(auto tx, Transaction::begin(db, TxKind::immediate));
   FDO_TRY(auto existing, lookup_one(db, "SELECT pk FROM profile_keys WHERE ik = ?1", ik));
-  MappingResult result;
-  if (existing && *existing == pk) {
-    result.change = MappingChange::unchanged;
-    return result; // nothing to write; the transaction rolls back harmlessly
-  }
+  // Nothing to write when unchanged; the transaction rolls back harmlessly.
+  if (existing && *existing == pk) return detail::profile_key_put(ik, pk, std::move(existing));
   FDO_TRY(auto st, db.cached("INSERT INTO profile_keys (ik, pk, updated_at) VALUES (?1, ?2, ?3) "
                              "ON CONFLICT (ik) DO UPDATE SET pk = excluded.pk, "
                              "updated_at = excluded.updated_at"));
   st->bind(1, ik).bind(2, pk).bind(3, now_ms());
   FDO_TRY_STATUS(st->run());
   FDO_TRY_STATUS(tx.commit());
-  if (existing) {
-    result.change = MappingChange::replaced;
-    result.previous = std::move(existing);
-    log::info("profile key mapping " + std::string(ik) + " re-mapped from " + *result.previous +
-              " to " + std::string(pk));
-  }
-  return result;
+  return detail::profile_key_put(ik, pk, std::move(existing));
 }
 
 Expected<bool> SqliteBackend::remove_profile_key(std::string_view ik) {
@@ -99,11 +89,8 @@ Expected<MappingResult> SqliteBackend::put_virtual_key(std::string_view ck, std:
       existing_ik = st->column_text(1);
     }
   }
-  MappingResult result;
-  if (existing_vk && *existing_vk == vk && (ik.empty() || existing_ik == ik)) {
-    result.change = MappingChange::unchanged;
-    return result;
-  }
+  if (detail::virtual_key_put_is_noop(existing_vk, existing_ik, vk, ik))
+    return detail::virtual_key_put(std::move(existing_vk), vk);
   FDO_TRY(auto st, db.cached("INSERT INTO virtual_keys (ck, vk, updated_at, ik) "
                              "VALUES (?1, ?2, ?3, ?4) ON CONFLICT (ck) DO UPDATE SET "
                              "vk = excluded.vk, updated_at = excluded.updated_at, "
@@ -115,14 +102,7 @@ Expected<MappingResult> SqliteBackend::put_virtual_key(std::string_view ck, std:
     st->bind(4, ik);
   FDO_TRY_STATUS(st->run());
   FDO_TRY_STATUS(tx.commit());
-  if (existing_vk && *existing_vk == vk) {
-    // Only the program it belongs to was learned: same mapping.
-    result.change = MappingChange::unchanged;
-  } else if (existing_vk) {
-    result.change = MappingChange::replaced;
-    result.previous = std::move(existing_vk);
-  }
-  return result;
+  return detail::virtual_key_put(std::move(existing_vk), vk);
 }
 
 Expected<bool> SqliteBackend::remove_virtual_key(std::string_view ck) {

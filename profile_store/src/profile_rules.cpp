@@ -1,5 +1,6 @@
 #include "profile_rules.h"
 
+#include "fdo/util/log.h"
 #include "internal.h"
 
 namespace fdo::profile_store::detail {
@@ -70,4 +71,35 @@ Status decode_body(StoredProfile& p, DocCache& docs) {
   docs.insert(p.pk, p.version, p.body, p.digest, p.doc);
   return ok();
 }
+MappingResult profile_key_put(std::string_view ik, std::string_view pk,
+                              std::optional<std::string> previous) {
+  MappingResult result;
+  if (!previous) return result;
+  if (*previous == pk) {
+    result.change = MappingChange::unchanged;
+    return result;
+  }
+  log::info("profile key mapping " + std::string(ik) + " re-mapped from " + *previous + " to " +
+            std::string(pk));
+  result.change = MappingChange::replaced;
+  result.previous = std::move(previous);
+  return result;
+}
+
+bool virtual_key_put_is_noop(const std::optional<std::string>& old_vk, std::string_view old_ik,
+                             std::string_view vk, std::string_view ik) {
+  return old_vk && *old_vk == vk && (ik.empty() || old_ik == ik);
+}
+
+MappingResult virtual_key_put(std::optional<std::string> old_vk, std::string_view vk) {
+  MappingResult result;
+  if (old_vk && *old_vk == vk) {
+    result.change = MappingChange::unchanged;
+  } else if (old_vk) {
+    result.change = MappingChange::replaced;
+    result.previous = std::move(old_vk);
+  }
+  return result;
+}
+
 } // namespace fdo::profile_store::detail

@@ -1,7 +1,8 @@
 // Back-end-neutral rules of the versioned write path and of reading a stored
 // version: what a write stores (stamped, validated, canonical body, digest),
 // which writes are allowed over a key's state, and the checks every read
-// body passes. Shared by the SQLite and PostgreSQL back ends.
+// body passes; what putting a key mapping over the existing one means.
+// Shared by the SQLite and PostgreSQL back ends.
 #pragma once
 
 #include "fdo/profile_store/profile_store.h"
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace fdo::profile_store {
 class DocCache;
@@ -42,5 +44,18 @@ Expected<std::int64_t> check_write(const WriteRequest& req, const std::optional<
 // Parses p.body into p.doc and checks it against p.digest (Errc::corrupt
 // otherwise), reusing the cache's document for the same bytes.
 Status decode_body(StoredProfile& p, DocCache& docs);
+
+// Putting IK -> `pk` over the mapping's old value `previous` (nullopt: there
+// was none): inserted, unchanged or replaced (logged: a program's profile key
+// changed).
+MappingResult profile_key_put(std::string_view ik, std::string_view pk,
+                              std::optional<std::string> previous);
+// Putting CK -> (`vk`, `ik`) over the old row (nullopt: none) changes nothing:
+// same VK, and no IK given or the same one (nothing to write).
+bool virtual_key_put_is_noop(const std::optional<std::string>& old_vk, std::string_view old_ik,
+                             std::string_view vk, std::string_view ik);
+// The result of a put that wrote the row over the old VK: unchanged when only
+// the IK was learned.
+MappingResult virtual_key_put(std::optional<std::string> old_vk, std::string_view vk);
 
 } // namespace fdo::profile_store::detail

@@ -3,15 +3,18 @@
 down"; docs/fdod-config.md, "Profile store keys"): a malformed profile_store is
 refused at start with a clear error that never shows a password; health and
 capabilities report the store; every feedback row and history entry carries
-this host's name (host_name)."""
+this host's name (host_name). A server that answers but refuses the
+credentials or the database stops fdod at start, naming the problem."""
+import os
 import pathlib
+import subprocess
 import sys
 import time
 import unittest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from harness import Daemon, RpcError, ir  # noqa: E402
-from servers import PostgresServer, postgres_unavailable_reason  # noqa: E402
+from servers import PG_BIN, PostgresServer, postgres_unavailable_reason  # noqa: E402
 
 
 class ProfileStoreSelection(unittest.TestCase):
@@ -208,6 +211,77 @@ class PostgresDownAtStart(PostgresDaemon):
         self.assertEqual(int(self.pg.psql(rows).strip()), 3, self.d.log_text())
         # Admin writes work again.
         self.assertTrue(self.c.call("profile.pin", {"profile_key": pk})["pinned"])
+
+
+@unittest.skipIf(postgres_unavailable_reason(), postgres_unavailable_reason())
+class PostgresRefusesCredentials(unittest.TestCase):
+    """A wrong password or a missing database is a configuration error, not an
+    outage: fdod does not start and spool for ever, it exits saying what is
+    wrong (docs/fleet.md, "When the profile store is down"), without the
+    password."""
+
+    ROLE = "fdo_e2e_pw"
+
+    def setUp(self):
+        self.pg = PostgresServer().start()
+        self.pg.psql(f"CREATE ROLE {self.ROLE} LOGIN PASSWORD 'right-pw'")
+        self.pg.psql(f"CREATE DATABASE fdo_e2e OWNER {self.ROLE}")
+        # Password authentication for the role, ahead of the cluster's trust rule.
+        hba = os.path.join(self.pg.data, "pg_hba.conf")
+        with open(hba) as f:
+            rules = f.read()
+        with open(hba, "w") as f:
+            f.write(f"local all {self.ROLE} scram-sha-256\n" + rules)
+        self.pg.psql("SELECT pg_reload_conf()")
+        wait_for(lambda: not self.connects("wrong-pw"), "the server to ask for the password", 20)
+        self.assertTrue(self.connects("right-pw"))
+
+    def tearDown(self):
+        self.pg.cleanup()
+
+    def connects(self, password):
+        r = subprocess.run(self.pg.as_user + [os.path.join(PG_BIN, "psql"), "-h", self.pg.dir,
+                                              "-U", self.ROLE, "-d", "fdo_e2e", "-Atc", "SELECT 1"],
+                           env=dict(os.environ, PGPASSWORD=password),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return r.returncode == 0
+
+    def url(self, password, db="fdo_e2e"):
+        from urllib.parse import quote
+        return f"postgresql://{self.ROLE}:{password}@{quote(self.pg.dir, safe='')}/{db}"
+
+    def refused(self, url, *expected):
+        d = Daemon({"profile_store": url, "host_name": "host-a"})
+        try:
+            with self.assertRaises(RuntimeError, msg=url) as cm:
+                d.start()
+            text = str(cm.exception)
+            for e in expected:
+                self.assertIn(e, text)
+            self.assertIn(self.pg.dir, text, "the message names the server")
+            self.assertNotIn("wrong-pw", text)
+            self.assertNotIn("right-pw", text)
+            self.assertNotIn("wrong-pw", d.log_text())
+        finally:
+            d.cleanup()
+
+    def test_wrong_password_and_missing_database_stop_fdod_at_start(self):
+        self.refused(self.url("wrong-pw"), "refused the credentials", "SQLSTATE 28P01",
+                     "password authentication failed")
+        self.refused(self.url("right-pw", "fdo_no_such_db"), "database does not exist",
+                     "SQLSTATE 3D000")
+        # The right ones: fdod starts on the store and creates its schema.
+        d = Daemon({"profile_store": self.url("right-pw"), "host_name": "host-a"}).start()
+        c = d.client()
+        try:
+            prog = c.call("program.register", {"ir": ir("branchy.ll")})["program"]
+            c.call("execute", {"program": prog, "entry": "run"})
+            ps = c.call("health")["profile_store"]
+            self.assertEqual(ps["state"], "up", ps)
+            self.assertEqual(ps["last_error"], "", ps)
+        finally:
+            c.close()
+            d.cleanup()
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "fdo/profile_store/profile_store.h"
+#include "fdo/profile_store/sqlite.h"
 #include "support/postgres_server.h"
 #include "test_util.h"
 
@@ -15,6 +16,7 @@
 #include <libpq-fe.h>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -70,6 +72,70 @@ inline std::vector<StoreKind> store_kinds() {
   return kinds;
 }
 
+// A connection to a store's database that is not the store's own: what
+// another process, another host or an operator's SQL session does behind the
+// store's back. exec() throws on failure; statements run outside a
+// transaction unless begin() opened one, which the destructor rolls back.
+// `sql` must be accepted by both engines.
+class RawConnection {
+public:
+  RawConnection(StoreKind kind, const std::string& location) : kind_(kind) {
+    if (kind_ == StoreKind::sqlite) {
+      auto db = sqlite::Connection::open(location, sqlite::Access::read_write);
+      if (!db) throw std::runtime_error(db.error().describe());
+      sqlite_.emplace(std::move(*db));
+      return;
+    }
+    pg_.reset(PQconnectdb(postgres_server().conninfo(database_of(location)).c_str()));
+    if (PQstatus(pg_.get()) != CONNECTION_OK)
+      throw std::runtime_error(std::string("connect: ") + PQerrorMessage(pg_.get()));
+  }
+  ~RawConnection() {
+    if (in_transaction_) (void)try_exec("ROLLBACK");
+  }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  // BEGIN, taking SQLite's write lock at once (PostgreSQL locks rows as the
+  // statements change them).
+  void begin() {
+    exec(kind_ == StoreKind::sqlite ? "BEGIN IMMEDIATE" : "BEGIN");
+    in_transaction_ = true;
+  }
+  // False when the engine refused (never throws: safe in cleanup).
+  bool rollback() noexcept {
+    in_transaction_ = false;
+    try {
+      return try_exec("ROLLBACK").empty();
+    } catch (...) {
+      return false;
+    }
+  }
+  bool in_transaction() const { return in_transaction_; }
+  void exec(const std::string& sql) {
+    if (std::string error = try_exec(sql); !error.empty())
+      throw std::runtime_error(sql + ": " + error);
+  }
+
+private:
+  // "" on success, else the engine's message.
+  std::string try_exec(const std::string& sql) {
+    if (kind_ == StoreKind::sqlite) {
+      auto st = sqlite_->exec(sql);
+      return st ? std::string() : st.error().describe();
+    }
+    std::unique_ptr<PGresult, decltype(&PQclear)> r(PQexec(pg_.get(), sql.c_str()), &PQclear);
+    auto st = PQresultStatus(r.get());
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) return PQresultErrorMessage(r.get());
+    return {};
+  }
+
+  StoreKind kind_;
+  bool in_transaction_ = false;
+  std::optional<sqlite::Connection> sqlite_;
+  std::unique_ptr<PGconn, decltype(&PQfinish)> pg_{nullptr, &PQfinish};
+};
+
 class StoreDir : public TempDir {
 public:
   explicit StoreDir(StoreKind kind) : kind_(kind) {}
@@ -80,6 +146,11 @@ public:
     auto it = databases_.find(name);
     if (it == databases_.end()) it = databases_.emplace(name, fresh_postgres_database()).first;
     return it->second;
+  }
+  // Runs `sql` on the store called `name` from another connection (what
+  // time, another tool or an operator leaves behind).
+  void exec_sql(const std::string& name, const std::string& sql) {
+    RawConnection(kind_, file(name)).exec(sql);
   }
 
 private:

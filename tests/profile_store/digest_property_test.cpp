@@ -1,7 +1,9 @@
 // Property tests of the profile digest over seeded random documents:
 // any key order and whitespace -> same digest; any compile-affecting change ->
 // new digest; bookkeeping changes -> same digest. Also checks that the store
-// keeps the digest and canonical body consistent with fdo::profile_digest.
+// keeps the digest and canonical body consistent with fdo::profile_digest, on
+// both back ends (backends.h).
+#include "backends.h"
 #include "fdo/profile_store/profile_store.h"
 #include "test_util.h"
 
@@ -14,7 +16,6 @@ using namespace fdo;
 using namespace fdo::profile_store;
 using fdo::profile_store::test::random_doc;
 using fdo::profile_store::test::random_name;
-using fdo::profile_store::test::TempDir;
 using nlohmann::json;
 
 namespace {
@@ -304,7 +305,7 @@ TEST_CASE("digest property: bookkeeping changes keep the digest", "[profile_stor
 
 TEST_CASE("the store keeps digest and canonical body consistent for random documents",
           "[profile_store][digest]") {
-  TempDir dir;
+  STORE_DIR(dir);
   auto store = ProfileStore::open(dir.file("d.db"));
   REQUIRE(store);
   std::mt19937_64 rng(kSeed + 3);

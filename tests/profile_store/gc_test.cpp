@@ -1,8 +1,9 @@
 // plan_gc: which programs and profiles garbage collection would remove —
 // unused and stale ones only, never a pinned profile or one a remaining
-// program uses, only the given owner's when one is given.
+// program uses, only the given owner's when one is given. Runs against both
+// back ends (backends.h).
+#include "backends.h"
 #include "fdo/profile_store/gc.h"
-#include "fdo/profile_store/sqlite.h"
 #include "fdo/util/time.h"
 #include "test_util.h"
 
@@ -11,7 +12,6 @@
 using namespace fdo;
 using namespace fdo::profile_store;
 using fdo::profile_store::test::sample_doc;
-using fdo::profile_store::test::TempDir;
 
 namespace {
 
@@ -20,13 +20,6 @@ std::string key(char c) {
 }
 
 constexpr std::int64_t kDay = 86'400'000;
-
-// Sets a column of one row to `ms` (what weeks of disuse leave behind).
-void backdate(const std::string& db_path, const std::string& sql) {
-  auto db = sqlite::Connection::open(db_path, sqlite::Access::read_write);
-  REQUIRE(db);
-  REQUIRE(db->exec(sql));
-}
 
 std::vector<std::string> iks(const GcPlan& p) {
   std::vector<std::string> out;
@@ -44,9 +37,8 @@ std::vector<std::string> pks(const GcPlan& p) {
 } // namespace
 
 TEST_CASE("gc plan: stale programs and unused unpinned profiles, by owner", "[profile_store][gc]") {
-  TempDir dir;
-  const std::string path = dir.file("profiles.db");
-  auto store = ProfileStore::open(path);
+  STORE_DIR(dir);
+  auto store = ProfileStore::open(dir.file("profiles.db"));
   REQUIRE(store);
   WriteInfo w;
   w.owner = 1000;
@@ -63,10 +55,11 @@ TEST_CASE("gc plan: stale programs and unused unpinned profiles, by owner", "[pr
   for (char pk : {'a', 'b', 'c', 'd', 'e'})
     REQUIRE(store->write(key(pk), 0, sample_doc(1), w));
   REQUIRE(store->pin(key('d')));
-  backdate(path, "UPDATE programs SET last_used = 5 WHERE ik IN ('" + key('1') + "', '" + key('3') +
-                     "')");
-  backdate(path, "UPDATE profiles SET updated_at = 5 WHERE pk IN ('" + key('a') + "', '" +
-                     key('b') + "', '" + key('c') + "', '" + key('d') + "')");
+  // What weeks of disuse leave behind.
+  dir.exec_sql("profiles.db", "UPDATE programs SET last_used = 5 WHERE ik IN ('" + key('1') +
+                                  "', '" + key('3') + "')");
+  dir.exec_sql("profiles.db", "UPDATE profiles SET updated_at = 5 WHERE pk IN ('" + key('a') +
+                                  "', '" + key('b') + "', '" + key('c') + "', '" + key('d') + "')");
 
   GcCriteria c;
   c.max_age = std::chrono::milliseconds(kDay);

@@ -250,3 +250,69 @@ TEST_CASE("postgresql: a newer schema is refused - SQLite-only calls are unsuppo
   REQUIRE_FALSE(none);
   CHECK(none.error().code() == Errc::not_found);
 }
+
+TEST_CASE("postgresql: refused credentials and a missing database fail open even when deferred "
+          "- a store in use reports them as unavailable naming the cause",
+          "[profile_store][postgresql]") {
+  SKIP_WITHOUT_POSTGRES();
+  auto& server = test::postgres_server();
+  const std::string db = test::database_of(test::fresh_postgres_database());
+  const std::string role = "fdo_pw" + std::to_string(::getpid());
+  test::postgres_exec("postgres", "CREATE ROLE " + role + " LOGIN PASSWORD 'right-pw'");
+  test::postgres_exec("postgres", "ALTER DATABASE " + db + " OWNER TO " + role);
+  server.require_password_for(role);
+  auto uri = [&](const std::string& user, const std::string& password, const std::string& dbname) {
+    return "postgresql:///" + dbname + "?host=" + server.socket_dir() + "&user=" + user +
+           (password.empty() ? "" : "&password=" + password);
+  };
+  Options o;
+  o.connect_timeout = seconds(2);
+  o.when_unreachable = WhenUnreachable::defer;
+  // The reload is asynchronous: wait until the server asks for the password.
+  REQUIRE(wait_for([&] {
+            auto s = ProfileStore::open(uri(role, "wrong-pw", db), o);
+            return !s && s.error().code() == Errc::permission_denied;
+          }) < seconds(10));
+
+  auto refused = [&](const std::string& location, Errc code, const std::string& says) {
+    INFO(location);
+    auto s = ProfileStore::open(location, o);
+    REQUIRE_FALSE(s);
+    CHECK(s.error().code() == code);
+    const std::string& m = s.error().message();
+    INFO(m);
+    CHECK(m.find(says) != std::string::npos);
+    CHECK(m.find(server.socket_dir()) != std::string::npos); // names the endpoint
+    CHECK(m.find("wrong-pw") == std::string::npos);          // never the password
+    CHECK(m.find("LOCATION") == std::string::npos);
+  };
+  refused(uri(role, "wrong-pw", db), Errc::permission_denied, "SQLSTATE 28P01");
+  refused(uri(role, "wrong-pw", db), Errc::permission_denied, "password authentication failed");
+  refused(uri(role, "", db), Errc::permission_denied, "asks for a password");
+  refused(uri("fdo_no_such_role", "", db), Errc::permission_denied, "SQLSTATE 28000");
+  refused(uri(role, "right-pw", db + "_missing"), Errc::not_found, "SQLSTATE 3D000");
+  refused(uri(role, "right-pw", db + "_missing"), Errc::not_found, "does not exist");
+
+  // The right password works, and the role can create the schema.
+  ProfileStore good = open_pg(uri(role, "right-pw", db), o);
+  REQUIRE(*good.write(kPk, 0, sample_doc(1), from_host("a")) == 1);
+
+  // A store opened while the server is down cannot know. Once the server
+  // answers, its calls stay unavailable (so fdod keeps spooling, and loses
+  // nothing, until the configuration is fixed) with a message that names the
+  // real problem, not a lost connection.
+  server.stop();
+  auto deferred = ProfileStore::open(uri(role, "wrong-pw", db), o);
+  server.start();
+  REQUIRE(deferred);
+  auto read = deferred->current(kPk);
+  REQUIRE_FALSE(read);
+  CHECK(read.error().code() == Errc::unavailable);
+  CHECK(read.error().message().find("refused the credentials") != std::string::npos);
+  CHECK(read.error().message().find("SQLSTATE 28P01") != std::string::npos);
+  CHECK(read.error().message().find("wrong-pw") == std::string::npos);
+  auto write = deferred->write(kPk, 1, sample_doc(2), from_host("a"));
+  REQUIRE_FALSE(write);
+  CHECK(write.error().code() == Errc::unavailable);
+  CHECK(write.error().message().find("refused the credentials") != std::string::npos);
+}

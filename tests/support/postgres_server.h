@@ -5,12 +5,15 @@
 // cluster is owned by and run as the `postgres` system user (created by the
 // postgresql package, which tools/setup.sh installs) through runuser(1).
 // Tests check available() first and skip with skip_reason() otherwise.
+// require_password_for() turns password authentication on for one role.
 #pragma once
 
 #include "temp_dir.h"
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <pwd.h>
 #include <stdexcept>
 #include <string>
@@ -72,6 +75,24 @@ public:
     (void)std::system(cmd.c_str());
   }
   bool running() const { return running_; }
+
+  // From the next connection the server has read its configuration for:
+  // `role` must log in with its password (scram-sha-256), ahead of the
+  // cluster's trust rule (for tests of refused credentials). The reload is
+  // asynchronous: a test waits until a wrong password is refused.
+  void require_password_for(const std::string& role) {
+    const std::string hba = data_ + "/pg_hba.conf";
+    std::string rules;
+    {
+      std::ifstream in(hba);
+      rules.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    std::ofstream out(hba, std::ios::trunc);
+    out << "local all " << role << " scram-sha-256\n" << rules;
+    out.close();
+    if (!out) throw std::runtime_error("cannot write " + hba);
+    run(bin("pg_ctl") + " -D " + data_ + " reload > /dev/null", "pg_ctl reload");
+  }
 
   // A libpq connection string (keyword/value form).
   std::string conninfo(const std::string& dbname = "postgres") const {

@@ -109,13 +109,21 @@ std::shared_ptr<FeedbackLoop::KeyState> FeedbackLoop::state_of(const std::string
 }
 
 void FeedbackLoop::forget(const std::string& pk) {
-  std::lock_guard lk(states_mu_);
-  states_.erase(pk);
+  {
+    std::lock_guard lk(states_mu_);
+    states_.erase(pk);
+  }
+  std::lock_guard lk(pending_mu_);
+  std::erase_if(flushed_since_snapshot_, [&](const auto& e) { return e.first.first == pk; });
 }
 
 void FeedbackLoop::forget_all() {
-  std::lock_guard lk(states_mu_);
-  states_.clear();
+  {
+    std::lock_guard lk(states_mu_);
+    states_.clear();
+  }
+  std::lock_guard lk(pending_mu_);
+  flushed_since_snapshot_.clear();
 }
 
 std::size_t FeedbackLoop::pending_rows() const {
@@ -183,8 +191,13 @@ void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage) {
   st.blocks = {};
   st.branch_weights.clear();
   st.icache.clear();
+  // The fleet's totals were another version's (or none).
+  if (st.fleet) drop_fleet({stage.pk, st.version});
+  st.fleet.reset();
+  st.fleet_read = {};
   st.version = stage.profile_version;
   if (stage.profile_version <= 0) return;
+  const std::optional<std::uint64_t> epoch = quiet_flush_epoch();
   auto totals = store_.feedback(stage.pk, stage.profile_version);
   if (!totals) {
     log::warning("feedback: totals of " + stage.pk.substr(0, 12) + " v" +
@@ -192,8 +205,10 @@ void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage) {
                  " unreadable, counting from this stage: " + totals.error().describe());
     return;
   }
-  st.fleet = *totals;
-  st.fleet_read = std::chrono::steady_clock::now();
+  // A read that a flush overlapped is not kept as the fleet's totals (it may
+  // hold rows still counted in flight); the next stage reads again.
+  if (adopt_fleet(st, {stage.pk, stage.profile_version}, *totals, epoch))
+    st.fleet_read = std::chrono::steady_clock::now();
   if (!*totals) return;
   FeedbackAccumulator loaded;
   for (const auto& [name, counts] : (*totals)->function_counts)
@@ -304,6 +319,7 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   // The fleet's totals were the old version's: the new version's first stages
   // must not count them (a re-profile would otherwise end after one
   // instrumented stage, its counters mixed with the old code's).
+  if (st.fleet) drop_fleet({stage.pk, in.current_version});
   st.fleet.reset();
   st.fleet_read = {};
   out.rewritten = Rewrite{in.current_version, *written, d.reason};
@@ -324,12 +340,14 @@ const FeedbackAccumulator& FeedbackLoop::fleet_view(KeyState& st, const StageRep
                                                     std::map<std::string, std::uint64_t>& hosts) {
   hosts = {{host_, static_cast<std::uint64_t>(st.acc.stages())}};
   if (stage.profile_version <= 0) return st.acc; // no rows before version 1: local only
+  const RowKey key{stage.pk, stage.profile_version};
   const auto now = std::chrono::steady_clock::now();
   if (now - st.fleet_read >= kFleetRefresh) {
-    auto totals = store_.feedback(stage.pk, stage.profile_version);
-    if (totals) {
-      st.fleet = std::move(*totals);
-      st.fleet_read = now;
+    // While a flush is in flight a read may or may not hold its rows: keep
+    // the snapshot there is, read again at a later stage.
+    if (const std::optional<std::uint64_t> epoch = quiet_flush_epoch()) {
+      auto totals = store_.feedback(stage.pk, stage.profile_version);
+      if (totals && adopt_fleet(st, key, *totals, epoch)) st.fleet_read = now;
     }
   }
   if (!st.fleet) return st.acc;
@@ -338,19 +356,23 @@ const FeedbackAccumulator& FeedbackLoop::fleet_view(KeyState& st, const StageRep
   std::map<std::string, std::uint64_t> counters = st.fleet->counters;
   std::map<std::string, std::uint64_t> fleet_hosts = st.fleet->host_stages;
   {
+    // This loop's rows the snapshot does not hold: flushed after it was
+    // read, in flight, or pending. Each is in exactly one of the three.
+    auto add = [&](const ps::FeedbackRow& r) {
+      if (r.stages == 0) return;
+      stages += r.stages;
+      exec_ns += r.exec_ns;
+      fleet_hosts[r.host] += r.stages;
+      for (const auto& [name, c] : r.function_counts)
+        add_counts(counts[name], c);
+      for (const auto& [name, v] : r.counters)
+        counters[name] += v;
+    };
     std::lock_guard lk(pending_mu_);
-    const RowKey key{stage.pk, stage.profile_version};
+    if (auto it = flushed_since_snapshot_.find(key); it != flushed_since_snapshot_.end())
+      add(it->second);
     for (const Batch* batch : {&inflight_, &pending_})
-      if (auto it = batch->sums.find(key); it != batch->sums.end()) {
-        const ps::FeedbackRow& r = it->second;
-        stages += r.stages;
-        exec_ns += r.exec_ns;
-        fleet_hosts[r.host] += r.stages;
-        for (const auto& [name, c] : r.function_counts)
-          add_counts(counts[name], c);
-        for (const auto& [name, v] : r.counters)
-          counters[name] += v;
-      }
+      if (auto it = batch->sums.find(key); it != batch->sums.end()) add(it->second);
   }
   if (static_cast<std::int64_t>(stages) < st.acc.stages()) return st.acc;
   hosts = std::move(fleet_hosts);
@@ -394,21 +416,55 @@ void FeedbackLoop::consider_reprofile(const PolicyConfig& policy, const PolicyIn
   d.reason = r.reason;
 }
 
+std::optional<std::uint64_t> FeedbackLoop::quiet_flush_epoch() const {
+  std::lock_guard lk(pending_mu_);
+  if (flushing_) return std::nullopt;
+  return flushes_done_;
+}
+
+bool FeedbackLoop::adopt_fleet(KeyState& st, const RowKey& key,
+                               const std::optional<ps::FeedbackTotals>& totals,
+                               std::optional<std::uint64_t> epoch) {
+  std::lock_guard lk(pending_mu_);
+  if (!epoch || flushing_ || flushes_done_ != *epoch) return false;
+  // The read saw every flush that ended before it and none after: this
+  // loop's rows flushed from now on are the ones it lacks.
+  st.fleet = totals;
+  ps::FeedbackRow& since = flushed_since_snapshot_[key];
+  since = ps::FeedbackRow{};
+  since.pk = key.first;
+  since.version = key.second;
+  since.host = host_;
+  return true;
+}
+
+void FeedbackLoop::drop_fleet(const RowKey& key) {
+  std::lock_guard lk(pending_mu_);
+  flushed_since_snapshot_.erase(key);
+}
+
 Status FeedbackLoop::flush() {
   std::lock_guard flush_lk(flush_mu_);
   {
     std::lock_guard lk(pending_mu_);
     std::swap(inflight_, pending_);
+    if (inflight_.rows.empty()) return ok();
+    flushing_ = true;
   }
-  if (inflight_.rows.empty()) return ok();
   Status st = store_.append_feedback(inflight_.rows, {});
   std::lock_guard lk(pending_mu_);
+  flushing_ = false;
+  ++flushes_done_;
   if (!st) {
     inflight_.append(std::move(pending_));
     std::swap(pending_, inflight_);
     inflight_.clear();
     return std::move(st).error().context("flush feedback");
   }
+  // In the store now: fleet snapshots read before this flush lack these rows.
+  for (const auto& [key, sum] : inflight_.sums)
+    if (auto it = flushed_since_snapshot_.find(key); it != flushed_since_snapshot_.end())
+      add_row(it->second, sum);
   inflight_.clear();
   return ok();
 }

@@ -1,7 +1,10 @@
 #include "conn.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <poll.h>
 
 namespace fdo::profile_store::pg {
 
@@ -34,8 +37,91 @@ Conn& Conn::operator=(Conn&& o) noexcept {
   return *this;
 }
 
+namespace {
+
+std::string trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
+    s.pop_back();
+  return s;
+}
+
+// Waits until libpq's socket is ready for what PQconnectPoll asked, or the
+// deadline passes (false).
+bool wait_socket(PGconn* c, PostgresPollingStatusType want,
+                 std::chrono::steady_clock::time_point deadline) {
+  pollfd pfd{};
+  pfd.fd = PQsocket(c);
+  pfd.events = want == PGRES_POLLING_READING ? POLLIN : POLLOUT;
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    int n = ::poll(&pfd, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 1000)));
+    if (n > 0) return true;
+    if (n < 0 && errno != EINTR) return true; // PQconnectPoll reports the socket's error
+  }
+}
+
+} // namespace
+
+ConnectFailure classify_connect_failure(std::string_view message, bool needs_password) {
+  ConnectFailure f;
+  // At verbose error verbosity a server's refusal reads
+  // "...failed: FATAL:  28P01: password authentication failed for user ...",
+  // followed by a LOCATION line: take the SQLSTATE, drop the location.
+  std::string text(message);
+  if (auto loc = text.find("\nLOCATION:"); loc != std::string::npos) text.resize(loc);
+  text = trimmed(std::move(text));
+  for (std::size_t at = text.find(":  "); at != std::string::npos; at = text.find(":  ", at + 1)) {
+    std::size_t code = at + 3;
+    if (code + 7 > text.size() || text.compare(code + 5, 2, ": ") != 0) continue;
+    bool sqlstate = true;
+    for (std::size_t i = code; i < code + 5; ++i)
+      sqlstate =
+          sqlstate && ((text[i] >= '0' && text[i] <= '9') || (text[i] >= 'A' && text[i] <= 'Z'));
+    if (!sqlstate) continue;
+    f.sqlstate = text.substr(code, 5);
+    text.erase(code, 7);
+    break;
+  }
+  f.message = text;
+  const std::string& s = f.sqlstate;
+  if (s.starts_with("28") || s == "42501") {
+    // invalid_authorization_specification (no such role, no pg_hba.conf
+    // entry, role may not log in), invalid_password, insufficient_privilege
+    // (no CONNECT on the database).
+    f.code = Errc::permission_denied;
+    f.problem = "the server refused the credentials (check the user and password in the URI, the "
+                "role and pg_hba.conf)";
+  } else if (s == "3D000") {
+    f.code = Errc::not_found;
+    f.problem = "the database does not exist (create it, or fix the database name in the URI)";
+  } else if (s.starts_with("22") || s.starts_with("42") || s == "0A000") {
+    // A bad option or parameter in the URI (options=-c ...).
+    f.code = Errc::invalid_argument;
+    f.problem = "the server refused a connection option in the URI";
+  } else if (s.empty() && needs_password) {
+    f.code = Errc::permission_denied;
+    f.problem = "the server asks for a password and the URI has none";
+  }
+  // Anything else (refused, no socket, timeout, starting up, shutting down,
+  // too many connections) may pass: Errc::unavailable.
+  return f;
+}
+
 Expected<Conn> Conn::connect(const std::string& uri, const std::string& endpoint,
                              const Options& options, const char* application_name) {
+  // A URI libpq cannot parse is a configuration error, not an outage.
+  // libpq's reason quotes the offending part, which may be the password:
+  // left out.
+  char* parse_error = nullptr;
+  PQconninfoOption* parsed = PQconninfoParse(uri.c_str(), &parse_error);
+  PQfreemem(parse_error);
+  if (parsed == nullptr)
+    return make_error(Errc::invalid_argument, "profile store " + endpoint +
+                                                  ": not a valid connection URI (libpq cannot "
+                                                  "parse it; see the libpq connection URI format)");
+  PQconninfoFree(parsed);
   // libpq counts connect_timeout in whole seconds (and 1 means 2 on some
   // versions); round up so a short timeout never becomes "wait forever" (0).
   long long secs = (options.connect_timeout.count() + 999) / 1000;
@@ -44,17 +130,32 @@ Expected<Conn> Conn::connect(const std::string& uri, const std::string& endpoint
   // The URI first: later keywords override what it says about the same thing.
   const char* keys[] = {"dbname", "connect_timeout", "application_name", nullptr};
   const char* values[] = {uri.c_str(), timeout.c_str(), application_name, nullptr};
-  PGconn* c = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
+  // Connect without blocking so the error verbosity can be raised first:
+  // then a server's refusal carries its SQLSTATE (blocking PQconnectdbParams
+  // gives only the localised text).
+  PGconn* c = PQconnectStartParams(keys, values, /*expand_dbname=*/1);
   if (c == nullptr)
     return make_error(Errc::resource_exhausted,
                       "profile store " + endpoint + ": out of memory opening a connection");
   Conn conn(c, endpoint);
-  if (PQstatus(c) != CONNECTION_OK) {
-    std::string why = PQerrorMessage(c);
-    while (!why.empty() && (why.back() == '\n' || why.back() == ' '))
-      why.pop_back();
-    return make_error(Errc::unavailable, "profile store " + endpoint + " unreachable: " + why);
+  PQsetErrorVerbosity(c, PQERRORS_VERBOSE);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(secs);
+  PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+  while (PQstatus(c) != CONNECTION_BAD && st != PGRES_POLLING_OK && st != PGRES_POLLING_FAILED) {
+    if (!wait_socket(c, st, deadline))
+      return make_error(Errc::unavailable, "profile store " + endpoint +
+                                               " unreachable: no answer within " + timeout + " s");
+    st = PQconnectPoll(c);
   }
+  if (PQstatus(c) != CONNECTION_OK) {
+    ConnectFailure f = classify_connect_failure(PQerrorMessage(c), PQconnectionNeedsPassword(c));
+    if (f.code == Errc::unavailable)
+      return make_error(Errc::unavailable,
+                        "profile store " + endpoint + " unreachable: " + f.message);
+    return make_error(f.code, "profile store " + endpoint + ": " + f.problem + ": " + f.message +
+                                  (f.sqlstate.empty() ? "" : " (SQLSTATE " + f.sqlstate + ")"));
+  }
+  PQsetErrorVerbosity(c, PQERRORS_DEFAULT);
   // Quiet NOTICEs (CREATE ... IF NOT EXISTS) instead of libpq printing them.
   PQsetNoticeProcessor(
       c, [](void*, const char*) {}, nullptr);

@@ -2,6 +2,10 @@
 // with text parameters, a transaction that rolls back unless committed, and
 // the mapping of PostgreSQL failures onto fdo's error codes:
 //   connection refused / lost, server shutting down -> Errc::unavailable
+//   at connect: credentials refused (SQLSTATE class 28, 42501, or a password
+//   the server asks for and the URI lacks)          -> Errc::permission_denied
+//   at connect: no such database (3D000)            -> Errc::not_found
+//   at connect: a bad URI or connection option      -> Errc::invalid_argument
 //   statement_timeout                               -> Errc::timeout
 //   serialization failure, deadlock, unique key     -> Errc::conflict
 //   bad data (class 22, e.g. invalid UTF-8)         -> Errc::invalid_argument
@@ -43,6 +47,20 @@ inline Param p_or_null(std::string_view s) {
 inline Param p_or_null(const std::optional<std::int64_t>& v) {
   return v ? Param(std::to_string(*v)) : Param();
 }
+
+// Why a connection attempt failed, from libpq's message at verbose error
+// verbosity (which carries the server's SQLSTATE) and
+// PQconnectionNeedsPassword. code is Errc::unavailable where waiting may
+// help (no server, refused, timed out, starting up, too many clients), else
+// a configuration error that retrying never fixes, with `problem` saying
+// what to fix. message: libpq's text without the SQLSTATE and location.
+struct ConnectFailure {
+  Errc code = Errc::unavailable;
+  std::string sqlstate; // "" when the server did not answer with one
+  std::string problem;
+  std::string message;
+};
+ConnectFailure classify_connect_failure(std::string_view message, bool needs_password);
 
 class Result {
 public:

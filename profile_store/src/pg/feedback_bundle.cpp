@@ -168,10 +168,8 @@ Expected<std::optional<FeedbackTotals>> PgBackend::feedback(std::string_view pk,
   FDO_TRY(pg::Result counters, c.exec("SELECT name, value FROM feedback_counters WHERE pk = $1 "
                                       "AND version = $2",
                                       {p(pk), p(version)}));
-  for (int i = 0; i < counters.rows(); ++i) {
-    std::uint64_t& sum = t.counters[counters.text(i, 0)];
-    sum = sat_add(sum, as_u64(counters.i64(i, 1)));
-  }
+  for (int i = 0; i < counters.rows(); ++i)
+    detail::add_counter(t, counters.text(i, 0), as_u64(counters.i64(i, 1)));
   FDO_TRY(pg::Result fns, c.exec("SELECT function, counts FROM feedback_function_counts WHERE "
                                  "pk = $1 AND version = $2",
                                  {p(pk), p(version)}));
@@ -240,13 +238,45 @@ Expected<json> PgBackend::export_all(ExportHistory history) const {
   return bundle;
 }
 
+namespace {
+
+// Import on a leased connection, inside the import's transaction; every
+// key it reads is locked until the commit.
+class PgImportTarget final : public detail::ImportTarget {
+public:
+  PgImportTarget(PgBackend::Impl& impl, pg::Conn& c) : impl_(impl), c_(c) {}
+  Expected<std::optional<detail::ProfileState>> state(const std::string& pk) override {
+    return impl_.state(c_, pk, /*for_update=*/true);
+  }
+  Expected<std::optional<std::string>> current_digest(const std::string& pk) override {
+    FDO_TRY(auto cur, impl_.current(c_, pk));
+    if (!cur) return std::optional<std::string>();
+    return std::optional<std::string>(std::move(cur->digest));
+  }
+  Expected<bool> owns_program_with_pk(std::int64_t owner, const std::string& pk) override {
+    FDO_TRY(pg::Result r, c_.exec("SELECT 1 FROM programs WHERE pk = $1 AND owner = $2 LIMIT 1",
+                                  {p(pk), p(owner)}));
+    return r.rows() > 0;
+  }
+  Expected<std::int64_t> write(const WriteRequest& req, std::int64_t now) override {
+    return impl_.write_profile(c_, req, now);
+  }
+  Status set_pinned(const std::string& pk) override {
+    FDO_TRY_STATUS(c_.exec("UPDATE profiles SET pinned = true WHERE pk = $1", {p(pk)}));
+    return pg::notify(c_, pk);
+  }
+
+private:
+  PgBackend::Impl& impl_;
+  pg::Conn& c_;
+};
+
+} // namespace
+
 Expected<std::vector<ImportedProfile>>
 PgBackend::import_bundle(const json& bundle, std::int64_t owner, ImportConflict policy,
                          ActingOwner acting_owner, ImportNewKeys new_keys) {
-  if (new_keys == ImportNewKeys::own_programs && !acting_owner)
-    return make_error(Errc::invalid_argument,
-                      "import: creating only the profile keys of an owner's programs needs the "
-                      "acting owner");
+  FDO_TRY_STATUS(detail::check_import_request(new_keys, acting_owner));
   FDO_TRY(std::vector<detail::Incoming> incoming, detail::parse_bundle(bundle));
   FDO_TRY_STATUS(impl_->writable());
   FDO_TRY(auto lease, impl_->pool.acquire());
@@ -254,46 +284,9 @@ PgBackend::import_bundle(const json& bundle, std::int64_t owner, ImportConflict 
   std::vector<ImportedProfile> out;
   {
     FDO_TRY(pg::Tx tx, pg::Tx::begin(c));
-    if (acting_owner) {
-      // Every key first, locked, as on SQLite (docs/profile_store.md, "Tenants").
-      for (const detail::Incoming& in : incoming) {
-        FDO_TRY(auto state, impl_->state(c, in.pk, true));
-        bool allowed = state ? state->owner == *acting_owner : true;
-        if (!state && new_keys == ImportNewKeys::own_programs) {
-          FDO_TRY(pg::Result r,
-                  c.exec("SELECT 1 FROM programs WHERE pk = $1 AND owner = $2 LIMIT 1",
-                         {p(in.pk), p(*acting_owner)}));
-          allowed = r.rows() > 0;
-        }
-        if (!allowed) return detail::no_profile(in.pk).context("import (nothing imported)");
-      }
-    }
-    const std::int64_t now = now_ms();
-    for (const detail::Incoming& in : incoming) {
-      ImportedProfile r;
-      r.pk = in.pk;
-      FDO_TRY(auto state, impl_->state(c, in.pk, true));
-      std::int64_t local = state ? state->current : 0;
-      r.version = local;
-      r.digest = std::string(no_profile_digest());
-      if (local != 0) {
-        FDO_TRY(auto cur, impl_->current(c, in.pk));
-        if (cur) r.digest = cur->digest;
-      }
-      FDO_TRY(bool write, detail::decide_import(in, policy, r));
-      if (write) {
-        auto v =
-            impl_->write_profile(c, detail::import_request(in, owner, acting_owner, local), now);
-        if (!v) return std::move(v).error().context("import (nothing imported)");
-        r.version = *v;
-        r.digest = in.digest;
-      }
-      if (in.pinned && (write || r.action == ImportAction::unchanged)) {
-        FDO_TRY_STATUS(c.exec("UPDATE profiles SET pinned = true WHERE pk = $1", {p(in.pk)}));
-        FDO_TRY_STATUS(pg::notify(c, in.pk));
-      }
-      out.push_back(std::move(r));
-    }
+    PgImportTarget target(*impl_, c);
+    FDO_TRY(out,
+            detail::import_into(target, incoming, owner, policy, acting_owner, new_keys, now_ms()));
     FDO_TRY_STATUS(tx.commit());
   }
   for (const ImportedProfile& r : out)

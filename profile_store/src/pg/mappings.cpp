@@ -1,5 +1,4 @@
 // The IK -> PK and CK -> VK mappings and the program registry on PostgreSQL.
-#include "fdo/util/log.h"
 #include "internal.h"
 
 namespace fdo::profile_store {
@@ -64,18 +63,8 @@ Expected<MappingResult> PgBackend::put_profile_key(std::string_view ik, std::str
                             "updated_at = excluded.updated_at WHERE profile_keys.pk <> "
                             "excluded.pk RETURNING 1) SELECT (SELECT pk FROM old)",
                             {p(ik), p(pk), p(now_ms())}));
-  MappingResult result;
-  if (r.null(0, 0)) return result; // inserted
-  std::string previous = r.text(0, 0);
-  if (previous == pk) {
-    result.change = MappingChange::unchanged;
-    return result;
-  }
-  result.change = MappingChange::replaced;
-  result.previous = previous;
-  log::info("profile key mapping " + std::string(ik) + " re-mapped from " + previous + " to " +
-            std::string(pk));
-  return result;
+  return detail::profile_key_put(
+      ik, pk, r.null(0, 0) ? std::optional<std::string>() : std::optional(r.text(0, 0)));
 }
 
 Expected<bool> PgBackend::remove_profile_key(std::string_view ik) {
@@ -107,23 +96,14 @@ Expected<MappingResult> PgBackend::put_virtual_key(std::string_view ck, std::str
     existing_vk = old.text(0, 0);
     existing_ik = old.text(0, 1);
   }
-  MappingResult result;
-  if (existing_vk && *existing_vk == vk && (ik.empty() || existing_ik == ik)) {
-    result.change = MappingChange::unchanged;
-    return result;
-  }
+  if (detail::virtual_key_put_is_noop(existing_vk, existing_ik, vk, ik))
+    return detail::virtual_key_put(std::move(existing_vk), vk);
   FDO_TRY_STATUS(c.exec("INSERT INTO virtual_keys (ck, vk, updated_at, ik) VALUES ($1, $2, $3, "
                         "$4) ON CONFLICT (ck) DO UPDATE SET vk = excluded.vk, updated_at = "
                         "excluded.updated_at, ik = COALESCE(excluded.ik, virtual_keys.ik)",
                         {p(ck), p(vk), p(now_ms()), p_or_null(ik)}));
   FDO_TRY_STATUS(tx.commit());
-  if (existing_vk && *existing_vk == vk) {
-    result.change = MappingChange::unchanged;
-  } else if (existing_vk) {
-    result.change = MappingChange::replaced;
-    result.previous = std::move(existing_vk);
-  }
-  return result;
+  return detail::virtual_key_put(std::move(existing_vk), vk);
 }
 
 Expected<bool> PgBackend::remove_virtual_key(std::string_view ck) {

@@ -42,6 +42,7 @@ Expected<std::unique_ptr<Backend>> PgBackend::open(const std::string& uri, const
                  "; opened anyway: calls fail as unavailable until it answers, and the "
                  "schema is checked on the first connection that works");
   }
+  impl->pool.mark_in_use();
   Impl* raw = impl.get();
   impl->listener = std::make_unique<pg::Listener>(
       [raw] { return raw->pool.connect_one("fdo-listener"); }, impl->cache);

@@ -33,9 +33,16 @@ Expected<Pool::Lease> Pool::lease_one() {
   }
   Expected<Conn> c = Conn::connect(uri_, endpoint_, options_);
   if (!c) {
-    std::lock_guard lock(mu_);
-    --open_;
-    returned_.notify_one();
+    {
+      std::lock_guard lock(mu_);
+      --open_;
+      returned_.notify_one();
+    }
+    const Errc code = c.error().code();
+    if (in_use_.load(std::memory_order_acquire) &&
+        (code == Errc::permission_denied || code == Errc::not_found))
+      return make_error(Errc::unavailable,
+                        c.error().message() + "; the store stays unavailable until this is fixed");
     return std::move(c).error();
   }
   return Lease(this, std::make_unique<Conn>(std::move(*c)));

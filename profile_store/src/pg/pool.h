@@ -7,7 +7,7 @@
 // `prepare` (the schema check and migrations) runs on the first connection
 // that works, before any lease is handed out, and again on later ones until it
 // has succeeded once: a store opened while its server is down migrates when it
-// first answers.
+// first answers. mark_in_use() turns connection refusals into outages.
 #pragma once
 
 #include "conn.h"
@@ -47,6 +47,13 @@ public:
   };
 
   Expected<Lease> acquire();
+  // From now on the store is in use: a connection the server refuses for a
+  // configuration reason (credentials, database: conn.h) fails as
+  // Errc::unavailable, with the same message. Open reports those errors as
+  // what they are; a store in use (opened while the server was down, or a
+  // password changed since) must not make its callers treat the writes they
+  // spool as refused and drop them, and retrying works once fixed.
+  void mark_in_use() { in_use_.store(true, std::memory_order_release); }
   // A new connection outside the pool (the listener's).
   Expected<Conn> connect_one(const char* application_name) const {
     return Conn::connect(uri_, endpoint_, options_, application_name);
@@ -64,6 +71,7 @@ private:
   const Prepare prepare_;
   std::mutex prepare_mu_; // held across prepare_ only, until it succeeded once
   std::atomic<bool> prepared_{false};
+  std::atomic<bool> in_use_{false};
   std::mutex mu_;
   std::condition_variable returned_;
   std::vector<std::unique_ptr<Conn>> idle_;

@@ -2,7 +2,9 @@
 #include "fdo/daemon/feedback_loop.h"
 
 #include <catch2/catch.hpp>
+#include <functional>
 #include <future>
+#include <utility>
 
 using namespace fdo;
 using namespace fdo::daemon;
@@ -449,4 +451,106 @@ TEST_CASE("feedback loop: rows not yet flushed count per key and through a faile
         std::vector<std::uint64_t>{40, 360});
   CHECK_THAT(store.keys[kPk].versions.back().reason,
              Catch::Contains("host-b (1 stage), host-c (2 stages)"));
+}
+
+namespace {
+
+// The fake store with a hook that runs right after a batch of rows is
+// committed, before the loop's flush call returns: where a stage of another
+// thread can run while the loop still holds the rows as in flight.
+class CommitHookStore final : public FeedbackStore {
+public:
+  FakeFeedbackStore inner;
+  std::function<void()> after_commit;
+
+  Expected<std::optional<ps::StoredProfile>> current(std::string_view pk) override {
+    return inner.current(pk);
+  }
+  Expected<std::optional<ps::StoredProfile>> version(std::string_view pk, std::int64_t v) override {
+    return inner.version(pk, v);
+  }
+  Expected<std::optional<ps::FeedbackTotals>> feedback(std::string_view pk,
+                                                       std::int64_t v) override {
+    return inner.feedback(pk, v);
+  }
+  Expected<std::int64_t> write(std::string_view pk, std::int64_t expected, const ProfileDoc& doc,
+                               const ps::WriteInfo& info) override {
+    return inner.write(pk, expected, doc, info);
+  }
+  Status append_feedback(std::span<const ps::FeedbackRow> rows,
+                         std::string_view batch_id) override {
+    FDO_TRY_STATUS(inner.append_feedback(rows, batch_id));
+    if (auto hook = std::exchange(after_commit, nullptr)) hook();
+    return ok();
+  }
+};
+
+PolicyConfig policy_of(int min_stages) {
+  PolicyConfig p = policy();
+  p.min_stages = min_stages;
+  return p;
+}
+
+void seed_v1(FakeFeedbackStore& store) {
+  store.keys[kPk].versions.push_back(ps::StoredProfile{});
+  store.keys[kPk].versions.back().version = 1;
+}
+
+ps::FeedbackRow row_of(const std::string& host, std::uint64_t stages) {
+  ps::FeedbackRow r;
+  r.pk = kPk;
+  r.version = 1;
+  r.stages = stages;
+  r.exec_ns = 500 * stages;
+  r.host = host;
+  r.function_counts["loop"] = {10 * stages, 90 * stages};
+  return r;
+}
+
+} // namespace
+
+TEST_CASE("feedback loop: a flush after the fleet totals were read still counts its rows once",
+          "[service][feedback][fleet]") {
+  CommitHookStore store;
+  seed_v1(store.inner);
+  REQUIRE(store.inner.append_feedback(std::vector<ps::FeedbackRow>{row_of("host-b", 2)}, "b"));
+  FeedbackLoop a(store, "host-a");
+  // Stage 1 reads the fleet's totals (host-b's 2 stages); its own row is pending.
+  auto o1 = a.fold(stage(kPk, 1, 10, 90, 1), policy_of(4));
+  CHECK_THAT(o1.policy, Catch::Contains("(3 of 4)"));
+  // The row reaches the store; stage 2 comes well inside the fleet refresh
+  // interval, so it decides on the snapshot read before the flush: the
+  // flushed row is in neither the snapshot nor the pending rows, yet counts.
+  REQUIRE(a.flush());
+  auto o2 = a.fold(stage(kPk, 1, 10, 90, 2), policy_of(4));
+  REQUIRE(o2.rewritten);
+  CHECK(o2.rewritten->to == 2);
+  const ps::StoredProfile& v2 = store.inner.keys[kPk].versions.back();
+  CHECK(v2.doc.functions.at("loop").counts == std::vector<std::uint64_t>{40, 360});
+  CHECK_THAT(v2.reason,
+             Catch::Contains("evidence from hosts host-a (2 stages), host-b (2 stages)"));
+}
+
+TEST_CASE("feedback loop: totals read while a flush is committing count its rows once",
+          "[service][feedback][fleet]") {
+  CommitHookStore store;
+  seed_v1(store.inner);
+  FeedbackLoop a(store, "host-a");
+  a.fold(stage(kPk, 1, 10, 90, 1), policy_of(3));
+  a.forget(kPk); // the next stage of the key starts from the store's totals
+  // The flush of stage 1's row commits; before the loop learns so, stage 2
+  // (another thread in fdod) reads the version's totals, which now hold the
+  // row the loop still has in flight.
+  std::optional<FeedbackOutcome> during;
+  store.after_commit = [&] { during = a.fold(stage(kPk, 1, 10, 90, 2), policy_of(3)); };
+  REQUIRE(a.flush());
+  REQUIRE(during);
+  CHECK_FALSE(during->rewritten);
+  CHECK_THAT(during->policy, Catch::Contains("(2 of 3)"));
+  // Stage 3 makes three, each counted once: host-a (3 stages), not 4.
+  auto o3 = a.fold(stage(kPk, 1, 10, 90, 3), policy_of(3));
+  REQUIRE(o3.rewritten);
+  const ps::StoredProfile& v2 = store.inner.keys[kPk].versions.back();
+  CHECK(v2.doc.functions.at("loop").counts == std::vector<std::uint64_t>{30, 270});
+  CHECK_THAT(v2.reason, Catch::Contains("evidence from host host-a (3 stages)"));
 }

@@ -63,7 +63,10 @@ enum class Synchronous { full, normal };
 // succeeds; each call answers Errc::unavailable until the server answers, and
 // the first connection that works runs the schema check and migrations before
 // any call uses it (fdod, which serves through an outage: docs/fleet.md). A
-// server that answers but refuses (newer schema, bad options) still fails open.
+// server that answers but refuses (newer schema, bad options, credentials:
+// permission_denied, no such database: not_found) still fails open; once open,
+// a store reports such refusals as unavailable naming the cause
+// (docs/profile_store.md, "Configuration errors are not outages").
 enum class WhenUnreachable { refuse, defer };
 
 struct Options {

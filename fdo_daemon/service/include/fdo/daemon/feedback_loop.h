@@ -105,6 +105,7 @@ public:
   std::size_t pending_rows() const;
 
 private:
+  using RowKey = std::pair<std::string, std::int64_t>; // (pk, version)
   struct KeyState {
     std::mutex mu;
     std::int64_t version = -1; // the profile version `acc` belongs to
@@ -121,7 +122,9 @@ private:
     std::map<std::string, std::uint64_t> icache;
     std::deque<std::chrono::system_clock::time_point> rewrites;
     // The fleet's totals for `version` (every host's flushed rows) when last
-    // read from the store, at most every kFleetRefresh (fleet_view).
+    // read from the store, at most every kFleetRefresh (fleet_view). Only a
+    // read that no flush of this loop overlapped is kept (adopt_fleet), so
+    // which of this loop's rows it holds is known exactly.
     std::optional<profile_store::FeedbackTotals> fleet;
     std::chrono::steady_clock::time_point fleet_read{};
   };
@@ -129,6 +132,17 @@ private:
   std::shared_ptr<KeyState> state_of(const std::string& pk);
   void queue_row(const StageReport& stage);
   void load_totals(KeyState& st, const StageReport& stage);
+  // Before a store read of fleet totals: the number of flushes done, or
+  // nullopt while one is in flight (a read now may or may not see its rows).
+  std::optional<std::uint64_t> quiet_flush_epoch() const;
+  // After the read: keeps `totals` as st.fleet of (pk, version) if no flush
+  // started or ended since `epoch` was taken (else false, st.fleet unchanged),
+  // and from then on tracks this loop's rows of the key flushed after it.
+  bool adopt_fleet(KeyState& st, const RowKey& key,
+                   const std::optional<profile_store::FeedbackTotals>& totals,
+                   std::optional<std::uint64_t> epoch);
+  // Drops the flushed-rows tracking of `key` (its snapshot is gone).
+  void drop_fleet(const RowKey& key);
   // What the policy decides on: the fleet's totals for the stage's version
   // plus this host's rows not yet in the store, when that is at least what
   // this host saw itself (else, e.g. while the store is down, its own view).
@@ -150,7 +164,6 @@ private:
   // fleet_view reads a key's sum instead of scanning every row, which at
   // thousands of stages a second between flushes cost each stage more than
   // the rest of its fold.
-  using RowKey = std::pair<std::string, std::int64_t>;
   struct Batch {
     std::vector<profile_store::FeedbackRow> rows;
     std::map<RowKey, profile_store::FeedbackRow> sums;
@@ -169,6 +182,14 @@ private:
   // pending_mu_ by the one flush at a time that flush_mu_ admits).
   Batch inflight_;
   std::mutex flush_mu_;
+  // Under pending_mu_: flushes ended (succeeded or failed), whether one is in
+  // flight, and for each (pk, version) with an adopted fleet snapshot the sum
+  // of this loop's rows flushed after that snapshot was read. A key's fleet
+  // view is its snapshot + those rows + inflight_ + pending_: each of this
+  // host's stages exactly once, whenever flushes land.
+  std::uint64_t flushes_done_ = 0;
+  bool flushing_ = false;
+  std::map<RowKey, profile_store::FeedbackRow> flushed_since_snapshot_;
 
   std::atomic<std::uint64_t> rewrites_{0};
 };
