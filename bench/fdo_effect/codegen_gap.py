@@ -16,10 +16,18 @@ For every selected kernel of bench/fdo_effect (built by its CMakeLists.txt):
    `--clock thread-cpu` (CPU time of the calling thread: on a loaded host the
    time other processes take is left out) and `--clock monotonic` (wall time,
    what run_fdo_effect.py reports). Printed: medians (±half the IQR) and
-   `fdo -O2 / clang -O2` for both clocks.
+   `fdo -O2 / clang -O2` for both clocks, of the medians and of the minima
+   (the fastest call: what is left when nothing else ran on the core).
+3. With `--pgo`, the same for the profile: fdo's optimized build made from
+   clang's own training profile (`fdo_effect_jit --profdata`, seeded as
+   `fdoctl profile import` seeds) against `pgo/<k>` (clang -fprofile-use of
+   that profile), code and CPU time. Same profile, so any difference is the
+   pipeline; what fdod's own profile changes is run_fdo_effect.py's business.
 
     python3 bench/fdo_effect/codegen_gap.py --build-dir build [--kernels knn,ifchain]
-            [--rounds 7] [--runs 5] [--warmup 1] [--json FILE]
+            [--rounds 7] [--runs 5] [--warmup 1] [--pgo] [--code-only] [--json FILE]
+
+(`--code-only`: the machine-code comparison alone, no timing.)
 
 Exit status: 0 when everything was measured (whatever the verdicts), 1 when a
 run failed or the checksums disagree, 2 when nothing could be measured.
@@ -118,7 +126,7 @@ def run_with_clock(cmd: Sequence[str], clock: str, runs: int, warmup: int) -> di
         raise BenchError(f"{full[0]} printed unexpected output ({e}): {proc.stdout[:200]!r}")
 
 
-def variants(manifest: dict, runs: int, warmup: int) -> List[Variant]:
+def variants(manifest: dict, runs: int, warmup: int, pgo: bool) -> List[Variant]:
     jit = manifest["jit_driver"]
     out = []
     for clock, tag in CLOCKS:
@@ -127,10 +135,19 @@ def variants(manifest: dict, runs: int, warmup: int) -> List[Variant]:
         out.append(Variant(f"fdo_{tag}", f"fdo -O2 {tag}",
                            lambda k, c=clock: run_with_clock([jit, "--ir", k["ir"]], c, runs,
                                                              warmup)))
+    if pgo:
+        out.append(Variant("pgo_cpu", "clang PGO cpu",
+                           lambda k: run_with_clock([k["pgo"]], "thread-cpu", runs, warmup)))
+        out.append(Variant("fdopgo_cpu", "fdo on clang's profile cpu",
+                           lambda k: run_with_clock([jit, "--ir", k["ir"], "--profdata",
+                                                     k["profdata"]], "thread-cpu", runs, warmup)))
     return out
 
 
-def code_verdicts(manifest: dict, kernels: Sequence[dict]) -> Dict[str, List[dict]]:
+def code_verdicts(manifest: dict, kernels: Sequence[dict],
+                  pgo: bool = False) -> Dict[str, List[dict]]:
+    """fdo's plain build against o2/<k>; with `pgo`, fdo's build on clang's
+    profile against pgo/<k>."""
     if not shutil.which("objdump"):
         raise BenchError("objdump (binutils) is not installed")
     out: Dict[str, List[dict]] = {}
@@ -139,11 +156,13 @@ def code_verdicts(manifest: dict, kernels: Sequence[dict]) -> Dict[str, List[dic
             obj = os.path.join(tmp, k["name"] + ".o")
             cmd = [manifest["jit_driver"], "--ir", k["ir"], "--runs", "1", "--warmup", "0",
                    "--emit-object", obj]
+            if pgo:
+                cmd += ["--profdata", k["profdata"]]
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
             if proc.returncode != 0:
                 raise BenchError(f"{' '.join(cmd)} exited with {proc.returncode}: "
                                  f"{proc.stderr.strip()}")
-            out[k["name"]] = compare_code(disassemble(obj), disassemble(k["o2"]))
+            out[k["name"]] = compare_code(disassemble(obj), disassemble(k["pgo" if pgo else "o2"]))
     return out
 
 
@@ -168,6 +187,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--pgo", action="store_true",
+                    help="also fdo's build on clang's training profile against clang PGO")
+    ap.add_argument("--code-only", action="store_true", help="compare the code, time nothing")
     ap.add_argument("--json", help="write code verdicts and every sample here")
     args = ap.parse_args(argv)
     try:
@@ -175,12 +197,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if "jit_driver" not in manifest:
             raise BenchError("the manifest names no jit_driver: reconfigure the build directory")
         kernels = rn.select_kernels(manifest, args.kernels.split(",") if args.kernels else None)
+        if args.pgo and not manifest["pgo_available"]:
+            raise BenchError("--pgo: this build has no clang PGO binaries "
+                             f"({manifest.get('pgo_unavailable_reason', '')})")
         load_before = os.getloadavg()
         code = code_verdicts(manifest, kernels)
         print("Machine code of fdo's plain build against clang -O2 -march=native "
               "(addresses, relocations and padding aside):")
         print(format_code(code))
-        vs = variants(manifest, args.runs, args.warmup)
+        code_pgo = {}
+        if args.pgo:
+            code_pgo = code_verdicts(manifest, kernels, pgo=True)
+            print("\nMachine code of fdo's optimized build on clang's training profile against "
+                  "clang PGO:")
+            print(format_code(code_pgo))
+        if args.code_only:
+            if args.json:
+                with open(args.json, "w", encoding="utf-8") as f:
+                    json.dump({"code": code, "code_pgo": code_pgo}, f, indent=1)
+            return 0
+        vs = variants(manifest, args.runs, args.warmup, args.pgo)
         results = rn.measure_interleaved(
             kernels, vs, args.rounds, progress=lambda m: print(m, file=sys.stderr, flush=True))
         load_after = os.getloadavg()
@@ -189,18 +225,33 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     columns = rn.columns_of(vs)
     pairs = [(f"fdo_{tag}", f"o2_{tag}") for _, tag in CLOCKS]
+    if args.pgo:
+        pairs.append(("fdopgo_cpu", "pgo_cpu"))
     summary = rn.summarize(results, [], baseline="o2_cpu", pair_ratios=pairs)
+    # The same ratios of the fastest calls, as "<pair> min".
+    for kname, res in results.items():
+        for num, den in pairs:
+            a, b = res[num].get("min_ns"), res[den].get("min_ns")
+            summary["ratios"][kname][f"{num}/{den} min"] = (a / b) if a and b else None
+    for num, den in pairs:
+        summary["geomean"][f"{num}/{den} min"] = rn.geomean(
+            [summary["ratios"][k][f"{num}/{den} min"] for k in results])
     print(f"\nInterleaved, {args.rounds} rounds x {args.runs} calls, load "
           f"{load_before[0]:.1f} -> {load_after[0]:.1f}; cpu = CLOCK_THREAD_CPUTIME_ID, "
           f"wall = CLOCK_MONOTONIC:")
     print(rn.format_ms_table(results, columns))
     print()
-    print(rn.format_ratio_table(results, summary, dict(columns),
-                                pairs=[("fdo_cpu/o2_cpu", "fdo -O2 / clang -O2 (cpu)"),
-                                       ("fdo_wall/o2_wall", "fdo -O2 / clang -O2 (wall)")]))
+    shown = [("fdo_cpu/o2_cpu", "fdo -O2 / clang -O2 cpu"),
+             ("fdo_cpu/o2_cpu min", "(min)"),
+             ("fdo_wall/o2_wall", "fdo -O2 / clang -O2 wall"),
+             ("fdo_wall/o2_wall min", "(min)")]
+    if args.pgo:
+        shown += [("fdopgo_cpu/pgo_cpu", "fdo on clang's profile / clang PGO cpu"),
+                  ("fdopgo_cpu/pgo_cpu min", "(min)")]
+    print(rn.format_ratio_table(results, summary, dict(columns), pairs=shown))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"code": code, "results": results, "summary": summary,
+            json.dump({"code": code, "code_pgo": code_pgo, "results": results, "summary": summary,
                        "load": [load_before[0], load_after[0]], "rounds": args.rounds,
                        "runs": args.runs, "warmup": args.warmup}, f, indent=1)
     failed = any(res["_errors"] for res in results.values())
