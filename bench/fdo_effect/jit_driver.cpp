@@ -7,6 +7,22 @@
 //
 // Usage: fdo_effect_jit --ir FILE [--mode plain|instrumented] [--entry NAME]
 //                       [--runs N] [--warmup W] [--serve]
+//                       [--emit-ir FILE] [--emit-object FILE]
+//                       [--block-locations on|off] [--layout]
+//                       [--clock monotonic|thread-cpu] [--profdata FILE]
+// --emit-ir / --emit-object write the optimised IR / the relocatable object
+// fdo produced (to compare with clang's: `objdump -d`), --block-locations off
+// compiles without the synthetic block locations fdod adds (docs/perf.md),
+// --layout prints where each function of the program was loaded to stderr
+// (address, offset in its 64-byte line, size): code placement is the one thing
+// that differs between this column and clang -O2 when the code is the same.
+// --clock thread-cpu times the calls with CLOCK_THREAD_CPUTIME_ID instead of
+// CLOCK_MONOTONIC: the CPU time of the calling thread, which leaves out the
+// time other processes of a loaded host take (driver.c has the same option;
+// codegen_gap.py uses it). --profdata FILE compiles in optimized mode with
+// the profile an offline clang PGO build of the same source made (seeded as
+// `fdoctl profile import` seeds it): fdo's profile-use pipeline on clang's
+// profile, to compare with clang's PGO build.
 // Compiles once, then either times one batch (warm-up calls untimed, then N
 // calls each timed with CLOCK_MONOTONIC around the call only) and prints
 //   {"checksum": C, "warmup": W, "runs": N, "ns": [...], "compile_ms": X}
@@ -18,6 +34,7 @@
 // values on two calls (not deterministic), 1 compile/load failure.
 #include "fdo/jit/compiler.h"
 #include "fdo/jit/loader.h"
+#include "fdo/jit/profdata.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -42,9 +59,9 @@ constexpr long kMaxCount = 100000;
   std::exit(status);
 }
 
-std::int64_t now_ns() {
+std::int64_t now_ns(clockid_t clock) {
   timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(clock, &ts);
   return static_cast<std::int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
 }
 
@@ -63,6 +80,12 @@ struct Options {
   long runs = 5;
   long warmup = 1;
   bool serve = false;
+  std::string emit_ir;
+  std::string emit_object;
+  jit::BlockLocations block_locations = jit::BlockLocations::on;
+  bool layout = false;
+  clockid_t clock = CLOCK_MONOTONIC;
+  std::string profdata;
 };
 
 Options parse_args(int argc, char** argv) {
@@ -70,7 +93,7 @@ Options parse_args(int argc, char** argv) {
   auto usage = [&](const std::string& why) {
     fail(2, why + "\nusage: " + argv[0] +
                 " --ir FILE [--mode plain|instrumented] [--entry NAME] [--runs N] [--warmup W]"
-                " [--serve]");
+                " [--serve] [--emit-ir FILE] [--emit-object FILE] [--block-locations on|off]");
   };
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -99,21 +122,48 @@ Options parse_args(int argc, char** argv) {
       (a == "--runs" ? o.runs : o.warmup) = *n;
     } else if (a == "--serve") {
       o.serve = true;
+    } else if (a == "--clock") {
+      std::string v = value();
+      if (v == "monotonic")
+        o.clock = CLOCK_MONOTONIC;
+      else if (v == "thread-cpu")
+        o.clock = CLOCK_THREAD_CPUTIME_ID;
+      else
+        usage("--clock expects monotonic or thread-cpu, got '" + v + "'");
+    } else if (a == "--profdata") {
+      o.profdata = value();
+    } else if (a == "--layout") {
+      o.layout = true;
+    } else if (a == "--emit-ir") {
+      o.emit_ir = value();
+    } else if (a == "--emit-object") {
+      o.emit_object = value();
+    } else if (a == "--block-locations") {
+      std::string v = value();
+      if (v == "on")
+        o.block_locations = jit::BlockLocations::on;
+      else if (v == "off")
+        o.block_locations = jit::BlockLocations::off;
+      else
+        usage("--block-locations expects on or off, got '" + v + "'");
     } else {
       usage("unknown argument '" + a + "'");
     }
   }
   if (o.ir_path.empty()) usage("--ir is required");
+  if (!o.profdata.empty() && o.mode != CompileMode::plain)
+    usage("--profdata compiles in optimized mode: leave --mode out");
   if (o.runs < 1) usage("--runs must be at least 1");
   return o;
 }
 
 class Kernel {
 public:
-  Kernel(const Options& o, double compile_ms, std::unique_ptr<jit::Loader> loader,
-         std::unique_ptr<jit::LoadedProgram> program, jit::ThunkFn thunk)
-      : opts_(o), compile_ms_(compile_ms), loader_(std::move(loader)), program_(std::move(program)),
-        thunk_(thunk) {}
+  Kernel(const Options& o, CompileMode mode, double compile_ms,
+         std::unique_ptr<jit::Loader> loader, std::unique_ptr<jit::LoadedProgram> program,
+         jit::ThunkFn thunk)
+      : opts_(o), mode_(mode), compile_ms_(compile_ms), loader_(std::move(loader)),
+        program_(std::move(program)), thunk_(thunk) {}
 
   // One batch: `warmup` untimed calls, then `runs` timed ones. Returns the
   // JSON line, or exits with status 3 when two calls disagree.
@@ -122,9 +172,9 @@ public:
     ns.reserve(static_cast<std::size_t>(runs));
     for (long i = 0; i < warmup + runs; ++i) {
       std::uint64_t ret = 0;
-      const std::int64_t t0 = now_ns();
+      const std::int64_t t0 = now_ns(opts_.clock);
       thunk_(nullptr, &ret);
-      const std::int64_t t1 = now_ns();
+      const std::int64_t t1 = now_ns(opts_.clock);
       if (!first_) {
         first_ = ret;
       } else if (*first_ != ret) {
@@ -135,7 +185,7 @@ public:
     }
     std::ostringstream out;
     out << "{\"checksum\": " << *first_ << ", \"warmup\": " << warmup << ", \"runs\": " << runs
-        << ", \"mode\": \"" << to_string(opts_.mode) << "\", \"compile_ms\": " << compile_ms_
+        << ", \"mode\": \"" << to_string(mode_) << "\", \"compile_ms\": " << compile_ms_
         << ", \"ns\": [";
     for (std::size_t i = 0; i < ns.size(); ++i)
       out << (i ? ", " : "") << ns[i];
@@ -145,6 +195,7 @@ public:
 
 private:
   Options opts_;
+  CompileMode mode_;
   double compile_ms_;
   std::unique_ptr<jit::Loader> loader_; // must outlive program_
   std::unique_ptr<jit::LoadedProgram> program_;
@@ -152,25 +203,60 @@ private:
   std::optional<std::uint64_t> first_;
 };
 
-Kernel build(const Options& o) {
-  std::ifstream in(o.ir_path, std::ios::binary);
-  if (!in) fail(2, "cannot read " + o.ir_path);
+// Writes `bytes` to `path` (nothing when `path` is empty); exits 1 on failure.
+void write_file(const std::string& path, const std::string& bytes) {
+  if (path.empty()) return;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) fail(1, "cannot write " + path);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(2, "cannot read " + path);
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string text = ss.str();
+  return ss.str();
+}
+
+Kernel build(const Options& o) {
+  const std::string text = read_file(o.ir_path);
 
   jit::CompileRequest req;
   req.mode = o.mode;
-  const std::int64_t t0 = now_ns();
+  std::optional<jit::SeededProfile> seeded;
+  if (!o.profdata.empty()) {
+    Expected<jit::SeededProfile> s = jit::seed_profile(read_file(o.profdata), text);
+    if (!s) fail(1, o.profdata + ": " + s.error().describe());
+    if (s->matched == 0) fail(1, o.profdata + ": no record matches a function of " + o.ir_path);
+    for (const std::string& d : s->dropped)
+      std::fprintf(stderr, "fdo_effect_jit: %s: no usable record for %s\n", o.profdata.c_str(),
+                   d.c_str());
+    seeded = std::move(*s);
+    req.mode = CompileMode::optimized;
+    req.profile = &seeded->profile;
+  }
+  req.keep_ir = !o.emit_ir.empty();
+  req.block_locations = o.block_locations;
+  const std::int64_t t0 = now_ns(CLOCK_MONOTONIC);
   Expected<jit::CompileResult> compiled = jit::compile(text, req);
-  const double compile_ms = static_cast<double>(now_ns() - t0) / 1e6;
+  const double compile_ms = static_cast<double>(now_ns(CLOCK_MONOTONIC) - t0) / 1e6;
   if (!compiled) fail(1, o.ir_path + ": " + compiled.error().describe());
+  write_file(o.emit_ir, compiled->ir);
+  write_file(o.emit_object, compiled->object);
 
   Expected<std::unique_ptr<jit::Loader>> loader = jit::Loader::create();
   if (!loader) fail(1, "loader: " + loader.error().describe());
   Expected<std::unique_ptr<jit::LoadedProgram>> program =
       (*loader)->load(compiled->object, *compiled);
   if (!program) fail(1, o.ir_path + ": load: " + program.error().describe());
+  if (o.layout)
+    for (const jit::FunctionRange& r : (*program)->function_ranges())
+      std::fprintf(stderr, "fdo_effect_jit: %s at 0x%llx (+%llu in its 64-byte line), %llu bytes\n",
+                   r.name.c_str(), static_cast<unsigned long long>(r.start),
+                   static_cast<unsigned long long>(r.start % 64),
+                   static_cast<unsigned long long>(r.size));
   bool found = false;
   for (const jit::EntryInfo& e : (*program)->entries())
     if (e.name == o.entry) {
@@ -182,7 +268,7 @@ Kernel build(const Options& o) {
   if (!found) fail(2, o.ir_path + " has no entry '" + o.entry + "'");
   Expected<jit::ThunkFn> thunk = (*program)->thunk(o.entry);
   if (!thunk) fail(1, thunk.error().describe());
-  return Kernel(o, compile_ms, std::move(*loader), std::move(*program), *thunk);
+  return Kernel(o, req.mode, compile_ms, std::move(*loader), std::move(*program), *thunk);
 }
 
 } // namespace

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Unit tests of the FDO-effect harness's bookkeeping (run_native.py): the
 interleaving order, multi-column runners, checksum checks, failures, ratios and
-geometric means. No daemon, no native builds: fake runners only."""
+geometric means, and codegen_gap.py's comparison of disassembled code. No daemon,
+no native builds: fake runners and fake disassembly only."""
 import math
 import pathlib
 import sys
 import unittest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import codegen_gap as cg  # noqa: E402
 import run_native as rn  # noqa: E402
 
 
@@ -174,6 +176,35 @@ class GuardColumn(unittest.TestCase):
         summary = {"geomean": {"g/pgo": 0.9}}
         res["k2"]["g"]["median_ns"] = 100
         self.assertTrue(self.g.targets(res, summary, "g")[1])
+
+
+class CodegenGap(unittest.TestCase):
+    def test_normalize_drops_what_depends_on_the_link_address(self):
+        a = cg.normalize("jne    15f0 <kernel_run+0x40>")
+        b = cg.normalize("jne    40 <kernel_run+0x40>")
+        self.assertEqual(a, b)
+        self.assertEqual(cg.normalize("vmovdqa 0x1c2e(%rip),%ymm0   # 3230 <_IO_stdin_used+0x30>"),
+                         cg.normalize("vmovdqa 0x0(%rip),%ymm0   # 8 <kernel_run+0x8>"))
+        # Registers and immediates stay: they are the code.
+        self.assertNotEqual(cg.normalize("add    $0x1,%rax"), cg.normalize("add    $0x2,%rax"))
+        self.assertNotEqual(cg.normalize("vpaddd %ymm1,%ymm0,%ymm0"),
+                            cg.normalize("vpaddd %xmm1,%xmm0,%xmm0"))
+
+    def test_verdicts_match_by_code_not_by_name(self):
+        fdo = {"kernel_run": ["push %rbp", "call TARGET"], "fdo.local.7": ["mov %edi,%eax", "ret"],
+               "fdo.local.8": ["xor %eax,%eax", "ret"], "__fdo_thunk_kernel_run": ["jmp TARGET"]}
+        clang = {"main": ["ret"], "kernel_run": ["push %rbp", "call TARGET"],
+                 "log_event": ["mov %edi,%eax", "ret"]}
+        v = {x["function"]: x for x in cg.compare_code(fdo, clang)}
+        self.assertNotIn("__fdo_thunk_kernel_run", v)  # fdo's own entry thunk
+        self.assertTrue(v["kernel_run"]["identical"])
+        self.assertEqual(v["kernel_run"]["clang_function"], "kernel_run")
+        self.assertEqual(v["fdo.local.7"]["clang_function"], "log_event")
+        self.assertFalse(v["fdo.local.8"]["identical"])
+        clang["kernel_run"] = ["push %rbp", "call TARGET", "ret"]
+        v = {x["function"]: x for x in cg.compare_code(fdo, clang)}
+        self.assertFalse(v["kernel_run"]["identical"])
+        self.assertEqual(v["kernel_run"]["clang_instructions"], 3)
 
 
 if __name__ == "__main__":
