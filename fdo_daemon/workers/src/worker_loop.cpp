@@ -288,6 +288,7 @@ Expected<Request> parse_request(Message&& frame, std::uint64_t& id_out) {
   r.limits = l;
   r.job.header = std::move(*job);
   r.job.payload = std::move(frame.payload);
+  r.job.fds = std::move(frame.fds);
   if (auto bind = h.find("bind"); bind != h.end()) r.bind = std::move(*bind);
   return r;
 }
@@ -372,7 +373,9 @@ int run_worker_loop(int fd, ContextJobHandler handler, WorkerLoopOptions options
     return channel_broken(st.error());
 
   for (;;) {
-    auto frame = recv_message(fd, options.request_limits, Deadline::never());
+    // Descriptors sent with the job (memfd buffers): open until its reply is sent.
+    std::vector<Fd> job_fds;
+    auto frame = recv_message(fd, options.request_limits, Deadline::never(), -1, &job_fds);
     if (!frame) return channel_broken(frame.error());
     std::uint64_t id = 0;
     auto request = parse_request(std::move(*frame), id);

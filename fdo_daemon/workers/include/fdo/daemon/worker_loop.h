@@ -55,6 +55,9 @@ struct WorkerLoopOptions {
 // running the job; a worker binds once. A failed bind is answered with the
 // error and "retire".
 //
+// Descriptors that come with a job (ipc.h; at most kMaxMessageFds) are the
+// handler's to use through request.fds and are closed once its reply is sent.
+//
 // Per job: RLIMIT_AS soft limit = current address space + limits.address_space_bytes
 // (clamped to the hard limit), RLIMIT_CPU soft limit = CPU used so far +
 // effective_cpu_seconds; both restored after the handler returns. Then stdout
