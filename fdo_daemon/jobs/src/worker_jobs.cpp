@@ -317,7 +317,9 @@ Expected<Message> ExecJobs::handle(const Message& request) {
         return make_error(Errc::invalid_argument, "exec job: a buffer is not an object");
       std::size_t size = b.value("size", std::size_t{0});
       if (auto k = b.find("fd"); k != b.end()) {
-        if (!k->is_number_unsigned() || k->get<std::uint64_t>() >= request.fds.size())
+        // Parsed JSON holds it as unsigned, JSON built in memory may hold it as signed.
+        if (!k->is_number_integer() || k->get<std::int64_t>() < 0 ||
+            k->get<std::uint64_t>() >= request.fds.size())
           return make_error(Errc::invalid_argument,
                             "exec job: buffer descriptor " + k->dump() + " out of range (" +
                                 std::to_string(request.fds.size()) + " came with the job)");
