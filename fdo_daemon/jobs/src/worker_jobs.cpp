@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <list>
 #include <map>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -84,6 +86,55 @@ json measurement_json(const perf::Measurement& m, bool verbose) {
   }
   return j;
 }
+
+// One argument buffer of an exec job, in 8-byte aligned memory (client code
+// may load doubles and 64-bit integers from it). Bytes that came in the
+// payload are copied into heap storage; a memfd the daemon passed on (the
+// client's sealed buffer) is mapped copy-on-write: the program may write to
+// its pages, the memfd (sealed against writes) never changes, and no byte is
+// copied unless written.
+class JobBuffer {
+public:
+  static JobBuffer copy(std::string_view bytes) {
+    JobBuffer b;
+    // One spare word past the end, zeroed (as before: a zero-length buffer is
+    // still a valid pointer); the rest is overwritten, so not zeroed first.
+    const std::size_t words = (bytes.size() + 7) / 8 + 1;
+    b.heap_.reset(new std::uint64_t[words]);
+    b.heap_[words - 1] = 0;
+    if (!bytes.empty()) std::memcpy(b.heap_.get(), bytes.data(), bytes.size());
+    b.size_ = bytes.size();
+    return b;
+  }
+  static Expected<JobBuffer> map(int fd, std::size_t size, std::size_t index) {
+    const std::string what = "exec job: buffer " + std::to_string(index) + "'s descriptor";
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) return Error::from_errno("fstat of " + what, errno);
+    if (!S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != size)
+      return make_error(Errc::invalid_argument, what + " holds " + std::to_string(st.st_size) +
+                                                    " bytes, the job says " + std::to_string(size));
+    if (size == 0) return copy({});
+    // Mapped read-only with MAP_POPULATE (the memfd's pages mapped in one
+    // call, not a fault per run of pages the program reads), then made
+    // writable: populating a writable private mapping would copy every page.
+    void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    if (p == MAP_FAILED) return Error::from_errno("mmap of " + what, errno);
+    JobBuffer b;
+    b.mapped_ = Mapping::adopt(p, size);
+    if (::mprotect(p, size, PROT_READ | PROT_WRITE) != 0)
+      return Error::from_errno("mprotect of " + what, errno);
+    b.size_ = size;
+    return b;
+  }
+  void* data() const { return mapped_.valid() ? mapped_.data() : heap_.get(); }
+  std::size_t size() const { return size_; }
+
+private:
+  JobBuffer() = default;
+  std::unique_ptr<std::uint64_t[]> heap_;
+  Mapping mapped_;
+  std::size_t size_ = 0;
+};
 
 Expected<std::string> header_string(const json& header, const char* key) {
   auto it = header.find(key);
@@ -253,23 +304,35 @@ Expected<Message> ExecJobs::handle(const Message& request) {
     return make_error(Errc::invalid_argument,
                       "exec job: slots and buffer_of_param differ in length");
 
-  // Buffers live in 8-byte aligned storage: client code may load doubles and
-  // 64-bit integers from them.
-  std::vector<std::vector<std::uint64_t>> buffers;
-  std::vector<std::size_t> sizes;
+  std::vector<JobBuffer> buffers;
   std::size_t offset = object_size;
   if (offset > request.payload.size())
     return make_error(Errc::invalid_argument, "exec job: payload shorter than the object");
-  for (const json& b : h.value("buffers", json::array())) {
-    std::size_t size = b.value("size", std::size_t{0});
-    if (size > request.payload.size() - offset)
-      return make_error(Errc::invalid_argument, "exec job: payload shorter than its buffers");
-    std::vector<std::uint64_t> storage((size + 7) / 8 + 1, 0);
-    std::memcpy(storage.data(), request.payload.data() + offset, size);
-    offset += size;
-    buffers.push_back(std::move(storage));
-    sizes.push_back(size);
-  }
+  auto buffer_list = h.find("buffers");
+  if (buffer_list != h.end() && !buffer_list->is_array())
+    return make_error(Errc::invalid_argument, "exec job: 'buffers' is not an array");
+  if (buffer_list != h.end())
+    for (const json& b : *buffer_list) {
+      if (!b.is_object())
+        return make_error(Errc::invalid_argument, "exec job: a buffer is not an object");
+      std::size_t size = b.value("size", std::size_t{0});
+      if (auto k = b.find("fd"); k != b.end()) {
+        // Parsed JSON holds it as unsigned, JSON built in memory may hold it as signed.
+        if (!k->is_number_integer() || k->get<std::int64_t>() < 0 ||
+            k->get<std::uint64_t>() >= request.fds.size())
+          return make_error(Errc::invalid_argument,
+                            "exec job: buffer descriptor " + k->dump() + " out of range (" +
+                                std::to_string(request.fds.size()) + " came with the job)");
+        FDO_TRY(JobBuffer mapped,
+                JobBuffer::map(request.fds[k->get<std::size_t>()], size, buffers.size()));
+        buffers.push_back(std::move(mapped));
+        continue;
+      }
+      if (size > request.payload.size() - offset)
+        return make_error(Errc::invalid_argument, "exec job: payload shorter than its buffers");
+      buffers.push_back(JobBuffer::copy(std::string_view(request.payload).substr(offset, size)));
+      offset += size;
+    }
   for (std::size_t i = 0; i < slots.size(); ++i) {
     int b = buffer_of_param[i];
     if (b < 0) continue;
@@ -366,9 +429,13 @@ Expected<Message> ExecJobs::handle(const Message& request) {
   out.header["function_ranges"] = std::move(ranges);
   if (return_buffers) {
     json sizes_json = json::array();
-    for (std::size_t i = 0; i < buffers.size(); ++i) {
-      out.payload.append(reinterpret_cast<const char*>(buffers[i].data()), sizes[i]);
-      sizes_json.push_back(sizes[i]);
+    std::size_t total = 0;
+    for (const JobBuffer& b : buffers)
+      total += b.size();
+    out.payload.reserve(total);
+    for (const JobBuffer& b : buffers) {
+      out.payload.append(static_cast<const char*>(b.data()), b.size());
+      sizes_json.push_back(b.size());
     }
     out.header["buffer_sizes"] = std::move(sizes_json);
   }
@@ -379,7 +446,7 @@ Expected<Message> ExecJobs::handle(const Message& request) {
     // The loop retires this worker after the reply (worker_loop.h), which
     // ends the thread; until then both stay as they are.
     (void)held.fresh.release();
-    (void)new std::vector<std::vector<std::uint64_t>>(std::move(buffers));
+    (void)new std::vector<JobBuffer>(std::move(buffers));
   }
   return out;
 }

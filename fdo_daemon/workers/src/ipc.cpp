@@ -1,9 +1,12 @@
 #include "fdo/daemon/ipc.h"
 
+#include "fdo/util/scm_rights.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -175,8 +178,9 @@ Error closed_error() {
 
 // Reads exactly `len` bytes into `buf`; `part` names what is being read for
 // error messages, `before` counts bytes of this message already received.
+// With `fds`, reads take the descriptors that come with the bytes (recvmsg).
 Status read_exact(int fd, char* buf, std::size_t len, Deadline deadline, int peer_exit_fd,
-                  const char* part, std::uint64_t before) {
+                  const char* part, std::uint64_t before, std::vector<Fd>* fds = nullptr) {
   std::size_t got = 0;
   auto truncated = [&] {
     if (before == 0 && got == 0) return closed_error();
@@ -204,7 +208,20 @@ Status read_exact(int fd, char* buf, std::size_t len, Deadline deadline, int pee
       if (before == 0 && got == 0) return make_error(Errc::unavailable, "peer process exited");
       return truncated();
     }
-    ssize_t n = ::read(fd, buf + got, len - got);
+    ssize_t n;
+    if (fds != nullptr) {
+      bool truncated = false;
+      const std::size_t had = fds->size();
+      n = receive_with_fds(fd, std::span<char>(buf + got, len - got), kMaxMessageFds + 1, 0, *fds,
+                           truncated);
+      if (truncated || fds->size() > kMaxMessageFds)
+        return make_error(Errc::resource_exhausted,
+                          "a message came with more than " + std::to_string(kMaxMessageFds) +
+                              " file descriptors (" + std::to_string(fds->size() - had) +
+                              (truncated ? " or more" : "") + " on one read)");
+    } else {
+      n = ::read(fd, buf + got, len - got);
+    }
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
       if (errno == ECONNRESET) return before == 0 && got == 0 ? closed_error() : truncated();
@@ -216,8 +233,21 @@ Status read_exact(int fd, char* buf, std::size_t len, Deadline deadline, int pee
   return ok();
 }
 
-Status write_iov(int fd, iovec* iov, int count, Deadline deadline) {
+// `fds` go with the first sendmsg that sends anything (on a socket only).
+Status write_iov(int fd, iovec* iov, int count, Deadline deadline, std::span<const int> fds) {
   bool is_socket = true;
+  std::vector<char> control;
+  if (!fds.empty()) {
+    control.assign(CMSG_SPACE(fds.size() * sizeof(int)), 0);
+    msghdr m{};
+    m.msg_control = control.data();
+    m.msg_controllen = control.size();
+    cmsghdr* cm = CMSG_FIRSTHDR(&m);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(fds.size() * sizeof(int));
+    std::memcpy(CMSG_DATA(cm), fds.data(), fds.size() * sizeof(int));
+  }
   while (count > 0) {
     if (iov[0].iov_len == 0) {
       ++iov;
@@ -229,13 +259,21 @@ Status write_iov(int fd, iovec* iov, int count, Deadline deadline) {
       msghdr msg{};
       msg.msg_iov = iov;
       msg.msg_iovlen = static_cast<std::size_t>(count);
+      if (!control.empty()) {
+        msg.msg_control = control.data();
+        msg.msg_controllen = control.size();
+      }
       // Non-blocking per call so a peer that stops reading cannot hold us past
       // the deadline; no SIGPIPE when the peer is gone.
       n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0 && errno == ENOTSOCK) {
+        if (!control.empty())
+          return make_error(Errc::invalid_argument,
+                            "file descriptors can only be sent over a socket");
         is_socket = false;
         continue;
       }
+      if (n > 0) control.clear(); // the descriptors went with these bytes
     } else {
       FDO_TRY(Ready r, wait_for(fd, POLLOUT, deadline, -1));
       if (r == Ready::timed_out) return make_error(Errc::timeout, "timed out sending a message");
@@ -269,8 +307,12 @@ Status write_iov(int fd, iovec* iov, int count, Deadline deadline) {
 } // namespace
 
 Status send_frame_text(int fd, std::string_view header_json, std::string_view payload,
-                       Deadline deadline) {
+                       Deadline deadline, std::span<const int> fds) {
   if (header_json.empty()) return make_error(Errc::invalid_argument, "empty message header");
+  if (fds.size() > kMaxMessageFds)
+    return make_error(Errc::invalid_argument,
+                      "a message may carry at most " + std::to_string(kMaxMessageFds) +
+                          " file descriptors, not " + std::to_string(fds.size()));
   if (header_json.size() > UINT32_MAX)
     return make_error(Errc::resource_exhausted, "message header of " +
                                                     std::to_string(header_json.size()) +
@@ -281,23 +323,24 @@ Status send_frame_text(int fd, std::string_view header_json, std::string_view pa
       {const_cast<char*>(header_json.data()), header_json.size()},
       {const_cast<char*>(payload.data()), payload.size()},
   };
-  return write_iov(fd, iov, 3, deadline);
+  return write_iov(fd, iov, 3, deadline, fds);
 }
 
-Status send_frame(int fd, const nlohmann::json& header, std::string_view payload,
-                  Deadline deadline) {
-  return send_frame_text(fd, dump_header(header), payload, deadline);
+Status send_frame(int fd, const nlohmann::json& header, std::string_view payload, Deadline deadline,
+                  std::span<const int> fds) {
+  return send_frame_text(fd, dump_header(header), payload, deadline, fds);
 }
 
 Status send_message(int fd, const Message& message, Deadline deadline) {
-  return send_frame(fd, message.header, message.payload, deadline);
+  return send_frame(fd, message.header, message.payload, deadline, message.fds);
 }
 
 Expected<Message> recv_message(int fd, const FrameLimits& limits, Deadline deadline,
-                               int peer_exit_fd) {
+                               int peer_exit_fd, std::vector<Fd>* fds) {
   std::array<std::uint8_t, kFramePrefixBytes> raw{};
+  const std::size_t fds_before = fds != nullptr ? fds->size() : 0;
   FDO_TRY_STATUS(read_exact(fd, reinterpret_cast<char*>(raw.data()), raw.size(), deadline,
-                            peer_exit_fd, "prefix", 0));
+                            peer_exit_fd, "prefix", 0, fds));
   FDO_TRY(FramePrefix p, decode_frame_prefix(raw, limits));
   // Allocation happens only now, after every length passed its limit.
   std::string header(p.header_len, '\0');
@@ -305,6 +348,9 @@ Expected<Message> recv_message(int fd, const FrameLimits& limits, Deadline deadl
                             kFramePrefixBytes));
   Message m;
   FDO_TRY(m.header, parse_header(header));
+  if (fds != nullptr)
+    for (std::size_t i = fds_before; i < fds->size(); ++i)
+      m.fds.push_back((*fds)[i].get());
   m.payload.resize(p.payload_len);
   FDO_TRY_STATUS(read_exact(fd, m.payload.data(), m.payload.size(), deadline, peer_exit_fd,
                             "payload", kFramePrefixBytes + p.header_len));

@@ -33,6 +33,9 @@ struct FatalSignalState {
   std::atomic<std::uint64_t> job_id{0};
   std::atomic<std::uint64_t> vm_at_job_start{0};
   std::atomic<long> page_size{4096};
+  // /proc/self/statm, kept open by FatalSignalGuard: read with pread, per job
+  // and in the handler, instead of opened each time (-1: open it each time).
+  std::atomic<int> statm_fd{-1};
 };
 FatalSignalState g_fatal;
 
@@ -60,14 +63,16 @@ std::size_t append_u64(char* buf, std::size_t pos, std::size_t cap, std::uint64_
 
 // Address space currently mapped by this process (VmSize), from /proc/self/statm.
 std::uint64_t read_vm_bytes() noexcept {
-  int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  int fd = g_fatal.statm_fd.load();
+  const bool kept = fd >= 0;
+  if (!kept) fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   char buf[64];
   ssize_t n;
   do {
-    n = ::read(fd, buf, sizeof buf - 1);
+    n = ::pread(fd, buf, sizeof buf - 1, 0);
   } while (n < 0 && errno == EINTR);
-  ::close(fd);
+  if (!kept) ::close(fd);
   if (n <= 0) return 0;
   std::uint64_t pages = 0;
   for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i)
@@ -119,6 +124,9 @@ public:
     if (::sigaltstack(&ss, nullptr) != 0) return Error::from_errno("sigaltstack", errno);
     g.active_ = true; // from here on the destructor undoes a partial install
     g_fatal.page_size = ::sysconf(_SC_PAGESIZE);
+    // Opened now, before any sandbox: a missing one only means opening it per read.
+    g.statm_.reset(::open("/proc/self/statm", O_RDONLY | O_CLOEXEC));
+    g_fatal.statm_fd = g.statm_.get();
     g_fatal.fd = fd;
     struct sigaction sa {};
     sa.sa_sigaction = fatal_signal_handler;
@@ -130,7 +138,8 @@ public:
   }
   FatalSignalGuard() = default;
   FatalSignalGuard(FatalSignalGuard&& o) noexcept
-      : stack_(std::move(o.stack_)), active_(std::exchange(o.active_, false)) {}
+      : stack_(std::move(o.stack_)), statm_(std::move(o.statm_)),
+        active_(std::exchange(o.active_, false)) {}
   FatalSignalGuard& operator=(FatalSignalGuard&&) = delete;
   ~FatalSignalGuard() {
     if (!active_) return;
@@ -142,10 +151,12 @@ public:
     ss.ss_flags = SS_DISABLE;
     ::sigaltstack(&ss, nullptr);
     g_fatal.fd = -1;
+    g_fatal.statm_fd = -1;
   }
 
 private:
   Mapping stack_;
+  Fd statm_;
   bool active_ = false;
 };
 
@@ -257,8 +268,9 @@ struct ReplyExtras {
 
 // A worker is reusable for its tenant's next job only if the job left nothing
 // running and did not keep memory it cannot account for.
-std::string hygiene_problem(std::uint64_t vm_at_bind, std::uint64_t retire_growth) {
-  if (std::size_t n = process_thread_count(); n > 1)
+std::string hygiene_problem(const Fd& task_dir, std::uint64_t vm_at_bind,
+                            std::uint64_t retire_growth) {
+  if (std::size_t n = process_thread_count(task_dir.get()); n > 1)
     return "the job left " + std::to_string(n - 1) + " thread(s) running";
   if (retire_growth != 0 && vm_at_bind != 0) {
     std::uint64_t vm = read_vm_bytes();
@@ -288,6 +300,7 @@ Expected<Request> parse_request(Message&& frame, std::uint64_t& id_out) {
   r.limits = l;
   r.job.header = std::move(*job);
   r.job.payload = std::move(frame.payload);
+  r.job.fds = std::move(frame.fds);
   if (auto bind = h.find("bind"); bind != h.end()) r.bind = std::move(*bind);
   return r;
 }
@@ -365,6 +378,8 @@ int run_worker_loop(int fd, ContextJobHandler handler, WorkerLoopOptions options
   ::getrlimit(RLIMIT_CPU, &orig_cpu);
   bool bound = false;
   std::uint64_t vm_at_bind = 0, retire_growth = 0;
+  // Kept open for the per-job thread count (process_thread_count).
+  Fd task_dir(::open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
 
   nlohmann::json hello = {
       {"hello", {{"protocol", kWorkerProtocolVersion}, {"pid", static_cast<long>(::getpid())}}}};
@@ -372,7 +387,9 @@ int run_worker_loop(int fd, ContextJobHandler handler, WorkerLoopOptions options
     return channel_broken(st.error());
 
   for (;;) {
-    auto frame = recv_message(fd, options.request_limits, Deadline::never());
+    // Descriptors sent with the job (memfd buffers): open until its reply is sent.
+    std::vector<Fd> job_fds;
+    auto frame = recv_message(fd, options.request_limits, Deadline::never(), -1, &job_fds);
     if (!frame) return channel_broken(frame.error());
     std::uint64_t id = 0;
     auto request = parse_request(std::move(*frame), id);
@@ -419,7 +436,7 @@ int run_worker_loop(int fd, ContextJobHandler handler, WorkerLoopOptions options
     // What the job printed is in the capture files before the reply leaves.
     std::fflush(stdout);
     std::fflush(stderr);
-    if (bound) extras.retire = hygiene_problem(vm_at_bind, retire_growth);
+    if (bound) extras.retire = hygiene_problem(task_dir, vm_at_bind, retire_growth);
     if (auto st = send_result(fd, ctx.id, std::move(result), ctx.limits, extras); !st)
       return channel_broken(st.error());
   }
@@ -433,12 +450,17 @@ int run_worker_loop(int fd, JobHandler handler, WorkerLoopOptions options) {
       options);
 }
 
-std::size_t process_thread_count() {
-  auto text = read_file("/proc/self/status", 64 * 1024);
-  if (!text) return 1;
-  auto pos = text->find("\nThreads:");
-  if (pos == std::string::npos) return 1;
-  return std::strtoull(text->c_str() + pos + 9, nullptr, 10);
+std::size_t process_thread_count(int task_dir_fd) {
+  // procfs gives /proc/PID/task a link count of 2 + the number of threads:
+  // one fstat, no text to generate and parse.
+  Fd opened;
+  if (task_dir_fd < 0) {
+    opened.reset(::open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    task_dir_fd = opened.get();
+  }
+  struct stat st {};
+  if (task_dir_fd < 0 || ::fstat(task_dir_fd, &st) != 0 || st.st_nlink < 3) return 1;
+  return static_cast<std::size_t>(st.st_nlink - 2);
 }
 
 Expected<int> worker_fd_from_args(int argc, const char* const* argv) {

@@ -499,7 +499,7 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions
     const std::uint64_t id = next_job_id_++;
     header["id"] = id;
     const Deadline deadline = Deadline::after(limits.wall);
-    auto st = send_frame(child.sock(), header, request.payload, deadline);
+    auto st = send_frame(child.sock(), header, request.payload, deadline, request.fds);
     if (!st && st.error().code() == Errc::unavailable && send_retries < 1) {
       // The request never arrived whole, so the job did not run: safe to retry once.
       ++send_retries;

@@ -6,6 +6,8 @@
 #include "fdo/jit/compiler.h"
 
 #include <catch2/catch.hpp>
+#include <sys/mman.h>
+#include <unistd.h>
 
 using namespace fdo;
 using namespace fdo::daemon;
@@ -148,4 +150,100 @@ TEST_CASE("exec job: the measurement explains an event only when verbose", "[job
     // An event that did not count says why (on a host without a PMU: all).
     if (e["status"] != "available") CHECK_FALSE(e["reason"].get<std::string>().empty());
   }
+}
+
+namespace {
+
+// inc(p, n): adds 1 to each of n bytes at p; returns the sum of the bytes as they came.
+constexpr const char* kInc = R"(
+define i64 @inc(ptr %p, i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i1, %body ]
+  %acc = phi i64 [ 0, %entry ], [ %acc1, %body ]
+  %done = icmp eq i64 %i, %n
+  br i1 %done, label %exit, label %body
+body:
+  %q = getelementptr i8, ptr %p, i64 %i
+  %v = load i8, ptr %q
+  %v1 = add i8 %v, 1
+  store i8 %v1, ptr %q
+  %z = zext i8 %v to i64
+  %acc1 = add i64 %acc, %z
+  %i1 = add i64 %i, 1
+  br label %loop
+exit:
+  ret i64 %acc
+}
+)";
+
+Fd memfd_with(const std::string& bytes) {
+  Fd fd(::memfd_create("exec-jobs-test", MFD_CLOEXEC));
+  REQUIRE(fd.valid());
+  REQUIRE(::write(fd.get(), bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+  return fd;
+}
+
+} // namespace
+
+TEST_CASE("exec job: a buffer sent as a descriptor is mapped copy-on-write", "[jobs][exec]") {
+  auto jobs = ExecJobs::create();
+  REQUIRE(jobs);
+  jit::CompileResult inc = compiled(kInc);
+  std::string bytes(300000, '\0'); // many pages
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    bytes[i] = static_cast<char>((i * 31 + i / 4096) & 0xff);
+    sum += static_cast<unsigned char>(bytes[i]);
+  }
+  Fd fd = memfd_with(bytes); // not even sealed: the mapping is private either way
+  // An inline buffer first: its bytes are in the payload, the memfd's are not.
+  Message job = exec_job(
+      "k-inc", "inc", {0, bytes.size()}, &inc,
+      {{"buffer_of_param", {1, -1}},
+       {"return_buffers", true},
+       {"buffers",
+        {{{"elem", "u8"}, {"size", 3}}, {{"elem", "u8"}, {"size", bytes.size()}, {"fd", 0}}}}});
+  job.payload += "abc";
+  job.fds = {fd.get()};
+  auto r = (*jobs)->handle(job);
+  CHECK(ret(r) == sum);
+  REQUIRE(r->payload.size() == 3 + bytes.size());
+  CHECK(r->payload.substr(0, 3) == "abc");
+  bool all_incremented = true;
+  for (std::size_t i = 0; i < bytes.size(); ++i)
+    all_incremented = all_incremented && r->payload[3 + i] == static_cast<char>(bytes[i] + 1);
+  CHECK(all_incremented);
+  // The program's writes went to private pages: the memfd is as it was.
+  std::string after(bytes.size(), '\0');
+  REQUIRE(::pread(fd.get(), after.data(), after.size(), 0) == static_cast<ssize_t>(after.size()));
+  CHECK(after == bytes);
+}
+
+TEST_CASE("exec job: a bad buffer descriptor is a clear error", "[jobs][exec]") {
+  auto jobs = ExecJobs::create();
+  REQUIRE(jobs);
+  jit::CompileResult inc = compiled(kInc);
+  Fd fd = memfd_with(std::string(100, 'x'));
+  auto run = [&](json buffer, std::vector<int> fds) {
+    Message job = exec_job("k-inc", "inc", {0, 100}, &inc,
+                           {{"buffer_of_param", {0, -1}}, {"buffers", json::array({buffer})}});
+    job.fds = std::move(fds);
+    return (*jobs)->handle(job);
+  };
+  auto out_of_range = run({{"elem", "u8"}, {"size", 100}, {"fd", 1}}, {fd.get()});
+  REQUIRE_FALSE(out_of_range);
+  CHECK(out_of_range.error().code() == Errc::invalid_argument);
+  CHECK_THAT(out_of_range.error().message(), Catch::Contains("out of range (1 came with the job)"));
+  auto no_fds = run({{"elem", "u8"}, {"size", 100}, {"fd", 0}}, {});
+  REQUIRE_FALSE(no_fds);
+  CHECK_THAT(no_fds.error().message(), Catch::Contains("out of range (0 came with the job)"));
+  auto wrong_size = run({{"elem", "u8"}, {"size", 64}, {"fd", 0}}, {fd.get()});
+  REQUIRE_FALSE(wrong_size);
+  CHECK(wrong_size.error().code() == Errc::invalid_argument);
+  CHECK_THAT(wrong_size.error().message(), Catch::Contains("holds 100 bytes, the job says 64"));
+  auto not_object = run(json::array({1, 2}), {});
+  REQUIRE_FALSE(not_object);
+  CHECK_THAT(not_object.error().message(), Catch::Contains("a buffer is not an object"));
 }

@@ -1,12 +1,16 @@
 #include "fdo/daemon/ipc.h"
+#include "fdo/util/scm_rights.h"
 
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <csignal>
 #include <cstring>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 
@@ -317,4 +321,97 @@ TEST_CASE("ipc: job limits and errors convert to JSON and back", "[ipc]") {
   CHECK(format_bytes(3 * kMiB / 2) == "1.5 MiB");
   CHECK(format_bytes(4 * kKiB) == "4 KiB");
   CHECK(format_bytes(100) == "100 bytes");
+}
+
+namespace {
+// A pipe's read end, as an object that can be told apart after passing.
+ino_t inode_of(int fd) {
+  struct stat st {};
+  REQUIRE(::fstat(fd, &st) == 0);
+  return st.st_ino;
+}
+} // namespace
+
+TEST_CASE("ipc: descriptors travel with a message to a receiver that takes them", "[ipc]") {
+  auto sp = pair_or_die();
+  int p1[2], p2[2];
+  REQUIRE(::pipe(p1) == 0);
+  REQUIRE(::pipe(p2) == 0);
+  Fd a(p1[0]), a_w(p1[1]), b(p2[0]), b_w(p2[1]);
+  Message out;
+  out.header = {{"op", "exec"}};
+  out.payload = binary_payload(300000); // more than one socket buffer: several writes
+  out.fds = {a.get(), b.get()};
+  std::thread sender([&] { REQUIRE(send_message(sp.first.get(), out)); });
+  std::vector<Fd> got;
+  auto in = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(5s), -1, &got);
+  sender.join();
+  REQUIRE(in);
+  CHECK(in->header["op"] == "exec");
+  CHECK(in->payload == out.payload);
+  REQUIRE(got.size() == 2);
+  REQUIRE(in->fds.size() == 2);
+  CHECK(in->fds[0] == got[0].get());
+  CHECK(inode_of(got[0].get()) == inode_of(a.get()));
+  CHECK(inode_of(got[1].get()) == inode_of(b.get()));
+  CHECK((::fcntl(got[0].get(), F_GETFD) & FD_CLOEXEC) != 0);
+  // The next message brings none: a descriptor belongs to its own message.
+  REQUIRE(send_frame(sp.first.get(), {{"n", 2}}, "x"));
+  auto next = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(5s), -1, &got);
+  REQUIRE(next);
+  CHECK(next->fds.empty());
+  CHECK(got.size() == 2);
+}
+
+TEST_CASE("ipc: a receiver that takes no descriptors gets the message without them", "[ipc]") {
+  auto sp = pair_or_die();
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  Fd r(p[0]), w(p[1]);
+  int fd = r.get();
+  REQUIRE(send_frame(sp.first.get(), {{"n", 1}}, "abc", Deadline::never(), std::span(&fd, 1)));
+  r.reset();
+  auto in = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(5s));
+  REQUIRE(in);
+  CHECK(in->payload == "abc");
+  CHECK(in->fds.empty());
+  // The kernel closed the descriptor nobody took: the pipe has no reader left.
+  pollfd pw{w.get(), POLLOUT, 0};
+  REQUIRE(::poll(&pw, 1, 1000) == 1);
+  CHECK((pw.revents & POLLERR) != 0);
+}
+
+TEST_CASE("ipc: too many descriptors are refused on both sides", "[ipc]") {
+  auto sp = pair_or_die();
+  std::vector<Fd> pipes;
+  std::vector<int> raw;
+  for (std::size_t i = 0; i <= kMaxMessageFds; ++i) {
+    int p[2];
+    REQUIRE(::pipe(p) == 0);
+    pipes.emplace_back(p[0]);
+    pipes.emplace_back(p[1]);
+    raw.push_back(p[0]);
+  }
+  auto st = send_frame(sp.first.get(), {{"n", 1}}, "", Deadline::never(), raw);
+  REQUIRE_FALSE(st);
+  CHECK(st.error().code() == Errc::invalid_argument);
+  CHECK_THAT(st.error().message(), Catch::Contains("at most 16"));
+  // A peer that sends more anyway (not through send_frame).
+  std::string frame = *encode_message(Message{{{"n", 1}}, "", {}});
+  REQUIRE(send_with_fds(sp.first.get(), frame, raw, 0) == static_cast<ssize_t>(frame.size()));
+  std::vector<Fd> got;
+  auto in = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(5s), -1, &got);
+  REQUIRE_FALSE(in);
+  CHECK(in.error().code() == Errc::resource_exhausted);
+  CHECK_THAT(in.error().message(), Catch::Contains("more than 16 file descriptors"));
+}
+
+TEST_CASE("ipc: descriptors cannot be sent over something that is not a socket", "[ipc]") {
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  Fd r(p[0]), w(p[1]);
+  int fd = r.get();
+  auto st = send_frame(w.get(), {{"n", 1}}, "", Deadline::after(1s), std::span(&fd, 1));
+  REQUIRE_FALSE(st);
+  CHECK(st.error().code() == Errc::invalid_argument);
 }

@@ -90,10 +90,15 @@ Expected<Message> list_fds() {
     fds.push_back(std::stoi(entry.path().filename().string()));
   // The directory iterator's own descriptor was listed too; it is closed now.
   std::sort(fds.begin(), fds.end());
-  nlohmann::json open = nlohmann::json::array();
+  nlohmann::json open = nlohmann::json::array(), targets = nlohmann::json::array();
   for (int fd : fds)
-    if (::fcntl(fd, F_GETFD) != -1) open.push_back(fd);
-  return Message{{{"fds", open}}, {}};
+    if (::fcntl(fd, F_GETFD) != -1) {
+      open.push_back(fd);
+      std::error_code ec;
+      auto target = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(fd), ec);
+      targets.push_back(ec ? std::string() : target.string());
+    }
+  return Message{{{"fds", open}, {"targets", targets}, {"pid", static_cast<long>(::getpid())}}, {}};
 }
 
 // The tenant this process was bound to ("" before binding).

@@ -393,8 +393,13 @@ TEST_CASE("worker_pool: workers inherit no stray descriptors and get per-job lim
   auto pool = make_pool(test_options());
   auto r = pool->run(job({{"op", "fds"}}));
   REQUIRE(r);
-  // stdin, stdout, stderr, the channel, and the daemon's log for the worker's own lines.
-  CHECK(r->header["fds"] == nlohmann::json::array({0, 1, 2, 3, 4}));
+  // stdin, stdout, stderr, the channel, and the daemon's log for the worker's own lines;
+  // then only what the worker loop opened itself: /proc/self/statm and /proc/self/task,
+  // kept open for its per-job checks.
+  CHECK(r->header["fds"] == nlohmann::json::array({0, 1, 2, 3, 4, 5, 6}));
+  const std::string own = "/proc/" + r->header["pid"].dump();
+  CHECK(r->header["targets"][5] == own + "/statm");
+  CHECK(r->header["targets"][6] == own + "/task");
 
   rlimit mine{};
   ::getrlimit(RLIMIT_AS, &mine);

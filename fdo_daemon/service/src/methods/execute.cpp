@@ -68,9 +68,11 @@ enum class ObjectSend { attached, by_key };
 
 // The exec job (worker_jobs.h): only what the call needs. The object and its
 // metadata travel only when attached: a worker keeps linked programs by key.
+// A buffer that came as a memfd (buffer_fds[i] >= 0, checked and sealed:
+// memfd_buffers.h) is passed on as that descriptor, not copied into the job.
 Message exec_request(const cache::StageOutput& so, const json& metadata, const std::string& entry,
-                     const PreparedCall& call, bool return_buffers, bool verbose, ObjectSend send,
-                     const Config& c) {
+                     const PreparedCall& call, std::span<const int> buffer_fds, bool return_buffers,
+                     bool verbose, ObjectSend send, const Config& c) {
   Message req;
   req.header = {{"op", "exec"},
                 {"key", so.storage_key},
@@ -91,9 +93,16 @@ Message exec_request(const cache::StageOutput& so, const json& metadata, const s
     req.payload = so.entry->object;
   }
   json buffer_list = json::array();
-  for (const Buffer& b : call.buffers) {
-    buffer_list.push_back({{"elem", std::string(to_string(b.elem))}, {"size", b.bytes.size()}});
-    req.payload += b.bytes;
+  for (std::size_t i = 0; i < call.buffers.size(); ++i) {
+    const Buffer& b = call.buffers[i];
+    json entry_json = {{"elem", std::string(to_string(b.elem))}, {"size", b.bytes.size()}};
+    if (i < buffer_fds.size() && buffer_fds[i] >= 0) {
+      entry_json["fd"] = req.fds.size();
+      req.fds.push_back(buffer_fds[i]);
+    } else {
+      req.payload += b.bytes;
+    }
+    buffer_list.push_back(std::move(entry_json));
   }
   req.header["buffers"] = std::move(buffer_list);
   return req;
@@ -104,13 +113,13 @@ Message exec_request(const cache::StageOutput& so, const json& metadata, const s
 // worker that took it does not hold the key, once more with the object.
 Expected<Message> run_exec(ServiceState& s, const cache::StageOutput& so, const json& metadata,
                            bool mutable_globals, const std::string& entry, const PreparedCall& call,
-                           bool return_buffers, bool verbose, const JobOptions& options,
-                           const Config& c, JobOutput* output) {
+                           std::span<const int> buffer_fds, bool return_buffers, bool verbose,
+                           const JobOptions& options, const Config& c, JobOutput* output) {
   ObjectSend send = c.exec_object_cache_entries == 0 || mutable_globals ? ObjectSend::attached
                                                                         : ObjectSend::by_key;
   for (;;) {
-    FDO_TRY(Message resp, s.exec_pool->run(exec_request(so, metadata, entry, call, return_buffers,
-                                                        verbose, send, c),
+    FDO_TRY(Message resp, s.exec_pool->run(exec_request(so, metadata, entry, call, buffer_fds,
+                                                        return_buffers, verbose, send, c),
                                            options, output));
     if (!resp.header.contains("missing_object")) return resp;
     if (send == ObjectSend::attached)
@@ -273,6 +282,14 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   }
   FDO_TRY(PreparedCall call, prepare_call(sig, params.value("args", json::array()), buffers_param,
                                           call_limits, attached));
+  // Which buffers came as memfds: those descriptors go on to the exec worker
+  // (prepare_call checked every index and that each is used).
+  std::vector<int> buffer_fds;
+  if (!attached.empty())
+    for (const json& b : buffers_param) {
+      auto k = b.find("memfd");
+      buffer_fds.push_back(k == b.end() ? -1 : (*ctx.request_fds)[k->get<std::size_t>()].get());
+    }
   FDO_TRY(bool return_buffers, optional_param<bool>(params, "return_buffers", false));
   FDO_TRY(BufferEncoding encoding, buffer_encoding_param(params));
   FDO_TRY(bool verbose, optional_param<bool>(params, "verbose", false));
@@ -300,9 +317,9 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
 
   JobOutput output;
   const auto started = std::chrono::steady_clock::now();
-  auto resp =
-      run_exec(s, so, meta_json, meta.mutable_globals, entry_name, call, return_buffers, verbose,
-               JobOptions{exec_job_limits(c), sandbox_tenant(prog->program.scope)}, c, &output);
+  auto resp = run_exec(
+      s, so, meta_json, meta.mutable_globals, entry_name, call, buffer_fds, return_buffers, verbose,
+      JobOptions{exec_job_limits(c), sandbox_tenant(prog->program.scope)}, c, &output);
   const auto elapsed_ns =
       static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                      std::chrono::steady_clock::now() - started)

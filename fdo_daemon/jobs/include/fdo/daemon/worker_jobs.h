@@ -13,12 +13,14 @@
 //       -> jit metadata JSON (jit::metadata_to_json)   payload: object bytes
 //   exec role
 //     {"op":"exec", "key", "entry", "slots":[u64], "buffer_of_param":[int],
-//      "buffers":[{"elem","size"}], "return_buffers":bool, "events":[names],
+//      "buffers":[{"elem","size","fd" (optional)}], "return_buffers":bool, "events":[names],
 //      "cache_entries":n, "verbose":bool,
 //      "sampling":{"events":[names], "frequency_hz", "max_samples"} (optional),
 //      "object_size", "metadata" (both only with the object attached)}
 //                                   payload: object bytes (if attached), then each
-//                                   buffer's bytes
+//                                   buffer's bytes, except buffers with "fd": those are
+//                                   the job's descriptor fds[fd] (a sealed memfd of
+//                                   exactly `size` bytes), mapped copy-on-write
 //       -> {"ret":u64, "measurement":{...}, "counts":{pgo name:[u64]},
 //           "function_ranges":[...], "samples":{...} (stage_sampling.h; when sampling
 //           was asked for)}                        payload: the buffers (if asked)

@@ -6,6 +6,10 @@
 //
 //   u32 magic "FDO1" | u32 header_len | u64 payload_len | header (JSON, UTF-8) | payload
 //
+// A message may carry file descriptors (SCM_RIGHTS on its first bytes): the
+// daemon hands an exec worker a client's sealed memfd buffer this way instead
+// of copying its bytes into the payload.
+//
 // Lengths are checked against FrameLimits before anything is allocated, so a
 // lying or corrupt prefix is an error, never a huge allocation. A worker that
 // runs client code is untrusted: everything it sends goes through these checks.
@@ -26,6 +30,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace fdo::daemon {
 
@@ -37,9 +42,16 @@ inline constexpr std::uint64_t kGiB = 1024 * kMiB;
 inline constexpr std::uint32_t kFrameMagic = 0x314F4446u;
 inline constexpr std::size_t kFramePrefixBytes = 16;
 
+// Most descriptors one message may carry (the daemon's own per-request limit).
+inline constexpr std::size_t kMaxMessageFds = 16;
+
 struct Message {
   nlohmann::json header = nlohmann::json::object();
   std::string payload; // binary-safe bytes
+  // Descriptors that travel with the message, never owned by it. Sending: the
+  // sender keeps them open until the send returns. Received: the raw values of
+  // the Fds that recv_message put in its `fds` (valid while those live).
+  std::vector<int> fds{};
 };
 
 // Upper bounds a receiver accepts; checked on the prefix, before allocating.
@@ -95,10 +107,11 @@ Expected<Message> decode_message(std::string_view frame, const FrameLimits& limi
 // Errc::unavailable, never SIGPIPE) and honours the deadline for every chunk.
 Status send_message(int fd, const Message& message, Deadline deadline = Deadline::never());
 // Same, with the header given as JSON or as already-serialised JSON text.
+// `fds` (at most kMaxMessageFds; only on a socket) go with the first bytes.
 Status send_frame(int fd, const nlohmann::json& header, std::string_view payload,
-                  Deadline deadline = Deadline::never());
+                  Deadline deadline = Deadline::never(), std::span<const int> fds = {});
 Status send_frame_text(int fd, std::string_view header_json, std::string_view payload,
-                       Deadline deadline = Deadline::never());
+                       Deadline deadline = Deadline::never(), std::span<const int> fds = {});
 
 // Receives one message.
 //   end of stream before the first byte -> Errc::unavailable "peer closed the connection"
@@ -109,8 +122,15 @@ Status send_frame_text(int fd, std::string_view header_json, std::string_view pa
 // readable and the socket has nothing more to read, the result is
 // Errc::unavailable "peer process exited" (a grandchild holding the socket
 // open cannot make us wait for the deadline).
+// `fds`: null (the default) discards any descriptor the peer attached (the
+// kernel closes them: the pool never takes descriptors from a worker);
+// otherwise the descriptors that came with the message's prefix are appended
+// to it (close-on-exec, owned by the caller) and their raw values put in the
+// Message's `fds`. More than kMaxMessageFds: Errc::resource_exhausted (the
+// extra ones are closed, the message is not read).
 Expected<Message> recv_message(int fd, const FrameLimits& limits,
-                               Deadline deadline = Deadline::never(), int peer_exit_fd = -1);
+                               Deadline deadline = Deadline::never(), int peer_exit_fd = -1,
+                               std::vector<Fd>* fds = nullptr);
 
 // AF_UNIX SOCK_STREAM pair, both ends close-on-exec. (Stream, not SEQPACKET:
 // payloads such as object files exceed the kernel's datagram size limits.)

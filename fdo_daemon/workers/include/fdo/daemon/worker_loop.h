@@ -55,6 +55,9 @@ struct WorkerLoopOptions {
 // running the job; a worker binds once. A failed bind is answered with the
 // error and "retire".
 //
+// Descriptors that come with a job (ipc.h; at most kMaxMessageFds) are the
+// handler's to use through request.fds and are closed once its reply is sent.
+//
 // Per job: RLIMIT_AS soft limit = current address space + limits.address_space_bytes
 // (clamped to the hard limit), RLIMIT_CPU soft limit = CPU used so far +
 // effective_cpu_seconds; both restored after the handler returns. Then stdout
@@ -69,8 +72,10 @@ struct WorkerLoopOptions {
 int run_worker_loop(int fd, JobHandler handler, WorkerLoopOptions options = {});
 int run_worker_loop(int fd, ContextJobHandler handler, WorkerLoopOptions options = {});
 
-// Threads this process runs now (from /proc/self/status; 1 if unreadable).
-std::size_t process_thread_count();
+// Threads this process runs now: the link count of /proc/self/task (2 + the
+// threads), from `task_dir_fd` when given (kept open by the loop), else
+// opened for the call; 1 if unreadable.
+std::size_t process_thread_count(int task_dir_fd = -1);
 
 // Finds "--fd N" in argv and checks that N is an open socket.
 Expected<int> worker_fd_from_args(int argc, const char* const* argv);
