@@ -12,6 +12,11 @@
 //               through its thunk, and a direct C++ call, timed per call the
 //               same way (plus the cost of the timer itself and a batched
 //               mean, which per-call timing of nanosecond calls cannot show).
+//   floor       no fdod: a chain of N forked server processes that only pass
+//               bytes on (hop 1 a listening Unix socket served by one epoll
+//               thread, like fdod's I/O thread; further hops socketpairs,
+//               like fdod's exec workers), timed like latency (1 client) or
+//               throughput (K clients): what this host's transport costs.
 //
 // The entry must be i64(i64, i64) returning the wrapped sum of its
 // arguments: every reply's value is checked against that, and (unless
@@ -21,25 +26,40 @@
 #include "fdo/ctl/client.h"
 #include "fdo/jit/compiler.h"
 #include "fdo/jit/loader.h"
+#include "fdo/util/fd.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <csignal>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using fdo::Fd;
 
 namespace {
 
@@ -50,16 +70,29 @@ constexpr const char* kUsage =
   fdod_load throughput --socket PATH --program ID [--entry NAME] --clients N
                        [--duration-ms MS] [--warmup-ms MS] [--expect-mode M] [--expect-outcome O]
   fdod_load native     --ir FILE [--entry NAME] [--samples N] [--blocks N] [--batch N]
+  fdod_load floor      --hops N [--clients K] [--samples S] [--warmup N] [--duration-ms MS]
+                       [--warmup-ms MS] [--payload BYTES | --payload REQUEST/REPLY]
 
 The entry (default "add") must be i64(i64, i64) returning the sum of its arguments.
 --expect-mode (default optimized) and --expect-outcome (default memory_hit) are checked on
 every reply ("any" checks nothing). --verbose 1 asks for verbose replies (each counter's reason
 text: the reply shape before compact replies). Defaults: --samples 1000, --warmup 20, --duration-ms 3000,
 --warmup-ms 500; native: --samples 20000, --blocks 10, --batch 1000000.
+floor: forks N (1..16) processes that pass messages on, no fdod; hop 1 listens on a Unix stream
+socket in a temp dir and serves all K connections on one thread (epoll), each further hop is
+reached through a Unix stream socketpair, the last echoes. --clients 1 (default): S round trips
+timed one by one (--warmup untimed first), JSON like latency's; K > 1: closed loop like
+throughput. --payload: request and reply bytes (default 178/1770: a compact execute request
+and reply of bench/service's add as fdod_load sends and fdod answers them; one number sets both).
 Prints JSON on stdout. Exit 0 ok (also --help), 1 daemon error or failed check, 2 bad arguments.
 )";
 
-enum class Mode { latency, throughput, native };
+enum class Mode { latency, throughput, native, floor };
+
+// Default floor message sizes: a compact `execute` request and its reply for
+// bench/service's add program, as measured in a run_service.py run.
+constexpr std::size_t kFloorRequestBytes = 178;
+constexpr std::size_t kFloorReplyBytes = 1770;
 
 struct Options {
   Mode mode = Mode::latency;
@@ -79,6 +112,9 @@ struct Options {
   // Ask for verbose execute replies (every event's reason: the reply shape
   // before replies became compact), to compare both in one run.
   bool verbose = false;
+  long hops = 0; // floor: processes in the chain
+  std::size_t request_bytes = kFloorRequestBytes;
+  std::size_t reply_bytes = kFloorReplyBytes;
 };
 
 struct UsageError {
@@ -95,7 +131,7 @@ long parse_count(const std::string& flag, const std::string& text, long min, lon
 }
 
 Options parse_args(int argc, char** argv) {
-  if (argc < 2) throw UsageError{"missing mode (latency, throughput or native)"};
+  if (argc < 2) throw UsageError{"missing mode (latency, throughput, native or floor)"};
   Options o;
   std::string mode = argv[1];
   if (mode == "latency")
@@ -104,10 +140,12 @@ Options parse_args(int argc, char** argv) {
     o.mode = Mode::throughput;
   else if (mode == "native")
     o.mode = Mode::native;
+  else if (mode == "floor")
+    o.mode = Mode::floor;
   else if (mode == "-h" || mode == "--help")
     throw UsageError{};
   else
-    throw UsageError{"unknown mode '" + mode + "' (expected latency, throughput or native)"};
+    throw UsageError{"unknown mode '" + mode + "' (expected latency, throughput, native or floor)"};
   for (int i = 2; i < argc; ++i) {
     std::string flag = argv[i];
     if (flag == "-h" || flag == "--help") throw UsageError{};
@@ -141,6 +179,17 @@ Options parse_args(int argc, char** argv) {
       o.expect_outcome = value;
     else if (flag == "--verbose")
       o.verbose = parse_count(flag, value, 0, 1) == 1;
+    else if (flag == "--hops")
+      o.hops = parse_count(flag, value, 1, 16);
+    else if (flag == "--payload") {
+      // 8 bytes at least: the request's tag, echoed in the reply.
+      const auto slash = value.find('/');
+      const long req = parse_count(flag, value.substr(0, slash), 8, 16 << 20);
+      const long reply =
+          slash == std::string::npos ? req : parse_count(flag, value.substr(slash + 1), 8, 16 << 20);
+      o.request_bytes = static_cast<std::size_t>(req);
+      o.reply_bytes = static_cast<std::size_t>(reply);
+    }
     else
       throw UsageError{"unknown option '" + flag + "'"};
   }
@@ -148,6 +197,10 @@ Options parse_args(int argc, char** argv) {
   if (o.mode == Mode::native) {
     if (o.ir_path.empty()) throw UsageError{"native: --ir FILE is required"};
     if (o.samples < 0) o.samples = 20'000;
+  } else if (o.mode == Mode::floor) {
+    if (o.hops == 0) throw UsageError{"floor: --hops N is required"};
+    if (o.clients == 0) o.clients = 1;
+    if (o.samples < 0) o.samples = 1000;
   } else {
     if (o.socket.empty()) throw UsageError{mode + ": --socket PATH is required"};
     if (o.program.empty()) throw UsageError{mode + ": --program ID is required"};
@@ -273,6 +326,7 @@ json client_codec_cost(const Options& o, const json& sample_result) {
   std::vector<std::int64_t> samples;
   std::int64_t expected = 0;
   std::size_t sink = 0;
+  std::size_t request_bytes = 0; // the last request's line with its newline
   for (int i = 0; i < 2000; ++i) {
     auto t0 = Clock::now();
     json req = {{"jsonrpc", "2.0"},
@@ -283,10 +337,12 @@ json client_codec_cost(const Options& o, const json& sample_result) {
     json back = json::parse(reply_line);
     auto t1 = Clock::now();
     sink += line.size() + back.size();
+    request_bytes = line.size() + 1;
     samples.push_back(ns_between(t0, t1));
   }
   json s = summarize(std::move(samples));
   s["reply_bytes"] = reply_line.size() + 1;
+  s["request_bytes"] = request_bytes;
   s["sink"] = sink; // keeps the work observable
   return s;
 }
@@ -466,6 +522,463 @@ int run_throughput(const Options& o) {
   return failed_checks == 0 && first_error.empty() ? 0 : 1;
 }
 
+// ---------------------------------------------------------------------------
+// floor: the transport floor of this host. A chain of `hops` server
+// processes: hop 1 listens on a real AF_UNIX stream socket in a temp dir
+// (as fdod does) and serves every client connection from one thread with
+// epoll (as fdod's I/O thread does); each further hop is reached through an
+// AF_UNIX stream socketpair (as fdod reaches an exec worker). A hop forwards
+// a request to the next and the reply back; the last hop answers: a reply of
+// the reply size whose first 8 bytes echo the request's. No work at all, so
+// what is measured is system calls, copies and scheduling.
+
+struct FloorError {
+  std::string message;
+};
+
+[[noreturn]] void floor_fail(const std::string& what) { throw FloorError{what}; }
+
+[[noreturn]] void floor_fail_errno(const std::string& what) {
+  floor_fail(what + ": " + std::strerror(errno));
+}
+
+// Whole-buffer I/O on a blocking descriptor. read_full: false on a clean EOF
+// before the first byte; an EOF in the middle of a message is an error.
+bool read_full(int fd, char* buf, std::size_t n) {
+  std::size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::read(fd, buf + got, n - got);
+    if (r > 0) {
+      got += static_cast<std::size_t>(r);
+    } else if (r == 0) {
+      if (got == 0) return false;
+      floor_fail("peer closed the connection in the middle of a message");
+    } else if (errno != EINTR) {
+      floor_fail_errno("read");
+    }
+  }
+  return true;
+}
+
+void write_full(int fd, const char* buf, std::size_t n) {
+  std::size_t done = 0;
+  while (done < n) {
+    ssize_t w = ::send(fd, buf + done, n - done, MSG_NOSIGNAL);
+    if (w > 0)
+      done += static_cast<std::size_t>(w);
+    else if (w < 0 && errno != EINTR)
+      floor_fail_errno("write");
+  }
+}
+
+struct FloorSizes {
+  std::size_t request = 0;
+  std::size_t reply = 0;
+};
+
+// The last hop's answer: reply-sized, the request's first 8 bytes echoed.
+void make_reply(const char* request, std::string& reply) {
+  std::memcpy(reply.data(), request, sizeof(std::uint64_t));
+}
+
+// A hop after the first: one message at a time, blocking, like an exec
+// worker. Returns when its upstream closes.
+void serve_serial_hop(int up, int down, FloorSizes sizes) {
+  std::string req(sizes.request, 'q');
+  std::string reply(sizes.reply, 'r');
+  while (read_full(up, req.data(), req.size())) {
+    if (down < 0) {
+      make_reply(req.data(), reply);
+    } else {
+      write_full(down, req.data(), req.size());
+      if (!read_full(down, reply.data(), reply.size()))
+        floor_fail("the next hop closed its socket");
+    }
+    write_full(up, reply.data(), reply.size());
+  }
+}
+
+// Hop 1: the listening socket and every client connection on one thread,
+// epoll, level-triggered. With a next hop, requests are pipelined to it in
+// arrival order (at most `max_inflight` outstanding, so neither side can
+// block on a full socket buffer) and replies matched back in that order.
+void serve_first_hop(int listener, int down, FloorSizes sizes, std::size_t max_inflight) {
+  Fd ep(::epoll_create1(EPOLL_CLOEXEC));
+  if (!ep) floor_fail_errno("epoll_create1");
+  auto watch = [&](int fd) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (::epoll_ctl(ep.get(), EPOLL_CTL_ADD, fd, &ev) != 0) floor_fail_errno("epoll_ctl");
+  };
+  watch(listener);
+  if (down >= 0) watch(down);
+  struct Conn {
+    Fd fd;
+    std::string in; // bytes of the request being received
+  };
+  std::map<int, Conn> conns;
+  std::deque<std::pair<int, std::string>> waiting; // complete requests not yet sent on
+  std::deque<int> inflight;                        // connections awaiting a reply, in order
+  std::string reply(sizes.reply, 'r');
+  std::string down_in;
+  auto pump = [&] {
+    while (!waiting.empty() && inflight.size() < max_inflight) {
+      write_full(down, waiting.front().second.data(), sizes.request);
+      inflight.push_back(waiting.front().first);
+      waiting.pop_front();
+    }
+  };
+  std::vector<epoll_event> events(64);
+  std::vector<char> buf(std::max<std::size_t>(65536, sizes.reply));
+  while (true) {
+    int n = ::epoll_wait(ep.get(), events.data(), static_cast<int>(events.size()), -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      floor_fail_errno("epoll_wait");
+    }
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[static_cast<std::size_t>(i)].data.fd;
+      if (fd == listener) {
+        Fd c(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
+        if (!c) floor_fail_errno("accept4");
+        watch(c.get());
+        const int key = c.get();
+        conns[key].fd = std::move(c);
+        continue;
+      }
+      if (fd == down) {
+        ssize_t r = ::read(down, buf.data(), buf.size());
+        if (r == 0) floor_fail("the next hop closed its socket");
+        if (r < 0) {
+          if (errno == EINTR) continue;
+          floor_fail_errno("read from the next hop");
+        }
+        down_in.append(buf.data(), static_cast<std::size_t>(r));
+        std::size_t off = 0;
+        while (down_in.size() - off >= sizes.reply) {
+          if (inflight.empty()) floor_fail("a reply from the next hop that nobody asked for");
+          auto it = conns.find(inflight.front());
+          inflight.pop_front();
+          if (it != conns.end()) write_full(it->second.fd.get(), down_in.data() + off, sizes.reply);
+          off += sizes.reply;
+        }
+        down_in.erase(0, off);
+        pump();
+        continue;
+      }
+      auto it = conns.find(fd);
+      if (it == conns.end()) continue;
+      Conn& conn = it->second;
+      const std::size_t want = sizes.request - conn.in.size();
+      ssize_t r = ::read(fd, buf.data(), std::min(want, buf.size()));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) { // the client went away (or failed): drop it; a late reply is discarded
+        conns.erase(it);
+        continue;
+      }
+      conn.in.append(buf.data(), static_cast<std::size_t>(r));
+      if (conn.in.size() < sizes.request) continue;
+      if (down < 0) {
+        make_reply(conn.in.data(), reply);
+        write_full(fd, reply.data(), reply.size());
+      } else {
+        waiting.emplace_back(fd, std::move(conn.in));
+        pump();
+      }
+      conn.in.clear();
+    }
+  }
+}
+
+// The server processes, killed and reaped when this goes out of scope (every
+// exit path of run_floor); each also dies with the thread that forked it
+// (PR_SET_PDEATHSIG), so a killed fdod_load leaves none behind.
+class HopChain {
+public:
+  HopChain() = default;
+  HopChain(const HopChain&) = delete;
+  HopChain& operator=(const HopChain&) = delete;
+  ~HopChain() {
+    for (pid_t pid : pids_)
+      ::kill(pid, SIGKILL);
+    for (pid_t pid : pids_)
+      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+  }
+
+  // Forks one hop; `body` runs in the child, which exits when it returns
+  // (status 0) or throws (status 1, message on stderr).
+  template <typename Body> void spawn(const std::vector<int>& keep, Body body) {
+    const pid_t parent = ::getpid();
+    pid_t pid = ::fork();
+    if (pid < 0) floor_fail_errno("fork");
+    if (pid > 0) {
+      pids_.push_back(pid);
+      return;
+    }
+    // Child: die with the parent; close every descriptor but its own.
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(1);
+    std::vector<int> kept = keep;
+    std::sort(kept.begin(), kept.end());
+    unsigned next = 3;
+    for (int fd : kept) {
+      if (static_cast<unsigned>(fd) > next) ::close_range(next, static_cast<unsigned>(fd) - 1, 0);
+      next = std::max(next, static_cast<unsigned>(fd) + 1);
+    }
+    ::close_range(next, ~0U, 0);
+    try {
+      body();
+      ::_exit(0);
+    } catch (const FloorError& e) {
+      std::fprintf(stderr, "fdod_load floor (hop process %d): %s\n", ::getpid(), e.message.c_str());
+    } catch (...) {
+      std::fprintf(stderr, "fdod_load floor (hop process %d): unexpected exception\n", ::getpid());
+    }
+    ::_exit(1);
+  }
+
+  const std::vector<pid_t>& pids() const { return pids_; }
+
+  // User+system CPU seconds used so far by the hop processes (/proc, clock ticks).
+  double cpu_s() const {
+    const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
+    double total = 0;
+    for (pid_t pid : pids_) {
+      std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+      std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      auto close_paren = stat.rfind(')');
+      if (close_paren == std::string::npos) continue;
+      std::istringstream fields(stat.substr(close_paren + 2));
+      std::string f;
+      double ticks = 0;
+      for (int i = 0; i < 13 && fields >> f; ++i)
+        if (i == 11 || i == 12) ticks += std::strtod(f.c_str(), nullptr);
+      total += ticks / tick;
+    }
+    return total;
+  }
+
+private:
+  std::vector<pid_t> pids_;
+};
+
+// A temp dir holding the listening socket; both go away once the clients are
+// connected (or on any exit path before that).
+class SocketDir {
+public:
+  SocketDir() {
+    std::string tmpl = (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
+    tmpl += "/fdod_load-floor-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) floor_fail_errno("mkdtemp " + tmpl);
+    dir_ = tmpl;
+    path_ = dir_ + "/floor.sock";
+  }
+  SocketDir(const SocketDir&) = delete;
+  SocketDir& operator=(const SocketDir&) = delete;
+  ~SocketDir() { remove(); }
+  void remove() {
+    if (dir_.empty()) return;
+    ::unlink(path_.c_str());
+    ::rmdir(dir_.c_str());
+    dir_.clear();
+  }
+  const std::string& path() const { return path_; }
+
+private:
+  std::string dir_, path_;
+};
+
+sockaddr_un unix_address(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) floor_fail("socket path too long: " + path);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+
+Fd connect_unix(const std::string& path) {
+  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) floor_fail_errno("socket");
+  sockaddr_un addr = unix_address(path);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+    floor_fail_errno("connect " + path);
+  return fd;
+}
+
+// One client connection's round trip: the request carries `tag` in its first
+// 8 bytes, the reply must echo it.
+struct FloorClient {
+  Fd fd;
+  std::string req, reply;
+  std::uint64_t wrong = 0;
+
+  FloorClient(Fd f, FloorSizes sizes) : fd(std::move(f)), req(sizes.request, 'q'), reply(sizes.reply, 'r') {}
+
+  // False when the reply did not echo the tag (counted in `wrong`).
+  bool round_trip(std::uint64_t tag) {
+    std::memcpy(req.data(), &tag, sizeof(tag));
+    write_full(fd.get(), req.data(), req.size());
+    if (!read_full(fd.get(), reply.data(), reply.size()))
+      floor_fail("the first hop closed the connection");
+    std::uint64_t got = 0;
+    std::memcpy(&got, reply.data(), sizeof(got));
+    if (got == tag) return true;
+    ++wrong;
+    return false;
+  }
+};
+
+int run_floor(const Options& o) {
+  const FloorSizes sizes{o.request_bytes, o.reply_bytes};
+  const auto hops = static_cast<std::size_t>(o.hops);
+  const auto n_clients = static_cast<std::size_t>(o.clients);
+  // Replies outstanding between hop 1 and hop 2 stay well inside a Unix
+  // socket's default buffer (~200 KiB), so hop 1's blocking writes cannot
+  // deadlock against a blocked hop 2.
+  const std::size_t max_inflight =
+      std::clamp<std::size_t>(65536 / (sizes.request + sizes.reply), 1, 64);
+  json out;
+  std::uint64_t wrong = 0;
+  try {
+    SocketDir dir;
+    Fd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!listener) floor_fail_errno("socket");
+    sockaddr_un addr = unix_address(dir.path());
+    if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+      floor_fail_errno("bind " + dir.path());
+    if (::listen(listener.get(), 1024) != 0) floor_fail_errno("listen");
+    // links[i] joins hop i+1 (end 0) and hop i+2 (end 1).
+    std::vector<std::array<Fd, 2>> links(hops - 1);
+    for (auto& link : links) {
+      int fds[2];
+      if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+        floor_fail_errno("socketpair");
+      link[0] = Fd(fds[0]);
+      link[1] = Fd(fds[1]);
+    }
+    HopChain chain;
+    for (std::size_t h = 0; h < hops; ++h) {
+      const int up = h == 0 ? listener.get() : links[h - 1][1].get();
+      const int down = h + 1 < hops ? links[h][0].get() : -1;
+      std::vector<int> keep = {up};
+      if (down >= 0) keep.push_back(down);
+      if (h == 0)
+        chain.spawn(keep, [=] { serve_first_hop(up, down, sizes, max_inflight); });
+      else
+        chain.spawn(keep, [=] { serve_serial_hop(up, down, sizes); });
+    }
+    links.clear();
+    listener.reset();
+    std::vector<FloorClient> clients;
+    clients.reserve(n_clients);
+    for (std::size_t c = 0; c < n_clients; ++c)
+      clients.emplace_back(connect_unix(dir.path()), sizes);
+    dir.remove(); // connected: nothing is left in the file system from here on
+
+    out = {{"mode", "floor"},
+           {"hops", o.hops},
+           {"transport",
+            "hop 1: a listening AF_UNIX stream socket in a temp dir, all connections on one "
+            "thread (epoll); each further hop: an AF_UNIX stream socketpair, one message at a "
+            "time; the last hop echoes"},
+           {"request_bytes", sizes.request},
+           {"reply_bytes", sizes.reply},
+           {"clients", o.clients},
+           {"server_pids", chain.pids()}};
+    if (n_clients == 1) {
+      FloorClient& cl = clients.front();
+      std::uint64_t tag = 1;
+      for (long i = 0; i < o.warmup; ++i)
+        cl.round_trip(tag++);
+      std::vector<std::int64_t> rtt;
+      rtt.reserve(static_cast<std::size_t>(o.samples));
+      for (long i = 0; i < o.samples; ++i) {
+        auto t0 = Clock::now();
+        cl.round_trip(tag++);
+        auto t1 = Clock::now();
+        rtt.push_back(ns_between(t0, t1));
+      }
+      wrong = cl.wrong;
+      out["samples"] = o.samples;
+      out["warmup"] = o.warmup;
+      out["checks"] = {{"failed_checks", wrong}};
+      out["summary"] = {{"rtt_ns", summarize(rtt)}};
+      out["raw"] = {{"rtt_ns", rtt}};
+    } else {
+      const double cpu0 = process_cpu_s();
+      const double server_cpu0 = chain.cpu_s();
+      std::vector<ClientRun> runs(n_clients);
+      const auto start = Clock::now() + std::chrono::milliseconds(20);
+      const auto measure_from = start + std::chrono::milliseconds(o.warmup_ms);
+      const auto measure_to = measure_from + std::chrono::milliseconds(o.duration_ms);
+      std::vector<std::thread> threads;
+      for (std::size_t c = 0; c < n_clients; ++c) {
+        threads.emplace_back([&, c] {
+          ClientRun& run = runs[c];
+          std::this_thread::sleep_until(start);
+          std::uint64_t tag = (static_cast<std::uint64_t>(c) << 40) + 1;
+          try {
+            while (true) {
+              auto t0 = Clock::now();
+              if (t0 >= measure_to) break;
+              clients[c].round_trip(tag++);
+              auto t1 = Clock::now();
+              ++run.completed;
+              if (t0 >= measure_from && t1 <= measure_to)
+                run.latencies.push_back(ns_between(t0, t1));
+            }
+          } catch (const FloorError& e) {
+            run.error = "client " + std::to_string(c) + ": " + e.message;
+          }
+        });
+      }
+      for (auto& t : threads)
+        t.join();
+      const double client_cpu_s = process_cpu_s() - cpu0;
+      const double server_cpu_s = chain.cpu_s() - server_cpu0;
+      std::vector<std::int64_t> all;
+      std::vector<std::uint64_t> per_client;
+      std::uint64_t completed = 0;
+      std::string first_error;
+      for (std::size_t c = 0; c < n_clients; ++c) {
+        all.insert(all.end(), runs[c].latencies.begin(), runs[c].latencies.end());
+        per_client.push_back(runs[c].latencies.size());
+        completed += runs[c].completed;
+        wrong += clients[c].wrong;
+        if (first_error.empty()) first_error = runs[c].error;
+      }
+      const double done = static_cast<double>(std::max<std::uint64_t>(completed, 1));
+      out["duration_ms"] = o.duration_ms;
+      out["warmup_ms"] = o.warmup_ms;
+      out["requests"] = all.size();
+      out["requests_per_s"] = static_cast<double>(all.size()) / (static_cast<double>(o.duration_ms) / 1000.0);
+      out["completed_total"] = completed;
+      out["client_cpu_us_per_request"] = client_cpu_s * 1e6 / done;
+      // CPU of the hop processes over the whole run (clock-tick resolution).
+      out["server_cpu_us_per_request"] = server_cpu_s * 1e6 / done;
+      out["per_client_requests"] = per_client;
+      out["latency_ns"] = summarize(all);
+      out["checks"] = {{"failed_checks", wrong}};
+      out["error"] = first_error;
+      out["raw"] = {{"latency_ns", all}};
+      if (!first_error.empty()) floor_fail(first_error);
+    }
+  } catch (const FloorError& e) {
+    // The hop processes are gone by now (HopChain's destructor).
+    if (!out.is_null()) std::printf("%s\n", out.dump().c_str());
+    std::fprintf(stderr, "fdod_load floor: %s\n", e.message.c_str());
+    return 1;
+  }
+  std::printf("%s\n", out.dump().c_str());
+  if (wrong != 0) {
+    std::fprintf(stderr, "fdod_load floor: %llu replies did not echo their request\n",
+                 static_cast<unsigned long long>(wrong));
+    return 1;
+  }
+  return 0;
+}
+
 // The floor: a plain C++ call the compiler may not inline, clone or fold.
 #if defined(__clang__)
 [[gnu::noinline]] std::int64_t native_add(std::int64_t a, std::int64_t b) {
@@ -627,6 +1140,8 @@ int main(int argc, char** argv) {
     return run_throughput(opts);
   case Mode::native:
     return run_native(opts);
+  case Mode::floor:
+    return run_floor(opts);
   }
   return 2;
 }
