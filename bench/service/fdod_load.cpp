@@ -35,6 +35,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -46,7 +47,6 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-#include <csignal>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -185,12 +185,12 @@ Options parse_args(int argc, char** argv) {
       // 8 bytes at least: the request's tag, echoed in the reply.
       const auto slash = value.find('/');
       const long req = parse_count(flag, value.substr(0, slash), 8, 16 << 20);
-      const long reply =
-          slash == std::string::npos ? req : parse_count(flag, value.substr(slash + 1), 8, 16 << 20);
+      const long reply = slash == std::string::npos
+                             ? req
+                             : parse_count(flag, value.substr(slash + 1), 8, 16 << 20);
       o.request_bytes = static_cast<std::size_t>(req);
       o.reply_bytes = static_cast<std::size_t>(reply);
-    }
-    else
+    } else
       throw UsageError{"unknown option '" + flag + "'"};
   }
   if (o.entry.empty()) throw UsageError{"--entry: empty name"};
@@ -536,7 +536,9 @@ struct FloorError {
   std::string message;
 };
 
-[[noreturn]] void floor_fail(const std::string& what) { throw FloorError{what}; }
+[[noreturn]] void floor_fail(const std::string& what) {
+  throw FloorError{what};
+}
 
 [[noreturn]] void floor_fail_errno(const std::string& what) {
   floor_fail(what + ": " + std::strerror(errno));
@@ -813,7 +815,8 @@ struct FloorClient {
   std::string req, reply;
   std::uint64_t wrong = 0;
 
-  FloorClient(Fd f, FloorSizes sizes) : fd(std::move(f)), req(sizes.request, 'q'), reply(sizes.reply, 'r') {}
+  FloorClient(Fd f, FloorSizes sizes)
+      : fd(std::move(f)), req(sizes.request, 'q'), reply(sizes.reply, 'r') {}
 
   // False when the reply did not echo the tag (counted in `wrong`).
   bool round_trip(std::uint64_t tag) {
@@ -952,7 +955,8 @@ int run_floor(const Options& o) {
       out["duration_ms"] = o.duration_ms;
       out["warmup_ms"] = o.warmup_ms;
       out["requests"] = all.size();
-      out["requests_per_s"] = static_cast<double>(all.size()) / (static_cast<double>(o.duration_ms) / 1000.0);
+      out["requests_per_s"] =
+          static_cast<double>(all.size()) / (static_cast<double>(o.duration_ms) / 1000.0);
       out["completed_total"] = completed;
       out["client_cpu_us_per_request"] = client_cpu_s * 1e6 / done;
       // CPU of the hop processes over the whole run (clock-tick resolution).
