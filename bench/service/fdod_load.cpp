@@ -80,9 +80,9 @@ text: the reply shape before compact replies). Defaults: --samples 1000, --warmu
 --warmup-ms 500; native: --samples 20000, --blocks 10, --batch 1000000.
 floor: forks N (1..16) processes that pass messages on, no fdod; hop 1 listens on a Unix stream
 socket in a temp dir and serves all K connections on one thread (epoll), each further hop is
-reached through a Unix stream socketpair, the last echoes. --clients 1 (default): S round trips
-timed one by one (--warmup untimed first), JSON like latency's; K > 1: closed loop like
-throughput. --payload: request and reply bytes (default 178/1770: a compact execute request
+reached through a Unix stream socketpair, the last echoes. --clients 1 (default) without
+--duration-ms: S round trips timed one by one (--warmup untimed first), JSON like latency's;
+K > 1 or --duration-ms given: closed loop for the duration, JSON like throughput's. --payload: request and reply bytes (default 178/1770: a compact execute request
 and reply of bench/service's add as fdod_load sends and fdod answers them; one number sets both).
 Prints JSON on stdout. Exit 0 ok (also --help), 1 daemon error or failed check, 2 bad arguments.
 )";
@@ -104,6 +104,7 @@ struct Options {
   long warmup = 20;
   long clients = 0;
   long duration_ms = 3000;
+  bool duration_given = false; // floor: --duration-ms asks for the closed loop with 1 client too
   long warmup_ms = 500;
   long blocks = 10;
   long batch = 1'000'000;
@@ -165,9 +166,10 @@ Options parse_args(int argc, char** argv) {
       o.warmup = parse_count(flag, value, 0, 100'000'000);
     else if (flag == "--clients")
       o.clients = parse_count(flag, value, 1, 1024);
-    else if (flag == "--duration-ms")
+    else if (flag == "--duration-ms") {
       o.duration_ms = parse_count(flag, value, 1, 3'600'000);
-    else if (flag == "--warmup-ms")
+      o.duration_given = true;
+    } else if (flag == "--warmup-ms")
       o.warmup_ms = parse_count(flag, value, 0, 3'600'000);
     else if (flag == "--blocks")
       o.blocks = parse_count(flag, value, 1, 100'000);
@@ -889,7 +891,7 @@ int run_floor(const Options& o) {
            {"reply_bytes", sizes.reply},
            {"clients", o.clients},
            {"server_pids", chain.pids()}};
-    if (n_clients == 1) {
+    if (n_clients == 1 && !o.duration_given) {
       FloorClient& cl = clients.front();
       std::uint64_t tag = 1;
       for (long i = 0; i < o.warmup; ++i)

@@ -23,11 +23,18 @@ adds microseconds, not Python's milliseconds):
      through its thunk, timed per call the same way; a direct call of a
      noinline C++ function as the floor; the cost of the clock pair itself;
      and a batched mean (one clock pair around 10^6 calls).
+   - `fdod_load floor --hops 1` and `--hops 2`: no fdod at all, forked
+     processes that only pass the same number of bytes on (hop 1 a listening
+     Unix socket served by one epoll thread, like fdod's I/O thread; hop 2
+     through a socketpair, like fdod's exec worker; the last echoes): the
+     transport floor of this host, client<->fdod and client<->fdod<->worker.
    Percentiles pool the samples of all rounds.
 2. Throughput. `fdod_load throughput` with 1, 2, 8, 32 clients (one connection
    and thread each, closed loop: send, wait for the reply, repeat) for a fixed
    time after a short warm-up, in passes 1 2 8 32, 32 8 2 1, ...; requests/s is
-   the median over passes, latency percentiles pool the passes.
+   the median over passes, latency percentiles pool the passes. Beside each
+   run, `fdod_load floor --hops 2` with the same client count (the pair's
+   order alternating by pass): the 2-hop floor's requests/s.
 
 Exit status: 0 ok; 1 a measurement failed or a result was wrong; 2 setup
 problem (missing build artefact, fdod would not start).
@@ -326,15 +333,39 @@ def run(build, p, args):
 
         common = ["--socket", daemon.socket, "--program", program, "--entry", ENTRY]
         lat_runs, verbose_runs, nat_runs = [], [], []
+        floor_runs = {1: [], 2: []}
         results["latency_runs"] = lat_runs
         results["latency_verbose_runs"] = verbose_runs
         results["native_runs"] = nat_runs
+        results["floor_runs"] = {"1": floor_runs[1], "2": floor_runs[2]}
+        floor_payload = {"source": "fdod_load's built-in default (no latency run succeeded)",
+                         "request_bytes": None, "reply_bytes": None}
+        results["floor_payload"] = floor_payload
+
+        def payload_args():
+            """The floor's message sizes: those of the latest compact latency run
+            (a real execute request and fdod's reply), else fdod_load's default."""
+            codec = lat_runs[-1]["client_codec_ns"] if lat_runs else {}
+            if codec.get("request_bytes") and codec.get("reply_bytes"):
+                floor_payload.update({"source": "compact execute request/reply of this run",
+                                      "request_bytes": codec["request_bytes"],
+                                      "reply_bytes": codec["reply_bytes"]})
+                return ["--payload", f"{codec['request_bytes']}/{codec['reply_bytes']}"]
+            return []
+
         for r in range(p["rounds"]):
-            order = (("latency", "verbose", "native") if r % 2 == 0 else
-                     ("native", "verbose", "latency"))
+            order = (("latency", "verbose", "native", "floor1", "floor2") if r % 2 == 0 else
+                     ("floor2", "floor1", "native", "verbose", "latency"))
             for what in order:
                 progress(f"round {r + 1}/{p['rounds']}: {what}")
-                if what in ("latency", "verbose"):
+                if what.startswith("floor"):
+                    hops = int(what[-1])
+                    out = measure(["floor", "--hops", hops, "--samples", p["samples"],
+                                   "--warmup", 20, *payload_args()],
+                                  300, f"round {r + 1} floor {hops} hop(s)")
+                    if out is not None:
+                        floor_runs[hops].append(out)
+                elif what in ("latency", "verbose"):
                     out = measure(["latency", *common, "--samples", p["samples"], "--warmup", 20,
                                    "--verbose", int(what == "verbose")],
                                   300, f"round {r + 1} {what}")
@@ -350,10 +381,30 @@ def run(build, p, args):
         order = []
         for i in range(p["passes"]):
             order += p["levels"] if i % 2 == 0 else list(reversed(p["levels"]))
-        tp_runs = []
+        tp_runs, floor_tp_runs = [], []
         results["throughput_order"] = order
         results["throughput_runs"] = tp_runs
+        results["floor_throughput_runs"] = floor_tp_runs
+        n_levels = len(p["levels"])
+
+        def floor_throughput(i, n):
+            progress(f"throughput {i + 1}/{len(order)}: 2-hop floor, {n} client(s)")
+            out = measure(["floor", "--hops", 2, "--clients", n,
+                           "--duration-ms", int(p["duration"] * 1000),
+                           "--warmup-ms", int(p["warmup_time"] * 1000), *payload_args()],
+                          60 + 3 * p["duration"], f"floor throughput {n} clients (run {i + 1})")
+            if out is not None and out["requests"] == 0:
+                problems.append(f"floor throughput {n} clients (run {i + 1}): no request "
+                                f"completed inside the {p['duration']:g} s window")
+                results["failed_runs"].append(out)
+            elif out is not None:
+                floor_tp_runs.append(out)
+
         for i, n in enumerate(order):
+            # The floor run beside each fdod run: after it in even passes, before it in odd ones.
+            floor_first = (i // n_levels) % 2 == 1
+            if floor_first:
+                floor_throughput(i, n)
             progress(f"throughput {i + 1}/{len(order)}: {n} client(s)")
             fdod_cpu0 = process_tree_cpu_s(daemon.proc.pid)
             out = measure(["throughput", *common, "--clients", n,
@@ -371,6 +422,8 @@ def run(build, p, args):
                 out["fdod_cpu_us_per_request"] = ((fdod_cpu1 - fdod_cpu0) * 1e6
                                                   / max(out["completed_total"], 1))
                 tp_runs.append(out)
+            if not floor_first:
+                floor_throughput(i, n)
 
         stats_after = client.call("cache.stats", check_schema=False)
         results["cache_stats_before"] = stats_before
@@ -457,7 +510,17 @@ Figures (microseconds; percentiles pool all rounds):
   client JSON codec   fdod_load encoding a request + parsing a reply of fdod's size, no I/O
   native thunk        fdo_jit-compiled add in-process, called through its thunk, clock pair around it
   native direct       noinline C++ add, clock pair around it (the floor)
-  clock pair alone    two steady_clock::now() with nothing between (the timer's own cost)""")
+  clock pair alone    two steady_clock::now() with nothing between (the timer's own cost)
+  floor, 1 hop        no fdod: fdod_load to a forked process listening on a Unix socket (one
+                      epoll thread), which answers: the host's client<->fdod transport floor
+  floor, 2 hops       the same, the first process passing each message on through a socketpair
+                      to a second one that answers: client<->fdod<->worker, nothing else""")
+    fp = results.get("floor_payload")
+    if fp and fp.get("request_bytes"):
+        print(f"  floor messages: request {fp['request_bytes']} bytes, reply {fp['reply_bytes']} "
+              f"bytes ({fp['source']})")
+    elif fp:
+        print(f"  floor messages: {fp['source']}")
 
     rows, summ = [], {}
     if lat:
@@ -492,6 +555,14 @@ Figures (microseconds; percentiles pool all rounds):
         verbose_bytes = [r["client_codec_ns"].get("reply_bytes") for r in verbose]
         summ["reply_bytes"] = {"compact": compact_bytes[-1] if compact_bytes else None,
                                "verbose": verbose_bytes[-1] if verbose_bytes else None}
+    floor = results.get("floor_runs", {})
+    for hops, label in (("1", "floor, 1 hop (client<->fdod)"),
+                        ("2", "floor, 2 hops (client<->fdod<->worker)")):
+        if floor.get(hops):
+            s = summarize(pooled(floor[hops], "rtt_ns"))
+            summ[f"floor_{hops}hop_rtt_ns"] = s
+            rows.append([label, fmt_us(s["p50"]), fmt_us(s["p90"]), fmt_us(s["p99"]),
+                         fmt_us(s["mean"]), s["n"]])
     if nat:
         for key, label in (("thunk_ns", "native thunk"), ("direct_ns", "native direct"),
                            ("timer_ns", "clock pair alone")):
@@ -515,6 +586,10 @@ Figures (microseconds; percentiles pool all rounds):
               f"failed checks {failed}")
         print("execute round-trip p50 per round (us): "
               + " ".join(fmt_us(r["summary"]["rtt_ns"]["p50"]) for r in lat))
+    for hops in ("1", "2"):
+        if floor.get(hops):
+            print(f"floor {hops} hop(s) p50 per round (us): "
+                  + " ".join(fmt_us(r["summary"]["rtt_ns"]["p50"]) for r in floor[hops]))
         results["summary"]["timed_calls"] = {"modes": modes, "outcomes": outcomes,
                                              "failed_checks": failed}
     if nat:
@@ -556,7 +631,26 @@ Figures (microseconds; percentiles pool all rounds):
             print(f"  execute p50 verbose / compact replies             "
                   f"{ratios['verbose_p50_over_compact_p50']:10.3f}   "
                   f"(reply {rb['verbose']} vs {rb['compact']} bytes)")
+    floor_ratios = {}
+    if lat and "floor_2hop_rtt_ns" in summ:
+        floor_ratios["execute_p50_over_2hop_floor_p50"] = (
+            summ["rtt_ns"]["p50"] / max(summ["floor_2hop_rtt_ns"]["p50"], 1))
+    if lat and "floor_1hop_rtt_ns" in summ:
+        floor_ratios["health_p50_over_1hop_floor_p50"] = (
+            summ["health_rtt_ns"]["p50"] / max(summ["floor_1hop_rtt_ns"]["p50"], 1))
+    if floor_ratios:
+        results["summary"].setdefault("ratios", {}).update(floor_ratios)
+        print("\nagainst the transport floor of this host (no fdod, same message sizes):")
+        if "execute_p50_over_2hop_floor_p50" in floor_ratios:
+            print(f"  execute p50 / 2-hop floor p50                     "
+                  f"{floor_ratios['execute_p50_over_2hop_floor_p50']:10.2f}x")
+        if "health_p50_over_1hop_floor_p50" in floor_ratios:
+            print(f"  health p50 / 1-hop floor p50                      "
+                  f"{floor_ratios['health_p50_over_1hop_floor_p50']:10.2f}x")
 
+    floor_tp = {}
+    for r in results.get("floor_throughput_runs", []):
+        floor_tp.setdefault(r["clients"], []).append(r)
     if tp:
         by_level = {}
         for r in tp:
@@ -575,10 +669,24 @@ Figures (microseconds; percentiles pool all rounds):
             tsum[n] = {"requests_per_s_median": med, "requests_per_s_runs": rps,
                        "latency": summarize(lat_all), "fdod_cpu_us_per_request": fdod_cpu,
                        "client_cpu_us_per_request": client_cpu}
+            floor_cols = ["", "", "", ""]
+            if floor_tp.get(n):
+                fruns = floor_tp[n]
+                frps = [r["requests_per_s"] for r in fruns]
+                fmed = statistics.median(frps)
+                flat = sorted(pooled(fruns, "latency_ns"))
+                fcpu = statistics.median(r["server_cpu_us_per_request"] for r in fruns)
+                tsum[n]["floor_2hop"] = {"requests_per_s_median": fmed,
+                                         "requests_per_s_runs": frps,
+                                         "latency": summarize(flat),
+                                         "server_cpu_us_per_request": fcpu,
+                                         "fdod_over_floor_requests_per_s": med / max(fmed, 1e-9)}
+                floor_cols = [f"{fmed:.0f}", fmt_us(pct(flat, 0.5)), f"{fcpu:.0f}",
+                              f"{med / max(fmed, 1e-9):.3f}"]
             rows.append([n, f"{med:.0f}", " ".join(f"{x:.0f}" for x in rps),
                          fmt_us(pct(lat_all, 0.5)), fmt_us(pct(lat_all, 0.99)),
                          f"{med / base_rps:.2f}" if base_rps else "",
-                         f"{fdod_cpu:.0f}", f"{client_cpu:.0f}", len(lat_all)])
+                         f"{fdod_cpu:.0f}", f"{client_cpu:.0f}", len(lat_all), *floor_cols])
         results["summary"]["throughput"] = tsum
         print(f"\nthroughput: closed loop, each client its own connection; "
               f"{p['duration']:g} s measured after {p['warmup_time']:g} s warm-up per run; "
@@ -586,9 +694,19 @@ Figures (microseconds; percentiles pool all rounds):
         print("fdod cpu/req: CPU time of fdod and its workers (/proc, all threads) over the run "
               "divided by the requests\ncompleted; client cpu/req: fdod_load's own CPU (getrusage, "
               "after start-up) per request; medians over passes")
+        if floor_tp:
+            print("floor: `fdod_load floor --hops 2` with the same clients and times beside each "
+                  "run (no fdod; req/s median\nover passes, p50 pooled; cpu/req: the two hop "
+                  "processes' CPU per request; fdod/floor: req/s ratio)")
         print(table(["clients", "req/s (median)", "req/s per pass", "p50 us", "p99 us",
                      f"x vs {min(by_level)}", "fdod cpu/req us", "client cpu/req us",
-                     "requests"], rows))
+                     "requests", "floor req/s", "floor p50 us", "floor cpu/req us",
+                     "fdod/floor"], rows))
+        if 8 in tsum and "floor_2hop" in tsum[8]:
+            ratio = tsum[8]["floor_2hop"]["fdod_over_floor_requests_per_s"]
+            results["summary"].setdefault("ratios", {})[
+                "clients8_requests_per_s_over_2hop_floor"] = ratio
+            print(f"8-client req/s / 2-hop floor 8-client req/s: {ratio:.3f}")
         bad = sum(r["checks"]["failed_checks"] for r in tp)
         outcomes = {}
         for r in tp:
