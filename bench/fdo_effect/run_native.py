@@ -9,8 +9,9 @@ variants alike. Each process calls kernel_run() --warmup times untimed, then
 --runs times timed around the call only (process start is never timed), with
 the clock --clock picks: thread-cpu (the default, CLOCK_THREAD_CPUTIME_ID: CPU
 time of the calling thread, what other processes of a shared host take is left
-out) or monotonic (CLOCK_MONOTONIC: wall time). Figures are medians over all timed calls of all rounds; ratios
-are time(variant) / time(native -O2): below 1.0 is faster than -O2.
+out) or monotonic (CLOCK_MONOTONIC: wall time). Figures are medians over all
+timed calls of all rounds; ratios are time(variant) / time(native -O2): below
+1.0 is faster than -O2.
 
 Python standard library only. Meant to be extended with fdod columns:
 
