@@ -56,7 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -290,7 +290,7 @@ PGO_PER_KERNEL_LIMIT = 1.05
 PGO_KERNEL_TARGETS = {"http_fsm": 1.0}
 
 
-def pgo_targets(summary: dict, column: str) -> "tuple[List[str], bool]":
+def pgo_targets(summary: dict, column: str) -> Tuple[List[str], bool]:
     """Issue 16's targets for `column` / clang PGO: geomean <= 0.95, no kernel
     above 1.05, http_fsm <= 1.0. Returns the report lines and whether all hold
     (a kernel without a ratio fails the per-kernel target)."""
