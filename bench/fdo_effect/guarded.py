@@ -85,8 +85,9 @@ class GuardedRunner:
     --final-stages more stages on the variant it serves."""
 
     def __init__(self, client, entry: str, config: Dict[str, object], final_stages: int,
-                 ir_text):
+                 ir_text, clock: str = rn.CLOCK_MONOTONIC):
         self.client = client
+        self.clock = rn.check_clock(clock)
         self.entry = entry
         self.final_stages = final_stages
         self.trials = 1 + int(config["guard.tune_max_variants"])
@@ -120,10 +121,16 @@ class GuardedRunner:
                 raise BenchError(f"guarded execute (stage {len(stages)}): {e}") from None
             st = r["stage"]
             v = st["variant"]
+            # "ns": the stage's time on the bench's clock (the column takes
+            # it); the guard itself compares exec_ns, whatever the clock.
+            ns = rn.stage_ns(st, self.clock, f"{name} guarded round {rnd} stage {len(stages)} "
+                                             f"({st['mode']})")
             stages.append({"mode": st["mode"], "role": v["role"], "name": v["name"],
                            "counted": v["counted"], "trial": v["trial"],
                            "recompiled": st["recompiled"], "compile_ms": st["compile_ms"],
-                           "exec_ns": st["exec_ns"], "value": int(r["value"]) & U64})
+                           "exec_ns": st["exec_ns"],
+                           "cpu_ns": (st.get("counters") or {}).get("thread_cpu_ns"), "ns": ns,
+                           "value": int(r["value"]) & U64})
             if VERDICT.search(v["trial"] or ""):
                 decided += 1
             # Settled: every trial decided, and the last stages all ran the
@@ -148,7 +155,7 @@ class GuardedRunner:
         losing, under_profile, verdicts = losing_stages(stages)
         return {
             "checksum": stages[0]["value"],
-            "columns": {"fdo_guard_final": [s["exec_ns"] for s in final]},
+            "columns": {"fdo_guard_final": [s["ns"] for s in final]},
             "details": {"program": reg["program"], "served": final[-1]["name"],
                         "verdicts": verdicts, "stages": stages,
                         "stages_under_profile": under_profile, "losing_stages": losing,

@@ -28,10 +28,20 @@ round, one after the other in a rotating order:
                                  build with CS instrumentation after inlining)
                   +CS final      the last --final-stages stages (counts + CS counts)
 
-Every figure is time inside the process around the kernel call only: the
-drivers' CLOCK_MONOTONIC around kernel_run, and for fdod the stage's exec_ns
-(CLOCK_MONOTONIC in the exec worker around the thunk call), never process start,
-compile or the request's round trip. Each native process makes --warmup untimed
+Every figure is time inside the process around the kernel call only, never
+process start, compile or the request's round trip, on the clock --clock picks:
+
+  thread-cpu    (the default) CPU time of the thread running the kernel: the
+                drivers and fdo_effect_jit with --clock thread-cpu
+                (CLOCK_THREAD_CPUTIME_ID around kernel_run), and for fdod each
+                stage's counters.thread_cpu_ns (CLOCK_THREAD_CPUTIME_ID in the
+                exec worker around the thunk call); a stage reply without it is
+                an error. On a shared host this leaves out the time other
+                processes take, which wall time counts.
+  monotonic     wall time: the drivers' CLOCK_MONOTONIC around kernel_run, and
+                for fdod the stage's exec_ns (CLOCK_MONOTONIC in the exec
+                worker around the thunk call).
+ Each native process makes --warmup untimed
 calls then --runs timed ones; columns are medians over all rounds. Ratios are
 time(column) / time(clang -O2): below 1.0 is faster.
 
@@ -46,7 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -87,8 +97,9 @@ class FdodRunner:
     """Runs one kernel through a fresh program's stages on one fdod."""
 
     def __init__(self, client, entry: str, min_stages: int, final_stages: int,
-                 cs_stages: int = 0):
+                 cs_stages: int = 0, clock: str = rn.CLOCK_MONOTONIC):
         self.client = client
+        self.clock = rn.check_clock(clock)
         self.cs_stages = cs_stages
         self.entry = entry
         self.min_stages = min_stages
@@ -128,9 +139,14 @@ class FdodRunner:
             except harness.RpcError as e:
                 raise BenchError(f"execute (stage {len(stages)}): {e}") from None
             st = r["stage"]
+            # "ns": the stage's time on the bench's clock (what the columns
+            # take); exec_ns and cpu_ns are kept as replied for the JSON.
+            ns = rn.stage_ns(st, self.clock, f"{kernel['name']} round {rnd} stage {len(stages)} "
+                                             f"({st['mode']})")
             stages.append({"number": st["number"], "mode": st["mode"],
                            "version": st["profile_version"], "outcome": st["cache"]["outcome"],
                            "compile_ms": st["compile_ms"], "exec_ns": st["exec_ns"],
+                           "cpu_ns": (st.get("counters") or {}).get("thread_cpu_ns"), "ns": ns,
                            "value": int(r["value"]) & U64, "policy": st.get("policy", "")})
             if first_opt is None and st["mode"] == "optimized":
                 first_opt = len(stages) - 1
@@ -149,24 +165,24 @@ class FdodRunner:
         if len(values) != 1:
             raise BenchError(f"stages returned different values: {sorted(values)}")
         final = stages[-self.final_stages:]
-        instr = [s["exec_ns"] for s in stages if s["mode"] == "instrumented"]
+        instr = [s["ns"] for s in stages if s["mode"] == "instrumented"]
         if not instr:
             raise BenchError("no instrumented stage (stage 0 was not instrumented)")
         details = {"program": reg["program"], "profile_key": reg["profile_key"],
                    "first_optimized_stage": first_opt, "final_version": final[-1]["version"],
                    "stages": stages}
         if self.cs_stages > 0:
-            cs = [s["exec_ns"] for s in stages if s["mode"] == "cs_instrumented"]
+            cs = [s["ns"] for s in stages if s["mode"] == "cs_instrumented"]
             if not cs:
                 raise BenchError("policy.cs_pgo_stages is set but no stage was cs_instrumented")
             return {"checksum": stages[0]["value"],
-                    "columns": {"fdocs_cs_instr": cs, "fdocs_final": [s["exec_ns"] for s in final]},
+                    "columns": {"fdocs_cs_instr": cs, "fdocs_final": [s["ns"] for s in final]},
                     "details": details}
         return {
             "checksum": stages[0]["value"],
-            "columns": {"fdo_stage0": [stages[0]["exec_ns"]], "fdo_instr": instr,
-                        "fdo_first_opt": [stages[first_opt]["exec_ns"]],
-                        "fdo_final": [s["exec_ns"] for s in final]},
+            "columns": {"fdo_stage0": [stages[0]["ns"]], "fdo_instr": instr,
+                        "fdo_first_opt": [stages[first_opt]["ns"]],
+                        "fdo_final": [s["ns"] for s in final]},
             "details": {"program": reg["program"], "profile_key": reg["profile_key"],
                         "first_optimized_stage": first_opt, "final_version": final[-1]["version"],
                         "stages": stages},
@@ -177,8 +193,9 @@ class JitPlainRunner:
     """fdo's JIT with no profile: one fdo_effect_jit --serve process per kernel
     (compiled once), asked for one batch per round."""
 
-    def __init__(self, exe: str, runs: int, warmup: int):
+    def __init__(self, exe: str, runs: int, warmup: int, clock: str = rn.CLOCK_MONOTONIC):
         self.exe = exe
+        self.clock = rn.check_clock(clock)
         self.runs = runs
         self.warmup = warmup
         self.procs: Dict[str, subprocess.Popen] = {}
@@ -189,7 +206,10 @@ class JitPlainRunner:
         if p is None:
             if not os.path.exists(self.exe):
                 raise BenchError(f"{self.exe} does not exist: build it with ninja fdo_effect_jit")
-            p = subprocess.Popen([self.exe, "--ir", kernel["ir"], "--serve"], stdin=subprocess.PIPE,
+            cmd = [self.exe, "--ir", kernel["ir"], "--serve"]
+            if self.clock != rn.CLOCK_MONOTONIC:  # its default: the command as before
+                cmd += ["--clock", self.clock]
+            p = subprocess.Popen(cmd, stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             self.procs[kernel["name"]] = p
         return p
@@ -220,14 +240,20 @@ class JitPlainRunner:
                 except (BrokenPipeError, subprocess.TimeoutExpired):
                     p.kill()
                     p.wait()
+            for f in (p.stdin, p.stdout, p.stderr):
+                try:
+                    f.close()
+                except BrokenPipeError:
+                    pass
 
 
-def clang_instr_variant(manifest: dict, runs: int, warmup: int, profile_dir: str) -> Variant:
+def clang_instr_variant(manifest: dict, runs: int, warmup: int, profile_dir: str,
+                        clock: str = rn.CLOCK_MONOTONIC) -> Variant:
     """clang's instrumented build; its .profraw goes to a scratch dir (removed)."""
     env = dict(os.environ, LLVM_PROFILE_FILE=os.path.join(profile_dir, "%p.profraw"))
 
     def run(k: dict) -> dict:
-        out = rn.run_driver(k["pgo_gen"], runs, warmup, env=env)
+        out = rn.run_driver(k["pgo_gen"], runs, warmup, env=env, clock=clock)
         for f in os.listdir(profile_dir):
             os.unlink(os.path.join(profile_dir, f))
         return out
@@ -258,6 +284,39 @@ def stage_facts(results: Dict[str, dict]) -> str:
     return rn.align(rows)
 
 
+# Issue 16's targets against clang PGO, on ratios of medians (the printed ones).
+PGO_GEOMEAN_TARGET = 0.95
+PGO_PER_KERNEL_LIMIT = 1.05
+PGO_KERNEL_TARGETS = {"http_fsm": 1.0}
+
+
+def pgo_targets(summary: dict, column: str) -> Tuple[List[str], bool]:
+    """Issue 16's targets for `column` / clang PGO: geomean <= 0.95, no kernel
+    above 1.05, http_fsm <= 1.0. Returns the report lines and whether all hold
+    (a kernel without a ratio fails the per-kernel target)."""
+    pair = f"{column}/pgo"
+    ratios = {k: r.get(pair) for k, r in summary["ratios"].items()}
+    gm = summary["geomean"].get(pair)
+    lines = []
+    met_gm = gm is not None and gm <= PGO_GEOMEAN_TARGET
+    lines.append(f"  geomean {column} / clang PGO = {'n/a' if gm is None else f'{gm:.3f}'} "
+                 f"(<= {PGO_GEOMEAN_TARGET}): {'met' if met_gm else 'NOT met'}")
+    above = [(k, r) for k, r in ratios.items() if r is None or r > PGO_PER_KERNEL_LIMIT]
+    lines.append(f"  kernels above {PGO_PER_KERNEL_LIMIT} x clang PGO: " +
+                 (", ".join(f"{k} {'n/a' if r is None else f'{r:.3f}'}" for k, r in above)
+                  if above else "none") + f": {'NOT met' if above else 'met'}")
+    met_k = True
+    for k, limit in PGO_KERNEL_TARGETS.items():
+        if k not in ratios:
+            continue  # not measured in this run (--kernels)
+        r = ratios[k]
+        ok = r is not None and r <= limit
+        met_k &= ok
+        lines.append(f"  {k} {column} / clang PGO = {'n/a' if r is None else f'{r:.3f}'} "
+                     f"(<= {limit}): {'met' if ok else 'NOT met'}")
+    return lines, met_gm and not above and met_k
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build-dir", default=rn.default_build_dir(),
@@ -276,6 +335,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="also run a second fdod with policy.cs_pgo_stages = N (context-sensitive "
                          "PGO) side by side (default 0: not run)")
     ap.add_argument("--kernels", help="comma-separated subset of kernels")
+    ap.add_argument("--clock", choices=rn.CLOCKS, default=rn.DEFAULT_CLOCK,
+                    help="what every column measures: thread-cpu (CPU time of the thread running "
+                         "the kernel: drivers with --clock thread-cpu, fdod's "
+                         "stage.counters.thread_cpu_ns) or monotonic (wall time: the drivers' "
+                         "CLOCK_MONOTONIC, fdod's stage.exec_ns) (default %(default)s)")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 2 rounds, 2 calls, 2 final stages, min-stages 2")
     ap.add_argument("--json", metavar="FILE", help="also write the full results as JSON")
@@ -312,7 +376,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cs_client = None
     jit_runner = JitPlainRunner(manifest.get("jit_driver") or
                                 os.path.join(args.build_dir, "bench", "fdo_effect", "fdo_effect_jit"),
-                                args.runs, args.warmup)
+                                args.runs, args.warmup, args.clock)
     scratch = tempfile.mkdtemp(prefix="fdo-bench-profraw-")
     guard_settings = guarded.settings(args.min_stages, args.quick)
     guard_daemon = None if args.no_guard else harness.Daemon(
@@ -330,14 +394,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         client = harness.Client(daemon.socket, timeout=300)
         if cs_daemon is not None:
             cs_client = harness.Client(cs_daemon.socket, timeout=300)
-        variants = rn.native_variants(manifest, args.runs, args.warmup)
+        variants = rn.native_variants(manifest, args.runs, args.warmup, args.clock)
         if manifest["pgo_available"]:
             variants.append(Variant("pgo_np", "clang PGO np", lambda k: rn.run_driver(
-                k["pgo_np"], args.runs, args.warmup)))
-            variants.append(clang_instr_variant(manifest, args.runs, args.warmup, scratch))
+                k["pgo_np"], args.runs, args.warmup, clock=args.clock)))
+            variants.append(clang_instr_variant(manifest, args.runs, args.warmup, scratch,
+                                                args.clock))
         variants.append(Variant("fdo_plain", "fdo -O2", jit_runner))
         variants.append(Variant("fdod", "fdod", FdodRunner(client, manifest.get("entry", "kernel_run"),
-                                                           args.min_stages, args.final_stages),
+                                                           args.min_stages, args.final_stages,
+                                                           clock=args.clock),
                                 columns=FDOD_COLUMNS))
         if guard_daemon is not None:
             try:
@@ -349,11 +415,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             text_of = variants[-1].run._ir
             variants.append(Variant("fdod_guard", "fdod guarded", guarded.GuardedRunner(
                 guard_client, manifest.get("entry", "kernel_run"), guard_settings,
-                args.final_stages, text_of), columns=guarded.COLUMNS))
+                args.final_stages, text_of, clock=args.clock), columns=guarded.COLUMNS))
         if cs_client is not None:
             variants.append(Variant("fdod_cs", "fdod CS", FdodRunner(
                 cs_client, manifest.get("entry", "kernel_run"), args.min_stages, args.final_stages,
-                args.cs_stages), columns=FDOD_CS_COLUMNS))
+                args.cs_stages, clock=args.clock), columns=FDOD_CS_COLUMNS))
         progress(f"fdod up (state dir {daemon.state_dir}); {len(kernels)} kernels x "
                  f"{args.rounds} rounds")
         results = rn.measure_interleaved(kernels, variants, args.rounds, progress)
@@ -394,9 +460,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"{manifest['ir_flags']} and compile for the host CPU; host: {host['cpu_model']}, "
           f"{host['cpus']} CPUs, load {f'{load[0]:.2f}' if load else 'unknown'} -> "
           f"{(host.get('loadavg_at_end') or [float('nan')])[0]:.2f}")
+    print(f"clock: {args.clock}: every column is {rn.CLOCK_MEANING[args.clock]}")
     if not manifest["pgo_available"]:
         print(f"no clang PGO column: {manifest.get('pgo_unavailable_reason', '')}")
-    print("\nMedian time per kernel call, ms (±half the interquartile range):")
+    print(f"\nMedian {'CPU' if args.clock == rn.CLOCK_THREAD_CPU else 'wall'} time per kernel "
+          f"call, ms (±half the interquartile range):")
     print(rn.format_ms_table(results, columns))
     print("\nFDO effect: time / time(clang -O2), < 1 is faster (column meanings: bench/README.md):")
     effect_heads = {"pgo/o2": "clang PGO", "pgo_np/o2": "clang PGO np", "fdo_plain/o2": "fdo -O2",
@@ -421,6 +489,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   "fdocs_cs_instr/fdocs_final": "fdo CS instr / fdo +CS final"}
     print(rn.format_ratio_table(results, summary, labels,
                                 [(p, cost_heads[p]) for p in cost_heads if p in summary["pairs"]]))
+    for column, label in (("fdo_final", "fdo final"), ("fdo_guard_final", "fdo guard final")):
+        if f"{column}/pgo" in summary["pairs"]:
+            lines, met = pgo_targets(summary, column)
+            print(f"\nissue 16 targets for {label} / clang PGO ({args.clock} time): "
+                  f"{'all met' if met else 'NOT all met'}")
+            print("\n".join(lines))
     print("\nWhat fdod did (over all rounds):")
     print(stage_facts(results))
     if jit_runner.compile_ms:
@@ -446,10 +520,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   "warmup_per_process": args.warmup, "min_stages": args.min_stages,
                   "final_stages": args.final_stages, "fdod_config": settings,
                   "fdod_guard_config": None if args.no_guard else guard_settings,
-                  "cs_stages": args.cs_stages,
+                  "cs_stages": args.cs_stages, "clock": args.clock,
                   "order": "round-robin per kernel, variant order rotated every round"}
         doc = rn.to_json(results, summary, manifest, params, host, variants)
         doc["bench"] = "fdo_effect+fdod"
+        doc["clock"] = args.clock
+        doc["clock_meaning"] = rn.CLOCK_MEANING[args.clock]
         doc["columns"] = {c: label for c, label in columns}
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)

@@ -6,9 +6,12 @@ pgo/<k>, each a kernel linked with driver.c), interleaved: for every round and
 every kernel, each variant runs once, the order rotating from round to round
 (A B, B A, A B, ...) so that slow drifts of a shared, noisy machine hit both
 variants alike. Each process calls kernel_run() --warmup times untimed, then
---runs times timed with CLOCK_MONOTONIC around the call only (process start is
-never timed). Figures are medians over all timed calls of all rounds; ratios
-are time(variant) / time(native -O2): below 1.0 is faster than -O2.
+--runs times timed around the call only (process start is never timed), with
+the clock --clock picks: thread-cpu (the default, CLOCK_THREAD_CPUTIME_ID: CPU
+time of the calling thread, what other processes of a shared host take is left
+out) or monotonic (CLOCK_MONOTONIC: wall time). Figures are medians over all
+timed calls of all rounds; ratios are time(variant) / time(native -O2): below
+1.0 is faster than -O2.
 
 Python standard library only. Meant to be extended with fdod columns:
 
@@ -50,6 +53,19 @@ import benchhost  # noqa: E402
 DEFAULT_ROUNDS = 7
 DEFAULT_RUNS = 5
 DEFAULT_WARMUP = 1
+
+# What every figure measures (--clock): the CPU time of the thread running the
+# kernel, or wall time. The drivers' --clock values; fdod's stages carry both
+# (stage_ns).
+CLOCK_THREAD_CPU = "thread-cpu"
+CLOCK_MONOTONIC = "monotonic"
+CLOCKS = (CLOCK_THREAD_CPU, CLOCK_MONOTONIC)
+DEFAULT_CLOCK = CLOCK_THREAD_CPU
+CLOCK_MEANING = {
+    CLOCK_THREAD_CPU: "CPU time of the running thread (CLOCK_THREAD_CPUTIME_ID; fdod: "
+                      "stage.counters.thread_cpu_ns)",
+    CLOCK_MONOTONIC: "wall time (CLOCK_MONOTONIC; fdod: stage.exec_ns)",
+}
 
 
 class BenchError(Exception):
@@ -105,12 +121,40 @@ def select_kernels(manifest: dict, names: Optional[Sequence[str]]) -> List[dict]
     return [by_name[n] for n in names]
 
 
+def check_clock(clock: str) -> str:
+    if clock not in CLOCKS:
+        raise BenchError(f"unknown clock '{clock}': expected one of {', '.join(CLOCKS)}")
+    return clock
+
+
+def stage_ns(stage: dict, clock: str, where: str) -> int:
+    """The time of one fdod stage reply (`stage` of an execute reply) on
+    `clock`: exec_ns (wall, CLOCK_MONOTONIC in the exec worker around the thunk
+    call) or counters.thread_cpu_ns (CLOCK_THREAD_CPUTIME_ID around the same
+    call). A reply without the CPU figure, or with 0 where the stage took wall
+    time (a stage whose program exited, say), is an error naming `where`:
+    never a silent fallback to wall time."""
+    if check_clock(clock) == CLOCK_MONOTONIC:
+        return int(stage["exec_ns"])
+    cpu = (stage.get("counters") or {}).get("thread_cpu_ns")
+    if cpu is None:
+        raise BenchError(f"{where}: the stage reply has no counters.thread_cpu_ns "
+                         f"(--clock thread-cpu needs it; --clock monotonic does not)")
+    if int(cpu) <= 0 and int(stage.get("exec_ns") or 0) > 0:
+        raise BenchError(f"{where}: counters.thread_cpu_ns is {cpu} but exec_ns is "
+                         f"{stage['exec_ns']}: no CPU time for this stage")
+    return int(cpu)
+
+
 def run_driver(exe: str, runs: int, warmup: int, timeout_s: float = 120.0,
-               env: Optional[Dict[str, str]] = None) -> dict:
-    """Runs one native driver process and returns its parsed JSON line."""
+               env: Optional[Dict[str, str]] = None, clock: str = CLOCK_MONOTONIC) -> dict:
+    """Runs one native driver process (timing with `clock`) and returns its
+    parsed JSON line."""
     if not os.path.exists(exe):
         raise BenchError(f"{exe} does not exist: build it with ninja fdo_effect_native")
     cmd = [exe, "--runs", str(runs), "--warmup", str(warmup)]
+    if check_clock(clock) != CLOCK_MONOTONIC:  # the drivers' default: the command as before
+        cmd += ["--clock", clock]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False,
                               env=env)
@@ -127,12 +171,14 @@ def run_driver(exe: str, runs: int, warmup: int, timeout_s: float = 120.0,
         raise BenchError(f"{exe} printed unexpected output ({e}): {proc.stdout[:200]!r}") from None
 
 
-def native_variants(manifest: dict, runs: int = DEFAULT_RUNS,
-                    warmup: int = DEFAULT_WARMUP) -> List[Variant]:
+def native_variants(manifest: dict, runs: int = DEFAULT_RUNS, warmup: int = DEFAULT_WARMUP,
+                    clock: str = CLOCK_MONOTONIC) -> List[Variant]:
     """The native columns: -O2 always, PGO when the build could make it."""
-    variants = [Variant("o2", "clang -O2", lambda k: run_driver(k["o2"], runs, warmup))]
+    variants = [Variant("o2", "clang -O2",
+                        lambda k: run_driver(k["o2"], runs, warmup, clock=clock))]
     if manifest["pgo_available"]:
-        variants.append(Variant("pgo", "clang PGO", lambda k: run_driver(k["pgo"], runs, warmup)))
+        variants.append(Variant("pgo", "clang PGO",
+                                lambda k: run_driver(k["pgo"], runs, warmup, clock=clock)))
     return variants
 
 
@@ -357,9 +403,11 @@ def to_json(results: Dict[str, dict], summary: dict, manifest: dict, params: dic
 
 def measure_native(kernels: Sequence[dict], rounds: int, manifest: dict, runs: int = DEFAULT_RUNS,
                    warmup: int = DEFAULT_WARMUP,
-                   progress: Optional[Callable[[str], None]] = None) -> Dict[str, dict]:
+                   progress: Optional[Callable[[str], None]] = None,
+                   clock: str = CLOCK_MONOTONIC) -> Dict[str, dict]:
     """Native -O2 and (when built) PGO for the given kernels, interleaved."""
-    return measure_interleaved(kernels, native_variants(manifest, runs, warmup), rounds, progress)
+    return measure_interleaved(kernels, native_variants(manifest, runs, warmup, clock), rounds,
+                               progress)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -373,6 +421,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
                     help=f"untimed calls per process before timing (default {DEFAULT_WARMUP})")
     ap.add_argument("--kernels", help="comma-separated subset of kernels")
+    ap.add_argument("--clock", choices=CLOCKS, default=DEFAULT_CLOCK,
+                    help="what every figure measures: thread-cpu (CPU time of the thread calling "
+                         "kernel_run) or monotonic (wall time) (default %(default)s)")
     ap.add_argument("--json", metavar="FILE", help="also write the full results as JSON")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = ap.parse_args(argv)
@@ -382,7 +433,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         manifest = load_manifest(args.build_dir)
         kernels = select_kernels(manifest, args.kernels.split(",") if args.kernels else None)
-        variants = native_variants(manifest, args.runs, args.warmup)
+        variants = native_variants(manifest, args.runs, args.warmup, args.clock)
         host = host_info()
         if not manifest["pgo_available"]:
             print(f"note: no clang PGO column: {manifest.get('pgo_unavailable_reason', '')}",
@@ -399,11 +450,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     host["loadavg_at_end"] = benchhost.loadavg()
     summary = summarize(results, [c for c, _ in columns_of(variants)], baseline="o2")
     params = {"rounds": args.rounds, "runs_per_process": args.runs, "warmup_per_process": args.warmup,
+              "clock": args.clock,
               "order": "round-robin per kernel, variant order rotated every round"}
 
     print(f"FDO effect, native: {len(kernels)} kernels, {args.rounds} rounds x {args.runs} timed "
           f"calls per variant (+{args.warmup} warm-up), medians; ratio = time / time(clang -O2), "
           f"< 1 is faster; ±x% = half the interquartile range")
+    print(f"clock: {args.clock}: {CLOCK_MEANING[args.clock]}")
     load = host.get("loadavg_at_start")
     print(f"flags: {manifest['native_flags']} (PGO: + -fprofile-use, profile from one run of the "
           f"same kernel_run); host: {host['cpu_model']}, {host['cpus']} CPUs, load "
@@ -413,6 +466,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(format_table(results, summary, variants, baseline="o2"))
     if args.json:
         doc = to_json(results, summary, manifest, params, host, variants)
+        doc["clock"] = args.clock
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)
             f.write("\n")

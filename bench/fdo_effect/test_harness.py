@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """Unit tests of the FDO-effect harness's bookkeeping (run_native.py): the
 interleaving order, multi-column runners, checksum checks, failures, ratios and
-geometric means, and codegen_gap.py's comparison of disassembled code. No daemon,
-no native builds: fake runners and fake disassembly only."""
+geometric means, which clock every column is taken on (--clock), and
+codegen_gap.py's comparison of disassembled code. No daemon, no native builds:
+fake runners, fake drivers, fake stage replies and fake disassembly only."""
 import math
+import os
 import pathlib
 import sys
+import tempfile
+import textwrap
 import unittest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -176,6 +180,232 @@ class GuardColumn(unittest.TestCase):
         summary = {"geomean": {"g/pgo": 0.9}}
         res["k2"]["g"]["median_ns"] = 100
         self.assertTrue(self.g.targets(res, summary, "g")[1])
+
+
+# A fake driver.c / fdo_effect_jit: prints the JSON line of one batch whose
+# times say which clock it was asked for (100 ns on thread-cpu, 900 ns on
+# monotonic, its default) and logs its arguments; with --serve it answers
+# "run N W" lines like fdo_effect_jit.
+FAKE_DRIVER = textwrap.dedent("""\
+    #!{python}
+    import json, sys
+    args = sys.argv[1:]
+    with open({log!r}, "a") as f:
+        f.write(" ".join(args) + "\\n")
+    clock = args[args.index("--clock") + 1] if "--clock" in args else "monotonic"
+    ns = {{"thread-cpu": 100, "monotonic": 900}}[clock]
+    def batch(runs):
+        return json.dumps({{"checksum": 7, "ns": [ns] * runs, "compile_ms": 1.0}})
+    if "--serve" in args:
+        for line in sys.stdin:
+            if line.startswith("quit"):
+                break
+            print(batch(int(line.split()[1])), flush=True)
+    else:
+        print(batch(int(args[args.index("--runs") + 1])))
+    """)
+
+
+def _reply(i, mode, version, exec_ns, cpu_ns="same", variant=None):
+    """An execute reply of stage i; cpu_ns "same": exec_ns / 10, None: no
+    counters.thread_cpu_ns."""
+    counters = {"wall_ns": exec_ns, "events": []}
+    if cpu_ns is not None:
+        counters["thread_cpu_ns"] = exec_ns // 10 if cpu_ns == "same" else cpu_ns
+    stage = {"number": i, "mode": mode, "profile_version": version,
+             "cache": {"outcome": "compiled" if i == 0 else "memory_hit"}, "compile_ms": 5.0,
+             "recompiled": i == 0, "exec_ns": exec_ns, "counters": counters, "policy": "p"}
+    if variant is not None:
+        stage["variant"] = variant
+    return {"value": 42, "stage": stage}
+
+
+class FakeClient:
+    """fdod's RPC as the runners use it: program.register, execute (the given
+    replies, in order) and metrics."""
+
+    def __init__(self, replies):
+        self.replies = list(replies)
+        self.executed = 0
+
+    def call(self, method, params=None, check_schema=True):
+        if method == "program.register":
+            return {"program": "p1", "profile_key": "pk1"}
+        if method == "metrics":
+            return {"text": f"fdo_cache_compiles_total {2 + self.executed}\n"}
+        assert method == "execute", method
+        self.executed += 1
+        return self.replies.pop(0)
+
+
+def _plain_replies(cpu_of_stage3="same"):
+    # min-stages 2, final-stages 2: two instrumented stages, the first
+    # optimized one (stage 2), then stages 3 and 4 on the same version.
+    return [_reply(0, "instrumented", 0, 1000), _reply(1, "instrumented", 0, 2000),
+            _reply(2, "optimized", 1, 3000), _reply(3, "optimized", 1, 4000, cpu_of_stage3),
+            _reply(4, "optimized", 1, 5000)]
+
+
+class Clock(unittest.TestCase):
+    """--clock: thread-cpu takes every column as CPU time of the running thread
+    (drivers with --clock thread-cpu, fdod's counters.thread_cpu_ns), monotonic
+    as before (drivers' default, fdod's exec_ns)."""
+
+    @classmethod
+    def setUpClass(cls):
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests" / "e2e"))
+        import guarded
+        import run_fdo_effect
+        cls.g = guarded
+        cls.fe = run_fdo_effect
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="fdo-effect-test-")
+        self.log = os.path.join(self.tmp.name, "args.log")
+        self.exe = os.path.join(self.tmp.name, "driver")
+        with open(self.exe, "w", encoding="utf-8") as f:
+            f.write(FAKE_DRIVER.format(python=sys.executable, log=self.log))
+        os.chmod(self.exe, 0o755)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def logged(self):
+        with open(self.log, encoding="utf-8") as f:
+            return f.read().splitlines()
+
+    def test_the_default_is_thread_cpu(self):
+        self.assertEqual(rn.DEFAULT_CLOCK, "thread-cpu")
+        self.assertEqual(rn.CLOCKS, ("thread-cpu", "monotonic"))
+
+    def test_native_drivers_run_on_the_chosen_clock(self):
+        cpu = rn.run_driver(self.exe, 3, 1, clock="thread-cpu")
+        wall = rn.run_driver(self.exe, 2, 0, clock="monotonic")
+        self.assertEqual(cpu, {"checksum": 7, "ns": [100, 100, 100]})
+        self.assertEqual(wall, {"checksum": 7, "ns": [900, 900]})
+        # monotonic: the command line exactly as before the option.
+        self.assertEqual(self.logged(), ["--runs 3 --warmup 1 --clock thread-cpu",
+                                         "--runs 2 --warmup 0"])
+        with self.assertRaises(rn.BenchError):
+            rn.run_driver(self.exe, 1, 0, clock="cpu")
+
+    def test_native_variants_and_clang_instr_take_the_clock(self):
+        manifest = {"pgo_available": True}
+        kernel = {"name": "k", "o2": self.exe, "pgo": self.exe, "pgo_gen": self.exe}
+        profiles = os.path.join(self.tmp.name, "profraw")  # emptied after each run
+        os.mkdir(profiles)
+        for clock, ns in (("thread-cpu", 100), ("monotonic", 900)):
+            variants = rn.native_variants(manifest, 2, 0, clock)
+            variants.append(self.fe.clang_instr_variant(manifest, 2, 0, profiles, clock))
+            self.assertEqual([v.name for v in variants], ["o2", "pgo", "clang_instr"])
+            for v in variants:
+                self.assertEqual(v.run(kernel)["ns"], [ns, ns], (clock, v.name))
+
+    def test_the_jit_runner_serves_on_the_chosen_clock(self):
+        for clock, ns in (("thread-cpu", 100), ("monotonic", 900)):
+            runner = self.fe.JitPlainRunner(self.exe, 2, 1, clock)
+            try:
+                self.assertEqual(runner({"name": "k", "ir": "k.ll"})["ns"], [ns, ns])
+            finally:
+                runner.close()
+        self.assertEqual(self.logged(), ["--ir k.ll --serve --clock thread-cpu",
+                                         "--ir k.ll --serve"])
+
+    def test_fdod_columns_take_thread_cpu_ns_or_exec_ns(self):
+        expected = {"monotonic": {"fdo_stage0": [1000], "fdo_instr": [1000, 2000],
+                                  "fdo_first_opt": [3000], "fdo_final": [4000, 5000]},
+                    "thread-cpu": {"fdo_stage0": [100], "fdo_instr": [100, 200],
+                                   "fdo_first_opt": [300], "fdo_final": [400, 500]}}
+        for clock, columns in expected.items():
+            runner = self.fe.FdodRunner(FakeClient(_plain_replies()), "kernel_run", 2, 2,
+                                        clock=clock)
+            runner.texts["k"] = "; ir"
+            out = runner({"name": "k", "ir": "unused"})
+            self.assertEqual(out["columns"], columns, clock)
+            self.assertEqual(out["checksum"], 42)
+            # Both figures stay in the details, whatever the clock.
+            st = out["details"]["stages"][3]
+            self.assertEqual((st["exec_ns"], st["cpu_ns"]), (4000, 400))
+
+    def test_fdod_cs_columns_take_the_clock(self):
+        replies = [_reply(0, "instrumented", 0, 1000), _reply(1, "optimized", 1, 2000),
+                   _reply(2, "cs_instrumented", 1, 3000), _reply(3, "optimized", 2, 4000),
+                   _reply(4, "optimized", 2, 5000)]
+        runner = self.fe.FdodRunner(FakeClient(replies), "kernel_run", 1, 2, cs_stages=1,
+                                    clock="thread-cpu")
+        runner.texts["k"] = "; ir"
+        out = runner({"name": "k"})
+        # Final: the last two stages, both on profile v2 (counts + CS counts).
+        self.assertEqual(out["columns"], {"fdocs_cs_instr": [300], "fdocs_final": [400, 500]})
+
+    def test_a_stage_without_cpu_time_fails_loudly_on_thread_cpu_only(self):
+        for bad, why in ((None, "no counters.thread_cpu_ns"), (0, "thread_cpu_ns is 0")):
+            runner = self.fe.FdodRunner(FakeClient(_plain_replies(bad)), "kernel_run", 2, 2,
+                                        clock="thread-cpu")
+            runner.texts["k"] = "; ir"
+            with self.assertRaises(rn.BenchError) as e:
+                runner({"name": "k"})
+            self.assertIn("k round 0 stage 3 (optimized)", str(e.exception))
+            self.assertIn(why, str(e.exception))
+            # Wall time does not need the CPU figure.
+            runner = self.fe.FdodRunner(FakeClient(_plain_replies(bad)), "kernel_run", 2, 2,
+                                        clock="monotonic")
+            runner.texts["k"] = "; ir"
+            self.assertEqual(runner({"name": "k"})["columns"]["fdo_final"], [4000, 5000])
+        # 0 CPU time for a stage that took no wall time either is a figure, not an error.
+        self.assertEqual(rn.stage_ns({"exec_ns": 0, "counters": {"thread_cpu_ns": 0}},
+                                     "thread-cpu", "s"), 0)
+
+    def test_a_failing_stage_fails_its_runner_in_the_bench(self):
+        runner = self.fe.FdodRunner(FakeClient(_plain_replies(0)), "kernel_run", 2, 2,
+                                    clock="thread-cpu")
+        runner.texts["k"] = "; ir"
+        v = rn.Variant("fdod", "fdod", runner, columns=self.fe.FDOD_COLUMNS)
+        res = rn.measure_interleaved([{"name": "k"}], [v], rounds=1)["k"]
+        self.assertIsNone(res["fdo_final"]["median_ns"])
+        self.assertEqual(len(res["_errors"]), 1)
+        self.assertIn("thread_cpu_ns is 0 but exec_ns is 4000", res["_errors"][0])
+
+    def _guarded(self, clock, cpu_of_last="same"):
+        incumbent = {"role": "incumbent", "name": "v1 profiled O2", "counted": False,
+                     "trial": None}
+        verdict = dict(incumbent, trial="v1 profiled O2 accepted: 1.20x faster than plain O2 "
+                                        "over 2+2 stages (profile v1)")
+        replies = [_reply(0, "instrumented", 0, 1000, variant={
+                       "role": "current", "name": "instr", "counted": False, "trial": None}),
+                   _reply(1, "optimized", 1, 2000, variant=verdict),
+                   _reply(2, "optimized", 1, 3000, cpu_of_last, variant=incumbent)]
+        config = {"policy.min_stages": 1, "guard.tune_max_variants": 0, "guard.max_pairs": 2,
+                  "guard.tune_min_stages": 0}
+        runner = self.g.GuardedRunner(FakeClient(replies), "kernel_run", config, 2,
+                                      lambda k: "; ir", clock=clock)
+        return runner({"name": "k"})
+
+    def test_the_guard_column_takes_the_clock(self):
+        self.assertEqual(self._guarded("monotonic")["columns"], {"fdo_guard_final": [2000, 3000]})
+        self.assertEqual(self._guarded("thread-cpu")["columns"], {"fdo_guard_final": [200, 300]})
+        with self.assertRaises(rn.BenchError) as e:
+            self._guarded("thread-cpu", cpu_of_last=None)
+        self.assertIn("k guarded round 0 stage 2 (optimized)", str(e.exception))
+
+    def test_issue_targets_against_clang_pgo(self):
+        summary = {"ratios": {"a": {"f/pgo": 0.8}, "http_fsm": {"f/pgo": 1.0},
+                              "c": {"f/pgo": 1.04}},
+                   "geomean": {"f/pgo": 0.94}}
+        lines, met = self.fe.pgo_targets(summary, "f")
+        self.assertTrue(met, lines)
+        summary["ratios"]["c"]["f/pgo"] = 1.06
+        lines, met = self.fe.pgo_targets(summary, "f")
+        self.assertFalse(met)
+        self.assertIn("  kernels above 1.05 x clang PGO: c 1.060: NOT met", lines)
+        summary["ratios"]["c"]["f/pgo"] = 0.9
+        summary["ratios"]["http_fsm"]["f/pgo"] = 1.01
+        lines, met = self.fe.pgo_targets(summary, "f")
+        self.assertFalse(met)
+        self.assertIn("  http_fsm f / clang PGO = 1.010 (<= 1.0): NOT met", lines)
+        summary["ratios"]["http_fsm"]["f/pgo"] = 0.9
+        summary["geomean"]["f/pgo"] = 0.951
+        self.assertFalse(self.fe.pgo_targets(summary, "f")[1])
 
 
 class CodegenGap(unittest.TestCase):
