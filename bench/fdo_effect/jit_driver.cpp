@@ -10,6 +10,7 @@
 //                       [--emit-ir FILE] [--emit-object FILE]
 //                       [--block-locations on|off] [--layout]
 //                       [--clock monotonic|thread-cpu] [--profdata FILE]
+//                       [--profile FILE]
 // --emit-ir / --emit-object write the optimised IR / the relocatable object
 // fdo produced (to compare with clang's: `objdump -d`), --block-locations off
 // compiles without the synthetic block locations fdod adds (docs/perf.md),
@@ -22,7 +23,11 @@
 // codegen_gap.py uses it). --profdata FILE compiles in optimized mode with
 // the profile an offline clang PGO build of the same source made (seeded as
 // `fdoctl profile import` seeds it): fdo's profile-use pipeline on clang's
-// profile, to compare with clang's PGO build.
+// profile, to compare with clang's PGO build. --profile FILE compiles in
+// optimized mode with a profile document (the JSON fdod keeps: the `profile`
+// of one entry of `fdoctl profile export --format json`), exactly as fdod's
+// optimized stage compiles it: fdo's own profile, without the trip through
+// a .profdata and seeding.
 // Compiles once, then either times one batch (warm-up calls untimed, then N
 // calls each timed with CLOCK_MONOTONIC around the call only) and prints
 //   {"checksum": C, "warmup": W, "runs": N, "ns": [...], "compile_ms": X}
@@ -35,6 +40,7 @@
 #include "fdo/jit/compiler.h"
 #include "fdo/jit/loader.h"
 #include "fdo/jit/profdata.h"
+#include "fdo/util/profile.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -86,6 +92,7 @@ struct Options {
   bool layout = false;
   clockid_t clock = CLOCK_MONOTONIC;
   std::string profdata;
+  std::string profile_json;
 };
 
 Options parse_args(int argc, char** argv) {
@@ -93,7 +100,8 @@ Options parse_args(int argc, char** argv) {
   auto usage = [&](const std::string& why) {
     fail(2, why + "\nusage: " + argv[0] +
                 " --ir FILE [--mode plain|instrumented] [--entry NAME] [--runs N] [--warmup W]"
-                " [--serve] [--emit-ir FILE] [--emit-object FILE] [--block-locations on|off]");
+                " [--serve] [--emit-ir FILE] [--emit-object FILE] [--block-locations on|off]"
+                " [--layout] [--clock monotonic|thread-cpu] [--profdata FILE | --profile FILE]");
   };
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -132,6 +140,8 @@ Options parse_args(int argc, char** argv) {
         usage("--clock expects monotonic or thread-cpu, got '" + v + "'");
     } else if (a == "--profdata") {
       o.profdata = value();
+    } else if (a == "--profile") {
+      o.profile_json = value();
     } else if (a == "--layout") {
       o.layout = true;
     } else if (a == "--emit-ir") {
@@ -151,8 +161,10 @@ Options parse_args(int argc, char** argv) {
     }
   }
   if (o.ir_path.empty()) usage("--ir is required");
-  if (!o.profdata.empty() && o.mode != CompileMode::plain)
-    usage("--profdata compiles in optimized mode: leave --mode out");
+  if ((!o.profdata.empty() || !o.profile_json.empty()) && o.mode != CompileMode::plain)
+    usage("--profdata and --profile compile in optimized mode: leave --mode out");
+  if (!o.profdata.empty() && !o.profile_json.empty())
+    usage("--profdata and --profile are alternatives: give one");
   if (o.runs < 1) usage("--runs must be at least 1");
   return o;
 }
@@ -236,6 +248,14 @@ Kernel build(const Options& o) {
     seeded = std::move(*s);
     req.mode = CompileMode::optimized;
     req.profile = &seeded->profile;
+  }
+  std::optional<ProfileDoc> doc;
+  if (!o.profile_json.empty()) {
+    Expected<ProfileDoc> d = parse_profile(read_file(o.profile_json));
+    if (!d) fail(1, o.profile_json + ": " + d.error().describe());
+    doc = std::move(*d);
+    req.mode = CompileMode::optimized;
+    req.profile = &*doc;
   }
   req.keep_ir = !o.emit_ir.empty();
   req.block_locations = o.block_locations;
