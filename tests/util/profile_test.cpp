@@ -213,8 +213,8 @@ TEST_CASE("an import's records outside the program round trip - enter the digest
   const std::string before = profile_digest(d);
   // None: the document keeps the form (and digest) it had.
   CHECK_FALSE(to_json(d).contains("outside_functions"));
-  d.outside_functions["main"] =
-      FunctionProfile{.cfg_hash = 0x0bb577ac0282cf44, .counts = {0, 3, 3, 1}, .source_name = "main"};
+  d.outside_functions["main"] = FunctionProfile{
+      .cfg_hash = 0x0bb577ac0282cf44, .counts = {0, 3, 3, 1}, .source_name = "main"};
   CHECK(profile_digest(d) != before);
   const json j = to_json(d);
   CHECK(j["outside_functions"]["main"]["cfg_hash"] == "0bb577ac0282cf44");
