@@ -187,6 +187,20 @@ write_indexed_profile(const fdo::ProfileDoc& profile, RecordNames names) {
       ++records;
     }
   if (records == 0) return nullptr;
+  // Records an import kept for functions outside the program count only
+  // toward the profile summary InstrProfWriter computes over all records: under
+  // canonical names they get a prefix no function of a module has (a ':' after
+  // `fdo.outside`), so none is ever looked up; under source names (an export)
+  // they are written as the file they came from had them.
+  for (const auto& [key, fp] : profile.outside_functions) {
+    if (fp.counts.empty()) continue;
+    const std::string name = names == RecordNames::source && !fp.source_name.empty()
+                                 ? fp.source_name
+                                 : std::string(kOutsideRecordPrefix) + key;
+    writer.addRecord(llvm::NamedInstrProfRecord(name, fp.cfg_hash, fp.counts), 1,
+                     [&](llvm::Error e) { warning = name + ": " + llvm::toString(std::move(e)); });
+    if (!warning.empty()) return make_llvm_error("profile record " + warning);
+  }
   std::unique_ptr<llvm::MemoryBuffer> indexed = writer.writeBuffer();
   if (!indexed) return make_llvm_error("InstrProfWriter produced no indexed profile");
   return indexed;

@@ -37,9 +37,14 @@ llvm::Error check_runtime_calls(const llvm::Module& m);
 // counter array has disappeared.
 llvm::Error expose_counters(llvm::Module& m, const std::vector<InstrumentedFunction>& layout);
 
+// Prefix of the canonical record names of ProfileDoc::outside_functions in
+// the indexed profile (no module function's PGO name starts with it).
+inline constexpr const char* kOutsideRecordPrefix = "fdo.outside:";
+
 // The profile's counts and value profiles as an IR-level indexed profile
 // (.profdata), or nullptr when it holds no counts. Records are named per
-// `names` (indirect-call targets too).
+// `names` (indirect-call targets too). outside_functions are added too (they
+// only shape the profile summary), but alone make no profile.
 llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
 write_indexed_profile(const fdo::ProfileDoc& profile, RecordNames names);
 

@@ -4,10 +4,12 @@
 #include "llvm_support.h"
 #include "pgo.h"
 
+#include <cstdio>
 #include <llvm/ProfileData/InstrProf.h>
 #include <llvm/ProfileData/InstrProfReader.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <map>
+#include <utility>
 
 namespace fdo::jit {
 
@@ -77,9 +79,14 @@ Expected<SeededProfile> seed_profile(std::string_view profdata, std::string_view
   SeededProfile out;
   out.profile_key = compiled.profile_key;
   out.profile.knobs = with_knobs.knobs;
+  // Every ordinary record of the file, to keep the ones that seed nothing:
+  // the profile summary LLVM computes from the indexed profile at compile time
+  // must be the whole file's (see ProfileDoc::outside_functions).
+  std::map<std::pair<std::string, std::uint64_t>, std::vector<std::uint64_t>> unseeded;
   for (const auto& record : **reader) {
-    (void)record;
     ++out.records;
+    if (!is_cs_hash(record.Hash) && !record.Counts.empty())
+      unseeded.emplace(std::make_pair(record.Name.str(), record.Hash), record.Counts);
   }
   if (llvm::Error e = (*reader)->getError())
     return detail::to_fdo_error(std::move(e), Errc::invalid_argument, "reading the profile");
@@ -116,7 +123,23 @@ Expected<SeededProfile> seed_profile(std::string_view profdata, std::string_view
                                     &canonical_of_source);
     fp.memop_sizes = value_sites(*record, llvm::IPVK_MemOPSize, f.memop_sites, nullptr);
     out.profile.functions.emplace(f.pgo_name, std::move(fp));
+    unseeded.erase(std::make_pair(source, f.cfg_hash));
     ++out.matched;
+  }
+  for (auto& [id, counts] : unseeded) {
+    const auto& [name, hash] = id;
+    fdo::FunctionProfile fp;
+    fp.cfg_hash = hash;
+    fp.counts = std::move(counts);
+    fp.source_name = name;
+    // The same name twice (two CFG hashes) keeps both, the second keyed apart.
+    std::string key = name;
+    if (out.profile.outside_functions.count(key) != 0) {
+      char hex[17];
+      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+      key += std::string("#") + hex;
+    }
+    out.profile.outside_functions.emplace(std::move(key), std::move(fp));
   }
   return out;
 }

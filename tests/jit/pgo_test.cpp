@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <llvm/ProfileData/InstrProfReader.h>
+#include <llvm/ProfileData/InstrProfWriter.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <map>
 #include <regex>
@@ -395,6 +396,94 @@ TEST_CASE("a clang-made .profdata of the same source seeds the profile", "[jit][
   auto junk = seed_profile("not a profile", fixture("clang_pgo.ll"));
   REQUIRE_FALSE(junk.has_value());
   CHECK(junk.error().code() == Errc::invalid_argument);
+}
+
+namespace {
+// The value of `key` (an i64 field) in the ProfileSummary module flag of `ir`.
+std::uint64_t summary_field(const std::string& ir, const std::string& key) {
+  const std::regex field("!\\{!\"" + key + "\", i64 (\\d+)\\}");
+  std::smatch m;
+  if (!std::regex_search(ir, m, field)) FAIL("no " << key << " in the profile summary");
+  return std::stoull(m[1]);
+}
+} // namespace
+
+TEST_CASE("an imported profile's records outside the program still shape the profile summary",
+          "[jit][pgo][import]") {
+  // clang's -fprofile-use computes the profile summary (the hot and cold count
+  // thresholds the inliner uses) over every record of the file, the driver's
+  // `main` included; seeding keeps only the program's functions, so without
+  // the rest fdo's thresholds differ from clang's on the same profile (the
+  // bench's `bst`: a call site with count 64 became cold, and stayed out of
+  // line). clang_pgo.profdata plus a record of a function this program does not
+  // have, with many small counts.
+  const std::string clang_made = fixture("clang_pgo.profdata");
+  auto in = llvm::IndexedInstrProfReader::create(
+      llvm::MemoryBuffer::getMemBuffer(clang_made, "clang_pgo.profdata", false));
+  REQUIRE(static_cast<bool>(in));
+  llvm::InstrProfWriter writer;
+  REQUIRE_FALSE(static_cast<bool>(writer.mergeProfileKind(llvm::InstrProfKind::IRInstrumentation)));
+  for (const llvm::NamedInstrProfRecord& r : **in)
+    writer.addRecord(llvm::NamedInstrProfRecord(r), 1,
+                     [](llvm::Error e) { FAIL(llvm::toString(std::move(e))); });
+  REQUIRE_FALSE(static_cast<bool>((*in)->getError()));
+  const std::vector<std::uint64_t> driver_counts{0, 3, 3, 0, 2, 2, 1, 1, 1, 0, 1, 1, 1, 1};
+  writer.addRecord(llvm::NamedInstrProfRecord("driver.c:driver_main", 0x1234, driver_counts), 1,
+                   [](llvm::Error e) { FAIL(llvm::toString(std::move(e))); });
+  const std::string profdata = writer.writeBuffer()->getBuffer().str();
+  auto file = llvm::IndexedInstrProfReader::create(
+      llvm::MemoryBuffer::getMemBuffer(profdata, "with_driver.profdata", false));
+  REQUIRE(static_cast<bool>(file));
+  const llvm::ProfileSummary& whole = (*file)->getSummary(/*UseCS=*/false);
+
+  auto seeded = seed_profile(profdata, fixture("clang_pgo.ll"));
+  if (!seeded) FAIL(seeded.error().describe());
+  CHECK(seeded->records == 5);
+  CHECK(seeded->matched == 4);
+  CHECK(seeded->dropped.empty());
+  REQUIRE(seeded->profile.outside_functions.size() == 1);
+  const FunctionProfile& driver = seeded->profile.outside_functions.at("driver.c:driver_main");
+  CHECK(driver.cfg_hash == 0x1234);
+  CHECK(driver.counts == driver_counts);
+  CHECK(driver.source_name == "driver.c:driver_main");
+  CHECK(seeded->profile.functions.count("driver.c:driver_main") == 0);
+
+  // The optimized compile's summary is the whole file's, not the four seeded
+  // functions' (NumFunctions 4, TotalCount without the driver's 17).
+  CompileResult o = compile_or_throw(fixture("clang_pgo.ll"),
+                                     request(CompileMode::optimized, &seeded->profile, true));
+  CHECK_FALSE(has_hash_mismatch(o));
+  CHECK(summary_field(o.ir, "NumFunctions") == whole.getNumFunctions());
+  CHECK(summary_field(o.ir, "NumCounts") == whole.getNumCounts());
+  CHECK(summary_field(o.ir, "TotalCount") == whole.getTotalCount());
+  CHECK(whole.getNumFunctions() == 5);
+  // ...and nothing of the program changed name: the same code is annotated.
+  CHECK(contains(function_body(o.ir, "run"), ", @fdo.local.0"));
+
+  // The records survive the document's JSON form and enter its digest.
+  auto back = profile_from_json(to_json(seeded->profile));
+  REQUIRE(back.has_value());
+  CHECK(*back == seeded->profile);
+  ProfileDoc without = seeded->profile;
+  without.outside_functions.clear();
+  CHECK(profile_digest(without) != profile_digest(seeded->profile));
+  CHECK_FALSE(to_json(without).contains("outside_functions"));
+
+  // The export writes them back under their own names.
+  auto exported = indexed_profile(seeded->profile);
+  REQUIRE(exported.has_value());
+  auto reader = llvm::IndexedInstrProfReader::create(
+      llvm::MemoryBuffer::getMemBuffer(*exported, "export.profdata", false));
+  REQUIRE(static_cast<bool>(reader));
+  auto record = (*reader)->getInstrProfRecord("driver.c:driver_main", 0x1234);
+  REQUIRE(static_cast<bool>(record));
+  CHECK(record->Counts == driver_counts);
+  CHECK((*reader)->getSummary(false).getTotalCount() == whole.getTotalCount());
+
+  // Records outside the program alone are no profile.
+  ProfileDoc outside_only;
+  outside_only.outside_functions = seeded->profile.outside_functions;
+  CHECK_FALSE(indexed_profile(outside_only).has_value());
 }
 
 TEST_CASE("annotate: each block's count comes from the profile's counters",

@@ -45,6 +45,17 @@ int main() {
     docs.push_back(d);
   }
   {
+    // An import's records of functions outside the program (fdoctl profile
+    // import; jit/src/profdata.cpp), beside the seeded ones.
+    ProfileDoc d;
+    d.functions["run"] = FunctionProfile{.cfg_hash = 1, .counts = {4, 1}, .source_name = "run"};
+    d.outside_functions["main"] =
+        FunctionProfile{.cfg_hash = 2, .counts = {0, 3}, .source_name = "main"};
+    d.outside_functions["main#0000000000000003"] =
+        FunctionProfile{.cfg_hash = 3, .counts = {1}, .source_name = "main"};
+    docs.push_back(d);
+  }
+  {
     // What the feedback loop records from stage sampling (time_share.h,
     // sampling_record), next to other hardware findings.
     ProfileDoc d;

@@ -206,3 +206,28 @@ TEST_CASE("context-sensitive counts round trip - change the digest - need the CS
   d.knobs.mode = CompileMode::cs_instrumented;
   CHECK(choose_mode(&d) == CompileMode::cs_instrumented);
 }
+
+TEST_CASE("an import's records outside the program round trip - enter the digest - make no counts",
+          "[util][profile][import]") {
+  ProfileDoc d = sample();
+  const std::string before = profile_digest(d);
+  // None: the document keeps the form (and digest) it had.
+  CHECK_FALSE(to_json(d).contains("outside_functions"));
+  d.outside_functions["main"] = FunctionProfile{
+      .cfg_hash = 0x0bb577ac0282cf44, .counts = {0, 3, 3, 1}, .source_name = "main"};
+  CHECK(profile_digest(d) != before);
+  const json j = to_json(d);
+  CHECK(j["outside_functions"]["main"]["cfg_hash"] == "0bb577ac0282cf44");
+  auto back = profile_from_json(j);
+  REQUIRE(back);
+  CHECK(*back == d);
+  CHECK(profile_digest(*back) == profile_digest(d));
+  // Their counts shape the summary only: with no counts of its own a document
+  // still compiles instrumented.
+  ProfileDoc only;
+  only.outside_functions = d.outside_functions;
+  CHECK(choose_mode(&only) == CompileMode::instrumented);
+  auto bad = parse_profile(R"({"outside_functions":{"main":{"counts":[1]}}})");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message().find("outside_functions.main.cfg_hash") != std::string::npos);
+}

@@ -237,6 +237,9 @@ json to_json(const ProfileDoc& doc) {
   if (!doc.guard.empty()) out["guard"] = to_json(doc.guard);
   // Likewise only after a context-sensitive round.
   if (!doc.cs_functions.empty()) out["cs_functions"] = functions_json(doc.cs_functions);
+  // And only in imported documents with records outside the program.
+  if (!doc.outside_functions.empty())
+    out["outside_functions"] = functions_json(doc.outside_functions);
   return out;
 }
 
@@ -268,6 +271,7 @@ Expected<ProfileDoc> profile_from_json(const json& j) {
     if (!is_cs_hash(f.cfg_hash))
       return field_error("cs_functions." + name + ".cfg_hash",
                          "must carry the context-sensitive flag (bit 60)");
+  FDO_TRY_STATUS(get_functions(j, "outside_functions", doc.outside_functions));
   if (auto it = j.find("hardware"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) return field_error("hardware", "must be an object");
     doc.hardware = *it;
@@ -322,6 +326,13 @@ std::string profile_digest(const ProfileDoc& doc) {
     for (const auto& [name, f] : doc.cs_functions)
       cs[name] = function_compile_json(f);
     compile_part["cs_functions"] = std::move(cs);
+  }
+  // Likewise: documents without records outside the program keep their digest.
+  if (!doc.outside_functions.empty()) {
+    json outside = json::object();
+    for (const auto& [name, f] : doc.outside_functions)
+      outside[name] = function_compile_json(f);
+    compile_part["outside_functions"] = std::move(outside);
   }
   return blake3_hex("fdo.profile.v1\n" + canonical_json(compile_part));
 }

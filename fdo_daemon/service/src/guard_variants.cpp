@@ -98,6 +98,7 @@ ProfileDoc variant_doc(const Variant& v, const ProfileDoc& current) {
   doc.knobs.mode.reset();
   doc.functions = current.functions;
   doc.cs_functions = current.cs_functions;
+  doc.outside_functions = current.outside_functions;
   if (v.branch_marks == SampledPart::dropped) {
     for (auto& [name, f] : doc.functions)
       f.unpredictable.clear();

@@ -110,6 +110,11 @@ TEST_CASE("guard: variants derive from the profile with their own digests", "[gu
   CHECK(describe(*knob_variant(profiled, 6)) == "profiled O2 inline=75");
   CHECK_FALSE(knob_variant(profiled, kKnobVariants));
   CHECK(profile_digest(variant_doc(*o3, cur)) != profile_digest(cur));
+  // An imported profile's records outside the program shape the compile (the
+  // profile summary): the profiled variant keeps them, and stays the profile.
+  ProfileDoc imported = cur;
+  imported.outside_functions["main"] = FunctionProfile{.cfg_hash = 7, .counts = {0, 3, 1}};
+  CHECK(profile_digest(variant_doc(profiled, imported)) == profile_digest(imported));
 }
 
 TEST_CASE("guard: arms follow the record, the profile and the stage budgets", "[guard]") {

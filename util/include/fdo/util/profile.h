@@ -4,7 +4,8 @@
 // schemas/profile.schema.json.
 //
 // Compile-affecting fields: format, knobs, functions[*].{cfg_hash, counts,
-// unpredictable, indirect_calls, memop_sizes, layout}, cs_functions[*] (the same). Everything else
+// unpredictable, indirect_calls, memop_sizes, layout}, cs_functions[*] (the same),
+// outside_functions[*].{cfg_hash, counts}. Everything else
 // (provenance, hardware observations, the guard's record, per-function fingerprints and source
 // names) is bookkeeping and never changes the digest, so rewriting bookkeeping never causes a
 // recompile.
@@ -104,6 +105,18 @@ struct ProfileDoc {
   // kCsHashFlag. Compile-affecting; empty in documents written before
   // context-sensitive PGO (they read, and digest, as before).
   std::map<std::string, FunctionProfile> cs_functions;
+  // Records of an imported profile (`fdoctl profile import`) that seed no
+  // function of the program: functions of the rest of the profiled program
+  // (the driver's `main`), or whose CFG hash or counter count did not match.
+  // Only cfg_hash, counts and source_name (the record's name in the file) are
+  // set. They are written into the indexed profile the optimized compile reads,
+  // under names no function has, so that LLVM's profile summary (the hot and
+  // cold count thresholds the inliner and the other passes use) is the one of
+  // the whole training run, as clang's `-fprofile-use` sees it, not of the
+  // seeded functions alone. Compile-affecting; empty (and absent from the JSON
+  // and the digest) in every document not made by an import. Feedback replaces
+  // the counts with the program's own and leaves these out.
+  std::map<std::string, FunctionProfile> outside_functions;
   nlohmann::json hardware = nlohmann::json::object(); // counter findings (bookkeeping)
   Provenance provenance;
   GuardRecord guard; // the live A/B guard's decisions (bookkeeping; guard_record.h)
