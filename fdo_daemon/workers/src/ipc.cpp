@@ -82,6 +82,15 @@ struct ScanResult {
 bool valid_utf8(const std::uint8_t* p, std::size_t n) {
   std::size_t i = 0;
   while (i < n) {
+    // ASCII, eight bytes at a time (headers are mostly ASCII).
+    if (n - i >= 8) {
+      std::uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      if ((w & 0x8080808080808080ull) == 0) {
+        i += 8;
+        continue;
+      }
+    }
     const std::uint8_t c = p[i];
     if (c < 0x80) {
       ++i;

@@ -302,6 +302,24 @@ TEST_CASE("worker_pool: output limits hold on both sides of the channel", "[work
   }
 }
 
+TEST_CASE("worker_pool: a job header too deep to encode is refused - the worker stays",
+          "[worker_pool]") {
+  auto pool = make_pool(test_options());
+  long before = echo_pid(*pool);
+  nlohmann::json deep = nlohmann::json::array();
+  for (std::size_t i = 0; i < kMaxHeaderDepth; ++i)
+    deep = nlohmann::json::array({std::move(deep)});
+  auto r = pool->run(job({{"op", "echo"}, {"deep", deep}}));
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code() == Errc::invalid_argument);
+  CHECK_THAT(r.error().message(), Catch::Contains("nests deeper than 64 levels"));
+  CHECK(echo_pid(*pool) == before);
+  auto stats = pool->stats();
+  CHECK(stats.failures.protocol == 0);
+  CHECK(stats.failures.crashed == 0);
+  CHECK(stats.failures.handler_error == 1);
+}
+
 TEST_CASE("worker_pool: 8 threads x 20 jobs on 2 workers all succeed", "[worker_pool]") {
   auto pool = make_pool(test_options(2));
   std::atomic<int> ok{0};
