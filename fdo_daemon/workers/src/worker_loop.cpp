@@ -43,21 +43,32 @@ constexpr int kFatalSignals[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGTR
 
 // --- async-signal-safe helpers (no allocation, no stdio) ---
 
-std::size_t append_text(char* buf, std::size_t pos, std::size_t cap, const char* s) {
-  while (*s != '\0' && pos < cap)
-    buf[pos++] = *s++;
+// The frame is CBOR (the header encoding, see ipc.h), written by hand.
+
+// A text string of fewer than 24 bytes: its head byte, then the bytes.
+std::size_t append_cbor_text(char* buf, std::size_t pos, std::size_t cap, const char* s) {
+  std::size_t n = 0;
+  while (s[n] != '\0')
+    ++n;
+  if (n >= 24 || cap - pos < n + 1) return pos;
+  buf[pos++] = static_cast<char>(0x60 + n);
+  for (std::size_t i = 0; i < n; ++i)
+    buf[pos++] = s[i];
   return pos;
 }
 
-std::size_t append_u64(char* buf, std::size_t pos, std::size_t cap, std::uint64_t v) {
-  char digits[24];
-  int n = 0;
-  do {
-    digits[n++] = static_cast<char>('0' + v % 10);
-    v /= 10;
-  } while (v != 0);
-  while (n > 0 && pos < cap)
-    buf[pos++] = digits[--n];
+// One byte as is (a map head, false, ...).
+std::size_t append_cbor_byte(char* buf, std::size_t pos, std::size_t cap, std::uint8_t b) {
+  if (pos < cap) buf[pos++] = static_cast<char>(b);
+  return pos;
+}
+
+// An unsigned integer, always in the 8-byte form (0x1B + big-endian u64).
+std::size_t append_cbor_u64(char* buf, std::size_t pos, std::size_t cap, std::uint64_t v) {
+  if (cap - pos < 9) return pos;
+  buf[pos++] = static_cast<char>(0x1B);
+  for (int i = 7; i >= 0; --i)
+    buf[pos++] = static_cast<char>(v >> (8 * i));
   return pos;
 }
 
@@ -92,13 +103,18 @@ void fatal_signal_handler(int sig, siginfo_t*, void*) {
     char frame[kFramePrefixBytes + 192];
     constexpr std::size_t cap = sizeof frame;
     std::size_t pos = kFramePrefixBytes;
-    pos = append_text(frame, pos, cap, "{\"id\":");
-    pos = append_u64(frame, pos, cap, g_fatal.job_id.load());
-    pos = append_text(frame, pos, cap, ",\"ok\":false,\"fatal\":{\"signal\":");
-    pos = append_u64(frame, pos, cap, static_cast<std::uint64_t>(sig));
-    pos = append_text(frame, pos, cap, ",\"job_vm_bytes\":");
-    pos = append_u64(frame, pos, cap, vm > start ? vm - start : 0);
-    pos = append_text(frame, pos, cap, "}}");
+    // {"id": N, "ok": false, "fatal": {"signal": S, "job_vm_bytes": B}}
+    pos = append_cbor_byte(frame, pos, cap, 0xA3); // map of 3
+    pos = append_cbor_text(frame, pos, cap, "id");
+    pos = append_cbor_u64(frame, pos, cap, g_fatal.job_id.load());
+    pos = append_cbor_text(frame, pos, cap, "ok");
+    pos = append_cbor_byte(frame, pos, cap, 0xF4); // false
+    pos = append_cbor_text(frame, pos, cap, "fatal");
+    pos = append_cbor_byte(frame, pos, cap, 0xA2); // map of 2
+    pos = append_cbor_text(frame, pos, cap, "signal");
+    pos = append_cbor_u64(frame, pos, cap, static_cast<std::uint64_t>(sig));
+    pos = append_cbor_text(frame, pos, cap, "job_vm_bytes");
+    pos = append_cbor_u64(frame, pos, cap, vm > start ? vm - start : 0);
     auto prefix =
         encode_frame_prefix(static_cast<std::uint32_t>(pos - kFramePrefixBytes), std::uint64_t{0});
     std::memcpy(frame, prefix.data(), prefix.size());
@@ -324,9 +340,9 @@ Status send_error(int fd, std::uint64_t id, const Error& error, const ReplyExtra
 Status send_result(int fd, std::uint64_t id, Expected<Message> result, const JobLimits& limits,
                    const ReplyExtras& extras) {
   if (!result) return send_error(fd, id, result.error(), extras);
-  std::string result_header =
-      result->header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  std::uint64_t size = result_header.size() + result->payload.size();
+  auto result_header = encode_header(result->header);
+  if (!result_header) return send_error(fd, id, result_header.error(), extras);
+  std::uint64_t size = result_header->size() + result->payload.size();
   if (size > limits.max_output_bytes)
     return send_error(fd, id,
                       make_error(Errc::resource_exhausted,
@@ -336,13 +352,11 @@ Status send_result(int fd, std::uint64_t id, Expected<Message> result, const Job
                       extras);
   nlohmann::json envelope = {{"id", id}, {"ok", true}};
   add_extras(envelope, extras);
-  // The result is spliced in as text: it may be large, and is already serialised.
-  std::string header = envelope.dump();
-  header.pop_back();
-  header += ",\"result\":";
-  header += result_header;
-  header += '}';
-  return send_frame_text(fd, header, result->payload, Deadline::never());
+  // The result is spliced in already encoded: it may be large, and was
+  // encoded once above to check its size.
+  auto header = encode_header_with(envelope, "result", *result_header);
+  if (!header) return send_error(fd, id, header.error(), extras);
+  return send_frame_encoded(fd, *header, result->payload, Deadline::never());
 }
 
 Expected<nlohmann::json> bind_worker(const BindHandler& bind, const nlohmann::json& request) {

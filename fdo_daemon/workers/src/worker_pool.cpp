@@ -500,6 +500,19 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions
     header["id"] = id;
     const Deadline deadline = Deadline::after(limits.wall);
     auto st = send_frame(child.sock(), header, request.payload, deadline, request.fds);
+    if (!st && st.error().code() == Errc::invalid_argument) {
+      // Refused before a byte was written (a header too deep to encode, too
+      // many descriptors): the request is at fault, the worker is fine. It goes
+      // back idle without counting a job, so its next job still binds it
+      // (counted as a failure where the bind-spec failure above is counted).
+      {
+        std::lock_guard lk(mu_);
+        ++failures_.handler_error;
+        slot.state = WorkerState::idle;
+        cv_free_.notify_all();
+      }
+      return std::move(st).error().context("send a job to an " + opts.name + " worker");
+    }
     if (!st && st.error().code() == Errc::unavailable && send_retries < 1) {
       // The request never arrived whole, so the job did not run: safe to retry once.
       ++send_retries;

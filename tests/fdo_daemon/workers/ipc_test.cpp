@@ -52,7 +52,7 @@ TEST_CASE("ipc: frame prefix is little-endian magic - u32 header_len - u64 paylo
   CHECK(p[0] == 'F');
   CHECK(p[1] == 'D');
   CHECK(p[2] == 'O');
-  CHECK(p[3] == '1');
+  CHECK(p[3] == '2');
   CHECK(p[4] == 0x04);
   CHECK(p[7] == 0x01);
   CHECK(p[8] == 0x11);
@@ -69,7 +69,10 @@ TEST_CASE("ipc: encode/decode round trip keeps header and binary payload", "[ipc
   m.payload = binary_payload(70000);
   auto frame = encode_message(m);
   REQUIRE(frame);
-  CHECK(frame->size() == kFramePrefixBytes + m.header.dump().size() + m.payload.size());
+  auto header = encode_header(m.header);
+  REQUIRE(header);
+  CHECK(frame->size() == kFramePrefixBytes + header->size() + m.payload.size());
+  CHECK(frame->substr(kFramePrefixBytes, header->size()) == *header);
   auto back = decode_message(*frame, FrameLimits{});
   REQUIRE(back);
   CHECK(back->header == m.header);
@@ -92,7 +95,7 @@ TEST_CASE("ipc: invalid UTF-8 in a header is replaced - not thrown", "[ipc]") {
   REQUIRE(frame);
   auto back = decode_message(*frame, FrameLimits{});
   REQUIRE(back);
-  CHECK(back->header["message"].get<std::string>().starts_with("bad "));
+  CHECK(back->header["message"].get<std::string>() == "bad \xEF\xBF\xBD\xEF\xBF\xBD bytes");
 }
 
 TEST_CASE("ipc: send/recv round trip over a socketpair with partial reads and writes", "[ipc]") {
@@ -149,7 +152,7 @@ TEST_CASE("ipc: huge lengths are rejected before allocating", "[ipc]") {
   }
 }
 
-TEST_CASE("ipc: garbage magic and bad JSON are corrupt", "[ipc]") {
+TEST_CASE("ipc: garbage magic and bad header encodings are corrupt", "[ipc]") {
   SECTION("magic") {
     auto sp = pair_or_die();
     write_raw(sp.first.get(), "GET / HTTP/1.1\r\n\r\n");
@@ -163,13 +166,24 @@ TEST_CASE("ipc: garbage magic and bad JSON are corrupt", "[ipc]") {
     REQUIRE_FALSE(r);
     CHECK(r.error().code() == Errc::corrupt);
   }
-  SECTION("header JSON") {
+  SECTION("the old JSON-text format's magic is named") {
+    auto sp = pair_or_die();
+    write_raw(sp.first.get(), prefix_bytes(kLegacyFrameMagic, 2, 0) + "{}");
+    auto r = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(5s));
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == Errc::corrupt);
+    CHECK_THAT(r.error().message(), Catch::Contains("bad message magic"));
+    CHECK_THAT(r.error().message(), Catch::Contains("\"FDO1\""));
+    CHECK_THAT(r.error().message(), Catch::Contains("\"FDO2\""));
+    CHECK_THAT(r.error().message(), Catch::Contains("old JSON-header wire format"));
+  }
+  SECTION("a JSON text header under the new magic") {
     auto sp = pair_or_die();
     write_raw(sp.first.get(), prefix_bytes(kFrameMagic, 5, 0) + "{oops");
     auto r = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(5s));
     REQUIRE_FALSE(r);
     CHECK(r.error().code() == Errc::corrupt);
-    CHECK_THAT(r.error().message(), Catch::Contains("not valid JSON"));
+    CHECK_THAT(r.error().message(), Catch::Contains("not valid CBOR"));
   }
 }
 
@@ -193,7 +207,7 @@ TEST_CASE("ipc: end of stream is unavailable at a boundary - corrupt inside a me
   }
   SECTION("inside the payload") {
     auto sp = pair_or_die();
-    write_raw(sp.first.get(), prefix_bytes(kFrameMagic, 2, 10) + "{}abc");
+    write_raw(sp.first.get(), prefix_bytes(kFrameMagic, 1, 10) + "\xa0" + "abc");
     sp.first.reset();
     auto r = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(5s));
     REQUIRE_FALSE(r);
@@ -207,7 +221,7 @@ TEST_CASE("ipc: the deadline bounds waiting - also mid-message", "[ipc]") {
   auto r = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(50ms));
   REQUIRE_FALSE(r);
   CHECK(r.error().code() == Errc::timeout);
-  write_raw(sp.first.get(), prefix_bytes(kFrameMagic, 2, 10) + "{}");
+  write_raw(sp.first.get(), prefix_bytes(kFrameMagic, 1, 10) + "\xa0");
   auto r2 = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(50ms));
   REQUIRE_FALSE(r2);
   CHECK(r2.error().code() == Errc::timeout);

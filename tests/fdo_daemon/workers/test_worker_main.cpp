@@ -182,9 +182,20 @@ Expected<Message> handle(int sock, const std::string& role, const Message& req,
   }
   if (op == "lie") {
     // A compromised worker claiming an enormous answer.
-    auto prefix = encode_frame_prefix(2, std::uint64_t{1} << 62);
+    auto prefix = encode_frame_prefix(1, std::uint64_t{1} << 62);
     (void)::send(sock, prefix.data(), prefix.size(), MSG_NOSIGNAL);
-    (void)::send(sock, "{}", 2, MSG_NOSIGNAL);
+    (void)::send(sock, "\xa0", 1, MSG_NOSIGNAL); // an empty CBOR map
+    sleep_forever();
+  }
+  if (op == "evil_header") {
+    // A compromised worker answering with a header built to hurt the reader:
+    // a million nested arrays (stack), or a text string of 2^64-1 bytes.
+    std::string header = "\xa1\x61k";
+    if (h.value("kind", std::string()) == "deep")
+      header += std::string(1000000, '\x81') + '\x00';
+    else
+      header += std::string("\x7b\xff\xff\xff\xff\xff\xff\xff\xff", 9);
+    (void)send_frame_encoded(sock, header, {});
     sleep_forever();
   }
   if (op == "garbage") {

@@ -282,6 +282,42 @@ TEST_CASE("worker_pool: output limits hold on both sides of the channel", "[work
     CHECK(echo_pid(*pool) != before);
     CHECK(pool->stats().failures.protocol == 1);
   }
+  SECTION("a header nested a million deep is refused before decoding") {
+    auto r = pool->run(job({{"op", "evil_header"}, {"kind", "deep"}}), l);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == Errc::internal);
+    CHECK_THAT(r.error().message(), Catch::Contains("broke the protocol"));
+    CHECK_THAT(r.error().message(), Catch::Contains("nests deeper than 64 levels"));
+    CHECK(echo_pid(*pool) != before);
+    CHECK(pool->stats().failures.protocol == 1);
+  }
+  SECTION("a header string longer than the header is refused") {
+    auto r = pool->run(job({{"op", "evil_header"}, {"kind", "long_string"}}), l);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == Errc::internal);
+    CHECK_THAT(r.error().message(), Catch::Contains("broke the protocol"));
+    CHECK_THAT(r.error().message(), Catch::Contains("text string runs past the end"));
+    CHECK(echo_pid(*pool) != before);
+    CHECK(pool->stats().failures.protocol == 1);
+  }
+}
+
+TEST_CASE("worker_pool: a job header too deep to encode is refused - the worker stays",
+          "[worker_pool]") {
+  auto pool = make_pool(test_options());
+  long before = echo_pid(*pool);
+  nlohmann::json deep = nlohmann::json::array();
+  for (std::size_t i = 0; i < kMaxHeaderDepth; ++i)
+    deep = nlohmann::json::array({std::move(deep)});
+  auto r = pool->run(job({{"op", "echo"}, {"deep", deep}}));
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code() == Errc::invalid_argument);
+  CHECK_THAT(r.error().message(), Catch::Contains("nests deeper than 64 levels"));
+  CHECK(echo_pid(*pool) == before);
+  auto stats = pool->stats();
+  CHECK(stats.failures.protocol == 0);
+  CHECK(stats.failures.crashed == 0);
+  CHECK(stats.failures.handler_error == 1);
 }
 
 TEST_CASE("worker_pool: 8 threads x 20 jobs on 2 workers all succeed", "[worker_pool]") {
