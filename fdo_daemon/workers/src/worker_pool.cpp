@@ -86,6 +86,7 @@ private:
   int usable_slot_locked(const std::string& tenant) const;
   int recyclable_slot_locked(const std::string& tenant) const;
   void release(int idx, bool succeeded, const std::string& retire);
+  void give_back_unused(int idx);
   void retire_busy_worker(int idx, const std::string& why);
   void retire_idle_worker(int idx, const std::string& why);
   // The slot's worker is gone (reaped): mark it for the supervisor to
@@ -399,6 +400,17 @@ Expected<int> WorkerPool::Impl::acquire(const std::string& tenant) {
   }
 }
 
+// A worker handed out for a job that was never sent: idle again, no job
+// counted, and unbound again if this job was to bind it.
+void WorkerPool::Impl::give_back_unused(int idx) {
+  std::lock_guard lk(mu_);
+  Slot& s = slots_[static_cast<std::size_t>(idx)];
+  ++failures_.handler_error;
+  if (s.jobs == 0) s.tenant.reset();
+  s.state = WorkerState::idle;
+  cv_free_.notify_all();
+}
+
 void WorkerPool::Impl::release(int idx, bool succeeded, const std::string& retire) {
   {
     std::lock_guard lk(mu_);
@@ -479,7 +491,10 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions
     if (opts.bind_spec && slot.jobs == 0) {
       auto bind = opts.bind_spec(options.tenant);
       if (!bind) {
-        release(idx, false, "");
+        // The process never saw a job and is still clean: back idle and
+        // unbound, so whichever job takes it next sends the bind (counting a
+        // job here would let this tenant's next job run without a sandbox).
+        give_back_unused(idx);
         return std::move(bind).error().context("sandbox for " + opts.name + " jobs");
       }
       header["bind"] = std::move(*bind);
@@ -504,13 +519,8 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions
       // Refused before a byte was written (a header too deep to encode, too
       // many descriptors): the request is at fault, the worker is fine. It goes
       // back idle without counting a job, so its next job still binds it
-      // (counted as a failure where the bind-spec failure above is counted).
-      {
-        std::lock_guard lk(mu_);
-        ++failures_.handler_error;
-        slot.state = WorkerState::idle;
-        cv_free_.notify_all();
-      }
+      // (counted as a failure, as the bind-spec failure above is).
+      give_back_unused(idx);
       return std::move(st).error().context("send a job to an " + opts.name + " worker");
     }
     if (!st && st.error().code() == Errc::unavailable && send_retries < 1) {

@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -133,6 +134,32 @@ TEST_CASE("worker_pool tenancy: a failed bind retires the worker and says why",
   // The next tenant is served by a clean process.
   CHECK(whoami(*pool, "uid:3").tenant == "uid:3");
   CHECK(pool->stats().retired == 1);
+}
+
+TEST_CASE("worker_pool tenancy: a bind spec the daemon cannot make leaves the worker unbound - "
+          "the tenant's next job still binds it",
+          "[worker_pool][tenancy]") {
+  PoolOptions o = tenant_options(1);
+  auto refusals = std::make_shared<int>(1);
+  o.bind_spec = [refusals](const std::string& tenant) -> Expected<nlohmann::json> {
+    if (*refusals > 0) {
+      --*refusals;
+      return make_error(Errc::unavailable, "no sandbox spec for " + tenant + " yet");
+    }
+    return nlohmann::json{{"spec", {{"tenant", tenant}}}, {"retire_growth_bytes", 32u << 20}};
+  };
+  auto pool = make_pool(o);
+  auto r = pool->run(Message{{{"op", "whoami"}}, {}}, as("uid:5"), nullptr);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code() == Errc::unavailable);
+  CHECK_THAT(r.error().message(), Catch::Contains("sandbox for exec jobs"));
+  // The worker never saw a job: the same tenant's next job must bind it, not
+  // run in a process that never entered the sandbox.
+  Who again = whoami(*pool, "uid:5");
+  CHECK(again.tenant == "uid:5");
+  auto s = pool->stats();
+  REQUIRE(s.workers.size() == 1);
+  CHECK(s.workers[0].bound);
 }
 
 TEST_CASE("worker_pool tenancy: tenants take turns for a busy pool", "[worker_pool][tenancy]") {
