@@ -131,6 +131,41 @@ def overlap(llvm_profdata: str, base: str, test: str) -> List[str]:
     return [ln for ln in lines[start + 1:] if ln] if start is not None else lines
 
 
+def text_records(text: str):
+    """(header lines, [(name, record text)]) of `llvm-profdata merge --text` output."""
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines) and (lines[i].startswith("#") or lines[i].startswith(":")):
+        i += 1
+    header, records, cur = lines[:i], [], []
+    for ln in lines[i:] + [""]:
+        if ln.strip():
+            cur.append(ln)
+        elif cur:
+            name = next((c for c in cur if not c.startswith("#")), "")
+            records.append((name, "\n".join(cur)))
+            cur = []
+    return header, records
+
+
+def program_only(llvm_profdata: str, clang_pd: str, fdod_pd: str, out: str) -> List[str]:
+    """clang's profile with only the records fdod's profile has (the program's
+    functions): what fdod could ever see. clang's training profile also holds
+    driver.c's `main`, which fdod is never given and which, kept by an import,
+    changes the profile summary (README, "Why `bst` differed"). Returns the
+    names dropped."""
+    keep = {n for n, _ in text_records(run([llvm_profdata, "merge", "--text", fdod_pd,
+                                            "-o", "-"]))[1]}
+    header, records = text_records(run([llvm_profdata, "merge", "--text", clang_pd, "-o", "-"]))
+    dropped = [n for n, _ in records if n not in keep]
+    txt = out + ".txt"
+    with open(txt, "w", encoding="utf-8") as f:
+        f.write("\n".join(header) + "\n")
+        f.write("\n\n".join(r for n, r in records if n in keep) + "\n")
+    run([llvm_profdata, "merge", txt, "-o", out])
+    return dropped
+
+
 def code(jit: str, kernel: dict, profile_args: Sequence[str], tmp: str, tag: str):
     obj = os.path.join(tmp, f"{kernel['name']}.{tag}.o")
     run([jit, "--ir", kernel["ir"], "--runs", "1", "--warmup", "0", "--emit-object", obj] +
@@ -196,14 +231,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 fp = FdodProfile(client, k, entry, args.min_stages, tmp)
                 fdod[k["name"]] = fp
                 lines = overlap(manifest["llvm_profdata"], k["profdata"], fp.profdata_path)
+                clang_pd = os.path.join(tmp, k["name"] + ".clang-program.profdata")
+                dropped = program_only(manifest["llvm_profdata"], k["profdata"],
+                                       fp.profdata_path, clang_pd)
                 verdicts = cg.compare_code(code(jit, k, ["--profile", fp.doc_path], tmp, "fdod"),
-                                           code(jit, k, ["--profdata", k["profdata"]], tmp,
-                                                "clang"))
+                                           code(jit, k, ["--profdata", clang_pd], tmp, "clang"))
                 differs = differs or not all(v["identical"] for v in verdicts)
-                report[k["name"]] = {"overlap": lines, "code": verdicts}
+                report[k["name"]] = {"overlap": lines, "code": verdicts,
+                                     "clang_records_outside_program": dropped}
                 print(f"{k['name']}: llvm-profdata overlap clang's profile / fdod's:")
                 for ln in lines:
                     print(f"  {ln}")
+                print(f"  clang's records outside the program, left out of the code comparison: "
+                      f"{', '.join(d.rsplit('/', 1)[-1] for d in dropped) or 'none'}")
             print("\nMachine code of fdo's optimized build on fdod's profile against the same "
                   "build on clang's profile:")
             print(format_code({n: r["code"] for n, r in report.items()}))

@@ -408,6 +408,47 @@ class Clock(unittest.TestCase):
         self.assertFalse(self.fe.pgo_targets(summary, "f")[1])
 
 
+class ProfileGapRecords(unittest.TestCase):
+    TEXT = textwrap.dedent("""\
+        # IR level Instrumentation Flag
+        :ir
+        /src/k.c:op_add
+        # Func Hash:
+        742261418966908927
+        # Num Counters:
+        1
+        # Counter Values:
+        2656000
+
+        kernel_run
+        # Func Hash:
+        12
+        # Num Counters:
+        2
+        # Counter Values:
+        5
+        7
+
+        main
+        # Func Hash:
+        3
+        # Num Counters:
+        1
+        # Counter Values:
+        19
+        """)
+
+    def test_records_split_by_name_with_the_header_apart(self):
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests" / "e2e"))
+        import profile_gap as pg
+        header, records = pg.text_records(self.TEXT)
+        self.assertEqual(header, ["# IR level Instrumentation Flag", ":ir"])
+        self.assertEqual([n for n, _ in records], ["/src/k.c:op_add", "kernel_run", "main"])
+        self.assertTrue(records[1][1].startswith("kernel_run\n# Func Hash:\n12"))
+        self.assertTrue(records[1][1].endswith("5\n7"))
+        self.assertEqual(pg.text_records("# c\n:ir\n"), (["# c", ":ir"], []))
+
+
 class CodegenGap(unittest.TestCase):
     def test_normalize_drops_what_depends_on_the_link_address(self):
         a = cg.normalize("jne    15f0 <kernel_run+0x40>")
