@@ -292,11 +292,15 @@ def run(build, p, args):
             raise SetupError(f"fdod would not start: {e}") from None
         client = daemon.client()
         health = client.call("health")
+        # The pools' configured sizes (cache.stats); health's counts are the
+        # live workers, one short while the start-up probe's worker is replaced.
+        pools = client.call("cache.stats")["workers"]
         handler_threads = handler_threads_from_log(daemon.log_text())
         results["fdod_config"] = {
             "settings_written": dict(p["fdod_settings"]),
-            "exec_workers": health["workers"]["exec"],
-            "compile_workers": health["workers"]["compile"],
+            "exec_workers": pools["exec"]["size"],
+            "compile_workers": pools["compile"]["size"],
+            "live_workers_at_start": dict(health["workers"]),
             "handler_threads": handler_threads,
             "note": "every other key at fdod's default (docs/fdod-config.md)",
         }
