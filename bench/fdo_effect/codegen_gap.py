@@ -166,16 +166,19 @@ def code_verdicts(manifest: dict, kernels: Sequence[dict],
     return out
 
 
-def format_code(verdicts: Dict[str, List[dict]]) -> str:
-    rows = [["kernel", "function (fdo)", "instructions", "verdict"]]
+def format_code(verdicts: Dict[str, List[dict]], other: str = "clang's",
+                verdict_title: str = "verdict") -> str:
+    """One row per function of compare_code's verdicts; `other` names the
+    build the functions were compared with."""
+    rows = [["kernel", "function (fdo)", "instructions", verdict_title]]
     for kname, vs in verdicts.items():
         for v in vs:
             if v["identical"]:
-                verdict = f"identical to clang's {v['clang_function']}"
+                verdict = f"identical to {other} {v['clang_function']}"
             elif v["clang_instructions"] is not None:
-                verdict = f"DIFFERS (clang's {v['clang_function']}: {v['clang_instructions']})"
+                verdict = f"DIFFERS ({other} {v['clang_function']}: {v['clang_instructions']})"
             else:
-                verdict = "DIFFERS (no clang function with this code)"
+                verdict = f"DIFFERS (no function of {other} with this code)"
             rows.append([kname, v["function"], str(v["instructions"]), verdict])
     return rn.align(rows)
 

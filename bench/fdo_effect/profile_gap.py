@@ -173,21 +173,6 @@ def code(jit: str, kernel: dict, profile_args: Sequence[str], tmp: str, tag: str
     return cg.disassemble(obj)
 
 
-def format_code(verdicts: Dict[str, List[dict]]) -> str:
-    rows = [["kernel", "function", "instructions", "on clang's profile"]]
-    for kname, vs in verdicts.items():
-        for v in vs:
-            if v["identical"]:
-                verdict = "identical" + ("" if v["clang_function"] == v["function"] else
-                                         f" ({v['clang_function']})")
-            elif v["clang_instructions"] is not None:
-                verdict = f"DIFFERS ({v['clang_instructions']} instructions)"
-            else:
-                verdict = "DIFFERS (no function with this code)"
-            rows.append([kname, v["function"], str(v["instructions"]), verdict])
-    return rn.align(rows)
-
-
 def jit_variant(jit: str, profile_flag: str, path_of, runs: int, warmup: int):
     return lambda k: cg.run_with_clock([jit, "--ir", k["ir"], profile_flag, path_of(k)],
                                        "thread-cpu", runs, warmup)
@@ -246,7 +231,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       f"{', '.join(d.rsplit('/', 1)[-1] for d in dropped) or 'none'}")
             print("\nMachine code of fdo's optimized build on fdod's profile against the same "
                   "build on clang's profile:")
-            print(format_code({n: r["code"] for n, r in report.items()}))
+            print(cg.format_code({n: r["code"] for n, r in report.items()},
+                                 other="the clang-profile build's",
+                                 verdict_title="on clang's profile"))
             if args.rounds > 0:
                 vs = [
                     rn.Variant("pgo", "clang PGO", lambda k: cg.run_with_clock(
