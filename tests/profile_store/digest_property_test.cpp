@@ -93,6 +93,11 @@ std::vector<std::pair<const char*, Mutation>> compile_mutations() {
              d.knobs.inline_threshold ? std::optional<int>(*d.knobs.inline_threshold + 1) : 225;
          return true;
        }},
+      {"text_offset",
+       [](ProfileDoc& d, auto&) {
+         d.knobs.text_offset = (d.knobs.text_offset + kTextOffsetStep) % kTextOffsetWindow;
+         return true;
+       }},
       {"inline_threshold unset",
        [](ProfileDoc& d, auto&) {
          if (!d.knobs.inline_threshold) return false;

@@ -16,7 +16,7 @@ int main() {
   docs.push_back(ProfileDoc{}); // defaults: no functions, empty provenance
   {
     ProfileDoc d;
-    d.knobs = Knobs{3, 2, false, false, 100000, CompileMode::optimized};
+    d.knobs = Knobs{3, 2, false, false, 100000, CompileMode::optimized, 48};
     FunctionProfile f;
     f.cfg_hash = std::numeric_limits<std::uint64_t>::max();
     f.counts = {0, std::numeric_limits<std::uint64_t>::max()};

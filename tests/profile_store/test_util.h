@@ -74,6 +74,7 @@ inline ProfileDoc random_doc(std::mt19937_64& rng) {
   d.knobs.vectorize = rng() % 2;
   if (rng() % 2) d.knobs.inline_threshold = static_cast<int>(rng() % 110001) - 10000;
   if (rng() % 3 == 0) d.knobs.mode = static_cast<CompileMode>(rng() % 3);
+  if (rng() % 4 == 0) d.knobs.text_offset = kTextOffsetStep * static_cast<int>(1 + rng() % 3);
   int nfun = static_cast<int>(rng() % 6);
   for (int i = 0; i < nfun; ++i) {
     FunctionProfile f;

@@ -55,6 +55,8 @@ def main() -> int:
         "inline_threshold too big": mutated(lambda d: d["knobs"].update(inline_threshold=100001)),
         "unknown mode": mutated(lambda d: d["knobs"].update(mode="fast")),
         "missing mode": mutated(lambda d: d["knobs"].pop("mode")),
+        "text_offset 8": mutated(lambda d: d["knobs"].update(text_offset=8)),
+        "text_offset 64": mutated(lambda d: d["knobs"].update(text_offset=64)),
         "cfg_hash not hex": mutated(lambda d: d["functions"][fn].update(cfg_hash="xyz")),
         "cfg_hash short": mutated(lambda d: d["functions"][fn].update(cfg_hash="2a")),
         "negative count": mutated(lambda d: d["functions"][fn].update(counts=[-1])),

@@ -116,6 +116,37 @@ TEST_CASE("function layout: round-trips, absent in older documents, bad values r
   CHECK_FALSE(parse_profile(R"({"functions":{"f":{"cfg_hash":"1","layout":3}}})"));
 }
 
+TEST_CASE("the text offset knob: round-trips, absent at 0, in the digest, bad values rejected",
+          "[util][profile]") {
+  ProfileDoc d = sample();
+  const std::string base_digest = profile_digest(d);
+  CHECK_FALSE(to_json(d)["knobs"].contains("text_offset")); // older documents' digest kept
+  d.knobs.text_offset = 32;
+  const json j = to_json(d);
+  CHECK(j["knobs"]["text_offset"] == 32);
+  auto back = profile_from_json(j);
+  REQUIRE(back);
+  CHECK(*back == d);
+  CHECK(profile_digest(d) != base_digest); // a compile of its own
+  auto knobs = knobs_from_json(to_json(d.knobs));
+  REQUIRE(knobs);
+  CHECK(knobs->text_offset == 32);
+  // 0 spelled out reads, and digests, as absent.
+  json zero = to_json(sample());
+  zero["knobs"]["text_offset"] = 0;
+  auto z = profile_from_json(zero);
+  REQUIRE(z);
+  CHECK(profile_digest(*z) == base_digest);
+  for (const json& v : {json(8), json(64), json(-16), json("32"), json(33.0)}) {
+    json badj = to_json(sample());
+    badj["knobs"]["text_offset"] = v;
+    auto bad = profile_from_json(badj);
+    INFO(v.dump());
+    REQUIRE_FALSE(bad);
+    CHECK_THAT(bad.error().message(), Catch::Contains("knobs.text_offset"));
+  }
+}
+
 TEST_CASE("documents without source names or value profiles read and digest as before",
           "[util][profile]") {
   // Written before the fields existed: no source_name, no value sites. They

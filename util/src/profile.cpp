@@ -52,6 +52,9 @@ json knobs_json(const Knobs& k) {
             {"vectorize", k.vectorize}};
   j["inline_threshold"] = k.inline_threshold ? json(*k.inline_threshold) : json(nullptr);
   j["mode"] = k.mode ? json(std::string(to_string(*k.mode))) : json(nullptr);
+  // Absent at 0, so that every document written before the knob existed
+  // keeps its canonical form and digest (and its compiled outputs).
+  if (k.text_offset != 0) j["text_offset"] = k.text_offset;
   return j;
 }
 
@@ -264,6 +267,11 @@ Expected<ProfileDoc> profile_from_json(const json& j) {
       FDO_TRY(CompileMode mode, parse_compile_mode(m->get<std::string>()));
       doc.knobs.mode = mode;
     }
+    FDO_TRY_STATUS(
+        get_int(k, "text_offset", "knobs", doc.knobs.text_offset, 0, kTextOffsetWindow - 1));
+    if (doc.knobs.text_offset % kTextOffsetStep != 0)
+      return field_error("knobs.text_offset",
+                         "must be a multiple of " + std::to_string(kTextOffsetStep));
   }
   FDO_TRY_STATUS(get_functions(j, "functions", doc.functions));
   FDO_TRY_STATUS(get_functions(j, "cs_functions", doc.cs_functions));

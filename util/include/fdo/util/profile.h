@@ -39,9 +39,21 @@ struct Knobs {
   std::optional<int> inline_threshold; // unset: the O-level's default
   // Operator override of the compile mode; unset: derived (see choose_mode).
   std::optional<CompileMode> mode;
+  // Where the program's code starts in a 64-byte window of memory: the
+  // loader puts the text this many bytes past a 64-byte boundary (0, 16, 32
+  // or 48; docs/jit.md, "Text offset"). Which offset runs a hot loop fastest
+  // depends on how its branches and fetch blocks fall across cache lines, so
+  // no fixed choice is right for every program: the guard times the offsets
+  // as knob variants (docs/guard.md). 0, the default, is left out of the JSON,
+  // so documents without it keep their digest.
+  int text_offset = 0;
 
   bool operator==(const Knobs&) const = default;
 };
+// The byte granularity and the bound of Knobs::text_offset (a multiple of
+// kTextOffsetStep below kTextOffsetWindow).
+inline constexpr int kTextOffsetStep = 16;
+inline constexpr int kTextOffsetWindow = 64;
 
 // What one value-profiling site saw: {value, count} pairs, most frequent first.
 using ValueSite = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
