@@ -132,4 +132,40 @@ llvm::Error order_text_sections(llvm::jitlink::LinkGraph& g) {
   return llvm::Error::success();
 }
 
+llvm::Error offset_text(llvm::jitlink::LinkGraph& g, int offset) {
+  if (offset == 0) return llvm::Error::success();
+  if (offset < 0 || offset >= fdo::kTextOffsetWindow || offset % fdo::kTextOffsetStep != 0)
+    return llvm::make_error<llvm::StringError>(
+        "text offset " + std::to_string(offset) + " is not 0, 16, 32 or 48",
+        llvm::inconvertibleErrorCode());
+  using Bits = std::underlying_type_t<llvm::orc::MemProt>;
+  // JITLink lays a segment (sections of one protection and deallocation
+  // policy) out by section ordinal, then address, from the segment's start,
+  // which the memory manager puts on a page boundary. So the code segment
+  // starts with the lowest-ordinal executable section's lowest block.
+  llvm::jitlink::Section* first = nullptr;
+  for (llvm::jitlink::Section& s : g.sections()) {
+    if (s.blocks().empty()) continue;
+    if ((static_cast<Bits>(s.getMemProt()) & static_cast<Bits>(llvm::orc::MemProt::Exec)) == 0)
+      continue;
+    if (s.getMemDeallocPolicy() != llvm::orc::MemDeallocPolicy::Standard) continue;
+    if (!first || s.getOrdinal() < first->getOrdinal()) first = &s;
+  }
+  if (!first) return llvm::Error::success();
+  // Move the section's blocks up by a multiple of every block's alignment
+  // (alignments are powers of two; order and alignment offsets unchanged),
+  // so that the padding, at address 0, sorts first.
+  std::uint64_t shift = fdo::kTextOffsetWindow;
+  for (const llvm::jitlink::Block* b : first->blocks())
+    shift = std::max<std::uint64_t>(shift, b->getAlignment());
+  std::vector<llvm::jitlink::Block*> blocks(first->blocks().begin(), first->blocks().end());
+  for (llvm::jitlink::Block* b : blocks)
+    b->setAddress(b->getAddress() + shift);
+  llvm::MutableArrayRef<char> pad = g.allocateBuffer(static_cast<std::size_t>(offset));
+  std::fill(pad.begin(), pad.end(), static_cast<char>(0xcc)); // int3: never run
+  g.createContentBlock(*first, pad, llvm::orc::ExecutorAddr(0),
+                       static_cast<std::uint64_t>(fdo::kTextOffsetWindow), 0);
+  return llvm::Error::success();
+}
+
 } // namespace fdo::jit::detail

@@ -55,4 +55,12 @@ private:
 // hot or cold text.
 llvm::Error order_text_sections(llvm::jitlink::LinkGraph& g);
 
+// In the loader, after order_text_sections: puts `offset` bytes of padding
+// (int3) aligned to 64 in front of the graph's first executable section, so
+// that its code starts `offset` bytes past a 64-byte boundary of the
+// allocation's page-aligned code segment (Knobs::text_offset). An offset that
+// is negative, not below 64 or not a multiple of 16 fails the link. No-op at
+// 0 or for a graph without code.
+llvm::Error offset_text(llvm::jitlink::LinkGraph& g, int offset);
+
 } // namespace fdo::jit::detail

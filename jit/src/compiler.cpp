@@ -256,6 +256,8 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
   if (!object) return to_fdo_error(object.takeError(), Errc::compile, "codegen");
   result.object = std::move(*object);
   result.code_size = executable_bytes(result.object);
+  // Applied by the loader; here only carried to it with the object.
+  if (request.profile) result.text_offset = request.profile->knobs.text_offset;
   if (request.block_locations == BlockLocations::on) {
     auto blocks = read_block_map(result.object);
     if (!blocks) return to_fdo_error(blocks.takeError(), Errc::internal, "block map");

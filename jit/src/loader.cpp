@@ -69,6 +69,11 @@ public:
     // script would place .text.hot and .text.unlikely.
     config.PostPrunePasses.push_back(order_text_sections);
     orc::JITDylib* jd = &mr.getTargetJITDylib();
+    // Then the program's text offset (Knobs::text_offset), after the
+    // ordering so that it moves the text as it will be laid out.
+    if (int offset = text_offset(jd); offset != 0)
+      config.PostPrunePasses.push_back(
+          [offset](llvm::jitlink::LinkGraph& g) { return offset_text(g, offset); });
     config.PostFixupPasses.push_back([this, jd](llvm::jitlink::LinkGraph& g) -> llvm::Error {
       std::vector<FunctionRange> found;
       for (llvm::jitlink::Symbol* sym : g.defined_symbols())
@@ -86,12 +91,30 @@ public:
   llvm::Error notifyRemovingResources(orc::JITDylib& jd, orc::ResourceKey) override {
     std::lock_guard lock(mu_);
     ranges_.erase(&jd);
+    offsets_.erase(&jd);
     return llvm::Error::success();
   }
   void notifyTransferringResources(orc::JITDylib&, orc::ResourceKey, orc::ResourceKey) override {}
 
+  // Where the objects linked into `jd` start their text (before they are added).
+  void set_text_offset(orc::JITDylib* jd, int offset) {
+    std::lock_guard lock(mu_);
+    if (offset == 0)
+      offsets_.erase(jd);
+    else
+      offsets_[jd] = offset;
+  }
+  int text_offset(orc::JITDylib* jd) {
+    std::lock_guard lock(mu_);
+    auto it = offsets_.find(jd);
+    return it == offsets_.end() ? 0 : it->second;
+  }
+
+  // Also forgets the dylib's text offset: taken once its object is linked
+  // (or failed to), when the offset has done its work.
   std::vector<FunctionRange> take(orc::JITDylib* jd) {
     std::lock_guard lock(mu_);
+    offsets_.erase(jd);
     auto it = ranges_.find(jd);
     if (it == ranges_.end()) return {};
     std::vector<FunctionRange> out = std::move(it->second);
@@ -102,6 +125,7 @@ public:
 private:
   std::mutex mu_;
   std::map<orc::JITDylib*, std::vector<FunctionRange>> ranges_;
+  std::map<orc::JITDylib*, int> offsets_;
 };
 
 // Link failures inside ORC reach the session's error reporter (the lookup
@@ -200,7 +224,7 @@ Expected<std::unique_ptr<Loader>> Loader::create() {
 Expected<std::unique_ptr<LoadedProgram>> Loader::load(std::string_view object,
                                                       const CompileResult& metadata) {
   FDO_TRY(std::unique_ptr<LoadedProgram> program,
-          load(object, metadata.entries, metadata.counters_layout));
+          load(object, metadata.entries, metadata.counters_layout, metadata.text_offset));
   // The block map's offsets are from each symbol's start, so it holds at
   // whatever address this link put the code.
   std::map<std::string_view, const FunctionBlocks*> by_symbol;
@@ -213,8 +237,12 @@ Expected<std::unique_ptr<LoadedProgram>> Loader::load(std::string_view object,
 
 Expected<std::unique_ptr<LoadedProgram>>
 Loader::load(std::string_view object, std::span<const EntryInfo> entries,
-             std::span<const InstrumentedFunction> layout) {
+             std::span<const InstrumentedFunction> layout, int text_offset) {
   if (object.empty()) return make_error(Errc::invalid_argument, "empty object");
+  if (text_offset < 0 || text_offset >= fdo::kTextOffsetWindow ||
+      text_offset % fdo::kTextOffsetStep != 0)
+    return make_error(Errc::invalid_argument,
+                      "text offset " + std::to_string(text_offset) + " is not 0, 16, 32 or 48");
   orc::ExecutionSession& es = *impl_->es;
   auto buffer = llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()),
                                                      "program.o");
@@ -244,6 +272,7 @@ Loader::load(std::string_view object, std::span<const EntryInfo> entries,
     }
   }
 
+  impl_->ranges->set_text_offset(&jd, text_offset);
   impl_->errors.clear();
   if (llvm::Error e = impl_->layer->add(jd, std::move(buffer))) {
     remove_dylib();

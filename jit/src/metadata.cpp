@@ -171,6 +171,7 @@ json metadata_to_json(const CompileResult& r) {
             {"diagnostics", r.diagnostics},
             {"block_map", blocks_to_json(r.block_map)},
             {"branch_weights", weights_to_json(r.branch_weights)}};
+  if (r.text_offset != 0) j["text_offset"] = static_cast<std::uint64_t>(r.text_offset);
   if (!r.ir.empty()) j["ir"] = r.ir;
   return j;
 }
@@ -273,6 +274,14 @@ Expected<CompileResult> metadata_from_json(const json& j) {
   }
   FDO_TRY(r.block_map, blocks_from_json(j));
   FDO_TRY(r.branch_weights, weights_from_json(j));
+  // Absent in metadata written before the knob existed, and at 0.
+  if (j.contains("text_offset")) {
+    FDO_TRY(std::uint64_t offset, get_u64(j, "text_offset", ""));
+    if (offset >= static_cast<std::uint64_t>(fdo::kTextOffsetWindow) ||
+        offset % fdo::kTextOffsetStep != 0)
+      return corrupt("text_offset", "must be 0, 16, 32 or 48");
+    r.text_offset = static_cast<int>(offset);
+  }
   if (const json* ir = member(j, "ir")) {
     if (!ir->is_string()) return corrupt("ir", "must be a string");
     r.ir = ir->get<std::string>();

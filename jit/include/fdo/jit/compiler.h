@@ -111,6 +111,9 @@ struct CompileResult {
   // Optimized mode: per function (PGO name), the weights the profile gave
   // its conditional branches, by the index `unpredictable` uses.
   std::map<std::string, std::vector<BranchWeight>> branch_weights;
+  // Bytes past a 64-byte boundary at which the loader starts the program's
+  // text (the profile's Knobs::text_offset; 0 without a profile).
+  int text_offset = 0;
 };
 
 Expected<CompileResult> compile(std::string_view program_bytes, const CompileRequest& request);

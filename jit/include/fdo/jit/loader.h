@@ -44,11 +44,15 @@ public:
 
   // Links `object` (from compile()) and runs its constructors. `entries` and
   // `layout` come from the same CompileResult (or its JSON metadata). The
-  // returned program must not outlive this Loader.
+  // program's text starts `text_offset` bytes past a 64-byte boundary (a
+  // multiple of 16 below 64; CompileResult::text_offset, docs/jit.md "Text
+  // offset"). The returned program must not outlive this Loader.
   Expected<std::unique_ptr<LoadedProgram>> load(std::string_view object,
                                                 std::span<const EntryInfo> entries,
-                                                std::span<const InstrumentedFunction> layout);
-  // Same, taking entries and layout from compile metadata (its object field is ignored).
+                                                std::span<const InstrumentedFunction> layout,
+                                                int text_offset = 0);
+  // Same, taking entries, layout and text offset from compile metadata (its
+  // object field is ignored).
   Expected<std::unique_ptr<LoadedProgram>> load(std::string_view object,
                                                 const CompileResult& metadata);
 
