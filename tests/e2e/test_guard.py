@@ -281,10 +281,9 @@ class KnobTuningManyStages(unittest.TestCase):
             self.assertEqual(trials[0]["candidate"], "v1 profiled O2")
             self.assertEqual(trials[1]["candidate"], "plain O3")
             self.assertEqual(trials[1]["incumbent"], "plain O2")
-            self.assertIn(trials[2]["candidate"], ("plain O2 -unroll", "plain O3 -unroll"))
-            # O3 is step 0 and -unroll step 3: -marks and -layout (1, 2) do not apply to
-            # the plain build and are passed over (docs/guard.md, "Knob tuning").
-            self.assertEqual(guard["tuning_step"], 4)
+            self.assertIn(trials[2]["candidate"], ("plain O2 text+32", "plain O3 text+32"))
+            # O3 is step 0 and the text offset 32 step 1 (docs/guard.md, "Knob tuning").
+            self.assertEqual(guard["tuning_step"], 2)
             self.assertIn(("candidate", "plain O3"), names)
             for t in trials[1:]:
                 self.assertLessEqual(t["candidate_stages"], 8)
@@ -312,6 +311,8 @@ def describe_incumbent(inc):
         name += " -vectorize"
     if k.get("inline_threshold") is not None:
         name += " inline=" + str(k["inline_threshold"])
+    if k.get("text_offset"):
+        name += " text+" + str(k["text_offset"])
     if inc["base"] == "profiled":
         name = "v" + str(inc["version"]) + " " + name
     return name

@@ -59,6 +59,7 @@ std::string describe(const Variant& v) {
   if (!k.unroll) s += " -unroll";
   if (!k.vectorize) s += " -vectorize";
   if (k.inline_threshold) s += " inline=" + std::to_string(*k.inline_threshold);
+  if (k.text_offset != 0) s += " text+" + std::to_string(k.text_offset);
   if (v.branch_marks == SampledPart::dropped) s += " -marks";
   if (v.layout == SampledPart::dropped) s += " -layout";
   return s;
@@ -118,25 +119,34 @@ std::optional<Variant> knob_variant(const Variant& from, int step, const Profile
   case 0: // more optimisation (or back to O2 when the incumbent is O3)
     k.opt_level = from.knobs.opt_level >= 3 ? 2 : 3;
     break;
-  case 1: // the sampled !unpredictable marks (select/cmov for the marked branches)
+  case 1: // the code half a cache line further on (docs/jit.md, "Text offset")
+  case 4: // a quarter
+  case 5: // three quarters
+  {
+    const int offset = step == 1 ? 32 : step == 4 ? 16 : 48;
+    if (from.knobs.text_offset == offset) return std::nullopt; // that is the incumbent
+    k.text_offset = offset;
+    break;
+  }
+  case 2: // the sampled !unpredictable marks (select/cmov for the marked branches)
     if (from.base != VariantBase::profiled || !current || !has_marks(*current)) return std::nullopt;
     v.branch_marks = toggled(from.branch_marks);
     break;
-  case 2: // the sampled i-cache layout (hot functions first, cold apart and for size)
+  case 3: // the sampled i-cache layout (hot functions first, cold apart and for size)
     if (from.base != VariantBase::profiled || !current || !has_layout(*current))
       return std::nullopt;
     v.layout = toggled(from.layout);
     break;
-  case 3: // unrolling grows hot loops: it can cost i-cache
+  case 6: // unrolling grows hot loops: it can cost i-cache
     k.unroll = !from.knobs.unroll;
     break;
-  case 4:
+  case 7:
     k.vectorize = !from.knobs.vectorize;
     break;
-  case 5: // aggressive inlining
+  case 8: // aggressive inlining
     k.inline_threshold = from.knobs.inline_threshold == 500 ? std::optional<int>() : 500;
     break;
-  case 6: // conservative inlining
+  case 9: // conservative inlining
     k.inline_threshold = from.knobs.inline_threshold == 75 ? std::optional<int>() : 75;
     break;
   default:

@@ -101,14 +101,30 @@ TEST_CASE("guard: variants derive from the profile with their own digests", "[gu
   auto o3 = knob_variant(profiled, 0);
   REQUIRE(o3);
   CHECK(describe(*o3) == "profiled O3");
-  // Steps 1 and 2 (the sampled marks and layout) need the profile to look at.
-  CHECK_FALSE(knob_variant(profiled, 1));
+  CHECK(describe(*knob_variant(profiled, 1)) == "profiled O2 text+32");
+  // Steps 2 and 3 (the sampled marks and layout) need the profile to look at.
   CHECK_FALSE(knob_variant(profiled, 2));
-  CHECK(describe(*knob_variant(profiled, 3)) == "profiled O2 -unroll");
-  CHECK(describe(*knob_variant(profiled, 4)) == "profiled O2 -vectorize");
-  CHECK(describe(*knob_variant(profiled, 5)) == "profiled O2 inline=500");
-  CHECK(describe(*knob_variant(profiled, 6)) == "profiled O2 inline=75");
+  CHECK_FALSE(knob_variant(profiled, 3));
+  CHECK(describe(*knob_variant(profiled, 4)) == "profiled O2 text+16");
+  CHECK(describe(*knob_variant(profiled, 5)) == "profiled O2 text+48");
+  CHECK(describe(*knob_variant(profiled, 6)) == "profiled O2 -unroll");
+  CHECK(describe(*knob_variant(profiled, 7)) == "profiled O2 -vectorize");
+  CHECK(describe(*knob_variant(profiled, 8)) == "profiled O2 inline=500");
+  CHECK(describe(*knob_variant(profiled, 9)) == "profiled O2 inline=75");
   CHECK_FALSE(knob_variant(profiled, kKnobVariants));
+  // A text offset is a compile of its own (the offset travels with the
+  // object), and the plain build has them too; the step for the offset the
+  // incumbent already has is passed over, the others replace it.
+  auto t32 = knob_variant(profiled, 1);
+  CHECK(t32->knobs.text_offset == 32);
+  CHECK(profile_digest(variant_doc(*t32, cur)) != profile_digest(cur));
+  CHECK(describe(*knob_variant(plain, 5)) == "plain O2 text+48");
+  CHECK_FALSE(knob_variant(*t32, 1));
+  CHECK(knob_variant(*t32, 4)->knobs.text_offset == 16);
+  CHECK(describe(*knob_variant(*t32, 0)) == "profiled O3 text+32");
+  auto t32_back = variant_from_knobs_json(VariantBase::profiled, variant_knobs_json(*t32));
+  REQUIRE(t32_back);
+  CHECK(*t32_back == *t32);
   CHECK(profile_digest(variant_doc(*o3, cur)) != profile_digest(cur));
   // An imported profile's records outside the program shape the compile (the
   // profile summary): the profiled variant keeps them, and stays the profile.
@@ -144,9 +160,10 @@ TEST_CASE("guard: arms follow the record, the profile and the stage budgets", "[
   REQUIRE(a.candidate);
   CHECK(a.kind == TrialKind::tuning);
   CHECK(describe(*a.candidate) == "plain O3");
-  // O3 tried (step 0), the sampled parts passed over (a plain incumbent),
-  // -unroll tried (step 3): two variants, the budget is spent.
-  decided.tuning_step = 4;
+  // O3 (step 0) and the text offset 32 (step 1) tried: two variants, the
+  // budget is spent (the sampled parts, steps 2 and 3, never apply to a
+  // plain incumbent).
+  decided.tuning_step = 2;
   CHECK_FALSE(arms_of(decided, cur, digest, 1000, c).candidate); // budget spent
 
   // A new profile version: trial it again, against the plain build.
@@ -387,14 +404,14 @@ TEST_CASE("guard: the sampled marks and layout are knob variants where the profi
   Variant plain{VariantBase::plain, cur.knobs};
   // Not applicable without a profile to look at, on the plain build, or
   // where the profile has no marks / layout: the same code would compile.
-  CHECK_FALSE(knob_variant(profiled, 1));
-  CHECK_FALSE(knob_variant(plain, 1, &cur));
+  CHECK_FALSE(knob_variant(profiled, 2));
   CHECK_FALSE(knob_variant(plain, 2, &cur));
+  CHECK_FALSE(knob_variant(plain, 3, &cur));
   ProfileDoc bare = counted_profile();
-  CHECK_FALSE(knob_variant(profiled, 1, &bare));
   CHECK_FALSE(knob_variant(profiled, 2, &bare));
+  CHECK_FALSE(knob_variant(profiled, 3, &bare));
 
-  auto no_marks = knob_variant(profiled, 1, &cur);
+  auto no_marks = knob_variant(profiled, 2, &cur);
   REQUIRE(no_marks);
   CHECK(describe(*no_marks) == "profiled O2 -marks");
   ProfileDoc d = variant_doc(*no_marks, cur);
@@ -404,7 +421,7 @@ TEST_CASE("guard: the sampled marks and layout are knob variants where the profi
   CHECK(d.knobs == cur.knobs);
   CHECK(profile_digest(d) != profile_digest(cur));
 
-  auto no_layout = knob_variant(profiled, 2, &cur);
+  auto no_layout = knob_variant(profiled, 3, &cur);
   REQUIRE(no_layout);
   CHECK(describe(*no_layout) == "profiled O2 -layout");
   d = variant_doc(*no_layout, cur);
@@ -412,7 +429,7 @@ TEST_CASE("guard: the sampled marks and layout are knob variants where the profi
   CHECK(d.functions.at("main").unpredictable == std::vector<std::uint32_t>{1});
   CHECK(profile_digest(d) != profile_digest(cur));
   // From an incumbent without them, the step tries them again.
-  auto back = knob_variant(*no_marks, 1, &cur);
+  auto back = knob_variant(*no_marks, 2, &cur);
   REQUIRE(back);
   CHECK(back->branch_marks == SampledPart::kept);
   CHECK(profile_digest(variant_doc(*back, cur)) == profile_digest(cur));
@@ -457,36 +474,55 @@ TEST_CASE("guard: tuning passes over steps that do not apply and names the next 
   a = arms_of(decided, cur, digest, 100, c);
   REQUIRE(a.candidate);
   CHECK(a.step == 0);
-  REQUIRE(a.next); // no marks: step 1 is passed over
-  CHECK(describe(*a.next) == "profiled O2 -layout");
+  REQUIRE(a.next);
+  CHECK(describe(*a.next) == "profiled O2 text+32");
 
   decided.tuning_step = 1;
   a = arms_of(decided, cur, digest, 100, c);
   REQUIRE(a.candidate);
-  CHECK(a.step == 2);
+  CHECK(a.step == 1);
+  CHECK(describe(*a.candidate) == "profiled O2 text+32");
+  REQUIRE(a.next); // no marks: step 2 is passed over
+  CHECK(describe(*a.next) == "profiled O2 -layout");
+
+  decided.tuning_step = 2;
+  a = arms_of(decided, cur, digest, 100, c);
+  REQUIRE(a.candidate);
+  CHECK(a.step == 3);
   CHECK(describe(*a.candidate) == "profiled O2 -layout");
   CHECK(a.candidate->version == 1); // the incumbent's counts, as every knob variant
   REQUIRE(a.next);
-  CHECK(describe(*a.next) == "profiled O2 -unroll");
-  // The budget counts variants tried: O3 and -layout are two.
-  c.tune_max_variants = 2;
-  decided.tuning_step = 3;
-  CHECK_FALSE(arms_of(decided, cur, digest, 100, c).candidate);
+  CHECK(describe(*a.next) == "profiled O2 text+16");
+  // The budget counts variants tried: O3, text+32 and -layout are three.
   c.tune_max_variants = 3;
+  decided.tuning_step = 4;
+  CHECK_FALSE(arms_of(decided, cur, digest, 100, c).candidate);
+  c.tune_max_variants = 4;
   a = arms_of(decided, cur, digest, 100, c);
   REQUIRE(a.candidate);
-  CHECK(describe(*a.candidate) == "profiled O2 -unroll");
+  CHECK(describe(*a.candidate) == "profiled O2 text+16");
   CHECK_FALSE(a.next); // the last one the budget allows
   c.tune_max_variants = kKnobVariants;
   decided.tuning_step = kKnobVariants;
   CHECK_FALSE(arms_of(decided, cur, digest, 100, c).candidate);
-  // Neither marks nor layout: from step 1 the next variant is -unroll.
+  // Neither marks nor layout: from step 2 the next variant is text+16.
   ProfileDoc bare = counted_profile();
   decided.trialled_digest = profile_digest(bare);
-  decided.tuning_step = 1;
+  decided.tuning_step = 2;
   a = arms_of(decided, bare, profile_digest(bare), 100, c);
   REQUIRE(a.candidate);
-  CHECK(a.step == 3);
+  CHECK(a.step == 4);
+  // An incumbent that won text+16 passes that step over: from step 4 the
+  // next variant is text+48, compiled at that offset instead of 16.
+  decided.incumbent_knobs["text_offset"] = 16;
+  a = arms_of(decided, bare, profile_digest(bare), 100, c);
+  REQUIRE(a.candidate);
+  CHECK(a.step == 5);
+  CHECK(describe(*a.candidate) == "profiled O2 text+48");
+  decided.tuning_step = 5;
+  a = arms_of(decided, bare, profile_digest(bare), 100, c);
+  REQUIRE(a.candidate);
+  CHECK(a.step == 5);
 }
 
 TEST_CASE("guard: a profile without its marks wins a knob trial and keeps them out", "[guard]") {
@@ -494,12 +530,12 @@ TEST_CASE("guard: a profile without its marks wins a knob trial and keeps them o
   ps::WriteInfo info;
   REQUIRE(h.store.write(h.pk, 1, marked_profile(), info));
   h.config.tune_min_stages = 40;
-  h.config.tune_max_variants = 2; // O3 and -marks; -layout is past the budget
-  // The profile trial (profiled faster: accepted), O3 (slower: rejected),
-  // then the profile without its marks (faster: accepted).
+  h.config.tune_max_variants = 3; // O3, text+32 and -marks; -layout is past the budget
+  // The profile trial (profiled faster: accepted), O3 and text+32 (slower:
+  // rejected), then the profile without its marks (faster: accepted).
   std::vector<TrialRecord> verdicts;
   std::vector<std::string> aheads;
-  for (int i = 0; i < 3000 && verdicts.size() < 3; ++i) {
+  for (int i = 0; i < 4000 && verdicts.size() < 4; ++i) {
     StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
     if (p.ahead) aheads.push_back(describe_variant_doc(*p.ahead->doc));
     const bool candidate = p.role == VariantRole::candidate;
@@ -510,14 +546,16 @@ TEST_CASE("guard: a profile without its marks wins a knob trial and keeps them o
     GuardStage g = h.guard.record(p, served, t, i, h.ik, 0, h.config);
     if (g.verdict) verdicts.push_back(*g.verdict);
   }
-  REQUIRE(verdicts.size() == 3);
+  REQUIRE(verdicts.size() == 4);
   CHECK(verdicts[0].verdict == TrialVerdict::accepted);
   CHECK(verdicts[1].candidate == "v2 profiled O3");
   CHECK(verdicts[1].verdict == TrialVerdict::rejected);
-  CHECK(verdicts[2].candidate == "v2 profiled O2 -marks");
-  CHECK(verdicts[2].verdict == TrialVerdict::accepted);
+  CHECK(verdicts[2].candidate == "v2 profiled O2 text+32");
+  CHECK(verdicts[2].verdict == TrialVerdict::rejected);
+  CHECK(verdicts[3].candidate == "v2 profiled O2 -marks");
+  CHECK(verdicts[3].verdict == TrialVerdict::accepted);
   ps::StoredProfile cur = h.current();
-  CHECK(cur.doc.guard.tuning_step == 2);
+  CHECK(cur.doc.guard.tuning_step == 3);
   CHECK(cur.doc.guard.incumbent_knobs.at("branch_marks") == false);
   // What is served from now on compiles without the marks, with the layout.
   StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
@@ -526,9 +564,10 @@ TEST_CASE("guard: a profile without its marks wins a knob trial and keeps them o
   CHECK(p.name == "v2 profiled O2 -marks");
   CHECK(p.variant->doc->functions.at("main").unpredictable.empty());
   CHECK(p.variant->doc->functions.at("helper").layout == FunctionLayout::hot);
-  // Compiled ahead: the plain build, then O3 (halfway to tuning) and -marks
-  // (during O3's trial); nothing during the last trial the budget allows.
-  CHECK(aheads == std::vector<std::string>{"plain", "knobs", "knobs"});
+  // Compiled ahead: the plain build, then O3 (halfway to tuning), text+32
+  // (during O3's trial) and -marks (during text+32's); nothing during the
+  // last trial the budget allows.
+  CHECK(aheads == std::vector<std::string>{"plain", "knobs", "knobs", "knobs"});
 }
 
 TEST_CASE("guard: a malformed guard record is a clear error naming the field", "[guard]") {
