@@ -125,9 +125,10 @@ TEST_CASE("knob and !unpredictable changes are reported exactly") {
   b.knobs.size_level = 1;
   b.knobs.inline_threshold = 50;
   b.knobs.mode = fdo::CompileMode::instrumented;
+  b.knobs.text_offset = 32;
   b.functions["f"].unpredictable = {2, 3};
   ProfileDiff d = diff_profiles(a, b);
-  REQUIRE(d.knobs.size() == 3);
+  REQUIRE(d.knobs.size() == 4);
   CHECK(d.knobs[0].knob == "size_level");
   CHECK(d.knobs[0].before == 0);
   CHECK(d.knobs[0].after == 1);
@@ -135,6 +136,9 @@ TEST_CASE("knob and !unpredictable changes are reported exactly") {
   CHECK(d.knobs[1].before.is_null());
   CHECK(d.knobs[2].knob == "mode");
   CHECK(d.knobs[2].after == "instrumented");
+  CHECK(d.knobs[3].knob == "text_offset");
+  CHECK(d.knobs[3].before == 0);
+  CHECK(d.knobs[3].after == 32);
   const FunctionDiff& f = find(d, "f");
   CHECK(f.change == FunctionChange::changed);
   CHECK(f.unpredictable_added == std::vector<std::uint32_t>{3});
@@ -142,6 +146,7 @@ TEST_CASE("knob and !unpredictable changes are reported exactly") {
   std::string text = render_diff(d, "t");
   CHECK_THAT(text, Catch::Contains("size_level: 0 -> 1"));
   CHECK_THAT(text, Catch::Contains("inline_threshold: unset -> 50"));
+  CHECK_THAT(text, Catch::Contains("text_offset: 0 -> 32"));
   CHECK_THAT(text, Catch::Contains("!unpredictable added: 3"));
 }
 

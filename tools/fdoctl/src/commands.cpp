@@ -144,6 +144,9 @@ std::string knobs_text(const json& k) {
                                    : std::string("default"));
   s += " mode=" + (k.contains("mode") && k["mode"].is_string() ? k["mode"].get<std::string>()
                                                                : std::string("auto"));
+  // Written only when not 0 (docs/jit.md, "Text offset").
+  if (k.contains("text_offset") && k["text_offset"].is_number_integer())
+    s += " text_offset=" + k["text_offset"].dump();
   return s;
 }
 

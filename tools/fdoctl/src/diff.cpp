@@ -58,6 +58,7 @@ std::vector<KnobChange> diff_knobs(const Knobs& a, const Knobs& b) {
   add("vectorize", a.vectorize, b.vectorize);
   add("inline_threshold", optional_json(a.inline_threshold), optional_json(b.inline_threshold));
   add("mode", optional_json(a.mode), optional_json(b.mode));
+  add("text_offset", a.text_offset, b.text_offset);
   return out;
 }
 
