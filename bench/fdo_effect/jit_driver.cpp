@@ -10,7 +10,7 @@
 //                       [--emit-ir FILE] [--emit-object FILE]
 //                       [--block-locations on|off] [--layout]
 //                       [--clock monotonic|thread-cpu] [--profdata FILE]
-//                       [--profile FILE]
+//                       [--profile FILE] [--text-offset 0|16|32|48]
 // --emit-ir / --emit-object write the optimised IR / the relocatable object
 // fdo produced (to compare with clang's: `objdump -d`), --block-locations off
 // compiles without the synthetic block locations fdod adds (docs/perf.md),
@@ -27,7 +27,11 @@
 // optimized mode with a profile document (the JSON fdod keeps: the `profile`
 // of one entry of `fdoctl profile export --format json`), exactly as fdod's
 // optimized stage compiles it: fdo's own profile, without the trip through
-// a .profdata and seeding.
+// a .profdata and seeding. --text-offset N compiles with the profile knob
+// Knobs::text_offset = N (on the --profdata/--profile document, or alone in
+// plain or instrumented mode): the loader starts the code N bytes past a
+// 64-byte boundary, as fdod's guard variants `text+N` (docs/jit.md, "Text
+// offset"); `placement.py` times the offsets side by side.
 // Compiles once, then either times one batch (warm-up calls untimed, then N
 // calls each timed with CLOCK_MONOTONIC around the call only) and prints
 //   {"checksum": C, "warmup": W, "runs": N, "ns": [...], "compile_ms": X}
@@ -93,6 +97,7 @@ struct Options {
   clockid_t clock = CLOCK_MONOTONIC;
   std::string profdata;
   std::string profile_json;
+  int text_offset = 0;
 };
 
 Options parse_args(int argc, char** argv) {
@@ -101,7 +106,8 @@ Options parse_args(int argc, char** argv) {
     fail(2, why + "\nusage: " + argv[0] +
                 " --ir FILE [--mode plain|instrumented] [--entry NAME] [--runs N] [--warmup W]"
                 " [--serve] [--emit-ir FILE] [--emit-object FILE] [--block-locations on|off]"
-                " [--layout] [--clock monotonic|thread-cpu] [--profdata FILE | --profile FILE]");
+                " [--layout] [--clock monotonic|thread-cpu] [--profdata FILE | --profile FILE]"
+                " [--text-offset 0|16|32|48]");
   };
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -142,6 +148,12 @@ Options parse_args(int argc, char** argv) {
       o.profdata = value();
     } else if (a == "--profile") {
       o.profile_json = value();
+    } else if (a == "--text-offset") {
+      std::string v = value();
+      if (v == "0" || v == "16" || v == "32" || v == "48")
+        o.text_offset = std::stoi(v);
+      else
+        usage("--text-offset expects 0, 16, 32 or 48, got '" + v + "'");
     } else if (a == "--layout") {
       o.layout = true;
     } else if (a == "--emit-ir") {
@@ -256,6 +268,12 @@ Kernel build(const Options& o) {
     doc = std::move(*d);
     req.mode = CompileMode::optimized;
     req.profile = &*doc;
+  }
+  std::optional<ProfileDoc> knobs_only;
+  if (o.text_offset != 0) {
+    ProfileDoc* target = seeded ? &seeded->profile : doc ? &*doc : &knobs_only.emplace();
+    target->knobs.text_offset = o.text_offset;
+    req.profile = target; // plain and instrumented mode apply its knobs only
   }
   req.keep_ir = !o.emit_ir.empty();
   req.block_locations = o.block_locations;

@@ -478,5 +478,34 @@ class CodegenGap(unittest.TestCase):
         self.assertEqual(v["kernel_run"]["clang_instructions"], 3)
 
 
+class TextOffsets(unittest.TestCase):
+    def test_offsets_are_checked_and_deduplicated(self):
+        self.assertEqual(cg.parse_offsets(None), [])
+        self.assertEqual(cg.parse_offsets("32,16,32"), [32, 16])
+        for bad in ("0", "8", "64", "x", "16,"):
+            with self.assertRaises(rn.BenchError):
+                cg.parse_offsets(bad)
+
+    def test_variants_pass_each_offset_to_the_driver(self):
+        manifest = {"jit_driver": "/bin/fdo_effect_jit"}
+        names = [v.name for v in cg.variants(manifest, 1, 0, True, [16, 48])]
+        self.assertIn("fdopgo_cpu_t16", names)
+        self.assertIn("fdopgo_cpu_t48", names)
+        self.assertEqual([v.name for v in cg.variants(manifest, 1, 0, False, [16])
+                          if v.name.startswith("fdopgo")], [])
+
+    def test_best_offset_is_the_lowest_median_against_clang_pgo(self):
+        results = {
+            "memops": {"pgo_cpu": {"median_ns": 100}, "fdopgo_cpu": {"median_ns": 130},
+                       "fdopgo_cpu_t16": {"median_ns": 90}, "fdopgo_cpu_t32": {"median_ns": 95}},
+            "knn": {"pgo_cpu": {"median_ns": 200}, "fdopgo_cpu": {"median_ns": 190},
+                    "fdopgo_cpu_t16": {"median_ns": 210}, "fdopgo_cpu_t32": {"median_ns": None}},
+        }
+        best = cg.best_offsets(results, [16, 32])
+        self.assertEqual(best["kernels"]["memops"], {"offset": 16, "ratio": 0.9})
+        self.assertEqual(best["kernels"]["knn"], {"offset": 0, "ratio": 0.95})
+        self.assertAlmostEqual(best["geomean"], math.sqrt(0.9 * 0.95))
+
+
 if __name__ == "__main__":
     unittest.main()
