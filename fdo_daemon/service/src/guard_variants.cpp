@@ -124,8 +124,18 @@ std::optional<Variant> knob_variant(const Variant& from, int step, const Profile
   case 5: // three quarters
   {
     const int offset = step == 1 ? 32 : step == 4 ? 16 : 48;
-    if (from.knobs.text_offset == offset) return std::nullopt; // that is the incumbent
-    k.text_offset = offset;
+    // (or back to 0 from that offset, as O3 goes back to O2)
+    k.text_offset = from.knobs.text_offset == offset ? 0 : offset;
+    // A plain incumbent beside a profile is there because the profiled build
+    // lost its trial at one placement; placement alone moves a kernel by as
+    // much as a profile does (docs/jit.md, "Text offset"), so the offset
+    // steps give the current profile its chance at the other placements.
+    // (Guarded profiles never set a mode, so choose_mode says whether it has counts.)
+    if (from.base == VariantBase::plain && current &&
+        choose_mode(current) == CompileMode::optimized) {
+      v.base = VariantBase::profiled;
+      v.version = 0; // the current profile's counts
+    }
     break;
   }
   case 2: // the sampled !unpredictable marks (select/cmov for the marked branches)

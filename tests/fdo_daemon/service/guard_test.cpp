@@ -114,12 +114,27 @@ TEST_CASE("guard: variants derive from the profile with their own digests", "[gu
   CHECK_FALSE(knob_variant(profiled, kKnobVariants));
   // A text offset is a compile of its own (the offset travels with the
   // object), and the plain build has them too; the step for the offset the
-  // incumbent already has is passed over, the others replace it.
+  // incumbent already has goes back to 0, the others replace it.
   auto t32 = knob_variant(profiled, 1);
   CHECK(t32->knobs.text_offset == 32);
   CHECK(profile_digest(variant_doc(*t32, cur)) != profile_digest(cur));
   CHECK(describe(*knob_variant(plain, 5)) == "plain O2 text+48");
-  CHECK_FALSE(knob_variant(*t32, 1));
+  // From a plain incumbent beside a profile with counts (the profile lost
+  // its trial at one placement), the offset steps try the profile's build
+  // at the other placements: the current counts (version 0).
+  auto profiled_at = knob_variant(plain, 1, &cur);
+  REQUIRE(profiled_at);
+  CHECK(describe(*profiled_at) == "profiled O2 text+32");
+  CHECK(profiled_at->version == 0);
+  const ProfileDoc at_doc = variant_doc(*profiled_at, cur);
+  CHECK(choose_mode(&at_doc) == CompileMode::optimized);
+  CHECK(at_doc.knobs.text_offset == 32);
+  CHECK(describe(*knob_variant(plain, 0, &cur)) == "plain O3"); // the other steps keep the base
+  CHECK(describe(*knob_variant(plain, 6, &cur)) == "plain O2 -unroll");
+  ProfileDoc uncounted;
+  uncounted.functions["main"] = FunctionProfile{0x1234, {0, 0}};
+  CHECK(describe(*knob_variant(plain, 4, &uncounted)) == "plain O2 text+16");
+  CHECK(knob_variant(*t32, 1)->knobs.text_offset == 0);
   CHECK(knob_variant(*t32, 4)->knobs.text_offset == 16);
   CHECK(describe(*knob_variant(*t32, 0)) == "profiled O3 text+32");
   auto t32_back = variant_from_knobs_json(VariantBase::profiled, variant_knobs_json(*t32));
@@ -512,17 +527,18 @@ TEST_CASE("guard: tuning passes over steps that do not apply and names the next 
   a = arms_of(decided, bare, profile_digest(bare), 100, c);
   REQUIRE(a.candidate);
   CHECK(a.step == 4);
-  // An incumbent that won text+16 passes that step over: from step 4 the
-  // next variant is text+48, compiled at that offset instead of 16.
+  // An incumbent that won text+16: its own step goes back to 0, the next
+  // one tries 48 instead of 16; the budget still counts every step tried.
   decided.incumbent_knobs["text_offset"] = 16;
   a = arms_of(decided, bare, profile_digest(bare), 100, c);
   REQUIRE(a.candidate);
-  CHECK(a.step == 5);
-  CHECK(describe(*a.candidate) == "profiled O2 text+48");
+  CHECK(a.step == 4);
+  CHECK(describe(*a.candidate) == "profiled O2");
+  REQUIRE(a.next);
+  CHECK(describe(*a.next) == "profiled O2 text+48");
+  c.tune_max_variants = 3; // O3, text+32, text+16
   decided.tuning_step = 5;
-  a = arms_of(decided, bare, profile_digest(bare), 100, c);
-  REQUIRE(a.candidate);
-  CHECK(a.step == 5);
+  CHECK_FALSE(arms_of(decided, bare, profile_digest(bare), 100, c).candidate);
 }
 
 TEST_CASE("guard: a profile without its marks wins a knob trial and keeps them out", "[guard]") {
@@ -568,6 +584,49 @@ TEST_CASE("guard: a profile without its marks wins a knob trial and keeps them o
   // (during O3's trial) and -marks (during text+32's); nothing during the
   // last trial the budget allows.
   CHECK(aheads == std::vector<std::string>{"plain", "knobs", "knobs", "knobs"});
+}
+
+TEST_CASE("guard: a profile that lost at one placement is tried at another and served there",
+          "[guard]") {
+  GuardHarness h;
+  h.config.tune_min_stages = 40;
+  h.config.tune_max_variants = 2; // O3 and text+32
+  // The profiled build is slower than the plain one where it was first
+  // placed (rejected), O3 of the plain build too; the profiled build 32
+  // bytes on is faster (accepted).
+  std::vector<TrialRecord> verdicts;
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> noise(0, 0.01);
+  for (int i = 0; i < 3000 && verdicts.size() < 3; ++i) {
+    StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
+    double ratio = 1.0;
+    if (p.role == VariantRole::candidate)
+      ratio = p.name.find("text+32") != std::string::npos ? 0.8 : 1.25;
+    const auto t = static_cast<std::uint64_t>(1e6 * ratio * std::exp(noise(rng)));
+    std::string served = p.variant ? p.variant->digest : std::string();
+    GuardStage g = h.guard.record(p, served, t, i, h.ik, 0, h.config);
+    if (g.verdict) verdicts.push_back(*g.verdict);
+  }
+  REQUIRE(verdicts.size() == 3);
+  CHECK(verdicts[0].candidate == "v1 profiled O2");
+  CHECK(verdicts[0].verdict == TrialVerdict::rejected);
+  CHECK(verdicts[1].candidate == "plain O3");
+  CHECK(verdicts[1].verdict == TrialVerdict::rejected);
+  CHECK(verdicts[2].incumbent == "plain O2");
+  CHECK_THAT(verdicts[2].candidate, Catch::Matches("v[0-9]+ profiled O2 text\\+32"));
+  CHECK(verdicts[2].verdict == TrialVerdict::accepted);
+  ps::StoredProfile cur = h.current();
+  CHECK(cur.doc.guard.incumbent_base == VariantBase::profiled);
+  CHECK(cur.doc.guard.incumbent_version > 0); // the counts it compiles from
+  CHECK(cur.doc.guard.incumbent_knobs.at("text_offset") == 32);
+  // What is served from now on: the profile's build at +32, nothing on trial.
+  StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
+  REQUIRE(p.variant);
+  CHECK(p.trial_id.empty());
+  CHECK(p.role == VariantRole::incumbent);
+  CHECK_THAT(p.name, Catch::Matches("v[0-9]+ profiled O2 text\\+32"));
+  CHECK(choose_mode(p.variant->doc.get()) == CompileMode::optimized);
+  CHECK(p.variant->doc->knobs.text_offset == 32);
 }
 
 TEST_CASE("guard: a malformed guard record is a clear error naming the field", "[guard]") {

@@ -69,13 +69,15 @@ ProfileDoc variant_doc(const Variant& v, const ProfileDoc& current);
 nlohmann::json variant_knobs_json(const Variant& v);
 std::optional<Variant> variant_from_knobs_json(VariantBase base, const nlohmann::json& j);
 // The `step`-th knob variant tried from `from`: O3 (or back to O2), the text
-// offset 32, the sampled parts toggled — without (or again with) the
-// `!unpredictable` marks, the i-cache layout —, the text offsets 16 and 48,
-// unrolling, vectorization, inline threshold 500, inline threshold 75. A step
-// that would compile or place the same code is not applicable and gives
-// nullopt: a text-offset step whose offset `from` already has; the
-// sampled-part steps need a profiled `from` and a `current` profile that has
-// marks (a layout); nullopt also past the end.
+// offset 32 (or back to 0), the sampled parts toggled — without (or again
+// with) the `!unpredictable` marks, the i-cache layout —, the text offsets 16
+// and 48 (each, or back to 0), unrolling, vectorization, inline threshold
+// 500, inline threshold 75. From a plain `from`, a text-offset step tries the
+// `current` profile's build at that offset when the profile has counts (the
+// profile lost its trial at one placement only). A step that would compile
+// the same code is not applicable and gives nullopt: the sampled-part steps
+// need a profiled `from` and a `current` profile that has marks (a layout);
+// nullopt also past the end.
 std::optional<Variant> knob_variant(const Variant& from, int step,
                                     const ProfileDoc* current = nullptr);
 inline constexpr int kKnobVariants = 10;
