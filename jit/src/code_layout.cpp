@@ -134,7 +134,7 @@ llvm::Error order_text_sections(llvm::jitlink::LinkGraph& g) {
 
 llvm::Error offset_text(llvm::jitlink::LinkGraph& g, int offset) {
   if (offset == 0) return llvm::Error::success();
-  if (offset < 0 || offset >= fdo::kTextOffsetWindow || offset % fdo::kTextOffsetStep != 0)
+  if (!valid_text_offset(offset))
     return llvm::make_error<llvm::StringError>(
         "text offset " + std::to_string(offset) + " is not 0, 16, 32 or 48",
         llvm::inconvertibleErrorCode());

@@ -55,6 +55,11 @@ private:
 // hot or cold text.
 llvm::Error order_text_sections(llvm::jitlink::LinkGraph& g);
 
+// Whether `offset` is a text offset the knob can have (0, 16, 32 or 48).
+inline bool valid_text_offset(long long offset) {
+  return offset >= 0 && offset < fdo::kTextOffsetWindow && offset % fdo::kTextOffsetStep == 0;
+}
+
 // In the loader, after order_text_sections: puts `offset` bytes of padding
 // (int3) aligned to 64 in front of the graph's first executable section, so
 // that its code starts `offset` bytes past a 64-byte boundary of the

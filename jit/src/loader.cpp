@@ -239,8 +239,7 @@ Expected<std::unique_ptr<LoadedProgram>>
 Loader::load(std::string_view object, std::span<const EntryInfo> entries,
              std::span<const InstrumentedFunction> layout, int text_offset) {
   if (object.empty()) return make_error(Errc::invalid_argument, "empty object");
-  if (text_offset < 0 || text_offset >= fdo::kTextOffsetWindow ||
-      text_offset % fdo::kTextOffsetStep != 0)
+  if (!valid_text_offset(text_offset))
     return make_error(Errc::invalid_argument,
                       "text offset " + std::to_string(text_offset) + " is not 0, 16, 32 or 48");
   orc::ExecutionSession& es = *impl_->es;
