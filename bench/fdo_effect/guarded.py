@@ -122,7 +122,8 @@ class GuardedRunner:
             st = r["stage"]
             v = st["variant"]
             # "ns": the stage's time on the bench's clock (the column takes
-            # it); the guard itself compares exec_ns, whatever the clock.
+            # it); the guard itself compares its own (guard.clock: the
+            # worker's process CPU time by default), whatever the bench's.
             ns = rn.stage_ns(st, self.clock, f"{name} guarded round {rnd} stage {len(stages)} "
                                              f"({st['mode']})")
             stages.append({"mode": st["mode"], "role": v["role"], "name": v["name"],

@@ -56,6 +56,7 @@ nlohmann::json to_json(const Measurement& m) {
   j["task_clock_ns"] = m.task_clock_ns ? nlohmann::json(*m.task_clock_ns) : nlohmann::json(nullptr);
   j["task_clock_reason"] = m.task_clock_reason;
   j["thread_cpu_ns"] = m.thread_cpu_ns;
+  j["process_cpu_ns"] = m.process_cpu_ns;
   j["wall_ns"] = m.wall_ns;
   j["read_method"] = std::string(to_string(m.method));
   return j;
@@ -170,6 +171,7 @@ struct CounterGroup::Impl {
 
   enum class State { idle, running, stopped } state = State::idle;
   std::uint64_t wall_start = 0, wall_end = 0, cpu_start = 0, cpu_end = 0;
+  std::uint64_t process_cpu_start = 0, process_cpu_end = 0;
   bool rdpmc_begin_ok = false;
   bool rdpmc_end_ok = false;
   // A failed enable/disable/reset of the group during this window.
@@ -316,6 +318,7 @@ void CounterGroup::start() {
   g.task_clock_window_error.clear();
   g.rdpmc_begin_ok = g.rdpmc_end_ok = false;
   g.wall_start = now_ns(CLOCK_MONOTONIC);
+  g.process_cpu_start = now_ns(CLOCK_PROCESS_CPUTIME_ID);
   g.cpu_start = now_ns(CLOCK_THREAD_CPUTIME_ID);
   if (g.task_clock.valid()) {
     SysResult r1 = g.sys->ioctl(g.task_clock.get(), PERF_EVENT_IOC_RESET, 0);
@@ -343,6 +346,7 @@ void CounterGroup::stop() {
           "ioctl(PERF_EVENT_IOC_DISABLE) on task-clock failed with " + errno_name(r.error);
   }
   g.cpu_end = now_ns(CLOCK_THREAD_CPUTIME_ID);
+  g.process_cpu_end = now_ns(CLOCK_PROCESS_CPUTIME_ID);
   g.wall_end = now_ns(CLOCK_MONOTONIC);
   g.state = Impl::State::stopped;
 }
@@ -372,6 +376,8 @@ Measurement CounterGroup::Impl::read_now() {
   const bool running = state == State::running;
   m.wall_ns = (running ? now_ns(CLOCK_MONOTONIC) : wall_end) - wall_start;
   m.thread_cpu_ns = (running ? now_ns(CLOCK_THREAD_CPUTIME_ID) : cpu_end) - cpu_start;
+  m.process_cpu_ns =
+      (running ? now_ns(CLOCK_PROCESS_CPUTIME_ID) : process_cpu_end) - process_cpu_start;
 
   // Hardware group.
   if (members > 0 && group_error != 0) {

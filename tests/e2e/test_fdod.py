@@ -339,7 +339,7 @@ class ConfigReload(unittest.TestCase):
         "exec_object_cache_entries": 4,
         "guard.checkpoint_pairs": 2,
         "policy.cs_pgo_stages": 7,
-        "guard.rank_p": 0.004,
+        "guard.rank_p": 0.004, "guard.clock": "wall",
         "profile_store": "postgresql://fdo:pw@127.0.0.1:1/fdo", "host_name": "host-b",
         "profile_store_spool_max_bytes": 2097152,
     }

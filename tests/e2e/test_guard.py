@@ -122,15 +122,17 @@ def serve(c, prog):
 
 def two_pairs(test, c, prog):
     """Served stages until two pairs of the trial are counted (no verdict yet:
-    the early stop needs three)."""
-    counted = 0
+    the early stop needs three). Returns the counted stages."""
+    counted = []
     for _ in range(20):
         st = serve(c, prog)
-        counted += st["variant"]["counted"]
+        if st["variant"]["counted"]:
+            counted.append(st)
         test.assertNotIn("rejected", st["variant"]["trial"] or "", st["variant"])
-        if counted == 4:
+        if len(counted) == 4:
             break
-    test.assertEqual(counted, 4)
+    test.assertEqual(len(counted), 4)
+    return counted
 
 
 def wait_for(predicate, timeout=120):
@@ -187,10 +189,22 @@ class TrialSurvivesRestart(unittest.TestCase):
             prog = c.call("program.register", {"ir": ir("pgo_loses.ll"), "name": "restart"})
             prog = prog["program"]
             pk = train(self, c, prog)["profile_key"]
-            two_pairs(self, c, prog)  # then stop the daemon
+            counted = two_pairs(self, c, prog)  # then stop the daemon
             saved = c.call("profile.get", {"profile_key": pk})["profile"]["guard"]["running"]
             self.assertEqual(len(saved["incumbent_ns"]), 2, saved)
             self.assertEqual(len(saved["candidate_ns"]), 2, saved)
+            # The trial compares the worker's process CPU time (guard.clock
+            # cpu, the default), not the wall time: the saved samples are the
+            # stages' process_cpu_ns, and the id names the clock.
+            self.assertTrue(saved["id"].endswith(" cpu"), saved["id"])
+            for role, key in (("incumbent", "incumbent_ns"), ("candidate", "candidate_ns")):
+                mine = [s["counters"]["process_cpu_ns"] for s in counted
+                        if s["variant"]["role"] == role]
+                self.assertEqual(saved[key], mine, (role, counted))
+            for s in counted:
+                cnt = s["counters"]
+                self.assertGreaterEqual(cnt["process_cpu_ns"], cnt["thread_cpu_ns"], cnt)
+                self.assertGreater(cnt["process_cpu_ns"], 0, cnt)
             c.close()
             self.assertEqual(d.stop(), 0, d.log_text())
 

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <iostream>
+#include <thread>
 
 using namespace fdo;
 using namespace fdo::perf;
@@ -67,8 +68,32 @@ TEST_CASE("a real measured execution returns software figures and no error", "[p
   }
   auto j = to_json(m);
   CHECK(j["thread_cpu_ns"].get<std::uint64_t>() == m.thread_cpu_ns);
+  CHECK(j["process_cpu_ns"].get<std::uint64_t>() == m.process_cpu_ns);
   CHECK(j["events"].size() == events.size());
   std::cout << "real measurement: " << j.dump() << "\n";
+}
+
+TEST_CASE("process CPU time counts the threads the measured code starts; thread CPU time does not",
+          "[perf][counters]") {
+  auto group = CounterGroup::open({});
+  REQUIRE(group);
+  std::uint64_t mine = 0, theirs = 0;
+  // The calling thread only waits; another thread does the work.
+  Measurement m = measure(*group, [&] {
+    std::thread worker([&] { theirs = small_loop(20'000'000); });
+    worker.join();
+  });
+  CHECK(theirs != 0);
+  INFO("thread " << m.thread_cpu_ns << " ns, process " << m.process_cpu_ns << " ns, wall "
+                 << m.wall_ns << " ns");
+  // 20M dependent multiply-adds: well over 5 ms of CPU on any host.
+  CHECK(m.process_cpu_ns > 5'000'000);
+  CHECK(m.thread_cpu_ns * 4 < m.process_cpu_ns);
+  // The same work on the calling thread: both clocks see it.
+  Measurement own = measure(*group, [&] { mine = small_loop(20'000'000); });
+  CHECK(mine != 0);
+  CHECK(own.thread_cpu_ns > 5'000'000);
+  CHECK(own.process_cpu_ns >= own.thread_cpu_ns);
 }
 
 TEST_CASE("a group can be read while it runs and measured repeatedly", "[perf][counters]") {

@@ -584,6 +584,26 @@ const std::vector<KeyDef>& key_defs() {
         "A running trial's samples are saved in the profile after every this many pairs, so a "
         "restart continues it (0 = never: a restart starts the trial over).",
         [](Config& c) -> int& { return c.guard.checkpoint_pairs; }, 0, 10'000));
+    {
+      KeyDef d{"guard.clock", R,
+               "What a trial compares: cpu (the worker process's CPU time during the call, every "
+               "thread of it; what other processes take is left out) or wall (its wall time). A "
+               "change starts running trials over.",
+               nullptr, nullptr};
+      d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
+        if (s == "cpu")
+          c.guard.clock = GuardClock::cpu;
+        else if (s == "wall")
+          c.guard.clock = GuardClock::wall;
+        else
+          return "cpu or wall";
+        return std::nullopt;
+      };
+      d.get = [](const Config& c) {
+        return std::string(c.guard.clock == GuardClock::cpu ? "cpu" : "wall");
+      };
+      v.push_back(std::move(d));
+    }
     v.push_back(double_key(
         "guard.rank_p", R,
         "One-sided p-value at which the two-sample rank test (every candidate stage against "

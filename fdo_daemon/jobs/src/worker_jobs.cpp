@@ -378,12 +378,14 @@ Expected<Message> ExecJobs::handle(const Message& request) {
   if (perf::CounterGroup* group = state_->counters(events)) {
     m = perf::measure(*group, [&] { thunk(slots.data(), &ret); });
   } else {
-    // No counter group at all: still report wall and thread CPU time.
-    timespec w0{}, w1{}, c0{}, c1{};
+    // No counter group at all: still report wall and CPU time.
+    timespec w0{}, w1{}, c0{}, c1{}, p0{}, p1{};
     ::clock_gettime(CLOCK_MONOTONIC, &w0);
+    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &p0);
     ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     thunk(slots.data(), &ret);
     ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &p1);
     ::clock_gettime(CLOCK_MONOTONIC, &w1);
     auto ns = [](timespec a, timespec b) {
       return static_cast<std::uint64_t>((b.tv_sec - a.tv_sec) * 1000000000LL +
@@ -391,6 +393,7 @@ Expected<Message> ExecJobs::handle(const Message& request) {
     };
     m.wall_ns = ns(w0, w1);
     m.thread_cpu_ns = ns(c0, c1);
+    m.process_cpu_ns = ns(p0, p1);
   }
   if (sampler != nullptr) {
     sampler->stop();

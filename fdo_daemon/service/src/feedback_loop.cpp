@@ -59,6 +59,7 @@ StageFeedback stage_feedback_from(const json& exec_reply,
   };
   if (const json* m = member(exec_reply, "measurement")) {
     if (const json* wall = member(*m, "wall_ns")) fb.exec_ns = as_count(*wall).value_or(0);
+    if (const json* cpu = member(*m, "process_cpu_ns")) fb.cpu_ns = as_count(*cpu);
     if (const json* events = member(*m, "events"); events && events->is_array())
       for (const json& e : *events) {
         const json* value = member(e, "value");

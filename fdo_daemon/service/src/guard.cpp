@@ -16,6 +16,8 @@ namespace {
 constexpr EnumNames<VariantRole, 3> kRoleNames{{{{VariantRole::current, "current"},
                                                  {VariantRole::incumbent, "incumbent"},
                                                  {VariantRole::candidate, "candidate"}}}};
+constexpr EnumNames<GuardClock, 2> kClockNames{
+    {{{GuardClock::cpu, "cpu"}, {GuardClock::wall, "wall"}}}};
 
 // Builds asked for ahead of need that a key remembers (a handful per profile version).
 constexpr std::size_t kAheadKept = 32;
@@ -39,8 +41,12 @@ std::string id_name(const Variant& v) {
   return (v.version ? "v" + std::to_string(v.version) + " " : std::string()) + describe(v);
 }
 
-std::string trial_id_of(const Arms& a, const std::string& digest) {
-  return id_name(a.incumbent) + " vs " + id_name(*a.candidate) + " @" + short_digest(digest);
+// Samples on one clock are never compared with the other's: the id names a
+// CPU-time trial's clock (a wall-time trial keeps the form ids had before
+// there was a choice, so its saved checkpoints still resume).
+std::string trial_id_of(const Arms& a, const std::string& digest, GuardClock clock) {
+  return id_name(a.incumbent) + " vs " + id_name(*a.candidate) + " @" + short_digest(digest) +
+         (clock == GuardClock::cpu ? " cpu" : "");
 }
 
 // "v3 profiled O2" for the profiled build of version 3; the plain build has no version.
@@ -72,6 +78,15 @@ std::string progress(const Trial& t, const TrialConfig& c) {
 
 std::string_view to_string(VariantRole r) {
   return kRoleNames.name(r);
+}
+
+std::string_view to_string(GuardClock clock) {
+  return kClockNames.name(clock);
+}
+
+std::optional<std::uint64_t> time_on(GuardClock clock, const StageTimes& times) {
+  if (clock == GuardClock::wall) return times.wall_ns;
+  return times.cpu_ns;
 }
 
 Guard::Guard(cache::KeyStore& keys, FeedbackStore& store, std::string host)
@@ -235,7 +250,7 @@ StagePlan Guard::plan(const std::string& ik, const std::string& shape, const Gua
     return p;
   }
 
-  std::string id = trial_id_of(arms, digest);
+  std::string id = trial_id_of(arms, digest, config.clock);
   auto restart = [&] {
     st.trial = Trial();
     st.trial_id = id;
@@ -281,6 +296,7 @@ StagePlan Guard::plan(const std::string& ik, const std::string& shape, const Gua
   }
   ++st.since_sample;
   p.trial_id = id;
+  p.clock = config.clock;
   p.trial_version = st.trial_version;
   const Arm arm = st.trial.next_arm();
   serve(arm == Arm::candidate ? VariantRole::candidate : VariantRole::incumbent,
@@ -293,10 +309,16 @@ StagePlan Guard::plan(const std::string& ik, const std::string& shape, const Gua
 }
 
 GuardStage Guard::record(const StagePlan& plan, const std::string& served_digest,
-                         std::uint64_t exec_ns, std::int64_t stage, const std::string& program,
+                         const StageTimes& times, std::int64_t stage, const std::string& program,
                          std::int64_t owner, const GuardConfig& config) {
   GuardStage out;
   if (plan.trial_id.empty() || !plan.variant) return out;
+  const std::optional<std::uint64_t> time = time_on(plan.clock, times);
+  if (!time) {
+    out.note = "the stage has no " + std::string(to_string(plan.clock)) +
+               " time (guard.clock): not counted";
+    return out;
+  }
   std::shared_ptr<KeyState> state = state_of(plan.pk);
   std::lock_guard lk(state->mu);
   KeyState& st = *state;
@@ -310,7 +332,7 @@ GuardStage Guard::record(const StagePlan& plan, const std::string& served_digest
   }
   const Arm arm = plan.role == VariantRole::candidate ? Arm::candidate : Arm::incumbent;
   const std::size_t before = st.trial.samples(arm);
-  st.trial.add(arm, static_cast<double>(exec_ns));
+  st.trial.add(arm, static_cast<double>(*time));
   out.counted = st.trial.samples(arm) > before;
   if (out.counted) {
     st.since_sample = 0;

@@ -399,6 +399,22 @@ TEST_CASE("config: profile_store, host_name and the spool cap", "[config][fleet]
   REQUIRE(e.error().message().find("profile_store") != std::string::npos);
 }
 
+TEST_CASE("config: guard.clock - default cpu - cpu or wall - reload", "[config][guard]") {
+  CHECK(Config::defaults().guard.clock == GuardClock::cpu);
+  CHECK(Config::defaults().get("guard.clock") == "cpu");
+  auto wall = Config::parse("guard.clock = wall\n", "t");
+  REQUIRE(wall);
+  CHECK(wall->guard.clock == GuardClock::wall);
+  CHECK(wall->get("guard.clock") == "wall");
+  for (const char* bad : {"guard.clock = monotonic\n", "guard.clock = 1\n", "guard.clock = CPU\n"})
+    CHECK_THAT(error_of(Config::parse(bad, "f.conf")),
+               Catch::Contains("guard.clock") && Catch::Contains("cpu or wall"));
+  auto key = std::find_if(Config::keys().begin(), Config::keys().end(),
+                          [](const ConfigKeyInfo& k) { return k.name == "guard.clock"; });
+  REQUIRE(key != Config::keys().end());
+  CHECK(key->reload == ReloadBehavior::runtime);
+}
+
 TEST_CASE("config: guard.rank_p - default - range - reload", "[config][guard]") {
   CHECK(Config::defaults().guard.trial.rank_p == 0.002);
   CHECK(Config::defaults().get("guard.rank_p") == "0.002");

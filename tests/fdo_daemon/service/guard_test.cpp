@@ -24,6 +24,11 @@ ProfileDoc counted_profile() {
   return doc;
 }
 
+// A stage that took `t` on both clocks.
+StageTimes both(std::uint64_t t) {
+  return {t, t};
+}
+
 struct GuardHarness {
   cache::MemoryKeyStore keys;
   FakeFeedbackStore store;
@@ -48,7 +53,7 @@ struct GuardHarness {
   template <class TimeOf> std::pair<StagePlan, GuardStage> stage_with(TimeOf&& time_of) {
     StagePlan p = guard.plan(ik, shape, config);
     std::string served = p.variant ? p.variant->digest : std::string();
-    GuardStage g = guard.record(p, served, time_of(p.role), stage++, ik, 0, config);
+    GuardStage g = guard.record(p, served, both(time_of(p.role)), stage++, ik, 0, config);
     return {p, g};
   }
 
@@ -319,16 +324,76 @@ TEST_CASE("guard: stages that ran another variant or another shape are not count
   StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
   REQUIRE(p.variant);
   // The variant was still compiling: the previous output served.
-  GuardStage g = h.guard.record(p, "some-other-digest", 1000, 0, h.ik, 0, h.config);
+  GuardStage g = h.guard.record(p, "some-other-digest", both(1000), 0, h.ik, 0, h.config);
   CHECK_FALSE(g.counted);
   CHECK_THAT(g.note, Contains("still compiling"));
   // Same plan counted now; then a stage of another shape runs the incumbent.
-  CHECK(h.guard.record(p, p.variant->digest, 1000, 1, h.ik, 0, h.config).counted);
+  CHECK(h.guard.record(p, p.variant->digest, both(1000), 1, h.ik, 0, h.config).counted);
   StagePlan other = h.guard.plan(h.ik, "main(2a)", h.config);
   CHECK(other.role == VariantRole::incumbent);
   CHECK(other.trial_id.empty());
   CHECK_THAT(other.reason, Contains("not comparable"));
-  CHECK_FALSE(h.guard.record(other, other.variant->digest, 10, 2, h.ik, 0, h.config).counted);
+  CHECK_FALSE(h.guard.record(other, other.variant->digest, both(10), 2, h.ik, 0, h.config).counted);
+}
+
+TEST_CASE("guard: a trial compares the clock guard.clock names, never both", "[guard]") {
+  CHECK(GuardConfig{}.clock == GuardClock::cpu);
+  CHECK(time_on(GuardClock::cpu, {900, 400}) == 400u);
+  CHECK(time_on(GuardClock::wall, {900, 400}) == 900u);
+  CHECK_FALSE(time_on(GuardClock::cpu, {900, std::nullopt}));
+
+  // On CPU time (the default) the candidate is faster (a loaded host made
+  // its wall times slow); on wall time the same stages say the opposite.
+  auto run = [](GuardClock clock) {
+    GuardHarness h;
+    h.config.clock = clock;
+    std::optional<TrialRecord> verdict;
+    std::string first_id;
+    for (int i = 0; i < 200 && !verdict; ++i) {
+      StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
+      REQUIRE(p.variant);
+      if (first_id.empty()) first_id = p.trial_id;
+      CHECK(p.clock == clock);
+      const bool cand = p.role == VariantRole::candidate;
+      const double jitter = 1.0 + 0.001 * (i % 7);
+      const auto cpu = static_cast<std::uint64_t>((cand ? 800'000 : 1'000'000) * jitter);
+      const auto wall = static_cast<std::uint64_t>((cand ? 1'500'000 : 1'000'000) * jitter);
+      GuardStage g = h.guard.record(p, p.variant->digest, {wall, cpu}, h.stage++, h.ik, 0, h.config);
+      CHECK(g.counted);
+      verdict = g.verdict;
+    }
+    REQUIRE(verdict);
+    return std::pair{*verdict, first_id};
+  };
+  auto [on_cpu, cpu_id] = run(GuardClock::cpu);
+  CHECK(on_cpu.verdict == TrialVerdict::accepted);
+  CHECK(on_cpu.ratio == Approx(0.8).epsilon(0.02));
+  auto [on_wall, wall_id] = run(GuardClock::wall);
+  CHECK(on_wall.verdict == TrialVerdict::rejected);
+  CHECK(on_wall.ratio == Approx(1.5).epsilon(0.02));
+  // The clock is part of the trial: a CPU-time trial's id says so, and a
+  // wall-time one keeps the form that saved checkpoints had before.
+  CHECK_THAT(cpu_id, Catch::EndsWith(" cpu"));
+  CHECK(wall_id + " cpu" == cpu_id);
+
+  // A stage without a CPU time is not counted on that clock.
+  GuardHarness h;
+  StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
+  REQUIRE(p.variant);
+  GuardStage g = h.guard.record(p, p.variant->digest, {1000, std::nullopt}, 0, h.ik, 0, h.config);
+  CHECK_FALSE(g.counted);
+  CHECK_THAT(g.note, Contains("no cpu time"));
+
+  // Changing the clock starts a running trial over: samples on one clock are
+  // never compared with the other's.
+  CHECK(h.guard.record(p, p.variant->digest, both(1000), 1, h.ik, 0, h.config).counted);
+  h.config.clock = GuardClock::wall;
+  StagePlan q = h.guard.plan(h.ik, h.shape, h.config);
+  CHECK(q.trial_id != p.trial_id);
+  CHECK(q.clock == GuardClock::wall);
+  // The trial restarted: the stage recorded under the old plan is not counted.
+  CHECK_FALSE(h.guard.record(p, p.variant->digest, both(1000), 2, h.ik, 0, h.config).counted);
+  CHECK(h.guard.counters().trials_started == 2);
 }
 
 TEST_CASE("guard: a trial bound to a shape that stopped coming moves to the new shape", "[guard]") {
@@ -559,7 +624,7 @@ TEST_CASE("guard: a profile without its marks wins a knob trial and keeps them o
     std::uint64_t t = candidate ? static_cast<std::uint64_t>(1e6 * ratio) : 1'000'000;
     t += static_cast<std::uint64_t>(i % 7) * 1000;
     std::string served = p.variant ? p.variant->digest : std::string();
-    GuardStage g = h.guard.record(p, served, t, i, h.ik, 0, h.config);
+    GuardStage g = h.guard.record(p, served, both(t), i, h.ik, 0, h.config);
     if (g.verdict) verdicts.push_back(*g.verdict);
   }
   REQUIRE(verdicts.size() == 4);
@@ -604,7 +669,7 @@ TEST_CASE("guard: a profile that lost at one placement is tried at another and s
       ratio = p.name.find("text+32") != std::string::npos ? 0.8 : 1.25;
     const auto t = static_cast<std::uint64_t>(1e6 * ratio * std::exp(noise(rng)));
     std::string served = p.variant ? p.variant->digest : std::string();
-    GuardStage g = h.guard.record(p, served, t, i, h.ik, 0, h.config);
+    GuardStage g = h.guard.record(p, served, both(t), i, h.ik, 0, h.config);
     if (g.verdict) verdicts.push_back(*g.verdict);
   }
   REQUIRE(verdicts.size() == 3);
@@ -668,7 +733,7 @@ TEST_CASE("guard: the plain build is asked for ahead of the first trial, once", 
     StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
     CHECK(p.role == VariantRole::current);
     CHECK_FALSE(p.ahead);
-    h.guard.record(p, "", 1000, i, h.ik, 0, h.config);
+    h.guard.record(p, "", both(1000), i, h.ik, 0, h.config);
   }
   // The trial's plain arm is the build compiled ahead.
   StagePlan first = h.guard.plan(h.ik, h.shape, h.config);
@@ -733,12 +798,12 @@ TEST_CASE("guard: a new profile is tried against the incumbent that won, not the
   CHECK(p.variant->digest == v1_build); // compiled from v1's counts, not v3's
   CHECK_THAT(p.reason, Contains("profile trial: v" + std::to_string(v3) +
                                 " profiled O2 against v1 profiled O2"));
-  h.guard.record(p, p.variant->digest, 1000000, h.stage++, h.ik, 0, h.config);
+  h.guard.record(p, p.variant->digest, both(1000000), h.stage++, h.ik, 0, h.config);
   StagePlan c = h.guard.plan(h.ik, h.shape, h.config);
   REQUIRE(c.variant);
   CHECK(c.role == VariantRole::candidate);
   CHECK(c.variant->digest == h.current().digest); // v3's own build
-  h.guard.record(c, c.variant->digest, 1000000, h.stage++, h.ik, 0, h.config);
+  h.guard.record(c, c.variant->digest, both(1000000), h.stage++, h.ik, 0, h.config);
 
   // v3 is slower than v1's build: rejected, and v1's build stays served.
   auto verdict = until_verdict(h, timing(1.3, 8));
@@ -802,7 +867,7 @@ TEST_CASE("guard: a running trial's samples survive a restart", "[guard]") {
   for (int i = 0; i < 60 && !verdict; ++i) {
     StagePlan q = i == 0 ? p : restarted.plan(h.ik, h.shape, h.config);
     GuardStage g =
-        restarted.record(q, q.variant->digest, time(q.role), h.stage++, h.ik, 0, h.config);
+        restarted.record(q, q.variant->digest, both(time(q.role)), h.stage++, h.ik, 0, h.config);
     more += g.counted;
     verdict = g.verdict;
   }
@@ -852,10 +917,10 @@ TEST_CASE("guard: a clean shutdown saves the pairs since the last checkpoint", "
   CHECK(restarted.counters().resumed == 1);
   CHECK(restarted.save_running(h.config) == 0);
   REQUIRE(
-      restarted.record(p, p.variant->digest, time(p.role), h.stage++, h.ik, 0, h.config).counted);
+      restarted.record(p, p.variant->digest, both(time(p.role)), h.stage++, h.ik, 0, h.config).counted);
   StagePlan q = restarted.plan(h.ik, h.shape, h.config);
   REQUIRE(
-      restarted.record(q, q.variant->digest, time(q.role), h.stage++, h.ik, 0, h.config).counted);
+      restarted.record(q, q.variant->digest, both(time(q.role)), h.stage++, h.ik, 0, h.config).counted);
   CHECK(restarted.save_running(h.config) == 1);
   CHECK(h.current().doc.guard.running->incumbent_ns.size() == 4);
 

@@ -71,7 +71,7 @@ TEST_CASE("i-cache layout through the policy: a rewrite with the reason, layout 
   cfg.min_stages = 1;
   ProfileDoc current = three_functions();
   FeedbackAccumulator fb;
-  fb.add(StageFeedback{{}, 1000, {}});
+  fb.add(StageFeedback{{}, 1000, {}, std::nullopt});
   std::map<std::string, std::uint64_t> icache{{"fdo:fdo.local.1", 40}};
   PolicyInput in;
   in.current = &current;

@@ -173,7 +173,7 @@ TEST_CASE("hardware findings under an optimized build", "[daemon][policy]") {
 
   // Without a PMU nothing is counted, and nothing is rewritten.
   FeedbackAccumulator software_only;
-  software_only.add(StageFeedback{{}, 5000, {}});
+  software_only.add(StageFeedback{{}, 5000, {}, std::nullopt});
   in.feedback = &software_only;
   d = decide(cfg, in);
   CHECK(d.action == PolicyAction::keep);

@@ -348,7 +348,10 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
     const int status = exited->value("status", 0);
     s.orch->record_execution(so.ik, so.explain_sequence, elapsed_ns);
     stage["exec_ns"] = elapsed_ns;
-    stage["counters"] = {{"wall_ns", elapsed_ns}, {"thread_cpu_ns", 0}, {"events", json::array()}};
+    stage["counters"] = {{"wall_ns", elapsed_ns},
+                           {"thread_cpu_ns", 0},
+                           {"process_cpu_ns", 0},
+                           {"events", json::array()}};
     stage["profile_rewritten"] = nullptr;
     stage["policy"] = "the program exited with status " + std::to_string(status) +
                       ": no feedback from this stage";
@@ -378,8 +381,9 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
       report.branch_weights[fn].push_back({w.index, w.taken, w.not_taken});
   json samples_summary = stage_samples_summary(report.samples, resp->header, verbose);
   FeedbackOutcome fo = s.feedback->fold(report, c.policy);
-  GuardStage gs = s.guard->record(plan, so.profile_digest, report.feedback.exec_ns, stage_number,
-                                  prog->ik, prog->owner, c.guard);
+  GuardStage gs =
+      s.guard->record(plan, so.profile_digest, {report.feedback.exec_ns, report.feedback.cpu_ns},
+                      stage_number, prog->ik, prog->owner, c.guard);
   stage["variant"]["counted"] = gs.counted;
   if (!gs.note.empty()) stage["variant"]["trial"] = gs.note;
   // Ahead of need (docs/guard.md): the plain build compiles in the

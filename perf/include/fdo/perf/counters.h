@@ -58,6 +58,9 @@ struct Measurement {
   std::optional<std::uint64_t> task_clock_ns;
   std::string task_clock_reason;
   std::uint64_t thread_cpu_ns = 0; // CLOCK_THREAD_CPUTIME_ID delta: never fails
+  // CLOCK_PROCESS_CPUTIME_ID delta: every thread of the process, those the
+  // measured code started included; never fails.
+  std::uint64_t process_cpu_ns = 0;
   std::uint64_t wall_ns = 0;       // CLOCK_MONOTONIC delta: never fails
   ReadMethod method = ReadMethod::none;
 

@@ -24,6 +24,10 @@ struct TrialConfig {
 };
 
 enum class GuardMode { on, off };
+// What a trial compares (guard.clock): the worker process's CPU time during
+// the call (every thread of it; what other processes of a loaded host take is
+// left out) or its wall time.
+enum class GuardClock { cpu, wall };
 
 struct GuardConfig {
   GuardMode mode = GuardMode::on;
@@ -38,6 +42,7 @@ struct GuardConfig {
   // every this many pairs, so a restart continues the trial (0: never; a
   // restart starts it over). Each save is a profile version.
   int checkpoint_pairs = 4;
+  GuardClock clock = GuardClock::cpu;
   TrialConfig trial;
 };
 

@@ -130,6 +130,7 @@ struct StagePlan {
   std::int64_t version = 0;       // the profile version planned under
   std::int64_t trial_version = 0; // the version the trial started under (names the variants)
   std::string current_digest;     // that version's digest
+  GuardClock clock = GuardClock::cpu; // what the trial compares (guard.clock when planned)
   // A build to compile ahead of need, in the background at low priority
   // (Orchestrator::precompile): the plain build, so that the first trial
   // stage finds both arms compiled; once the plain build is not needed, the
@@ -137,6 +138,15 @@ struct StagePlan {
   // per build and daemon.
   std::optional<cache::ProfileRef> ahead;
 };
+
+// A stage's times on both clocks, as the exec worker measured the call.
+struct StageTimes {
+  std::uint64_t wall_ns = 0;
+  std::optional<std::uint64_t> cpu_ns; // process CPU time; unset: the reply had none
+};
+// The time a trial on `clock` compares; unset: the stage has none on it.
+std::optional<std::uint64_t> time_on(GuardClock clock, const StageTimes& times);
+std::string_view to_string(GuardClock clock);
 
 struct GuardStage {
   bool counted = false;               // the stage's time went into the trial
@@ -169,10 +179,12 @@ public:
   std::optional<cache::ProfileRef> ahead(const std::string& ik, const GuardConfig& config);
   // After the stage ran: `served_digest` is what the served output was
   // compiled for (another variant's while the planned one compiles: not
-  // counted). May write the verdict into the profile.
-  GuardStage record(const StagePlan& plan, const std::string& served_digest, std::uint64_t exec_ns,
-                    std::int64_t stage, const std::string& program, std::int64_t owner,
-                    const GuardConfig& config);
+  // counted); `times` are the call's, the trial takes the one on the clock it
+  // was planned with (a stage without it is not counted). May write the
+  // verdict into the profile.
+  GuardStage record(const StagePlan& plan, const std::string& served_digest,
+                    const StageTimes& times, std::int64_t stage, const std::string& program,
+                    std::int64_t owner, const GuardConfig& config);
   GuardCounters counters() const;
   // At a clean shutdown: saves each running trial's samples that the last
   // checkpoint does not hold yet (nothing with checkpoint_pairs 0), so a
