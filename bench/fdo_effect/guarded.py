@@ -17,16 +17,22 @@ from run_native import BenchError
 
 U64 = (1 << 64) - 1
 COLUMNS = [("fdo_guard_final", "fdo guard final")]
+# The same guard deciding on wall time (guard.clock wall), side by side with
+# the default CPU-time guard when run_fdo_effect.py gets --guard-wall.
+WALL_COLUMNS = [("fdo_guard_wall_final", "fdo guard wall final")]
 # The summary a verdict's stage reports: "<candidate> accepted: ...".
 VERDICT = re.compile(r" (accepted|rejected|not taken \(no difference\)|"
                      r"kept \(no difference, faster median\)): ")
 COMPILES = re.compile(r"^fdo_cache_compiles_total (\d+)$", re.M)
 
 
-def settings(min_stages: int, quick: bool) -> Dict[str, object]:
+def settings(min_stages: int, quick: bool, clock: str = "cpu") -> Dict[str, object]:
     """The guarded daemon: the bench's fdod settings with the guard on, the
     first trial as soon as the profile exists and tuning after a few stages
-    (a bench program runs many stages by construction)."""
+    (a bench program runs many stages by construction); `clock` is what its
+    trials compare (guard.clock: cpu, fdod's default, or wall)."""
+    if clock not in ("cpu", "wall"):
+        raise BenchError(f"unknown guard clock '{clock}': expected cpu or wall")
     s = {
         "policy.min_stages": min_stages,
         "policy.min_counts": 1000,
@@ -38,6 +44,7 @@ def settings(min_stages: int, quick: bool) -> Dict[str, object]:
         # A large effect is decided in about six pairs (the rank test,
         # guard.rank_p); a full run keeps the daemon's default budget (24).
         "guard.max_pairs": 10 if quick else 24,
+        "guard.clock": clock,
         "compile_workers": 1,
         "exec_workers": 1,
         "exec_timeout_ms": 60000,
@@ -85,8 +92,9 @@ class GuardedRunner:
     --final-stages more stages on the variant it serves."""
 
     def __init__(self, client, entry: str, config: Dict[str, object], final_stages: int,
-                 ir_text, clock: str = rn.CLOCK_MONOTONIC):
+                 ir_text, clock: str = rn.CLOCK_MONOTONIC, column: str = COLUMNS[0][0]):
         self.client = client
+        self.column = column
         self.clock = rn.check_clock(clock)
         self.entry = entry
         self.final_stages = final_stages
@@ -156,7 +164,7 @@ class GuardedRunner:
         losing, under_profile, verdicts = losing_stages(stages)
         return {
             "checksum": stages[0]["value"],
-            "columns": {"fdo_guard_final": [s["ns"] for s in final]},
+            "columns": {self.column: [s["ns"] for s in final]},
             "details": {"program": reg["program"], "served": final[-1]["name"],
                         "verdicts": verdicts, "stages": stages,
                         "stages_under_profile": under_profile, "losing_stages": losing,
@@ -165,12 +173,13 @@ class GuardedRunner:
         }
 
 
-def cost_table(results: Dict[str, dict]) -> str:
-    """Per kernel over all rounds: what the guard served in the end and what it cost."""
+def cost_table(results: Dict[str, dict], variant: str = "fdod_guard") -> str:
+    """Per kernel over all rounds: what the guard (the runner of `variant`)
+    served in the end and what it cost."""
     rows = [["kernel", "rounds", "served at the end", "stages", "losing", "losing share",
              "trial compiles"]]
     for kname, res in results.items():
-        runs = res["_details"].get("fdod_guard", [])
+        runs = res["_details"].get(variant, [])
         if not runs:
             rows.append([kname, "0", "-", "-", "-", "-", "-"])
             continue

@@ -366,7 +366,7 @@ class Clock(unittest.TestCase):
         self.assertEqual(len(res["_errors"]), 1)
         self.assertIn("thread_cpu_ns is 0 but exec_ns is 4000", res["_errors"][0])
 
-    def _guarded(self, clock, cpu_of_last="same"):
+    def _guarded(self, clock, cpu_of_last="same", column=None):
         incumbent = {"role": "incumbent", "name": "v1 profiled O2", "counted": False,
                      "trial": None}
         verdict = dict(incumbent, trial="v1 profiled O2 accepted: 1.20x faster than plain O2 "
@@ -378,8 +378,17 @@ class Clock(unittest.TestCase):
         config = {"policy.min_stages": 1, "guard.tune_max_variants": 0, "guard.max_pairs": 2,
                   "guard.tune_min_stages": 0}
         runner = self.g.GuardedRunner(FakeClient(replies), "kernel_run", config, 2,
-                                      lambda k: "; ir", clock=clock)
+                                      lambda k: "; ir", clock=clock,
+                                      **({"column": column} if column else {}))
         return runner({"name": "k"})
+
+    def test_the_wall_clock_guard_is_its_own_column_and_daemon_setting(self):
+        self.assertEqual(self.g.settings(3, False)["guard.clock"], "cpu")
+        self.assertEqual(self.g.settings(3, False, clock="wall")["guard.clock"], "wall")
+        with self.assertRaises(rn.BenchError):
+            self.g.settings(3, False, clock="monotonic")
+        got = self._guarded("thread-cpu", column=self.g.WALL_COLUMNS[0][0])
+        self.assertEqual(got["columns"], {"fdo_guard_wall_final": [200, 300]})
 
     def test_the_guard_column_takes_the_clock(self):
         self.assertEqual(self._guarded("monotonic")["columns"], {"fdo_guard_final": [2000, 3000]})
