@@ -190,7 +190,8 @@ TEST_CASE("branch-miss samples on one branch mark exactly it !unpredictable and 
   cfg.min_stages = 1;
   ProfileDoc current = profile;
   FeedbackAccumulator fb;
-  fb.add(StageFeedback{{}, 1000, {}, std::nullopt}); // an optimized stage: no counts, no PMU counters
+  fb.add(
+      StageFeedback{{}, 1000, {}, std::nullopt}); // an optimized stage: no counts, no PMU counters
   PolicyInput in;
   in.current = &current;
   in.current_version = 1;

@@ -177,7 +177,8 @@ TEST_CASE("i-cache miss samples on one function lay it out hot, first in the tex
   FeedbackAccumulator fb;
   // An optimized stage on a PMU host: a high counted i-cache miss rate, which
   // used to turn the whole module to -Os.
-  fb.add(StageFeedback{{}, 1000, {{"L1-icache-load-misses", 500}, {"instructions", 10000}}, std::nullopt});
+  fb.add(StageFeedback{
+      {}, 1000, {{"L1-icache-load-misses", 500}, {"instructions", 10000}}, std::nullopt});
   PolicyInput in;
   in.current = &current;
   in.current_version = 1;

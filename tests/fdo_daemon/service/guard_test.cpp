@@ -358,7 +358,8 @@ TEST_CASE("guard: a trial compares the clock guard.clock names, never both", "[g
       const double jitter = 1.0 + 0.001 * (i % 7);
       const auto cpu = static_cast<std::uint64_t>((cand ? 800'000 : 1'000'000) * jitter);
       const auto wall = static_cast<std::uint64_t>((cand ? 1'500'000 : 1'000'000) * jitter);
-      GuardStage g = h.guard.record(p, p.variant->digest, {wall, cpu}, h.stage++, h.ik, 0, h.config);
+      GuardStage g =
+          h.guard.record(p, p.variant->digest, {wall, cpu}, h.stage++, h.ik, 0, h.config);
       CHECK(g.counted);
       verdict = g.verdict;
     }
@@ -916,11 +917,11 @@ TEST_CASE("guard: a clean shutdown saves the pairs since the last checkpoint", "
   CHECK_THAT(p.reason, Contains("3+3 stages"));
   CHECK(restarted.counters().resumed == 1);
   CHECK(restarted.save_running(h.config) == 0);
-  REQUIRE(
-      restarted.record(p, p.variant->digest, both(time(p.role)), h.stage++, h.ik, 0, h.config).counted);
+  REQUIRE(restarted.record(p, p.variant->digest, both(time(p.role)), h.stage++, h.ik, 0, h.config)
+              .counted);
   StagePlan q = restarted.plan(h.ik, h.shape, h.config);
-  REQUIRE(
-      restarted.record(q, q.variant->digest, both(time(q.role)), h.stage++, h.ik, 0, h.config).counted);
+  REQUIRE(restarted.record(q, q.variant->digest, both(time(q.role)), h.stage++, h.ik, 0, h.config)
+              .counted);
   CHECK(restarted.save_running(h.config) == 1);
   CHECK(h.current().doc.guard.running->incumbent_ns.size() == 4);
 

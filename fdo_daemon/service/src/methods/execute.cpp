@@ -349,9 +349,9 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
     s.orch->record_execution(so.ik, so.explain_sequence, elapsed_ns);
     stage["exec_ns"] = elapsed_ns;
     stage["counters"] = {{"wall_ns", elapsed_ns},
-                           {"thread_cpu_ns", 0},
-                           {"process_cpu_ns", 0},
-                           {"events", json::array()}};
+                         {"thread_cpu_ns", 0},
+                         {"process_cpu_ns", 0},
+                         {"events", json::array()}};
     stage["profile_rewritten"] = nullptr;
     stage["policy"] = "the program exited with status " + std::to_string(status) +
                       ": no feedback from this stage";

@@ -61,7 +61,7 @@ struct Measurement {
   // CLOCK_PROCESS_CPUTIME_ID delta: every thread of the process, those the
   // measured code started included; never fails.
   std::uint64_t process_cpu_ns = 0;
-  std::uint64_t wall_ns = 0;       // CLOCK_MONOTONIC delta: never fails
+  std::uint64_t wall_ns = 0; // CLOCK_MONOTONIC delta: never fails
   ReadMethod method = ReadMethod::none;
 
   // The reading for `name`, or nullptr.

@@ -127,9 +127,9 @@ struct StagePlan {
   std::string reason; // why this stage runs it
   // Set on trial stages:
   std::string trial_id;
-  std::int64_t version = 0;       // the profile version planned under
-  std::int64_t trial_version = 0; // the version the trial started under (names the variants)
-  std::string current_digest;     // that version's digest
+  std::int64_t version = 0;           // the profile version planned under
+  std::int64_t trial_version = 0;     // the version the trial started under (names the variants)
+  std::string current_digest;         // that version's digest
   GuardClock clock = GuardClock::cpu; // what the trial compares (guard.clock when planned)
   // A build to compile ahead of need, in the background at low priority
   // (Orchestrator::precompile): the plain build, so that the first trial
@@ -209,7 +209,7 @@ private:
     std::int64_t last_stage = 0, last_owner = 0;
     std::string last_program;
     std::string incumbent_digest, candidate_digest; // the arms' variant digests
-    std::set<std::string> ahead_digests; // builds asked for ahead of need (bounded)
+    std::set<std::string> ahead_digests;            // builds asked for ahead of need (bounded)
     // An incumbent from an earlier profile version: that version's document.
     std::int64_t source_version = 0;
     std::shared_ptr<const ProfileDoc> source;

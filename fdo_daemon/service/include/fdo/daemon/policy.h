@@ -37,8 +37,8 @@ struct BranchStat {
 
 // What one execution produced.
 struct StageFeedback {
-  std::map<std::string, FunctionCounts> counts; // PGO name -> counters (instrumented stages)
-  std::uint64_t exec_ns = 0; // wall time of the call
+  std::map<std::string, FunctionCounts> counts;  // PGO name -> counters (instrumented stages)
+  std::uint64_t exec_ns = 0;                     // wall time of the call
   std::map<std::string, std::uint64_t> counters; // hardware event -> count (only counted events)
   // CPU time of the worker process during the call (every thread); unset
   // when the reply has none.
