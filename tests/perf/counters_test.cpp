@@ -73,7 +73,7 @@ TEST_CASE("a real measured execution returns software figures and no error", "[p
   std::cout << "real measurement: " << j.dump() << "\n";
 }
 
-TEST_CASE("process CPU time counts the threads the measured code starts; thread CPU time does not",
+TEST_CASE("process CPU time counts the threads the measured code starts, thread CPU time not",
           "[perf][counters]") {
   auto group = CounterGroup::open({});
   REQUIRE(group);

@@ -173,6 +173,29 @@ constexpr EnumNames<SandboxCgroup, 3> kSandboxCgroupNames{
       {SandboxCgroup::off, "off"},
       {SandboxCgroup::required, "required"}}}};
 
+constexpr EnumNames<GuardMode, 2> kGuardModeNames{
+    {{{GuardMode::on, "on"}, {GuardMode::off, "off"}}}};
+
+constexpr EnumNames<GuardClock, 2> kGuardClockNames{
+    {{{GuardClock::cpu, "cpu"}, {GuardClock::wall, "wall"}}}};
+
+// A key whose value is one of `names` (the error lists them).
+template <class E, std::size_t N, class Ref>
+KeyDef enum_key(const char* name, ReloadBehavior reload, const char* description,
+                const EnumNames<E, N>& names, Ref ref) {
+  KeyDef d{name, reload, description, nullptr, nullptr};
+  d.set = [&names, ref](Config& c, std::string_view s) -> std::optional<std::string> {
+    auto e = names.parse(s);
+    if (!e) return names.alternatives();
+    ref(c) = *e;
+    return std::nullopt;
+  };
+  d.get = [&names, ref](const Config& c) {
+    return std::string(names.name(ref(const_cast<Config&>(c))));
+  };
+  return d;
+}
+
 // metrics_listen: "", "PORT", "A.B.C.D:PORT" or "[v6]:PORT"; the reason if not.
 std::optional<std::string> check_listen_address(std::string_view s) {
   if (s.empty()) return std::nullopt;
@@ -408,20 +431,12 @@ const std::vector<KeyDef>& key_defs() {
         "Per-stage budget: samples attributed per execution; more are thinned evenly (and "
         "counted).",
         [](Config& c) -> std::uint64_t& { return c.sampling.max_samples; }, 1, 10'000'000));
-    {
-      KeyDef d{"sandbox_filesystem", X,
-               "How client code is kept out of the state dir: auto (Landlock, else a mount "
-               "namespace), landlock, mount_namespace, or none (unsafe).",
-               nullptr, nullptr};
-      d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
-        auto f = kSandboxFilesystemNames.parse(s);
-        if (!f) return kSandboxFilesystemNames.alternatives();
-        c.sandbox_filesystem = *f;
-        return std::nullopt;
-      };
-      d.get = [](const Config& c) { return std::string(to_string(c.sandbox_filesystem)); };
-      v.push_back(std::move(d));
-    }
+    v.push_back(
+        enum_key("sandbox_filesystem", X,
+                 "How client code is kept out of the state dir: auto (Landlock, else a mount "
+                 "namespace), landlock, mount_namespace, or none (unsafe).",
+                 kSandboxFilesystemNames,
+                 [](Config& c) -> SandboxFilesystem& { return c.sandbox_filesystem; }));
     v.push_back(uint_key<std::uint32_t>(
         "sandbox_uid_base", X,
         "Where fdod may switch uids (root or CAP_SETUID), jobs run as sandbox_uid_base + 1 + "
@@ -430,20 +445,11 @@ const std::vector<KeyDef>& key_defs() {
     v.push_back(uint_key<std::uint32_t>(
         "sandbox_uid_count", X, "Size of the sandbox uid range (see sandbox_uid_base).",
         [](Config& c) -> std::uint32_t& { return c.sandbox_uid_count; }, 2, 100000000u));
-    {
-      KeyDef d{"sandbox_cgroup", X,
-               "cgroup v2 group per worker (memory.max, pids.max, killed as one): auto (when "
-               "fdod's cgroup is delegated to it, e.g. Delegate=yes), off, or required.",
-               nullptr, nullptr};
-      d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
-        auto m = kSandboxCgroupNames.parse(s);
-        if (!m) return kSandboxCgroupNames.alternatives();
-        c.sandbox_cgroup = *m;
-        return std::nullopt;
-      };
-      d.get = [](const Config& c) { return std::string(to_string(c.sandbox_cgroup)); };
-      v.push_back(std::move(d));
-    }
+    v.push_back(enum_key(
+        "sandbox_cgroup", X,
+        "cgroup v2 group per worker (memory.max, pids.max, killed as one): auto (when "
+        "fdod's cgroup is delegated to it, e.g. Delegate=yes), off, or required.",
+        kSandboxCgroupNames, [](Config& c) -> SandboxCgroup& { return c.sandbox_cgroup; }));
     v.push_back(uint_key<std::uint64_t>(
         "job_max_tasks", X,
         "pids.max of a worker's cgroup: threads a job may have at once (with sandbox_cgroup).",
@@ -527,25 +533,11 @@ const std::vector<KeyDef>& key_defs() {
         "instrumentation after each profile made from instrumentation counts; their counts "
         "join the profile (0 = no such round).",
         [](Config& c) -> int& { return c.policy.cs_pgo_stages; }, 0, 1'000'000));
-    {
-      KeyDef d{"guard", R,
-               "on: A/B-test each new profile (and knob variants) against the incumbent build on "
-               "live stages and serve the faster (docs/guard.md); off: serve the profile as is.",
-               nullptr, nullptr};
-      d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
-        if (s == "on")
-          c.guard.mode = GuardMode::on;
-        else if (s == "off")
-          c.guard.mode = GuardMode::off;
-        else
-          return "on or off";
-        return std::nullopt;
-      };
-      d.get = [](const Config& c) {
-        return std::string(c.guard.mode == GuardMode::on ? "on" : "off");
-      };
-      v.push_back(std::move(d));
-    }
+    v.push_back(enum_key(
+        "guard", R,
+        "on: A/B-test each new profile (and knob variants) against the incumbent build on live "
+        "stages and serve the faster (docs/guard.md); off: serve the profile as is.",
+        kGuardModeNames, [](Config& c) -> GuardMode& { return c.guard.mode; }));
     v.push_back(uint_key<int>(
         "guard.min_stages", R,
         "Stages a program runs under a profile before the guard trials it against the plain "
@@ -584,26 +576,12 @@ const std::vector<KeyDef>& key_defs() {
         "A running trial's samples are saved in the profile after every this many pairs, so a "
         "restart continues it (0 = never: a restart starts the trial over).",
         [](Config& c) -> int& { return c.guard.checkpoint_pairs; }, 0, 10'000));
-    {
-      KeyDef d{"guard.clock", R,
-               "What a trial compares: cpu (the worker process's CPU time during the call, every "
-               "thread of it; what other processes take is left out) or wall (its wall time). A "
-               "change starts running trials over.",
-               nullptr, nullptr};
-      d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
-        if (s == "cpu")
-          c.guard.clock = GuardClock::cpu;
-        else if (s == "wall")
-          c.guard.clock = GuardClock::wall;
-        else
-          return "cpu or wall";
-        return std::nullopt;
-      };
-      d.get = [](const Config& c) {
-        return std::string(c.guard.clock == GuardClock::cpu ? "cpu" : "wall");
-      };
-      v.push_back(std::move(d));
-    }
+    v.push_back(enum_key(
+        "guard.clock", R,
+        "What a trial compares: cpu (the worker process's CPU time during the call, every thread "
+        "of it; what other processes take is left out) or wall (its wall time). A change starts "
+        "running trials over.",
+        kGuardClockNames, [](Config& c) -> GuardClock& { return c.guard.clock; }));
     v.push_back(double_key(
         "guard.rank_p", R,
         "One-sided p-value at which the two-sample rank test (every candidate stage against "
@@ -819,6 +797,10 @@ Expected<Config> Config::load(const std::string& path, const ConfigOverrides& ov
 
 std::string_view to_string(SandboxFilesystem f) {
   return kSandboxFilesystemNames.name(f);
+}
+
+std::string_view to_string(GuardClock c) {
+  return kGuardClockNames.name(c);
 }
 
 std::string_view to_string(SandboxCgroup c) {

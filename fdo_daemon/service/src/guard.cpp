@@ -16,8 +16,6 @@ namespace {
 constexpr EnumNames<VariantRole, 3> kRoleNames{{{{VariantRole::current, "current"},
                                                  {VariantRole::incumbent, "incumbent"},
                                                  {VariantRole::candidate, "candidate"}}}};
-constexpr EnumNames<GuardClock, 2> kClockNames{
-    {{{GuardClock::cpu, "cpu"}, {GuardClock::wall, "wall"}}}};
 
 // Builds asked for ahead of need that a key remembers (a handful per profile version).
 constexpr std::size_t kAheadKept = 32;
@@ -78,10 +76,6 @@ std::string progress(const Trial& t, const TrialConfig& c) {
 
 std::string_view to_string(VariantRole r) {
   return kRoleNames.name(r);
-}
-
-std::string_view to_string(GuardClock clock) {
-  return kClockNames.name(clock);
 }
 
 std::optional<std::uint64_t> time_on(GuardClock clock, const StageTimes& times) {

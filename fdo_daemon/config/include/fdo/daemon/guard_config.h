@@ -3,6 +3,8 @@
 // in the service, are pure logic and bookkeeping over these.
 #pragma once
 
+#include <string_view>
+
 namespace fdo::daemon {
 
 struct TrialConfig {
@@ -28,6 +30,7 @@ enum class GuardMode { on, off };
 // the call (every thread of it; what other processes of a loaded host take is
 // left out) or its wall time.
 enum class GuardClock { cpu, wall };
+std::string_view to_string(GuardClock clock); // "cpu", "wall"
 
 struct GuardConfig {
   GuardMode mode = GuardMode::on;

@@ -146,7 +146,6 @@ struct StageTimes {
 };
 // The time a trial on `clock` compares; unset: the stage has none on it.
 std::optional<std::uint64_t> time_on(GuardClock clock, const StageTimes& times);
-std::string_view to_string(GuardClock clock);
 
 struct GuardStage {
   bool counted = false;               // the stage's time went into the trial
