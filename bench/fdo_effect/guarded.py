@@ -17,22 +17,19 @@ from run_native import BenchError
 
 U64 = (1 << 64) - 1
 COLUMNS = [("fdo_guard_final", "fdo guard final")]
-# The same guard deciding on wall time (guard.clock wall), side by side with
-# the default CPU-time guard when run_fdo_effect.py gets --guard-wall.
-WALL_COLUMNS = [("fdo_guard_wall_final", "fdo guard wall final")]
+# Guard B: the same guard with some guard.* settings changed (run_fdo_effect.py
+# --guard-b KEY=VALUE, --guard-wall), timed side by side with it.
+B_COLUMNS = [("fdo_guard_b_final", "fdo guard B final")]
 # The summary a verdict's stage reports: "<candidate> accepted: ...".
 VERDICT = re.compile(r" (accepted|rejected|not taken \(no difference\)|"
                      r"kept \(no difference, faster median\)): ")
 COMPILES = re.compile(r"^fdo_cache_compiles_total (\d+)$", re.M)
 
 
-def settings(min_stages: int, quick: bool, clock: str = "cpu") -> Dict[str, object]:
+def settings(min_stages: int, quick: bool) -> Dict[str, object]:
     """The guarded daemon: the bench's fdod settings with the guard on, the
     first trial as soon as the profile exists and tuning after a few stages
-    (a bench program runs many stages by construction); `clock` is what its
-    trials compare (guard.clock: cpu, fdod's default, or wall)."""
-    if clock not in ("cpu", "wall"):
-        raise BenchError(f"unknown guard clock '{clock}': expected cpu or wall")
+    (a bench program runs many stages by construction)."""
     s = {
         "policy.min_stages": min_stages,
         "policy.min_counts": 1000,
@@ -44,7 +41,7 @@ def settings(min_stages: int, quick: bool, clock: str = "cpu") -> Dict[str, obje
         # A large effect is decided in about six pairs (the rank test,
         # guard.rank_p); a full run keeps the daemon's default budget (24).
         "guard.max_pairs": 10 if quick else 24,
-        "guard.clock": clock,
+        "guard.clock": "cpu",
         "compile_workers": 1,
         "exec_workers": 1,
         "exec_timeout_ms": 60000,
@@ -53,6 +50,32 @@ def settings(min_stages: int, quick: bool, clock: str = "cpu") -> Dict[str, obje
         "log_level": "notice",
     }
     return s
+
+
+def b_settings(base: Dict[str, object], overrides: Sequence[str]) -> \
+        Tuple[Dict[str, object], str]:
+    """Guard B's settings: `base` with each "guard.KEY=VALUE" applied (a
+    number where VALUE reads as one), and the changes as people read them.
+    Only guard.* keys: B compares guard settings, nothing else."""
+    out = dict(base)
+    changed = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key.startswith("guard.") or not value:
+            raise BenchError(f"guard B setting '{item}': expected guard.KEY=VALUE")
+        parsed: object = value
+        for conv in (int, float):
+            try:
+                parsed = conv(value)
+                break
+            except ValueError:
+                pass
+        out[key] = parsed
+        changed.append(f"{key} {value}")
+    if not changed:
+        raise BenchError("guard B needs at least one guard.KEY=VALUE")
+    return out, ", ".join(changed)
 
 
 def compiles(client) -> int:

@@ -346,9 +346,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     ap.add_argument("--no-guard", action="store_true",
                     help="leave out the fdo guard column (a second fdod, guard and tuning on)")
+    ap.add_argument("--guard-b", action="append", default=[], metavar="guard.KEY=VALUE",
+                    help="also guard B: a third fdod with the guard column's settings but these "
+                         "(repeatable), its own column side by side (fdo guard B final)")
     ap.add_argument("--guard-wall", action="store_true",
-                    help="also a guard column deciding on wall time (a third fdod, guard.clock "
-                         "wall), side by side with the guard on CPU time (fdod's default)")
+                    help="shorthand for --guard-b guard.clock=wall: a guard deciding on wall "
+                         "time beside the one on CPU time (fdod's default)")
     args = ap.parse_args(argv)
     if args.quick:
         args.rounds, args.runs, args.final_stages, args.min_stages = 2, 2, 2, 2
@@ -385,11 +388,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     guard_daemon = None if args.no_guard else harness.Daemon(
         config=guard_settings, build_dir=args.build_dir, prefix="fdo-bench-guard-")
     guard_client = None
-    wall_settings = guarded.settings(args.min_stages, args.quick, clock="wall")
-    wall_daemon = harness.Daemon(config=wall_settings, build_dir=args.build_dir,
-                                 prefix="fdo-bench-guard-wall-") \
-        if args.guard_wall and not args.no_guard else None
-    wall_client = None
+    b_overrides = args.guard_b + (["guard.clock=wall"] if args.guard_wall else [])
+    b_daemon, b_settings, b_changes = None, None, ""
+    if b_overrides and not args.no_guard:
+        try:
+            b_settings, b_changes = guarded.b_settings(guard_settings, b_overrides)
+        except BenchError as e:
+            print(f"run_fdo_effect: {e}", file=sys.stderr)
+            return 2
+        b_daemon = harness.Daemon(config=b_settings, build_dir=args.build_dir,
+                                  prefix="fdo-bench-guard-b-")
+    b_client = None
     host = rn.host_info()
     try:
         for what, d in (("fdod", daemon), ("fdod (CS)", cs_daemon)):
@@ -424,18 +433,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             variants.append(Variant("fdod_guard", "fdod guarded", guarded.GuardedRunner(
                 guard_client, manifest.get("entry", "kernel_run"), guard_settings,
                 args.final_stages, text_of, clock=args.clock), columns=guarded.COLUMNS))
-        if wall_daemon is not None:
+        if b_daemon is not None:
             try:
-                wall_daemon.start()
+                b_daemon.start()
             except RuntimeError as e:
-                print(f"run_fdo_effect: the wall-clock guarded fdod did not start: {e}",
-                      file=sys.stderr)
+                print(f"run_fdo_effect: guard B's fdod did not start: {e}", file=sys.stderr)
                 return 2
-            wall_client = harness.Client(wall_daemon.socket, timeout=300)
-            variants.append(Variant("fdod_guard_wall", "fdod guarded (wall)", guarded.GuardedRunner(
-                wall_client, manifest.get("entry", "kernel_run"), wall_settings,
+            b_client = harness.Client(b_daemon.socket, timeout=300)
+            variants.append(Variant("fdod_guard_b", "fdod guard B", guarded.GuardedRunner(
+                b_client, manifest.get("entry", "kernel_run"), b_settings,
                 args.final_stages, text_of, clock=args.clock,
-                column=guarded.WALL_COLUMNS[0][0]), columns=guarded.WALL_COLUMNS))
+                column=guarded.B_COLUMNS[0][0]), columns=guarded.B_COLUMNS))
         if cs_client is not None:
             variants.append(Variant("fdod_cs", "fdod CS", FdodRunner(
                 cs_client, manifest.get("entry", "kernel_run"), args.min_stages, args.final_stages,
@@ -446,8 +454,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         client.close()
         if guard_client is not None:
             guard_client.close()
-        if wall_client is not None:
-            wall_client.close()
+        if b_client is not None:
+            b_client.close()
         if cs_client is not None:
             cs_client.close()
     finally:
@@ -455,8 +463,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         daemon.cleanup()
         if guard_daemon is not None:
             guard_daemon.cleanup()
-        if wall_daemon is not None:
-            wall_daemon.cleanup()
+        if b_daemon is not None:
+            b_daemon.cleanup()
         if cs_daemon is not None:
             cs_daemon.cleanup()
         for f in os.listdir(scratch):
@@ -471,7 +479,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
              ("fdo_instr", "fdo_plain"), ("clang_instr", "pgo"), ("clang_instr", "o2"),
              ("fdocs_final", "pgo"), ("fdocs_final", "fdo_final"), ("fdocs_cs_instr", "fdocs_final")]
     pairs += [("fdo_guard_final", "pgo"), ("fdo_guard_final", "fdo_final"),
-              ("fdo_guard_wall_final", "pgo"), ("fdo_guard_final", "fdo_guard_wall_final")]
+              ("fdo_guard_b_final", "pgo"), ("fdo_guard_final", "fdo_guard_b_final")]
     pairs = [(a, b) for a, b in pairs if a in names and b in names]
     summary = rn.summarize(results, names, baseline="o2", pair_ratios=pairs)
 
@@ -500,8 +508,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     "fdo_guard_final/o2": "fdo guard final",
                     "fdo_guard_final/pgo": "guard final / clang PGO",
                     "fdo_guard_final/fdo_final": "guard final / fdo final",
-                    "fdo_guard_wall_final/pgo": "guard wall final / clang PGO",
-                    "fdo_guard_final/fdo_guard_wall_final": "guard cpu / guard wall",
+                    "fdo_guard_b_final/pgo": "guard B final / clang PGO",
+                    "fdo_guard_final/fdo_guard_b_final": "guard / guard B",
                     "fdocs_final/pgo": "fdo +CS final / clang PGO",
                     "fdocs_final/fdo_final": "fdo +CS final / fdo final"}
     print(rn.format_ratio_table(results, summary, labels,
@@ -517,7 +525,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(rn.format_ratio_table(results, summary, labels,
                                 [(p, cost_heads[p]) for p in cost_heads if p in summary["pairs"]]))
     for column, label in (("fdo_final", "fdo final"), ("fdo_guard_final", "fdo guard final"),
-                          ("fdo_guard_wall_final", "fdo guard wall final")):
+                          ("fdo_guard_b_final", "fdo guard B final")):
         if f"{column}/pgo" in summary["pairs"]:
             lines, met = pgo_targets(summary, column)
             print(f"\nissue 16 targets for {label} / clang PGO ({args.clock} time): "
@@ -537,10 +545,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"unguarded run:")
         print(guarded.cost_table(results))
         guard_columns = [("fdo_guard_final", "fdo guard final"), ("fdo_final", "fdo final")]
-        if wall_daemon is not None:
-            print("\nthe same guard deciding on wall time (guard.clock wall):")
-            print(guarded.cost_table(results, "fdod_guard_wall"))
-            guard_columns.insert(1, ("fdo_guard_wall_final", "fdo guard wall final"))
+        if b_daemon is not None:
+            print(f"\nguard B: the same guard with {b_changes}:")
+            print(guarded.cost_table(results, "fdod_guard_b"))
+            guard_columns.insert(1, ("fdo_guard_b_final", "fdo guard B final"))
         for column, label in guard_columns:
             lines, met = guarded.targets(results, summary, column)
             print(f"\ntargets for {label} (<= min(clang -O2, clang PGO) within the noise on "
@@ -553,7 +561,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   "warmup_per_process": args.warmup, "min_stages": args.min_stages,
                   "final_stages": args.final_stages, "fdod_config": settings,
                   "fdod_guard_config": None if args.no_guard else guard_settings,
-                  "fdod_guard_wall_config": wall_settings if wall_daemon is not None else None,
+                  "fdod_guard_b_config": b_settings if b_daemon is not None else None,
+                  "fdod_guard_b_changes": b_changes or None,
                   "cs_stages": args.cs_stages, "clock": args.clock,
                   "order": "round-robin per kernel, variant order rotated every round"}
         doc = rn.to_json(results, summary, manifest, params, host, variants)

@@ -382,13 +382,21 @@ class Clock(unittest.TestCase):
                                       **({"column": column} if column else {}))
         return runner({"name": "k"})
 
-    def test_the_wall_clock_guard_is_its_own_column_and_daemon_setting(self):
-        self.assertEqual(self.g.settings(3, False)["guard.clock"], "cpu")
-        self.assertEqual(self.g.settings(3, False, clock="wall")["guard.clock"], "wall")
-        with self.assertRaises(rn.BenchError):
-            self.g.settings(3, False, clock="monotonic")
-        got = self._guarded("thread-cpu", column=self.g.WALL_COLUMNS[0][0])
-        self.assertEqual(got["columns"], {"fdo_guard_wall_final": [200, 300]})
+    def test_guard_b_changes_guard_settings_only_and_is_its_own_column(self):
+        base = self.g.settings(3, False)
+        self.assertEqual(base["guard.clock"], "cpu")
+        b, changes = self.g.b_settings(base, ["guard.clock=wall", "guard.tune_max_variants=10",
+                                              "guard.min_effect=0.02"])
+        self.assertEqual((b["guard.clock"], b["guard.tune_max_variants"], b["guard.min_effect"]),
+                         ("wall", 10, 0.02))
+        self.assertEqual(base["guard.clock"], "cpu")  # the A guard's settings are untouched
+        self.assertEqual(changes, "guard.clock wall, guard.tune_max_variants 10, "
+                                  "guard.min_effect 0.02")
+        for bad in (["tier_up=async"], ["guard.clock"], ["guard.clock="], []):
+            with self.assertRaises(rn.BenchError):
+                self.g.b_settings(base, bad)
+        got = self._guarded("thread-cpu", column=self.g.B_COLUMNS[0][0])
+        self.assertEqual(got["columns"], {"fdo_guard_b_final": [200, 300]})
 
     def test_the_guard_column_takes_the_clock(self):
         self.assertEqual(self._guarded("monotonic")["columns"], {"fdo_guard_final": [2000, 3000]})
