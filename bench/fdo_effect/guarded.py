@@ -109,6 +109,15 @@ def losing_stages(stages: Sequence[dict]) -> Tuple[int, int, List[str]]:
     return losing, under_profile, verdicts
 
 
+def settled(stages: Sequence[dict], tail: int) -> bool:
+    """The last `tail` stages (0: not yet) all ran the same incumbent and
+    none was counted in a trial."""
+    last = stages[-tail:] if tail > 0 else []
+    return len(last) == tail > 0 and all(
+        s["role"] == "incumbent" and not s["counted"] and s["name"] == last[0]["name"]
+        for s in last)
+
+
 class GuardedRunner:
     """Runs one kernel through a fresh program on the guarded fdod until the
     guard settles (the profile trial and every knob trial decided), then
@@ -127,6 +136,13 @@ class GuardedRunner:
         # arm still compiling), the final stages and some slack.
         self.limit = int(config["policy.min_stages"]) + 4 + self.trials * (2 * pairs + 6) + \
             int(config["guard.tune_min_stages"]) + final_stages
+        # A budget larger than the knob steps that apply to a program is
+        # never spent (steps that do not apply are not counted): then the
+        # guard has settled once, after the profile trial and a knob trial,
+        # this many stages in a row ran the incumbent outside any trial (a
+        # knob trial follows the last one at once, its build compiled ahead;
+        # only the first waits guard.tune_min_stages).
+        self.quiet = int(config["guard.tune_min_stages"]) + 2 * final_stages
         self.ir_text = ir_text
         self.round: Dict[str, int] = {}
 
@@ -168,10 +184,8 @@ class GuardedRunner:
             # Settled: every trial decided, and the last stages all ran the
             # incumbent outside any trial (a profile rewrite meanwhile starts
             # another trial, which is waited for too).
-            tail = stages[-self.final_stages:]
-            if (decided >= self.trials and len(tail) == self.final_stages and
-                    all(s["role"] == "incumbent" and not s["counted"] and
-                        s["name"] == tail[0]["name"] for s in tail)):
+            if settled(stages, self.final_stages if decided >= self.trials else
+                       self.quiet if decided >= 2 else 0):
                 break
         else:
             raise BenchError(f"the guard did not settle within {self.limit} stages "

@@ -382,6 +382,44 @@ class Clock(unittest.TestCase):
                                       **({"column": column} if column else {}))
         return runner({"name": "k"})
 
+    def test_a_budget_larger_than_the_steps_settles_after_a_quiet_tail(self):
+        # Budget 10, but only one knob step applied: two verdicts, then the
+        # incumbent outside any trial. Settled after guard.tune_min_stages +
+        # 2 x final-stages (here 1 + 4) quiet stages, not before; the column
+        # is the last final-stages of them.
+        inc = {"role": "incumbent", "name": "v1 profiled O3", "counted": False, "trial": None}
+        cand = dict(inc, role="candidate", counted=True, trial="trial: 1+1 stages")
+        prof = dict(inc, counted=True, name="v1 profiled O2",
+                    trial="v1 profiled O2 accepted: 1.20x faster than plain O2 over 2+2 stages")
+        knob = dict(cand, trial="v1 profiled O3 accepted: 1.05x faster than v1 profiled O2 "
+                                "over 6+6 stages")
+        config = {"policy.min_stages": 1, "guard.tune_max_variants": 10, "guard.max_pairs": 6,
+                  "guard.tune_min_stages": 1}
+
+        def replies(quiet):
+            r = [_reply(0, "instrumented", 0, 1000, variant=dict(inc, role="current", trial=None)),
+                 _reply(1, "optimized", 1, 2000, variant=prof),
+                 _reply(2, "optimized", 1, 2000, variant=cand),
+                 _reply(3, "optimized", 1, 2000, variant=knob)]
+            return r + [_reply(4 + i, "optimized", 1, 3000 + i, variant=inc) for i in range(quiet)]
+
+        runner = self.g.GuardedRunner(FakeClient(replies(5)), "kernel_run", config, 2,
+                                      lambda k: "; ir", clock="monotonic")
+        got = runner({"name": "k"})
+        self.assertEqual(got["columns"], {"fdo_guard_final": [3003, 3004]})
+        self.assertEqual(len(got["details"]["verdicts"]), 2)
+        runner = self.g.GuardedRunner(FakeClient(replies(4)), "kernel_run", config, 2,
+                                      lambda k: "; ir", clock="monotonic")
+        with self.assertRaises(IndexError):  # wanted a fifth quiet stage: not settled at four
+            runner({"name": "k"})
+        self.assertTrue(self.g.settled([{"role": "incumbent", "counted": False, "trial": None,
+                                         "name": "a"}] * 3, 3))
+        self.assertFalse(self.g.settled([{"role": "incumbent", "counted": True,
+                                          "trial": "trial: 1+0 stages", "name": "a"}] * 3, 3))
+        self.assertFalse(self.g.settled([{"role": "incumbent", "counted": False, "name": n}
+                                         for n in "aab"], 3))
+        self.assertFalse(self.g.settled([], 0))
+
     def test_guard_b_changes_guard_settings_only_and_is_its_own_column(self):
         base = self.g.settings(3, False)
         self.assertEqual(base["guard.clock"], "cpu")
