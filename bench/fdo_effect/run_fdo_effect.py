@@ -387,7 +387,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     guard_settings = guarded.settings(args.min_stages, args.quick)
     guard_daemon = None if args.no_guard else harness.Daemon(
         config=guard_settings, build_dir=args.build_dir, prefix="fdo-bench-guard-")
-    guard_client = None
+    guard_clients: List[harness.Client] = []
     b_overrides = args.guard_b + (["guard.clock=wall"] if args.guard_wall else [])
     b_daemon, b_settings, b_changes = None, None, ""
     if b_overrides and not args.no_guard:
@@ -398,7 +398,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 2
         b_daemon = harness.Daemon(config=b_settings, build_dir=args.build_dir,
                                   prefix="fdo-bench-guard-b-")
-    b_client = None
     host = rn.host_info()
     try:
         for what, d in (("fdod", daemon), ("fdod (CS)", cs_daemon)):
@@ -422,28 +421,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                                            args.min_stages, args.final_stages,
                                                            clock=args.clock),
                                 columns=FDOD_COLUMNS))
-        if guard_daemon is not None:
+        text_of = variants[-1].run._ir
+        for d, cfg, name, label, columns, what in (
+                (guard_daemon, guard_settings, "fdod_guard", "fdod guarded", guarded.COLUMNS,
+                 "the guarded fdod"),
+                (b_daemon, b_settings, "fdod_guard_b", "fdod guard B", guarded.B_COLUMNS,
+                 "guard B's fdod")):
+            if d is None:
+                continue
             try:
-                guard_daemon.start()
+                d.start()
             except RuntimeError as e:
-                print(f"run_fdo_effect: the guarded fdod did not start: {e}", file=sys.stderr)
+                print(f"run_fdo_effect: {what} did not start: {e}", file=sys.stderr)
                 return 2
-            guard_client = harness.Client(guard_daemon.socket, timeout=300)
-            text_of = variants[-1].run._ir
-            variants.append(Variant("fdod_guard", "fdod guarded", guarded.GuardedRunner(
-                guard_client, manifest.get("entry", "kernel_run"), guard_settings,
-                args.final_stages, text_of, clock=args.clock), columns=guarded.COLUMNS))
-        if b_daemon is not None:
-            try:
-                b_daemon.start()
-            except RuntimeError as e:
-                print(f"run_fdo_effect: guard B's fdod did not start: {e}", file=sys.stderr)
-                return 2
-            b_client = harness.Client(b_daemon.socket, timeout=300)
-            variants.append(Variant("fdod_guard_b", "fdod guard B", guarded.GuardedRunner(
-                b_client, manifest.get("entry", "kernel_run"), b_settings,
-                args.final_stages, text_of, clock=args.clock,
-                column=guarded.B_COLUMNS[0][0]), columns=guarded.B_COLUMNS))
+            guard_clients.append(harness.Client(d.socket, timeout=300))
+            variants.append(Variant(name, label, guarded.GuardedRunner(
+                guard_clients[-1], manifest.get("entry", "kernel_run"), cfg, args.final_stages,
+                text_of, clock=args.clock, column=columns[0][0]), columns=columns))
         if cs_client is not None:
             variants.append(Variant("fdod_cs", "fdod CS", FdodRunner(
                 cs_client, manifest.get("entry", "kernel_run"), args.min_stages, args.final_stages,
@@ -452,10 +446,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                  f"{args.rounds} rounds")
         results = rn.measure_interleaved(kernels, variants, args.rounds, progress)
         client.close()
-        if guard_client is not None:
-            guard_client.close()
-        if b_client is not None:
-            b_client.close()
+        for c in guard_clients:
+            c.close()
         if cs_client is not None:
             cs_client.close()
     finally:
