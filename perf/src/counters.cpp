@@ -317,8 +317,10 @@ void CounterGroup::start() {
   g.group_error_reason.clear();
   g.task_clock_window_error.clear();
   g.rdpmc_begin_ok = g.rdpmc_end_ok = false;
-  g.wall_start = now_ns(CLOCK_MONOTONIC);
+  // The process clock is a system call (about 1.3 us in a VM): read outside
+  // the wall and thread windows so that it does not widen them.
   g.process_cpu_start = now_ns(CLOCK_PROCESS_CPUTIME_ID);
+  g.wall_start = now_ns(CLOCK_MONOTONIC);
   g.cpu_start = now_ns(CLOCK_THREAD_CPUTIME_ID);
   if (g.task_clock.valid()) {
     SysResult r1 = g.sys->ioctl(g.task_clock.get(), PERF_EVENT_IOC_RESET, 0);
@@ -346,8 +348,8 @@ void CounterGroup::stop() {
           "ioctl(PERF_EVENT_IOC_DISABLE) on task-clock failed with " + errno_name(r.error);
   }
   g.cpu_end = now_ns(CLOCK_THREAD_CPUTIME_ID);
-  g.process_cpu_end = now_ns(CLOCK_PROCESS_CPUTIME_ID);
   g.wall_end = now_ns(CLOCK_MONOTONIC);
+  g.process_cpu_end = now_ns(CLOCK_PROCESS_CPUTIME_ID);
   g.state = Impl::State::stopped;
 }
 

@@ -380,13 +380,15 @@ Expected<Message> ExecJobs::handle(const Message& request) {
   } else {
     // No counter group at all: still report wall and CPU time.
     timespec w0{}, w1{}, c0{}, c1{}, p0{}, p1{};
-    ::clock_gettime(CLOCK_MONOTONIC, &w0);
+    // The process clock outermost: it is a system call, and inside the
+    // others it would widen their windows.
     ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &p0);
+    ::clock_gettime(CLOCK_MONOTONIC, &w0);
     ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     thunk(slots.data(), &ret);
     ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
-    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &p1);
     ::clock_gettime(CLOCK_MONOTONIC, &w1);
+    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &p1);
     auto ns = [](timespec a, timespec b) {
       return static_cast<std::uint64_t>((b.tv_sec - a.tv_sec) * 1000000000LL +
                                         (b.tv_nsec - a.tv_nsec));
