@@ -17,8 +17,8 @@ from run_native import BenchError
 
 U64 = (1 << 64) - 1
 COLUMNS = [("fdo_guard_final", "fdo guard final")]
-# Guard B: the same guard with some guard.* settings changed (run_fdo_effect.py
-# --guard-b KEY=VALUE, --guard-wall), timed side by side with it.
+# Guard B: the same guard with some guard.* (or policy.*) settings changed
+# (run_fdo_effect.py --guard-b KEY=VALUE, --guard-wall), timed side by side with it.
 B_COLUMNS = [("fdo_guard_b_final", "fdo guard B final")]
 # The summary a verdict's stage reports: "<candidate> accepted: ...".
 VERDICT = re.compile(r" (accepted|rejected|not taken \(no difference\)|"
@@ -54,16 +54,19 @@ def settings(min_stages: int, quick: bool) -> Dict[str, object]:
 
 def b_settings(base: Dict[str, object], overrides: Sequence[str]) -> \
         Tuple[Dict[str, object], str]:
-    """Guard B's settings: `base` with each "guard.KEY=VALUE" applied (a
-    number where VALUE reads as one), and the changes as people read them.
-    Only guard.* keys: B compares guard settings, nothing else."""
+    """Guard B's settings: `base` with each "guard.KEY=VALUE" (or
+    "policy.KEY=VALUE", e.g. policy.cs_pgo_stages=2: the context-sensitive
+    round, which the guard then judges) applied (a number where VALUE reads
+    as one), and the changes as people read them. Only guard.* and policy.*
+    keys: B compares how the guarded daemon decides, nothing else."""
     out = dict(base)
     changed = []
     for item in overrides:
         key, sep, value = item.partition("=")
         key, value = key.strip(), value.strip()
-        if not sep or not key.startswith("guard.") or not value:
-            raise BenchError(f"guard B setting '{item}': expected guard.KEY=VALUE")
+        if not sep or not key.startswith(("guard.", "policy.")) or not value:
+            raise BenchError(f"guard B setting '{item}': expected guard.KEY=VALUE or "
+                             f"policy.KEY=VALUE")
         parsed: object = value
         for conv in (int, float):
             try:
@@ -92,7 +95,7 @@ def losing_stages(stages: Sequence[dict]) -> Tuple[int, int, List[str]]:
     losing, under_profile, verdicts = 0, 0, []
     segment: List[dict] = []
     for s in stages:
-        if s["mode"] == "instrumented":
+        if s["mode"] in ("instrumented", "cs_instrumented"):
             continue
         under_profile += 1
         segment.append(s)
@@ -132,10 +135,15 @@ class GuardedRunner:
         self.final_stages = final_stages
         self.trials = 1 + int(config["guard.tune_max_variants"])
         pairs = int(config["guard.max_pairs"])
-        # Instrumented stages, every trial at its budget (plus stages of the
-        # arm still compiling), the final stages and some slack.
-        self.limit = int(config["policy.min_stages"]) + 4 + self.trials * (2 * pairs + 6) + \
-            int(config["guard.tune_min_stages"]) + final_stages
+        cs_stages = int(config.get("policy.cs_pgo_stages", 0))
+        # Instrumented stages (and the context-sensitive round's), every
+        # trial at its budget (plus stages of the arm still compiling), the
+        # final stages and some slack.
+        self.limit = int(config["policy.min_stages"]) + cs_stages + 4 + \
+            self.trials * (2 * pairs + 6) + int(config["guard.tune_min_stages"]) + final_stages
+        # What an unguarded run compiles: instrumented, (cs_instrumented,)
+        # optimized; the rest are the guard's.
+        self.base_compiles = 3 if cs_stages > 0 else 2
         # A budget larger than the knob steps that apply to a program is
         # never spent (steps that do not apply are not counted): then the
         # guard has settled once, after the profile trial and a knob trial,
@@ -205,8 +213,8 @@ class GuardedRunner:
             "details": {"program": reg["program"], "served": final[-1]["name"],
                         "verdicts": verdicts, "stages": stages,
                         "stages_under_profile": under_profile, "losing_stages": losing,
-                        # An unguarded run compiles twice: instrumented, then optimized.
-                        "compiles": spent, "trial_compiles": max(0, spent - 2)},
+                        "compiles": spent,
+                        "trial_compiles": max(0, spent - self.base_compiles)},
         }
 
 

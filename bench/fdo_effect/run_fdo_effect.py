@@ -348,7 +348,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="leave out the fdo guard column (a second fdod, guard and tuning on)")
     ap.add_argument("--guard-b", action="append", default=[], metavar="guard.KEY=VALUE",
                     help="also guard B: a third fdod with the guard column's settings but these "
-                         "(repeatable), its own column side by side (fdo guard B final)")
+                         "guard.* or policy.* settings (repeatable; e.g. policy.cs_pgo_stages=2: "
+                         "the context-sensitive round, judged by the guard), its own column side "
+                         "by side (fdo guard B final)")
     ap.add_argument("--guard-wall", action="store_true",
                     help="shorthand for --guard-b guard.clock=wall: a guard deciding on wall "
                          "time beside the one on CPU time (fdod's default)")
@@ -534,7 +536,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"guard.tune_max_variants {guard_settings['guard.tune_max_variants']}), run until "
               f"every trial is decided; losing = stages under the profile that ran the variant "
               f"its trial found slower; trial compiles = compiler runs beyond the two of an "
-              f"unguarded run:")
+              f"unguarded run (three with a context-sensitive round):")
         print(guarded.cost_table(results))
         guard_columns = [("fdo_guard_final", "fdo guard final"), ("fdo_final", "fdo final")]
         if b_daemon is not None:

@@ -142,7 +142,10 @@ class GuardColumn(unittest.TestCase):
         self.g = guarded
 
     def test_losing_stages_follow_each_verdict(self):
-        stages = [_stage("instrumented", "current"), _stage("optimized", "current"),
+        # (A context-sensitive round's stages are instrumentation, like the
+        # first round's: neither under the profile nor lost.)
+        stages = [_stage("instrumented", "current"), _stage("cs_instrumented", "current"),
+                  _stage("optimized", "current"),
                   _stage("plain", "incumbent"), _stage("optimized", "candidate"),
                   _stage("optimized", "candidate"),
                   _stage("plain", "incumbent", "v1 profiled O2 rejected: 1.30x slower than "
@@ -420,7 +423,7 @@ class Clock(unittest.TestCase):
                                          for n in "aab"], 3))
         self.assertFalse(self.g.settled([], 0))
 
-    def test_guard_b_changes_guard_settings_only_and_is_its_own_column(self):
+    def test_guard_b_changes_guard_and_policy_settings_only_and_is_its_own_column(self):
         base = self.g.settings(3, False)
         self.assertEqual(base["guard.clock"], "cpu")
         b, changes = self.g.b_settings(base, ["guard.clock=wall", "guard.tune_max_variants=10",
@@ -430,7 +433,10 @@ class Clock(unittest.TestCase):
         self.assertEqual(base["guard.clock"], "cpu")  # the A guard's settings are untouched
         self.assertEqual(changes, "guard.clock wall, guard.tune_max_variants 10, "
                                   "guard.min_effect 0.02")
-        for bad in (["tier_up=async"], ["guard.clock"], ["guard.clock="], []):
+        b, changes = self.g.b_settings(base, ["policy.cs_pgo_stages=2"])
+        self.assertEqual((b["policy.cs_pgo_stages"], changes), (2, "policy.cs_pgo_stages 2"))
+        self.assertNotIn("policy.cs_pgo_stages", base)
+        for bad in (["tier_up=async"], ["guard.clock"], ["guard.clock="], ["exec_workers=2"], []):
             with self.assertRaises(rn.BenchError):
                 self.g.b_settings(base, bad)
         got = self._guarded("thread-cpu", column=self.g.B_COLUMNS[0][0])

@@ -1,5 +1,7 @@
 #include "fdo/daemon/cs_round.h"
 
+#include "fdo/daemon/guard.h"
+
 #include <algorithm>
 
 namespace fdo::daemon {
@@ -14,6 +16,13 @@ int cs_round_stages(const PolicyConfig& config) {
 
 void start_cs_round(const PolicyConfig& config, ProfileDoc& next, std::string& reason) {
   if (config.cs_pgo_stages <= 0 || next.knobs.mode) return;
+  // The guard kept a build without context-sensitive counts: it measured
+  // this program faster without them, so their stages are not spent again.
+  if (incumbent_drops_cs(next.guard)) {
+    reason += "; no context-sensitive round: the guard serves this program without "
+              "context-sensitive counts";
+    return;
+  }
   next.knobs.mode = CompileMode::cs_instrumented;
   reason +=
       "; next " + std::to_string(config.cs_pgo_stages) + " stages gather context-sensitive counts";

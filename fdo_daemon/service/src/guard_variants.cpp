@@ -17,14 +17,20 @@ bool has_marks(const ProfileDoc& doc) {
          std::any_of(doc.cs_functions.begin(), doc.cs_functions.end(), marked);
 }
 
+bool has_cs_counts(const ProfileDoc& doc) {
+  return !doc.cs_functions.empty();
+}
+
 bool has_layout(const ProfileDoc& doc) {
   return std::any_of(doc.functions.begin(), doc.functions.end(), [](const auto& entry) {
     return entry.second.layout != FunctionLayout::normal;
   });
 }
 
-SampledPart toggled(SampledPart p) {
-  return p == SampledPart::kept ? SampledPart::dropped : SampledPart::kept;
+constexpr const char* kCsCountsKey = "cs_counts";
+
+ProfilePart toggled(ProfilePart p) {
+  return p == ProfilePart::kept ? ProfilePart::dropped : ProfilePart::kept;
 }
 
 // The first knob variant from step `from_step` on that applies; `step` gets its step.
@@ -60,15 +66,17 @@ std::string describe(const Variant& v) {
   if (!k.vectorize) s += " -vectorize";
   if (k.inline_threshold) s += " inline=" + std::to_string(*k.inline_threshold);
   if (k.text_offset != 0) s += " text+" + std::to_string(k.text_offset);
-  if (v.branch_marks == SampledPart::dropped) s += " -marks";
-  if (v.layout == SampledPart::dropped) s += " -layout";
+  if (v.cs_counts == ProfilePart::dropped) s += " -cs";
+  if (v.branch_marks == ProfilePart::dropped) s += " -marks";
+  if (v.layout == ProfilePart::dropped) s += " -layout";
   return s;
 }
 
 nlohmann::json variant_knobs_json(const Variant& v) {
   nlohmann::json j = to_json(v.knobs);
-  if (v.branch_marks == SampledPart::dropped) j["branch_marks"] = false;
-  if (v.layout == SampledPart::dropped) j["layout"] = false;
+  if (v.cs_counts == ProfilePart::dropped) j[kCsCountsKey] = false;
+  if (v.branch_marks == ProfilePart::dropped) j["branch_marks"] = false;
+  if (v.layout == ProfilePart::dropped) j["layout"] = false;
   return j;
 }
 
@@ -78,15 +86,24 @@ std::optional<Variant> variant_from_knobs_json(VariantBase base, const nlohmann:
   Variant v;
   v.base = base;
   v.knobs = *knobs;
-  auto part = [&](const char* key, SampledPart& out) {
+  auto part = [&](const char* key, ProfilePart& out) {
     auto it = j.find(key);
     if (it == j.end()) return true;
     if (!it->is_boolean()) return false;
-    out = it->get<bool>() ? SampledPart::kept : SampledPart::dropped;
+    out = it->get<bool>() ? ProfilePart::kept : ProfilePart::dropped;
     return true;
   };
-  if (!part("branch_marks", v.branch_marks) || !part("layout", v.layout)) return std::nullopt;
+  if (!part(kCsCountsKey, v.cs_counts) || !part("branch_marks", v.branch_marks) ||
+      !part("layout", v.layout))
+    return std::nullopt;
   return v;
+}
+
+bool incumbent_drops_cs(const GuardRecord& record) {
+  if (record.incumbent_base != VariantBase::profiled || !record.incumbent_knobs.is_object())
+    return false;
+  auto it = record.incumbent_knobs.find(kCsCountsKey);
+  return it != record.incumbent_knobs.end() && it->is_boolean() && !it->get<bool>();
 }
 
 ProfileDoc variant_doc(const Variant& v, const ProfileDoc& current) {
@@ -98,15 +115,15 @@ ProfileDoc variant_doc(const Variant& v, const ProfileDoc& current) {
   }
   doc.knobs.mode.reset();
   doc.functions = current.functions;
-  doc.cs_functions = current.cs_functions;
+  if (v.cs_counts == ProfilePart::kept) doc.cs_functions = current.cs_functions;
   doc.outside_functions = current.outside_functions;
-  if (v.branch_marks == SampledPart::dropped) {
+  if (v.branch_marks == ProfilePart::dropped) {
     for (auto& [name, f] : doc.functions)
       f.unpredictable.clear();
     for (auto& [name, f] : doc.cs_functions)
       f.unpredictable.clear();
   }
-  if (v.layout == SampledPart::dropped)
+  if (v.layout == ProfilePart::dropped)
     for (auto& [name, f] : doc.functions)
       f.layout = FunctionLayout::normal;
   return doc;
@@ -116,14 +133,14 @@ std::optional<Variant> knob_variant(const Variant& from, int step, const Profile
   Variant v = from;
   Knobs& k = v.knobs;
   switch (step) {
-  case 0: // more optimisation (or back to O2 when the incumbent is O3)
+  case knob_step::opt_level: // more optimisation (or back to O2 when the incumbent is O3)
     k.opt_level = from.knobs.opt_level >= 3 ? 2 : 3;
     break;
-  case 1: // the code half a cache line further on (docs/jit.md, "Text offset")
-  case 4: // a quarter
-  case 5: // three quarters
+  case knob_step::text32: // the code half a cache line further on (docs/jit.md, "Text offset")
+  case knob_step::text16: // a quarter
+  case knob_step::text48: // three quarters
   {
-    const int offset = step == 1 ? 32 : step == 4 ? 16 : 48;
+    const int offset = step == knob_step::text32 ? 32 : step == knob_step::text16 ? 16 : 48;
     // (or back to 0 from that offset, as O3 goes back to O2)
     k.text_offset = from.knobs.text_offset == offset ? 0 : offset;
     // A plain incumbent beside a profile is there because the profiled build
@@ -138,25 +155,31 @@ std::optional<Variant> knob_variant(const Variant& from, int step, const Profile
     }
     break;
   }
-  case 2: // the sampled !unpredictable marks (select/cmov for the marked branches)
+  case knob_step::cs_counts: // the context-sensitive round's counts (CSIRUse after the inliner)
+    if (from.base != VariantBase::profiled || !current || !has_cs_counts(*current))
+      return std::nullopt;
+    v.cs_counts = toggled(from.cs_counts);
+    break;
+  case knob_step::marks: // the sampled !unpredictable marks (select/cmov for the marked branches)
     if (from.base != VariantBase::profiled || !current || !has_marks(*current)) return std::nullopt;
     v.branch_marks = toggled(from.branch_marks);
     break;
-  case 3: // the sampled i-cache layout (hot functions first, cold apart and for size)
+  case knob_step::layout: // the sampled i-cache layout (hot functions first, cold apart and for
+                          // size)
     if (from.base != VariantBase::profiled || !current || !has_layout(*current))
       return std::nullopt;
     v.layout = toggled(from.layout);
     break;
-  case 6: // unrolling grows hot loops: it can cost i-cache
+  case knob_step::unroll: // unrolling grows hot loops: it can cost i-cache
     k.unroll = !from.knobs.unroll;
     break;
-  case 7:
+  case knob_step::vectorize:
     k.vectorize = !from.knobs.vectorize;
     break;
-  case 8: // aggressive inlining
+  case knob_step::inline500: // aggressive inlining
     k.inline_threshold = from.knobs.inline_threshold == 500 ? std::optional<int>() : 500;
     break;
-  case 9: // conservative inlining
+  case knob_step::inline75: // conservative inlining
     k.inline_threshold = from.knobs.inline_threshold == 75 ? std::optional<int>() : 75;
     break;
   default:

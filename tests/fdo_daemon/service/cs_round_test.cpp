@@ -1,6 +1,7 @@
 // The context-sensitive PGO round in the stage sequence (cs_round.h): the
 // policy's decisions alone, then the service's stages through fake workers.
 #include "fdo/daemon/cs_round.h"
+#include "fdo/daemon/guard.h"
 #include "fdo/daemon/policy.h"
 #include "service_harness.h"
 
@@ -54,6 +55,37 @@ TEST_CASE("cs round: a first profile asks for it only when configured", "[daemon
   PolicyDecision kept = decide_with(cfg, fb, &pinned_mode, 1);
   REQUIRE(kept.action == PolicyAction::rewrite);
   CHECK(kept.profile.knobs.mode == CompileMode::optimized);
+}
+
+TEST_CASE("cs round: not run again for a program the guard serves without CS counts",
+          "[daemon][policy][cs]") {
+  PolicyConfig cfg;
+  cfg.min_stages = 1;
+  cfg.min_counts = 10;
+  cfg.cs_pgo_stages = 2;
+  FeedbackAccumulator fb;
+  fb.add(counted(0x1234, {100, 900})); // the workload changed: a re-profile
+
+  ProfileDoc v3; // counts + CS counts, the guard's incumbent: profiled O2 -cs
+  v3.functions["loop"] = FunctionProfile{.cfg_hash = 0x1234, .counts = {900, 100}};
+  v3.cs_functions["loop"] = FunctionProfile{.cfg_hash = 0x1234 | kCsHashFlag, .counts = {9, 1, 3}};
+  v3.guard.incumbent_base = VariantBase::profiled;
+  v3.guard.incumbent_version = 3;
+  v3.guard.incumbent_knobs = json{{"opt_level", 2}, {"cs_counts", false}};
+  REQUIRE(incumbent_drops_cs(v3.guard));
+  PolicyDecision d = decide_with(cfg, fb, &v3, 3);
+  REQUIRE(d.action == PolicyAction::rewrite);
+  CHECK_FALSE(d.profile.knobs.mode.has_value()); // straight to optimized
+  CHECK(d.profile.cs_functions.empty());         // the old CS counts are not carried over
+  CHECK(d.profile.guard == v3.guard);
+  CHECK_THAT(d.reason, Catch::Contains("no context-sensitive round: the guard serves this "
+                                       "program without context-sensitive counts"));
+
+  // An incumbent that keeps them (or none yet): the round runs as configured.
+  v3.guard.incumbent_knobs = json{{"opt_level", 2}};
+  PolicyDecision again = decide_with(cfg, fb, &v3, 3);
+  REQUIRE(again.action == PolicyAction::rewrite);
+  CHECK(again.profile.knobs.mode == CompileMode::cs_instrumented);
 }
 
 TEST_CASE("cs round: ends after its stages with the CS counts in cs_functions",

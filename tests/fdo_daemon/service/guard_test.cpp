@@ -103,45 +103,48 @@ TEST_CASE("guard: variants derive from the profile with their own digests", "[gu
   CHECK(profile_digest(od) == profile_digest(cur));
   CHECK(profile_digest(pd) != profile_digest(od));
   CHECK(describe(plain) == "plain O2");
-  auto o3 = knob_variant(profiled, 0);
+  auto o3 = knob_variant(profiled, knob_step::opt_level);
   REQUIRE(o3);
   CHECK(describe(*o3) == "profiled O3");
-  CHECK(describe(*knob_variant(profiled, 1)) == "profiled O2 text+32");
-  // Steps 2 and 3 (the sampled marks and layout) need the profile to look at.
-  CHECK_FALSE(knob_variant(profiled, 2));
-  CHECK_FALSE(knob_variant(profiled, 3));
-  CHECK(describe(*knob_variant(profiled, 4)) == "profiled O2 text+16");
-  CHECK(describe(*knob_variant(profiled, 5)) == "profiled O2 text+48");
-  CHECK(describe(*knob_variant(profiled, 6)) == "profiled O2 -unroll");
-  CHECK(describe(*knob_variant(profiled, 7)) == "profiled O2 -vectorize");
-  CHECK(describe(*knob_variant(profiled, 8)) == "profiled O2 inline=500");
-  CHECK(describe(*knob_variant(profiled, 9)) == "profiled O2 inline=75");
+  CHECK(describe(*knob_variant(profiled, knob_step::text32)) == "profiled O2 text+32");
+  // The profile-part steps (context-sensitive counts, marks, layout) need the
+  // profile to look at.
+  CHECK_FALSE(knob_variant(profiled, knob_step::cs_counts));
+  CHECK_FALSE(knob_variant(profiled, knob_step::marks));
+  CHECK_FALSE(knob_variant(profiled, knob_step::layout));
+  CHECK(describe(*knob_variant(profiled, knob_step::text16)) == "profiled O2 text+16");
+  CHECK(describe(*knob_variant(profiled, knob_step::text48)) == "profiled O2 text+48");
+  CHECK(describe(*knob_variant(profiled, knob_step::unroll)) == "profiled O2 -unroll");
+  CHECK(describe(*knob_variant(profiled, knob_step::vectorize)) == "profiled O2 -vectorize");
+  CHECK(describe(*knob_variant(profiled, knob_step::inline500)) == "profiled O2 inline=500");
+  CHECK(describe(*knob_variant(profiled, knob_step::inline75)) == "profiled O2 inline=75");
   CHECK_FALSE(knob_variant(profiled, kKnobVariants));
   // A text offset is a compile of its own (the offset travels with the
   // object), and the plain build has them too; the step for the offset the
   // incumbent already has goes back to 0, the others replace it.
-  auto t32 = knob_variant(profiled, 1);
+  auto t32 = knob_variant(profiled, knob_step::text32);
   CHECK(t32->knobs.text_offset == 32);
   CHECK(profile_digest(variant_doc(*t32, cur)) != profile_digest(cur));
-  CHECK(describe(*knob_variant(plain, 5)) == "plain O2 text+48");
+  CHECK(describe(*knob_variant(plain, knob_step::text48)) == "plain O2 text+48");
   // From a plain incumbent beside a profile with counts (the profile lost
   // its trial at one placement), the offset steps try the profile's build
   // at the other placements: the current counts (version 0).
-  auto profiled_at = knob_variant(plain, 1, &cur);
+  auto profiled_at = knob_variant(plain, knob_step::text32, &cur);
   REQUIRE(profiled_at);
   CHECK(describe(*profiled_at) == "profiled O2 text+32");
   CHECK(profiled_at->version == 0);
   const ProfileDoc at_doc = variant_doc(*profiled_at, cur);
   CHECK(choose_mode(&at_doc) == CompileMode::optimized);
   CHECK(at_doc.knobs.text_offset == 32);
-  CHECK(describe(*knob_variant(plain, 0, &cur)) == "plain O3"); // the other steps keep the base
-  CHECK(describe(*knob_variant(plain, 6, &cur)) == "plain O2 -unroll");
+  CHECK(describe(*knob_variant(plain, knob_step::opt_level, &cur)) ==
+        "plain O3"); // the other steps keep the base
+  CHECK(describe(*knob_variant(plain, knob_step::unroll, &cur)) == "plain O2 -unroll");
   ProfileDoc uncounted;
   uncounted.functions["main"] = FunctionProfile{0x1234, {0, 0}};
-  CHECK(describe(*knob_variant(plain, 4, &uncounted)) == "plain O2 text+16");
-  CHECK(knob_variant(*t32, 1)->knobs.text_offset == 0);
-  CHECK(knob_variant(*t32, 4)->knobs.text_offset == 16);
-  CHECK(describe(*knob_variant(*t32, 0)) == "profiled O3 text+32");
+  CHECK(describe(*knob_variant(plain, knob_step::text16, &uncounted)) == "plain O2 text+16");
+  CHECK(knob_variant(*t32, knob_step::text32)->knobs.text_offset == 0);
+  CHECK(knob_variant(*t32, knob_step::text16)->knobs.text_offset == 16);
+  CHECK(describe(*knob_variant(*t32, knob_step::opt_level)) == "profiled O3 text+32");
   auto t32_back = variant_from_knobs_json(VariantBase::profiled, variant_knobs_json(*t32));
   REQUIRE(t32_back);
   CHECK(*t32_back == *t32);
@@ -180,10 +183,9 @@ TEST_CASE("guard: arms follow the record, the profile and the stage budgets", "[
   REQUIRE(a.candidate);
   CHECK(a.kind == TrialKind::tuning);
   CHECK(describe(*a.candidate) == "plain O3");
-  // O3 (step 0) and the text offset 32 (step 1) tried: two variants, the
-  // budget is spent (the sampled parts, steps 2 and 3, never apply to a
-  // plain incumbent).
-  decided.tuning_step = 2;
+  // O3 and the text offset 32 tried: two variants, the budget is spent (the
+  // profile-part steps never apply to a plain incumbent).
+  decided.tuning_step = knob_step::text32 + 1;
   CHECK_FALSE(arms_of(decided, cur, digest, 1000, c).candidate); // budget spent
 
   // A new profile version: trial it again, against the plain build.
@@ -485,14 +487,14 @@ TEST_CASE("guard: the sampled marks and layout are knob variants where the profi
   Variant plain{VariantBase::plain, cur.knobs};
   // Not applicable without a profile to look at, on the plain build, or
   // where the profile has no marks / layout: the same code would compile.
-  CHECK_FALSE(knob_variant(profiled, 2));
-  CHECK_FALSE(knob_variant(plain, 2, &cur));
-  CHECK_FALSE(knob_variant(plain, 3, &cur));
+  CHECK_FALSE(knob_variant(profiled, knob_step::marks));
+  CHECK_FALSE(knob_variant(plain, knob_step::marks, &cur));
+  CHECK_FALSE(knob_variant(plain, knob_step::layout, &cur));
   ProfileDoc bare = counted_profile();
-  CHECK_FALSE(knob_variant(profiled, 2, &bare));
-  CHECK_FALSE(knob_variant(profiled, 3, &bare));
+  CHECK_FALSE(knob_variant(profiled, knob_step::marks, &bare));
+  CHECK_FALSE(knob_variant(profiled, knob_step::layout, &bare));
 
-  auto no_marks = knob_variant(profiled, 2, &cur);
+  auto no_marks = knob_variant(profiled, knob_step::marks, &cur);
   REQUIRE(no_marks);
   CHECK(describe(*no_marks) == "profiled O2 -marks");
   ProfileDoc d = variant_doc(*no_marks, cur);
@@ -502,7 +504,7 @@ TEST_CASE("guard: the sampled marks and layout are knob variants where the profi
   CHECK(d.knobs == cur.knobs);
   CHECK(profile_digest(d) != profile_digest(cur));
 
-  auto no_layout = knob_variant(profiled, 3, &cur);
+  auto no_layout = knob_variant(profiled, knob_step::layout, &cur);
   REQUIRE(no_layout);
   CHECK(describe(*no_layout) == "profiled O2 -layout");
   d = variant_doc(*no_layout, cur);
@@ -510,14 +512,14 @@ TEST_CASE("guard: the sampled marks and layout are knob variants where the profi
   CHECK(d.functions.at("main").unpredictable == std::vector<std::uint32_t>{1});
   CHECK(profile_digest(d) != profile_digest(cur));
   // From an incumbent without them, the step tries them again.
-  auto back = knob_variant(*no_marks, 2, &cur);
+  auto back = knob_variant(*no_marks, knob_step::marks, &cur);
   REQUIRE(back);
-  CHECK(back->branch_marks == SampledPart::kept);
+  CHECK(back->branch_marks == ProfilePart::kept);
   CHECK(profile_digest(variant_doc(*back, cur)) == profile_digest(cur));
 
   // The record's form keeps them, and reads back; a malformed one is refused.
   Variant both = *no_marks;
-  both.layout = SampledPart::dropped;
+  both.layout = ProfilePart::dropped;
   json j = variant_knobs_json(both);
   CHECK(j.at("branch_marks") == false);
   CHECK(j.at("layout") == false);
@@ -527,6 +529,69 @@ TEST_CASE("guard: the sampled marks and layout are knob variants where the profi
   CHECK(*read == both);
   j["layout"] = "off";
   CHECK_FALSE(variant_from_knobs_json(VariantBase::profiled, j));
+}
+
+ProfileDoc cs_profile() {
+  ProfileDoc doc = counted_profile();
+  doc.cs_functions["main"] = FunctionProfile{0x1234 | kCsHashFlag, {900, 100, 700}};
+  return doc;
+}
+
+TEST_CASE("guard: the context-sensitive counts are a knob variant where the profile has them",
+          "[guard]") {
+  ProfileDoc cur = cs_profile();
+  Variant profiled{VariantBase::profiled, cur.knobs};
+  Variant plain{VariantBase::plain, cur.knobs};
+  // Not applicable without a profile to look at, on the plain build, or
+  // where the profile has no CS counts: the same code would compile.
+  CHECK_FALSE(knob_variant(profiled, knob_step::cs_counts));
+  CHECK_FALSE(knob_variant(plain, knob_step::cs_counts, &cur));
+  ProfileDoc first_round_only = counted_profile();
+  CHECK_FALSE(knob_variant(profiled, knob_step::cs_counts, &first_round_only));
+
+  auto no_cs = knob_variant(profiled, knob_step::cs_counts, &cur);
+  REQUIRE(no_cs);
+  CHECK(describe(*no_cs) == "profiled O2 -cs");
+  // It compiles from the first round's counts alone: the profile without
+  // its CS section, a build of its own.
+  ProfileDoc d = variant_doc(*no_cs, cur);
+  CHECK(d.cs_functions.empty());
+  CHECK(d.functions == cur.functions);
+  CHECK(d.knobs == cur.knobs);
+  CHECK(choose_mode(&d) == CompileMode::optimized);
+  CHECK(profile_digest(d) == profile_digest(first_round_only));
+  CHECK(profile_digest(d) != profile_digest(cur));
+  // The next knob step keeps them out; the step from there tries them again.
+  auto o3 = knob_variant(*no_cs, knob_step::opt_level, &cur);
+  REQUIRE(o3);
+  CHECK(describe(*o3) == "profiled O3 -cs");
+  CHECK(variant_doc(*o3, cur).cs_functions.empty());
+  auto back = knob_variant(*no_cs, knob_step::cs_counts, &cur);
+  REQUIRE(back);
+  CHECK(back->cs_counts == ProfilePart::kept);
+  CHECK(profile_digest(variant_doc(*back, cur)) == profile_digest(cur));
+
+  // The record's form, read back; a malformed one is refused.
+  json j = variant_knobs_json(*no_cs);
+  CHECK(j.at("cs_counts") == false);
+  CHECK_FALSE(variant_knobs_json(profiled).contains("cs_counts"));
+  auto read = variant_from_knobs_json(VariantBase::profiled, j);
+  REQUIRE(read);
+  CHECK(*read == *no_cs);
+  j["cs_counts"] = 0;
+  CHECK_FALSE(variant_from_knobs_json(VariantBase::profiled, j));
+
+  // What the policy asks of the record (cs_round.h): only a profiled
+  // incumbent that leaves them out says the program runs faster without.
+  GuardRecord record;
+  CHECK_FALSE(incumbent_drops_cs(record));
+  record.incumbent_base = VariantBase::profiled;
+  record.incumbent_knobs = variant_knobs_json(profiled);
+  CHECK_FALSE(incumbent_drops_cs(record));
+  record.incumbent_knobs = variant_knobs_json(*no_cs);
+  CHECK(incumbent_drops_cs(record));
+  record.incumbent_base = VariantBase::plain;
+  CHECK_FALSE(incumbent_drops_cs(record));
 }
 
 TEST_CASE("guard: tuning passes over steps that do not apply and names the next variant",
@@ -554,29 +619,29 @@ TEST_CASE("guard: tuning passes over steps that do not apply and names the next 
   CHECK(describe(*a.next) == "profiled O3");
   a = arms_of(decided, cur, digest, 100, c);
   REQUIRE(a.candidate);
-  CHECK(a.step == 0);
+  CHECK(a.step == knob_step::opt_level);
   REQUIRE(a.next);
   CHECK(describe(*a.next) == "profiled O2 text+32");
 
-  decided.tuning_step = 1;
+  decided.tuning_step = knob_step::text32;
   a = arms_of(decided, cur, digest, 100, c);
   REQUIRE(a.candidate);
-  CHECK(a.step == 1);
+  CHECK(a.step == knob_step::text32);
   CHECK(describe(*a.candidate) == "profiled O2 text+32");
-  REQUIRE(a.next); // no marks: step 2 is passed over
+  REQUIRE(a.next); // no CS counts, no marks: their steps are passed over
   CHECK(describe(*a.next) == "profiled O2 -layout");
 
-  decided.tuning_step = 2;
+  decided.tuning_step = knob_step::text32 + 1;
   a = arms_of(decided, cur, digest, 100, c);
   REQUIRE(a.candidate);
-  CHECK(a.step == 3);
+  CHECK(a.step == knob_step::layout);
   CHECK(describe(*a.candidate) == "profiled O2 -layout");
   CHECK(a.candidate->version == 1); // the incumbent's counts, as every knob variant
   REQUIRE(a.next);
   CHECK(describe(*a.next) == "profiled O2 text+16");
   // The budget counts variants tried: O3, text+32 and -layout are three.
   c.tune_max_variants = 3;
-  decided.tuning_step = 4;
+  decided.tuning_step = knob_step::layout + 1;
   CHECK_FALSE(arms_of(decided, cur, digest, 100, c).candidate);
   c.tune_max_variants = 4;
   a = arms_of(decided, cur, digest, 100, c);
@@ -586,24 +651,24 @@ TEST_CASE("guard: tuning passes over steps that do not apply and names the next 
   c.tune_max_variants = kKnobVariants;
   decided.tuning_step = kKnobVariants;
   CHECK_FALSE(arms_of(decided, cur, digest, 100, c).candidate);
-  // Neither marks nor layout: from step 2 the next variant is text+16.
+  // No profile parts: after text+32 the next variant is text+16.
   ProfileDoc bare = counted_profile();
   decided.trialled_digest = profile_digest(bare);
-  decided.tuning_step = 2;
+  decided.tuning_step = knob_step::text32 + 1;
   a = arms_of(decided, bare, profile_digest(bare), 100, c);
   REQUIRE(a.candidate);
-  CHECK(a.step == 4);
+  CHECK(a.step == knob_step::text16);
   // An incumbent that won text+16: its own step goes back to 0, the next
   // one tries 48 instead of 16; the budget still counts every step tried.
   decided.incumbent_knobs["text_offset"] = 16;
   a = arms_of(decided, bare, profile_digest(bare), 100, c);
   REQUIRE(a.candidate);
-  CHECK(a.step == 4);
+  CHECK(a.step == knob_step::text16);
   CHECK(describe(*a.candidate) == "profiled O2");
   REQUIRE(a.next);
   CHECK(describe(*a.next) == "profiled O2 text+48");
   c.tune_max_variants = 3; // O3, text+32, text+16
-  decided.tuning_step = 5;
+  decided.tuning_step = knob_step::text16 + 1;
   CHECK_FALSE(arms_of(decided, bare, profile_digest(bare), 100, c).candidate);
 }
 
@@ -637,7 +702,7 @@ TEST_CASE("guard: a profile without its marks wins a knob trial and keeps them o
   CHECK(verdicts[3].candidate == "v2 profiled O2 -marks");
   CHECK(verdicts[3].verdict == TrialVerdict::accepted);
   ps::StoredProfile cur = h.current();
-  CHECK(cur.doc.guard.tuning_step == 3);
+  CHECK(cur.doc.guard.tuning_step == knob_step::marks + 1);
   CHECK(cur.doc.guard.incumbent_knobs.at("branch_marks") == false);
   // What is served from now on compiles without the marks, with the layout.
   StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
@@ -650,6 +715,56 @@ TEST_CASE("guard: a profile without its marks wins a knob trial and keeps them o
   // (during O3's trial) and -marks (during text+32's); nothing during the
   // last trial the budget allows.
   CHECK(aheads == std::vector<std::string>{"plain", "knobs", "knobs", "knobs"});
+}
+
+TEST_CASE("guard: a profile without its context-sensitive counts wins and keeps them out",
+          "[guard]") {
+  GuardHarness h;
+  ps::WriteInfo info;
+  REQUIRE(h.store.write(h.pk, 1, cs_profile(), info));
+  h.config.tune_min_stages = 40;
+  h.config.tune_max_variants = 3; // O3, text+32 and -cs
+  // The profile trial (profiled faster: accepted), O3 and text+32 (slower:
+  // rejected), then the profile without its CS counts (faster: accepted).
+  std::vector<TrialRecord> verdicts;
+  for (int i = 0; i < 4000 && verdicts.size() < 4; ++i) {
+    StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
+    const bool candidate = p.role == VariantRole::candidate;
+    double ratio = verdicts.empty() || p.name.find("-cs") != std::string::npos ? 0.8 : 1.25;
+    std::uint64_t t = candidate ? static_cast<std::uint64_t>(1e6 * ratio) : 1'000'000;
+    t += static_cast<std::uint64_t>(i % 7) * 1000;
+    std::string served = p.variant ? p.variant->digest : std::string();
+    GuardStage g = h.guard.record(p, served, both(t), i, h.ik, 0, h.config);
+    if (g.verdict) verdicts.push_back(*g.verdict);
+  }
+  REQUIRE(verdicts.size() == 4);
+  CHECK(verdicts[0].verdict == TrialVerdict::accepted);
+  CHECK(verdicts[1].candidate == "v2 profiled O3");
+  CHECK(verdicts[2].candidate == "v2 profiled O2 text+32");
+  CHECK(verdicts[3].candidate == "v2 profiled O2 -cs");
+  CHECK(verdicts[3].verdict == TrialVerdict::accepted);
+  ps::StoredProfile cur = h.current();
+  CHECK(cur.doc.guard.tuning_step == knob_step::cs_counts + 1);
+  CHECK(cur.doc.guard.incumbent_knobs.at("cs_counts") == false);
+  CHECK(incumbent_drops_cs(cur.doc.guard));
+  // Served from now on: the first round's counts alone.
+  StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
+  REQUIRE(p.variant);
+  CHECK(p.trial_id.empty());
+  CHECK(p.name == "v2 profiled O2 -cs");
+  CHECK(p.variant->doc->cs_functions.empty());
+  CHECK(p.variant->doc->functions == cur.doc.functions);
+
+  // A new profile (new counts, again with CS counts) is tried without them,
+  // as the incumbent it is tried against.
+  ProfileDoc next = cur.doc;
+  next.functions["main"].counts = {100, 1900};
+  REQUIRE(h.store.write(h.pk, cur.version, next, info));
+  p = h.guard.plan(h.ik, h.shape, h.config);
+  CHECK(p.role != VariantRole::current);
+  CHECK_THAT(p.name, Contains("-cs"));
+  REQUIRE(p.variant);
+  CHECK(p.variant->doc->cs_functions.empty());
 }
 
 TEST_CASE("guard: a profile that lost at one placement is tried at another and served there",

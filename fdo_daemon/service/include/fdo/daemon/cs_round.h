@@ -22,7 +22,8 @@ bool in_cs_round(const ProfileDoc* current);
 int cs_round_stages(const PolicyConfig& config);
 
 // After a rewrite from (first-round) instrumentation counts: when the round is
-// configured and no operator chose a mode, `next` asks for it.
+// configured, no operator chose a mode and the guard's incumbent does not
+// leave the context-sensitive counts out (docs/guard.md), `next` asks for it.
 void start_cs_round(const PolicyConfig& config, ProfileDoc& next, std::string& reason);
 
 // The end of the round: `current` with the context-sensitive counts of

@@ -33,11 +33,12 @@
 
 namespace fdo::daemon {
 
-// Whether a profiled variant keeps a sampling-derived part of the profile
-// (docs/perf.md): the `!unpredictable` branch marks, the i-cache layout
-// (hot functions first, cold ones apart and for size). The guard tries
-// variants without them (docs/guard.md, "Knob tuning").
-enum class SampledPart { kept, dropped };
+// Whether a profiled variant keeps an optional part of the profile: the
+// context-sensitive counts (docs/jit.md, "Context-sensitive PGO") or a
+// sampling-derived part (docs/perf.md): the `!unpredictable` branch marks,
+// the i-cache layout (hot functions first, cold ones apart and for size).
+// The guard tries variants without them (docs/guard.md, "Knob tuning").
+enum class ProfilePart { kept, dropped };
 
 // One compiled variant of a program: what it compiles from and with which knobs.
 struct Variant {
@@ -46,8 +47,9 @@ struct Variant {
   // profiled: the profile version whose counts it compiles from; 0: the
   // current profile. An incumbent kept from an earlier profile has one.
   std::int64_t version = 0;
-  SampledPart branch_marks = SampledPart::kept;
-  SampledPart layout = SampledPart::kept;
+  ProfilePart cs_counts = ProfilePart::kept;
+  ProfilePart branch_marks = ProfilePart::kept;
+  ProfilePart layout = ProfilePart::kept;
 
   bool operator==(const Variant&) const = default;
 };
@@ -57,30 +59,47 @@ struct Variant {
 // build with the current profile's knobs.
 Variant recorded_incumbent(const GuardRecord& record, const ProfileDoc& current);
 // "plain O2", "profiled O3 -unroll", "profiled O2 -marks": base, the knobs
-// that differ from -O2 and the sampled parts left out.
+// that differ from -O2 and the profile parts left out.
 std::string describe(const Variant& v);
 // The document a variant compiles from: plain = no functions, mode plain;
 // profiled = the current profile's functions, mode derived (optimized),
-// without the branch marks or the layout where the variant drops them.
+// without the context-sensitive counts, the branch marks or the layout where
+// the variant drops them.
 ProfileDoc variant_doc(const Variant& v, const ProfileDoc& current);
 // The guard record's form of a variant's knobs (`guard.incumbent.knobs`): the
-// knobs member's form, plus `"branch_marks": false` / `"layout": false` for
-// a dropped sampled part; and back (a malformed object: nullopt).
+// knobs member's form, plus `"cs_counts": false` / `"branch_marks": false` /
+// `"layout": false` for a dropped profile part; and back (a malformed object:
+// nullopt).
 nlohmann::json variant_knobs_json(const Variant& v);
 std::optional<Variant> variant_from_knobs_json(VariantBase base, const nlohmann::json& j);
-// The `step`-th knob variant tried from `from`: O3 (or back to O2), the text
-// offset 32 (or back to 0), the sampled parts toggled — without (or again
-// with) the `!unpredictable` marks, the i-cache layout —, the text offsets 16
-// and 48 (each, or back to 0), unrolling, vectorization, inline threshold
-// 500, inline threshold 75. From a plain `from`, a text-offset step tries the
-// `current` profile's build at that offset when the profile has counts (the
-// profile lost its trial at one placement only). A step that would compile
-// the same code is not applicable and gives nullopt: the sampled-part steps
-// need a profiled `from` and a `current` profile that has marks (a layout);
+// Whether the guard record's incumbent leaves the context-sensitive counts out
+// (the guard measured the program faster without them): then the policy does
+// not run the context-sensitive round for its later profiles (cs_round.h).
+bool incumbent_drops_cs(const GuardRecord& record);
+// The steps of the knob sequence, in the order they are tried.
+namespace knob_step {
+inline constexpr int opt_level = 0; // O3 (or back to O2)
+inline constexpr int text32 = 1;    // the text offset 32 (or back to 0)
+inline constexpr int cs_counts = 2; // without (or again with) the context-sensitive counts
+inline constexpr int marks = 3;     // without (or again with) the `!unpredictable` marks
+inline constexpr int layout = 4;    // without (or again with) the i-cache layout
+inline constexpr int text16 = 5;    // the text offsets 16 and 48 (each, or back to 0)
+inline constexpr int text48 = 6;
+inline constexpr int unroll = 7; // unrolling toggled
+inline constexpr int vectorize = 8;
+inline constexpr int inline500 = 9; // inline threshold 500 (or back to the default)
+inline constexpr int inline75 = 10;
+} // namespace knob_step
+inline constexpr int kKnobVariants = 11;
+// The `step`-th knob variant tried from `from` (knob_step above). From a
+// plain `from`, a text-offset step tries the `current` profile's build at
+// that offset when the profile has counts (the profile lost its trial at one
+// placement only). A step that would compile the same code is not applicable
+// and gives nullopt: the profile-part steps need a profiled `from` and a
+// `current` profile that has context-sensitive counts (marks, a layout);
 // nullopt also past the end.
 std::optional<Variant> knob_variant(const Variant& from, int step,
                                     const ProfileDoc* current = nullptr);
-inline constexpr int kKnobVariants = 10;
 
 // What a trial compares, derived from the guard record and the current
 // profile (pure; guard_test.cpp). A new profile is tried against the
