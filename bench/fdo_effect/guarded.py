@@ -42,6 +42,9 @@ def settings(min_stages: int, quick: bool) -> Dict[str, object]:
         # guard.rank_p); a full run keeps the daemon's default budget (24).
         "guard.max_pairs": 10 if quick else 24,
         "guard.clock": "cpu",
+        # fdod's default: the context-sensitive round, judged by the guard
+        # (its -cs knob step); named here so the runner counts its stages.
+        "policy.cs_pgo_stages": 2,
         "compile_workers": 1,
         "exec_workers": 1,
         "exec_timeout_ms": 60000,
@@ -135,7 +138,7 @@ class GuardedRunner:
         self.final_stages = final_stages
         self.trials = 1 + int(config["guard.tune_max_variants"])
         pairs = int(config["guard.max_pairs"])
-        cs_stages = int(config.get("policy.cs_pgo_stages", 0))
+        cs_stages = int(config.get("policy.cs_pgo_stages", 2))  # absent: fdod's default
         # Instrumented stages (and the context-sensitive round's), every
         # trial at its budget (plus stages of the arm still compiling), the
         # final stages and some slack.

@@ -433,14 +433,25 @@ class Clock(unittest.TestCase):
         self.assertEqual(base["guard.clock"], "cpu")  # the A guard's settings are untouched
         self.assertEqual(changes, "guard.clock wall, guard.tune_max_variants 10, "
                                   "guard.min_effect 0.02")
-        b, changes = self.g.b_settings(base, ["policy.cs_pgo_stages=2"])
-        self.assertEqual((b["policy.cs_pgo_stages"], changes), (2, "policy.cs_pgo_stages 2"))
-        self.assertNotIn("policy.cs_pgo_stages", base)
+        b, changes = self.g.b_settings(base, ["policy.cs_pgo_stages=0"])
+        self.assertEqual((b["policy.cs_pgo_stages"], changes), (0, "policy.cs_pgo_stages 0"))
+        self.assertEqual(base["policy.cs_pgo_stages"], 2)  # fdod's default
         for bad in (["tier_up=async"], ["guard.clock"], ["guard.clock="], ["exec_workers=2"], []):
             with self.assertRaises(rn.BenchError):
                 self.g.b_settings(base, bad)
         got = self._guarded("thread-cpu", column=self.g.B_COLUMNS[0][0])
         self.assertEqual(got["columns"], {"fdo_guard_b_final": [200, 300]})
+
+    def test_trial_compiles_leave_out_the_unguarded_compiles(self):
+        # instrumented + optimized, and cs_instrumented with the CS round
+        # (fdod's default): the rest are the guard's.
+        config = {"policy.min_stages": 1, "guard.tune_max_variants": 0, "guard.max_pairs": 2,
+                  "guard.tune_min_stages": 0}
+        make = lambda c: self.g.GuardedRunner(FakeClient([]), "kernel_run", c, 2, lambda k: "")
+        self.assertEqual(make(config).base_compiles, 3)
+        self.assertEqual(make(dict(config, **{"policy.cs_pgo_stages": 0})).base_compiles, 2)
+        self.assertEqual(make(dict(config, **{"policy.cs_pgo_stages": 0})).limit + 2,
+                         make(config).limit)
 
     def test_the_guard_column_takes_the_clock(self):
         self.assertEqual(self._guarded("monotonic")["columns"], {"fdo_guard_final": [2000, 3000]})

@@ -91,6 +91,10 @@ class Daemon:
             "feedback_flush_ms": 100,
             "policy.min_stages": 2,
             "policy.min_counts": 100,
+            # The tests count stages and versions of the first round alone
+            # (instrumented v0 -> optimized v1); the context-sensitive round,
+            # on by default, has tests of its own that set it.
+            "policy.cs_pgo_stages": 0,
             "tier_up": "sync",
             "log_level": "info",
         }

@@ -71,6 +71,9 @@ class Fdoctl(unittest.TestCase):
         with open(cls.config, "w") as f:
             f.write("compile_workers = 1\nexec_workers = 1\ntier_up = sync\n"
                     "policy.min_stages = 2\npolicy.min_counts = 100\n"
+                    # The rows below are the first round's (v0 instrumented ->
+                    # v1 optimized); the context-sensitive round has its own tests.
+                    "policy.cs_pgo_stages = 0\n"
                     "feedback_flush_ms = 100\nexec_timeout_ms = 20000\nlog_level = info\n")
         cls.log = open(os.path.join(cls.tmp, "fdod.log"), "wb")
         cls.proc = subprocess.Popen(

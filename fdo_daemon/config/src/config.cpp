@@ -531,7 +531,7 @@ const std::vector<KeyDef>& key_defs() {
         "policy.cs_pgo_stages", R,
         "Context-sensitive PGO: stages of the optimized build with context-sensitive "
         "instrumentation after each profile made from instrumentation counts; their counts "
-        "join the profile (0 = no such round).",
+        "join the profile (0 = no such round); the guard tries the profile without them.",
         [](Config& c) -> int& { return c.policy.cs_pgo_stages; }, 0, 1'000'000));
     v.push_back(enum_key(
         "guard", R,

@@ -336,8 +336,8 @@ TEST_CASE("config: guard.checkpoint_pairs - default - range - reload", "[config]
 
 TEST_CASE("config: policy.cs_pgo_stages - default - bounds - runtime reload", "[config][cs]") {
   Config d = Config::defaults();
-  CHECK(d.policy.cs_pgo_stages == 0);
-  CHECK(d.get("policy.cs_pgo_stages") == "0");
+  CHECK(d.policy.cs_pgo_stages == 2);
+  CHECK(d.get("policy.cs_pgo_stages") == "2");
   auto c = Config::parse("policy.cs_pgo_stages = 2\n", "t");
   REQUIRE(c.has_value());
   CHECK(c->policy.cs_pgo_stages == 2);

@@ -38,6 +38,8 @@ TEST_CASE("cs round: a first profile asks for it only when configured", "[daemon
   FeedbackAccumulator fb;
   fb.add(counted(0x1234, {900, 100}));
 
+  CHECK(cfg.cs_pgo_stages == 2); // on by default
+  cfg.cs_pgo_stages = 0;
   PolicyDecision off = decide_with(cfg, fb, nullptr, 0);
   REQUIRE(off.action == PolicyAction::rewrite);
   CHECK_FALSE(off.profile.knobs.mode.has_value());
@@ -138,7 +140,9 @@ TEST_CASE("cs round: ends after its stages with the CS counts in cs_functions",
 TEST_CASE("service: instrumented -> cs_instrumented v1 -> optimized v2 with CS counts",
           "[service][cs]") {
   Config c = Harness::base_config();
-  c.policy.cs_pgo_stages = 2;
+  // The daemon's default: the round is on, two stages.
+  c.policy.cs_pgo_stages = Config{}.policy.cs_pgo_stages;
+  REQUIRE(c.policy.cs_pgo_stages == 2);
   Harness h(c);
   auto reg = h.call("program.register", {{"ir", "program cs"}});
   REQUIRE(reg);

@@ -18,6 +18,7 @@ constexpr std::uint64_t kHash = 0x1234;
 
 PolicyConfig policy() {
   PolicyConfig p;
+  p.cs_pgo_stages = 0; // the first round alone (cs_round_test.cpp has the CS round)
   p.min_stages = 3;
   p.min_counts = 100;
   p.drift_threshold = 0.10;

@@ -35,6 +35,7 @@ TEST_CASE("i-cache events: the generic name and PMU names", "[service][layout]")
 TEST_CASE("i-cache layout: concentrated misses lay out hot, never-run functions cold",
           "[service][layout]") {
   PolicyConfig cfg;
+  cfg.cs_pgo_stages = 0; // the first round alone (cs_round_test.cpp has the CS round)
   ProfileDoc next = three_functions();
   auto reason =
       decide_icache_layout(cfg, {{"fdo:fdo.local.1", 30}, {"main", 2}}, std::nullopt, next);
@@ -68,6 +69,7 @@ TEST_CASE("i-cache layout: concentrated misses lay out hot, never-run functions 
 TEST_CASE("i-cache layout through the policy: a rewrite with the reason, layout kept by counts",
           "[service][layout]") {
   PolicyConfig cfg;
+  cfg.cs_pgo_stages = 0; // the first round alone (cs_round_test.cpp has the CS round)
   cfg.min_stages = 1;
   ProfileDoc current = three_functions();
   FeedbackAccumulator fb;

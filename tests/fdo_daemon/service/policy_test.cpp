@@ -53,6 +53,7 @@ TEST_CASE("accumulator sums counts - counters and stages", "[daemon][policy]") {
 
 TEST_CASE("first profile is written once enough stages and counts are seen", "[daemon][policy]") {
   PolicyConfig cfg;
+  cfg.cs_pgo_stages = 0; // the first round alone (cs_round_test.cpp has the CS round)
   cfg.min_stages = 3;
   cfg.min_counts = 1000;
   FeedbackAccumulator fb;
@@ -73,6 +74,7 @@ TEST_CASE("first profile is written once enough stages and counts are seen", "[d
 
 TEST_CASE("too few counts waits", "[daemon][policy]") {
   PolicyConfig cfg;
+  cfg.cs_pgo_stages = 0; // the first round alone (cs_round_test.cpp has the CS round)
   cfg.min_stages = 1;
   cfg.min_counts = 1000;
   FeedbackAccumulator fb;
@@ -84,6 +86,7 @@ TEST_CASE("too few counts waits", "[daemon][policy]") {
 
 TEST_CASE("drift below threshold keeps the profile and above it rewrites", "[daemon][policy]") {
   PolicyConfig cfg;
+  cfg.cs_pgo_stages = 0; // the first round alone (cs_round_test.cpp has the CS round)
   cfg.min_stages = 1;
   cfg.min_counts = 10;
   cfg.drift_threshold = 0.10;
@@ -104,6 +107,7 @@ TEST_CASE("drift below threshold keeps the profile and above it rewrites", "[dae
 
 TEST_CASE("pinned profiles and the rate cap stop rewrites", "[daemon][policy]") {
   PolicyConfig cfg;
+  cfg.cs_pgo_stages = 0; // the first round alone (cs_round_test.cpp has the CS round)
   cfg.min_stages = 1;
   cfg.min_counts = 1;
   cfg.max_recompiles_per_hour = 2;
@@ -141,6 +145,7 @@ TEST_CASE("count_drift weighs functions by their share", "[daemon][policy]") {
 
 TEST_CASE("hardware findings under an optimized build", "[daemon][policy]") {
   PolicyConfig cfg;
+  cfg.cs_pgo_stages = 0; // the first round alone (cs_round_test.cpp has the CS round)
   cfg.min_stages = 1;
   ProfileDoc current;
   current.functions["f"] = FunctionProfile{.cfg_hash = 7, .counts = {500, 500}};

@@ -79,6 +79,7 @@ constexpr std::uint64_t kHash = 0x77;
 
 PolicyConfig drift_policy() {
   PolicyConfig p;
+  p.cs_pgo_stages = 0; // the first round alone (cs_round_test.cpp has the CS round)
   p.min_stages = 2;
   p.min_counts = 10;
   p.time_share_drift_threshold = 0.30;
