@@ -1,5 +1,8 @@
 #include "fdo/ctl/stages.h"
 
+#include "fdo/util/profile.h"
+
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 using namespace fdo::ctl;
@@ -170,4 +173,18 @@ TEST_CASE("differing return values are flagged") {
   RunSummary s = summarize(rows);
   CHECK_FALSE(s.values_agree);
   CHECK_THAT(render_summary(s, rows), Catch::Contains("warning: stage 1 returned 7"));
+}
+
+TEST_CASE("stages: every compile mode fits the mode column the rows are printed at",
+          "[fdoctl][stages]") {
+  // Rows stream out as stages come in, at fixed widths: a longer mode
+  // (cs_instrumented, the context-sensitive round's, on by default) would push
+  // every later column of its row out of line.
+  std::vector<Column> cols = stage_columns();
+  auto mode =
+      std::find_if(cols.begin(), cols.end(), [](const Column& c) { return c.header == "mode"; });
+  REQUIRE(mode != cols.end());
+  for (fdo::CompileMode m : {fdo::CompileMode::plain, fdo::CompileMode::instrumented,
+                             fdo::CompileMode::optimized, fdo::CompileMode::cs_instrumented})
+    CHECK(fdo::to_string(m).size() <= mode->min_width);
 }

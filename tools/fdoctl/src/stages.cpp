@@ -107,7 +107,7 @@ Expected<StageRow> stage_row(const json& result) {
 std::vector<Column> stage_columns() {
   return {
       {"stage", Align::right, 5},       {"cache", Align::left, 10}, {"reason", Align::left, 19},
-      {"profile", Align::right, 7},     {"mode", Align::left, 12},  {"recompiled", Align::left, 10},
+      {"profile", Align::right, 7},     {"mode", Align::left, 15},  {"recompiled", Align::left, 10},
       {"compile ms", Align::right, 10}, {"exec", Align::right, 9},  {"br-misses", Align::right, 11},
       {"miss rate", Align::right, 9},   {"note", Align::left, 0}};
 }
