@@ -672,6 +672,26 @@ TEST_CASE("guard: tuning passes over steps that do not apply and names the next 
   CHECK_FALSE(arms_of(decided, bare, profile_digest(bare), 100, c).candidate);
 }
 
+// Stages until four trials are decided (at most 4000): the first trial's
+// candidate and every candidate whose name has `winner` run 0.8x the
+// incumbent's time, the others 1.25x. The builds asked for ahead go to `aheads`.
+std::vector<TrialRecord> four_trials_won_by(GuardHarness& h, const std::string& winner,
+                                            std::vector<std::string>* aheads = nullptr) {
+  std::vector<TrialRecord> verdicts;
+  for (int i = 0; i < 4000 && verdicts.size() < 4; ++i) {
+    StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
+    if (p.ahead && aheads) aheads->push_back(describe_variant_doc(*p.ahead->doc));
+    const bool candidate = p.role == VariantRole::candidate;
+    double ratio = verdicts.empty() || p.name.find(winner) != std::string::npos ? 0.8 : 1.25;
+    std::uint64_t t = candidate ? static_cast<std::uint64_t>(1e6 * ratio) : 1'000'000;
+    t += static_cast<std::uint64_t>(i % 7) * 1000;
+    std::string served = p.variant ? p.variant->digest : std::string();
+    GuardStage g = h.guard.record(p, served, both(t), i, h.ik, 0, h.config);
+    if (g.verdict) verdicts.push_back(*g.verdict);
+  }
+  return verdicts;
+}
+
 TEST_CASE("guard: a profile without its marks wins a knob trial and keeps them out", "[guard]") {
   GuardHarness h;
   ps::WriteInfo info;
@@ -680,19 +700,8 @@ TEST_CASE("guard: a profile without its marks wins a knob trial and keeps them o
   h.config.tune_max_variants = 3; // O3, text+32 and -marks; -layout is past the budget
   // The profile trial (profiled faster: accepted), O3 and text+32 (slower:
   // rejected), then the profile without its marks (faster: accepted).
-  std::vector<TrialRecord> verdicts;
   std::vector<std::string> aheads;
-  for (int i = 0; i < 4000 && verdicts.size() < 4; ++i) {
-    StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
-    if (p.ahead) aheads.push_back(describe_variant_doc(*p.ahead->doc));
-    const bool candidate = p.role == VariantRole::candidate;
-    double ratio = verdicts.empty() || p.name.find("-marks") != std::string::npos ? 0.8 : 1.25;
-    std::uint64_t t = candidate ? static_cast<std::uint64_t>(1e6 * ratio) : 1'000'000;
-    t += static_cast<std::uint64_t>(i % 7) * 1000;
-    std::string served = p.variant ? p.variant->digest : std::string();
-    GuardStage g = h.guard.record(p, served, both(t), i, h.ik, 0, h.config);
-    if (g.verdict) verdicts.push_back(*g.verdict);
-  }
+  std::vector<TrialRecord> verdicts = four_trials_won_by(h, "-marks", &aheads);
   REQUIRE(verdicts.size() == 4);
   CHECK(verdicts[0].verdict == TrialVerdict::accepted);
   CHECK(verdicts[1].candidate == "v2 profiled O3");
@@ -726,17 +735,7 @@ TEST_CASE("guard: a profile without its context-sensitive counts wins and keeps 
   h.config.tune_max_variants = 3; // O3, text+32 and -cs
   // The profile trial (profiled faster: accepted), O3 and text+32 (slower:
   // rejected), then the profile without its CS counts (faster: accepted).
-  std::vector<TrialRecord> verdicts;
-  for (int i = 0; i < 4000 && verdicts.size() < 4; ++i) {
-    StagePlan p = h.guard.plan(h.ik, h.shape, h.config);
-    const bool candidate = p.role == VariantRole::candidate;
-    double ratio = verdicts.empty() || p.name.find("-cs") != std::string::npos ? 0.8 : 1.25;
-    std::uint64_t t = candidate ? static_cast<std::uint64_t>(1e6 * ratio) : 1'000'000;
-    t += static_cast<std::uint64_t>(i % 7) * 1000;
-    std::string served = p.variant ? p.variant->digest : std::string();
-    GuardStage g = h.guard.record(p, served, both(t), i, h.ik, 0, h.config);
-    if (g.verdict) verdicts.push_back(*g.verdict);
-  }
+  std::vector<TrialRecord> verdicts = four_trials_won_by(h, "-cs");
   REQUIRE(verdicts.size() == 4);
   CHECK(verdicts[0].verdict == TrialVerdict::accepted);
   CHECK(verdicts[1].candidate == "v2 profiled O3");
