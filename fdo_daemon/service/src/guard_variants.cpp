@@ -100,10 +100,10 @@ std::optional<Variant> variant_from_knobs_json(VariantBase base, const nlohmann:
 }
 
 bool incumbent_drops_cs(const GuardRecord& record) {
-  if (record.incumbent_base != VariantBase::profiled || !record.incumbent_knobs.is_object())
+  if (record.incumbent_base != VariantBase::profiled || record.incumbent_knobs.is_null())
     return false;
-  auto it = record.incumbent_knobs.find(kCsCountsKey);
-  return it != record.incumbent_knobs.end() && it->is_boolean() && !it->get<bool>();
+  auto v = variant_from_knobs_json(VariantBase::profiled, record.incumbent_knobs);
+  return v && v->cs_counts == ProfilePart::dropped;
 }
 
 ProfileDoc variant_doc(const Variant& v, const ProfileDoc& current) {
