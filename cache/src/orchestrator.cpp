@@ -97,6 +97,13 @@ std::string_view to_string(TierUp t) {
   return kTierUpNames.name(t);
 }
 
+std::string_view to_string(TierUpState s) {
+  static constexpr EnumNames<TierUpState, 3> kNames{{{{TierUpState::none, "none"},
+                                                      {TierUpState::scheduled, "scheduled"},
+                                                      {TierUpState::held_off, "held_off"}}}};
+  return kNames.name(s);
+}
+
 std::string_view to_string(Precompiled p) {
   static constexpr EnumNames<Precompiled, 4> kNames{
       {{{Precompiled::stored, "stored"},
@@ -264,14 +271,22 @@ struct Orchestrator::Impl {
     if (policy == TierUp::async) {
       std::string last_served = prev && prev->ck != t.ck ? prev->storage_key : std::string();
       if (EntryRef previous = tiers.find_previous(t.wanted(), last_served)) {
-        bool scheduled = schedule_tier_up(t, program);
+        const detail::Scheduled scheduled = schedule(t, program, detail::JobPriority::stage);
         n.stale_serves++;
+        const char* state = " while the new one compiles in the background";
+        if (scheduled == detail::Scheduled::already_queued)
+          state = " while the new one's background compile, already under way, finishes";
+        else if (scheduled == detail::Scheduled::failed_recently)
+          state = " (its background compile failed recently: not retried yet)";
+        else if (scheduled == detail::Scheduled::stopped)
+          state = " (background compiles have stopped)";
         why.text += "; serving the output for " +
-                    describe_profile(previous->info.profile_version, previous->info.mode) +
-                    (scheduled ? " while the new one compiles in the background"
-                               : " (a background compile is already under way or failed "
-                                 "recently)");
+                    describe_profile(previous->info.profile_version, previous->info.mode) + state;
         StageOutput s = output_for(t, previous, Outcome::tier_up_pending, std::move(why));
+        s.tier_up =
+            scheduled == detail::Scheduled::queued || scheduled == detail::Scheduled::already_queued
+                ? TierUpState::scheduled
+                : TierUpState::held_off;
         return finish(t, prev, std::move(s));
       }
     }
@@ -410,10 +425,16 @@ struct Orchestrator::Impl {
     s.ck = t.ck;
     s.vk = t.vk;
     s.storage_key = ref->key;
-    s.profile_version = ref->info.profile_version;
     s.profile_digest = ref->info.profile_digest;
     s.mode = ref->info.mode;
     s.target_profile_version = t.profile.version;
+    s.target_profile_digest = t.profile.digest;
+    // Compiled for the target's digest (an earlier version with the same
+    // compile-affecting content, e.g. a re-profile that counted the same):
+    // it is the target's output.
+    s.profile_version = ref->info.profile_digest == t.profile.digest && ref->info.mode == t.mode
+                            ? t.profile.version
+                            : ref->info.profile_version;
     s.entry = ref;
     s.outcome = outcome;
     s.explanation = std::move(why);
@@ -514,10 +535,6 @@ struct Orchestrator::Impl {
       break;
     }
     return Precompiled::held_off;
-  }
-
-  bool schedule_tier_up(const Target& t, const Program& program) {
-    return schedule(t, program, detail::JobPriority::stage) == detail::Scheduled::queued;
   }
 
   detail::Scheduled schedule(const Target& t, const Program& program,

@@ -273,6 +273,65 @@ TEST_CASE("async tier-up failure keeps serving the old output and retries later"
   CHECK(compiler.compiles() == 3);
 }
 
+TEST_CASE("a version with an earlier version's digest is served that output as its own",
+          "[cache][orchestrator]") {
+  // A re-profile that counted exactly what v1 held writes v3 with v1's
+  // digest: its stages hit v1's object, and that object is v3's output (its
+  // version is v3's), not an earlier version's pending a tier-up.
+  MemoryKeyStore keys;
+  FakeCompiler compiler;
+  auto o = make(memory_only(TierUp::sync), keys, compiler);
+  std::string a = program("a");
+  StageOutput s1 = stage(*o, a);
+  keys.set_profile(s1.pk, profile_with_counts(100)); // v1
+  StageOutput s2 = stage(*o, a);
+  CHECK(s2.profile_version == 1);
+  keys.set_profile(s1.pk, profile_with_counts(7)); // v2: another profile
+  CHECK(stage(*o, a).profile_version == 2);
+  keys.set_profile(s1.pk, profile_with_counts(100)); // v3: v1's content again
+  StageOutput s4 = stage(*o, a);
+  CHECK(s4.outcome == Outcome::memory_hit);
+  CHECK(s4.storage_key == s2.storage_key);
+  CHECK(s4.profile_version == 3);
+  CHECK(s4.target_profile_version == 3);
+  CHECK(s4.profile_digest == s4.target_profile_digest);
+  CHECK(s4.tier_up == TierUpState::none);
+  CHECK(compiler.compiles() == 3);
+}
+
+TEST_CASE("a stale stage says whether its compile is under way or held off",
+          "[cache][orchestrator]") {
+  MemoryKeyStore keys;
+  FakeCompiler compiler;
+  Config c = memory_only(TierUp::async);
+  c.tier_up_retry_after = std::chrono::hours(1);
+  auto o = make(c, keys, compiler);
+  std::string a = program("a");
+  StageOutput s1 = stage(*o, a);
+  CHECK(s1.tier_up == TierUpState::none);
+  keys.set_profile(s1.pk, profile_with_counts(9));
+  compiler.close_gate();
+  StageOutput queued = stage(*o, a);
+  CHECK(queued.outcome == Outcome::tier_up_pending);
+  CHECK(queued.tier_up == TierUpState::scheduled);
+  CHECK(queued.profile_digest != queued.target_profile_digest);
+  REQUIRE(eventually([&] { return compiler.blocked() == 1; }));
+  CHECK(stage(*o, a).tier_up == TierUpState::scheduled); // already under way
+  compiler.fail_next(1);
+  compiler.open_gate();
+  o->wait_idle();
+  REQUIRE(o->stats().tier_ups_failed == 1);
+  // Failed, not retried for an hour: held off.
+  StageOutput held = stage(*o, a);
+  CHECK(held.outcome == Outcome::tier_up_pending);
+  CHECK(held.tier_up == TierUpState::held_off);
+  CHECK_THAT(held.explanation.text, Catch::Contains("failed recently"));
+  // A stage that waits (sync) compiles it.
+  StageOutput waited = *o->prepare(as_program(a), TierUp::sync);
+  CHECK(waited.outcome == Outcome::compiled);
+  CHECK(waited.tier_up == TierUpState::none);
+}
+
 TEST_CASE("a caller-chosen variant of the profile is an ordinary entry under its own CK",
           "[cache][orchestrator]") {
   MemoryKeyStore keys;

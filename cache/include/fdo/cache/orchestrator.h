@@ -87,6 +87,15 @@ struct Explanation {
   std::string text; // one line for people
 };
 
+// Where the compile of a stage's target stood when the stage was served an
+// earlier output instead (Outcome::tier_up_pending).
+enum class TierUpState {
+  none,      // the stage was served its target
+  scheduled, // its compile was queued now, or was queued or running already
+  held_off,  // its compile failed recently (tier_up_retry_after) or the queue stopped
+};
+std::string_view to_string(TierUpState s);
+
 struct StageOutput {
   std::string ik;
   std::string pk;
@@ -94,11 +103,15 @@ struct StageOutput {
   std::string vk;          // the VK when used (first stage, or CK -> VK mapped)
   std::string storage_key; // the key the served entry is stored under (VK or a CK)
   // What the served entry was compiled with (differs from the target while a
-  // tier-up is pending).
+  // tier-up is pending). An entry compiled for the target's digest is the
+  // target's output, whichever version first compiled it: its version is the
+  // target's (a version is bookkeeping, the digest is what compiled).
   std::int64_t profile_version = 0;
   std::string profile_digest;
   CompileMode mode = CompileMode::plain;
   std::int64_t target_profile_version = 0; // the current profile's version
+  std::string target_profile_digest;       // the digest the stage asked for
+  TierUpState tier_up = TierUpState::none;
   EntryRef entry; // holds object + metadata; the reference is released with the last copy
   Outcome outcome = Outcome::compiled;
   Explanation explanation;
