@@ -262,3 +262,22 @@ TEST_CASE("an import's records outside the program round trip - enter the digest
   REQUIRE_FALSE(bad);
   CHECK(bad.error().message().find("outside_functions.main.cfg_hash") != std::string::npos);
 }
+
+TEST_CASE("reprofile_of is bookkeeping - round trips - absent when 0", "[util][profile]") {
+  ProfileDoc d = sample();
+  const std::string before = profile_digest(d);
+  CHECK_FALSE(to_json(d).contains("reprofile_of"));
+  d.reprofile_of = 4;
+  CHECK(profile_digest(d) == before); // never a recompile
+  const json j = to_json(d);
+  CHECK(j["reprofile_of"] == 4);
+  auto back = profile_from_json(j);
+  REQUIRE(back);
+  CHECK(back->reprofile_of == 4);
+  CHECK(*back == d);
+  auto bad = parse_profile(R"({"reprofile_of": -1})");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message().find("reprofile_of") != std::string::npos);
+  auto text = parse_profile(R"({"reprofile_of": "3"})");
+  REQUIRE_FALSE(text);
+}

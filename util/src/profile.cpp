@@ -238,6 +238,8 @@ json to_json(const ProfileDoc& doc) {
                 {"program", doc.provenance.program}}}};
   // Only when the guard has recorded something: older documents keep their form.
   if (!doc.guard.empty()) out["guard"] = to_json(doc.guard);
+  // Likewise only in a drift re-profile.
+  if (doc.reprofile_of > 0) out["reprofile_of"] = doc.reprofile_of;
   // Likewise only after a context-sensitive round.
   if (!doc.cs_functions.empty()) out["cs_functions"] = functions_json(doc.cs_functions);
   // And only in imported documents with records outside the program.
@@ -287,6 +289,8 @@ Expected<ProfileDoc> profile_from_json(const json& j) {
   if (auto it = j.find("guard"); it != j.end()) {
     FDO_TRY(doc.guard, guard_from_json(*it));
   }
+  FDO_TRY_STATUS(
+      get_int(j, "reprofile_of", "$", doc.reprofile_of, 0, std::numeric_limits<long long>::max()));
   if (auto it = j.find("provenance"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) return field_error("provenance", "must be an object");
     const json& p = *it;

@@ -6,9 +6,9 @@
 // Compile-affecting fields: format, knobs, functions[*].{cfg_hash, counts,
 // unpredictable, indirect_calls, memop_sizes, layout}, cs_functions[*] (the same),
 // outside_functions[*].{cfg_hash, counts}. Everything else
-// (provenance, hardware observations, the guard's record, per-function fingerprints and source
-// names) is bookkeeping and never changes the digest, so rewriting bookkeeping never causes a
-// recompile.
+// (provenance, hardware observations, the guard's record, reprofile_of, per-function fingerprints
+// and source names) is bookkeeping and never changes the digest, so rewriting bookkeeping never
+// causes a recompile.
 #pragma once
 
 #include "fdo/util/expected.h"
@@ -132,6 +132,10 @@ struct ProfileDoc {
   nlohmann::json hardware = nlohmann::json::object(); // counter findings (bookkeeping)
   Provenance provenance;
   GuardRecord guard; // the live A/B guard's decisions (bookkeeping; guard_record.h)
+  // A drift re-profile (docs/lifecycle.md) records the version whose counts
+  // it checks: when the re-profile counts the same, that version's profile is
+  // served again. 0 (absent from the JSON): not a re-profile. Bookkeeping.
+  std::int64_t reprofile_of = 0;
 
   bool operator==(const ProfileDoc&) const = default;
 };
