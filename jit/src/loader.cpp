@@ -178,6 +178,7 @@ struct LinkErrors {
 } // namespace
 
 struct Loader::Impl {
+  LoaderOptions options;
   std::unique_ptr<orc::ExecutionSession> es;
   std::unique_ptr<orc::ObjectLinkingLayer> layer;
   LinkPlugin* ranges = nullptr; // owned by layer
@@ -202,9 +203,14 @@ Loader::~Loader() {
     if (Status s = p->unload(); !s) log::warning("jit loader: " + s.error().describe());
 }
 
-Expected<std::unique_ptr<Loader>> Loader::create() {
+Expected<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   ensure_llvm_initialized();
   auto impl = std::make_unique<Impl>();
+  for (const SymbolOverride& o : options.overrides)
+    if (o.name.empty() || o.address == nullptr)
+      return make_error(Errc::invalid_argument,
+                        "loader: a symbol override needs a name and an address");
+  impl->options = std::move(options);
   auto epc = orc::SelfExecutorProcessControl::Create();
   if (!epc) return to_fdo_error(epc.takeError(), Errc::internal, "ORC executor");
   impl->es = std::make_unique<orc::ExecutionSession>(std::move(*epc));
@@ -265,6 +271,12 @@ Loader::load(std::string_view object, std::span<const EntryInfo> entries,
     for (const RuntimeHook& h : value_profile_hooks())
       hooks[es.intern(h.name)] = llvm::JITEvaluatedSymbol(
           h.address, llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable);
+    // Defined in the program's own dylib, so they are found before the
+    // process's symbols (the generator only answers what is not defined).
+    for (const SymbolOverride& o : impl_->options.overrides)
+      hooks[es.intern(o.name)] = llvm::JITEvaluatedSymbol(
+          static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(o.address)),
+          llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable);
     if (llvm::Error e = jd.define(orc::absoluteSymbols(std::move(hooks)))) {
       remove_dylib();
       return to_fdo_error(std::move(e), Errc::internal, "profiling hooks");

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <unistd.h>
 
 using namespace fdo;
 using namespace fdo::jit;
@@ -237,7 +238,8 @@ TEST_CASE("the text offset knob starts the code that many bytes past a 64-byte b
     INFO("text_offset " << offset);
     ProfileDoc doc;
     doc.knobs.text_offset = offset;
-    CompileResult r = compile_or_throw(fixture("loop_branch.ll"), request(CompileMode::plain, &doc));
+    CompileResult r =
+        compile_or_throw(fixture("loop_branch.ll"), request(CompileMode::plain, &doc));
     CHECK(r.text_offset == offset);
     CHECK(r.object == plain.object); // the same code: only where it goes differs
     // The offset travels with the object in the compile metadata.
@@ -349,4 +351,40 @@ TEST_CASE("destroying the loader unloads what is still loaded", "[jit][loader]")
   loader.reset();
   CHECK(sink == 74);
   CHECK_FALSE(p->unload().has_value());
+}
+
+namespace {
+int overridden_getpid() {
+  return 424242; // no process has it here
+}
+} // namespace
+
+TEST_CASE("a symbol override resolves before the process's symbol of that name",
+          "[jit][loader][overrides]") {
+  constexpr const char* kIr = R"(
+declare i32 @getpid()
+define i64 @f() {
+  %p = call i32 @getpid()
+  %r = sext i32 %p to i64
+  ret i64 %r
+}
+)";
+  CompileResult r = compile_or_throw(kIr, request(CompileMode::plain));
+  {
+    auto plain = make_loader();
+    auto p = load_or_fail(*plain, r);
+    CHECK(call(*p, "f", {}) == static_cast<std::uint64_t>(::getpid())); // the C library's
+  }
+  LoaderOptions options;
+  options.overrides.push_back({"getpid", reinterpret_cast<void*>(&overridden_getpid)});
+  auto loader = Loader::create(std::move(options));
+  REQUIRE(loader);
+  auto p = load_or_fail(**loader, r);
+  CHECK(call(*p, "f", {}) == 424242);
+  // An override needs a name and an address.
+  LoaderOptions bad;
+  bad.overrides.push_back({"getpid", nullptr});
+  auto refused = Loader::create(std::move(bad));
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code() == Errc::invalid_argument);
 }

@@ -1,5 +1,6 @@
 #include "fdo/daemon/worker_jobs.h"
 
+#include "fdo/daemon/exit_catch.h"
 #include "fdo/daemon/stage_sampling.h"
 #include "fdo/daemon/worker_loop.h"
 #include "fdo/jit/compiler.h"
@@ -232,6 +233,11 @@ struct ExecJobs::State {
     while (programs.size() > capacity)
       programs.pop_back();
   }
+  // Unloads the program kept under `key` (one that ended with exit(n) is
+  // not run again: its state is what exit left).
+  void drop(const std::string& key) {
+    std::erase_if(programs, [&](const auto& p) { return p.first == key; });
+  }
   // Call trim(capacity) first: a program found here then stays kept.
   Expected<Program> program(const std::string& key, std::string_view object, const json& metadata,
                             std::size_t capacity) {
@@ -264,7 +270,9 @@ struct ExecJobs::State {
 };
 
 Expected<std::unique_ptr<ExecJobs>> ExecJobs::create() {
-  FDO_TRY(std::unique_ptr<jit::Loader> loader, jit::Loader::create());
+  jit::LoaderOptions options;
+  options.overrides = exit_overrides(); // exit(n) ends the call, not the worker
+  FDO_TRY(std::unique_ptr<jit::Loader> loader, jit::Loader::create(std::move(options)));
   std::unique_ptr<ExecJobs> jobs(new ExecJobs());
   jobs->state_ = std::make_unique<State>();
   jobs->state_->loader = std::move(loader);
@@ -374,9 +382,10 @@ Expected<Message> ExecJobs::handle(const Message& request) {
   }
 
   std::uint64_t ret = 0;
+  std::optional<int> exit_status; // the program called exit(n) (exit_catch.h)
   perf::Measurement m;
   if (perf::CounterGroup* group = state_->counters(events)) {
-    m = perf::measure(*group, [&] { thunk(slots.data(), &ret); });
+    m = perf::measure(*group, [&] { exit_status = call_catching_exit(thunk, slots.data(), &ret); });
   } else {
     // No counter group at all: still report wall and CPU time.
     timespec w0{}, w1{}, c0{}, c1{}, p0{}, p1{};
@@ -385,7 +394,7 @@ Expected<Message> ExecJobs::handle(const Message& request) {
     ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &p0);
     ::clock_gettime(CLOCK_MONOTONIC, &w0);
     ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
-    thunk(slots.data(), &ret);
+    exit_status = call_catching_exit(thunk, slots.data(), &ret);
     ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
     ::clock_gettime(CLOCK_MONOTONIC, &w1);
     ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &p1);
@@ -406,6 +415,7 @@ Expected<Message> ExecJobs::handle(const Message& request) {
 
   Message out;
   out.header = {{"ret", ret}, {"measurement", measurement_json(m, verbose)}};
+  if (exit_status) out.header["exited"] = {{"status", *exit_status}};
   json counts = json::object();
   if (instrumented)
     for (auto& [name, values] : program->read_counters())
@@ -444,7 +454,9 @@ Expected<Message> ExecJobs::handle(const Message& request) {
     }
     out.header["buffer_sizes"] = std::move(sizes_json);
   }
-  // (Only a freshly linked program is unloaded here; a cached one stays.)
+  // (Only a freshly linked program is unloaded here; a cached one stays,
+  // unless it ended with exit(n).)
+  if (exit_status && !held.fresh) state_->drop(key);
   if (held.fresh && process_thread_count() > 1) {
     // The program left a thread running in its code, perhaps reading its
     // buffers: unmapping either would crash the worker before it answers.

@@ -103,6 +103,67 @@ TEST_CASE("exec job: a program is linked once and then named by key", "[jobs][ex
   CHECK(missing((*jobs)->handle(exec_job("k-other", "add", {1, 2}, nullptr, none))) == "k-other");
 }
 
+// An entry that ends its program with exit(status) after a counted loop, as
+// a C main often does; and one that calls _exit.
+constexpr const char* kExits = R"(
+declare void @exit(i32) noreturn
+declare void @_exit(i32) noreturn
+
+define i64 @run(i64 %n, i64 %status) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %loop ]
+  %next = add i64 %i, 1
+  %done = icmp uge i64 %next, %n
+  br i1 %done, label %out, label %loop
+out:
+  %s = trunc i64 %status to i32
+  call void @exit(i32 %s)
+  unreachable
+}
+
+define i64 @quick(i64 %status) {
+  %s = trunc i64 %status to i32
+  call void @_exit(i32 %s)
+  unreachable
+}
+)";
+
+TEST_CASE("exec job: a program that calls exit(n) ends its call, not the worker, and counts",
+          "[jobs][exec][exit]") {
+  auto jobs = ExecJobs::create();
+  REQUIRE(jobs);
+  jit::CompileRequest req;
+  req.mode = CompileMode::instrumented;
+  auto instrumented = jit::compile(kExits, req);
+  REQUIRE(instrumented);
+  REQUIRE_FALSE(instrumented->counters_layout.empty());
+
+  auto reply = (*jobs)->handle(exec_job("k-exit", "run", {1000, 3}, &*instrumented));
+  REQUIRE(reply);
+  REQUIRE(reply->header.contains("exited"));
+  CHECK(reply->header["exited"]["status"] == 3);
+  // The stage is measured and its counters read, as after a return.
+  CHECK(reply->header.contains("measurement"));
+  const json& counts = reply->header["counts"];
+  REQUIRE(counts.contains("run"));
+  std::uint64_t total = 0;
+  for (const json& c : counts["run"])
+    total += c.get<std::uint64_t>();
+  CHECK(total >= 1000);
+  // The program ended: it is not kept linked for the next stage.
+  CHECK(missing((*jobs)->handle(exec_job("k-exit", "run", {10, 0}, nullptr))) == "k-exit");
+  // _exit too; and the worker goes on running programs.
+  auto quick = (*jobs)->handle(exec_job("k-exit", "quick", {7}, &*instrumented));
+  REQUIRE(quick);
+  CHECK(quick->header["exited"]["status"] == 7);
+  jit::CompileResult add = compiled(kAdd);
+  CHECK(ret((*jobs)->handle(exec_job("k-add", "add", {2, 3}, &add))) == 5);
+  CHECK_FALSE(
+      (*jobs)->handle(exec_job("k-add", "add", {2, 3}, nullptr))->header.contains("exited"));
+}
+
 TEST_CASE("exec job: a program with writable globals is never kept", "[jobs][exec]") {
   auto jobs = ExecJobs::create();
   REQUIRE(jobs);

@@ -35,9 +35,21 @@ struct FunctionValueProfile {
   bool operator==(const FunctionValueProfile&) const = default;
 };
 
+// A definition every program linked by a Loader resolves to instead of the
+// process's own symbol of that name (e.g. the exec worker's exit(), which
+// returns from the entry call instead of ending the worker: worker_jobs.h).
+struct SymbolOverride {
+  std::string name;
+  void* address = nullptr;
+};
+
+struct LoaderOptions {
+  std::vector<SymbolOverride> overrides;
+};
+
 class Loader {
 public:
-  static Expected<std::unique_ptr<Loader>> create();
+  static Expected<std::unique_ptr<Loader>> create(LoaderOptions options = {});
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;

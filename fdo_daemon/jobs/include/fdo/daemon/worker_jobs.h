@@ -23,7 +23,9 @@
 //                                   exactly `size` bytes), mapped copy-on-write
 //       -> {"ret":u64, "measurement":{...}, "counts":{pgo name:[u64]},
 //           "function_ranges":[...], "samples":{...} (stage_sampling.h; when sampling
-//           was asked for)}                        payload: the buffers (if asked)
+//           was asked for), "exited":{"status":n} (when the program called
+//           exit(n) on the entry's thread: exit_catch.h; ret is then meaningless)}
+//                                                  payload: the buffers (if asked)
 //       -> {"missing_object": key}: sent without its object, and this worker
 //          does not hold `key` linked; the daemon sends it again with the object.
 //     The worker keeps up to cache_entries (default 16; 0: none) linked
