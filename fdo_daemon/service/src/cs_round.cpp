@@ -31,6 +31,7 @@ void start_cs_round(const PolicyConfig& config, ProfileDoc& next, std::string& r
 PolicyDecision finish_cs_round(const ProfileDoc& current, const FeedbackAccumulator& feedback) {
   PolicyDecision d;
   d.action = PolicyAction::rewrite;
+  d.kind = RewriteKind::cs_counts;
   d.profile = current;
   d.profile.knobs.mode.reset();
   d.profile.cs_functions.clear();

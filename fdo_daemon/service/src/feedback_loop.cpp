@@ -12,8 +12,6 @@ namespace ps = fdo::profile_store;
 using nlohmann::json;
 
 namespace {
-// Rewrite times kept per key: enough for any sensible hourly cap.
-constexpr std::size_t kRewriteTimesKept = 256;
 // How often a key's fleet totals are read again (other hosts' rows arrive at
 // their flush interval anyway; this bounds the store reads to one a second per key).
 constexpr std::chrono::seconds kFleetRefresh{1};
@@ -99,8 +97,10 @@ StageFeedback stage_feedback_from(const json& exec_reply,
   return fb;
 }
 
-FeedbackLoop::FeedbackLoop(FeedbackStore& store, std::string host)
-    : store_(store), host_(std::move(host)) {}
+FeedbackLoop::FeedbackLoop(FeedbackStore& store, std::string host, LifecycleTable* lifecycles)
+    : store_(store), host_(std::move(host)),
+      own_lifecycles_(lifecycles ? nullptr : std::make_unique<LifecycleTable>()),
+      lifecycles_(lifecycles ? *lifecycles : *own_lifecycles_) {}
 
 std::shared_ptr<FeedbackLoop::KeyState> FeedbackLoop::state_of(const std::string& pk) {
   std::lock_guard lk(states_mu_);
@@ -165,30 +165,33 @@ void FeedbackLoop::Batch::append(Batch&& later) {
   later.clear();
 }
 
-void FeedbackLoop::queue_row(const StageReport& stage) {
+void FeedbackLoop::queue_row(const StageReport& stage, std::int64_t version, CountsPart counts,
+                             CountersPart counters) {
   // Version 0 (no profile) has no history row to hang feedback on; its counts
   // live in memory until they become version 1.
-  if (stage.profile_version <= 0) return;
+  if (version <= 0) return;
   ps::FeedbackRow row;
   row.pk = stage.pk;
-  row.version = stage.profile_version;
+  row.version = version;
   row.stages = 1;
   row.exec_ns = stage.feedback.exec_ns;
-  row.counters = stage.feedback.counters;
-  // What the drift window needs, so a restarted daemon starts from it.
-  add_sample_counters(stage.samples, row.counters);
+  if (counters == CountersPart::taken) {
+    row.counters = stage.feedback.counters;
+    // What the drift window needs, so a restarted daemon starts from it.
+    add_sample_counters(stage.samples, row.counters);
+  }
   row.host = host_;
-  for (const auto& [name, fc] : stage.feedback.counts)
-    row.function_counts[name] = fc.counts;
+  if (counts == CountsPart::taken)
+    for (const auto& [name, fc] : stage.feedback.counts)
+      row.function_counts[name] = fc.counts;
   std::lock_guard lk(pending_mu_);
   pending_.add(std::move(row));
 }
 
 // The totals recorded for the stage's version before this daemon saw the key
 // (earlier runs, other processes), so thresholds count every stage.
-void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage) {
+void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage, std::int64_t version) {
   st.acc = FeedbackAccumulator();
-  st.window.clear();
   st.blocks = {};
   st.branch_weights.clear();
   st.icache.clear();
@@ -196,19 +199,18 @@ void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage) {
   if (st.fleet) drop_fleet({stage.pk, st.version});
   st.fleet.reset();
   st.fleet_read = {};
-  st.version = stage.profile_version;
-  if (stage.profile_version <= 0) return;
+  st.version = version;
+  if (version <= 0) return;
   const std::optional<std::uint64_t> epoch = quiet_flush_epoch();
-  auto totals = store_.feedback(stage.pk, stage.profile_version);
+  auto totals = store_.feedback(stage.pk, version);
   if (!totals) {
-    log::warning("feedback: totals of " + stage.pk.substr(0, 12) + " v" +
-                 std::to_string(stage.profile_version) +
+    log::warning("feedback: totals of " + stage.pk.substr(0, 12) + " v" + std::to_string(version) +
                  " unreadable, counting from this stage: " + totals.error().describe());
     return;
   }
   // A read that a flush overlapped is not kept as the fleet's totals (it may
   // hold rows still counted in flight); the next stage reads again.
-  if (adopt_fleet(st, {stage.pk, stage.profile_version}, *totals, epoch))
+  if (adopt_fleet(st, {stage.pk, version}, *totals, epoch))
     st.fleet_read = std::chrono::steady_clock::now();
   if (!*totals) return;
   FeedbackAccumulator loaded;
@@ -217,7 +219,12 @@ void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage) {
       loaded.mutable_counts()[name] = FunctionCounts{h->second, counts};
   std::map<std::string, std::uint64_t> counters = (*totals)->counters;
   if (auto sampled = take_sample_counters(counters)) {
-    st.window.restore(sampled->sum, sampled->stages);
+    // A window this daemon keeps is newer than the version's sum (a verdict
+    // wrote the version: the same build serves on).
+    if (st.window.stages() == 0) {
+      st.window.restore(sampled->sum, sampled->stages);
+      st.window_digest.clear();
+    }
     st.clock_event = sampled->sum.clock_event;
     add_icache_samples(st.icache, sampled->sum.misses);
   }
@@ -227,58 +234,144 @@ void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage) {
 }
 
 FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig& policy) {
+  LifecycleConfig lifecycle;
+  lifecycle.guard = false;
+  lifecycle.max_rewrites_per_hour = policy.max_recompiles_per_hour;
+  lifecycle.cs_round = policy.cs_pgo_stages > 0;
+  return fold(stage, policy, lifecycle);
+}
+
+FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig& policy,
+                                   const LifecycleConfig& lifecycle) {
   FeedbackOutcome out;
-  if (stage.profile_version != stage.target_profile_version) {
-    queue_row(stage);
-    out.policy = "tier-up pending: stage ran profile version " +
-                 std::to_string(stage.profile_version) + ", current is " +
-                 std::to_string(stage.target_profile_version);
-    return out;
-  }
   std::shared_ptr<KeyState> state = state_of(stage.pk);
   std::lock_guard lk(state->mu);
   KeyState& st = *state;
-  if (st.version != stage.profile_version) load_totals(st, stage);
-  // Queued only after load_totals read the store: a flush landing in between
-  // would otherwise put this stage in the loaded totals and in acc twice.
-  queue_row(stage);
-  st.acc.add(stage.feedback);
-  if (stage.samples.present) {
-    st.window.add(stage.samples, static_cast<std::size_t>(policy.time_share_window_stages));
-    st.clock_event = stage.samples.clock_event;
-    add_icache_samples(st.icache, stage.samples.misses);
-  }
-  st.blocks.add(stage.blocks);
-  if (!stage.branch_weights.empty()) st.branch_weights = stage.branch_weights;
+  const auto now = std::chrono::system_clock::now();
 
+  // What the stage counts for. The lifecycle took in the stored profile at
+  // the stage's start (execute: start_stage); a stage that ran an earlier
+  // build and counts for nothing now costs no store read.
+  std::shared_ptr<LifecycleTable::Entry> life = lifecycles_.of(stage.pk);
+  StageRun run = stage.run;
+  run.stage = stage.stage;
+  bool counts_for_nothing = false;
+  {
+    std::lock_guard l(life->mu);
+    if (life->lc.started() && !life->lc.use_of(run).current) {
+      out.use = life->lc.ran(run, now);
+      counts_for_nothing = true;
+    }
+  }
+  auto earlier_build = [&] {
+    // Its row goes to the version it ran, for the record; it decides nothing now.
+    queue_row(stage, stage.profile_version, CountsPart::taken, CountersPart::left);
+    out.policy = "tier-up pending: the stage ran an earlier build (profile v" +
+                 std::to_string(stage.profile_version) + ", current v" +
+                 std::to_string(stage.target_profile_version) + ")" +
+                 (run.compile == CompileState::under_way
+                      ? ": the current one compiles in the background"
+                      : ": the next stage waits for the current one's compile");
+    return out;
+  };
+  if (counts_for_nothing) return earlier_build();
   auto current = store_.current(stage.pk);
   if (!current) {
+    queue_row(stage, stage.profile_version, CountsPart::taken, CountersPart::left);
     out.policy = "profile read failed: " + current.error().describe();
     return out;
   }
+  const ps::StoredProfile* sp = *current ? &**current : nullptr;
+  const ProfileFacts facts = facts_of(sp ? &sp->doc : nullptr, sp ? sp->version : 0,
+                                      sp != nullptr && sp->pinned, sp ? sp->digest : "");
+  {
+    // In-process feedback arrives without a stage start: changes made by
+    // others are taken in here (a first stage starts the lifecycle).
+    std::lock_guard l(life->mu);
+    life->lc.sync(facts, stage.stage, lifecycle, now);
+    out.use = life->lc.ran(run, now);
+  }
+  const StageUse& use = out.use;
+  if (!use.current) return earlier_build();
+  // The stage counts for the current version, whichever it ran.
+  if (st.version != facts.version) load_totals(st, stage, facts.version);
+  // Queued only after load_totals read the store: a flush landing in between
+  // would otherwise put this stage in the loaded totals and in acc twice.
+  const CountsPart counts = use.counts ? CountsPart::taken : CountsPart::left;
+  const CountersPart counters = use.samples ? CountersPart::taken : CountersPart::left;
+  queue_row(stage, facts.version, counts, counters);
+  st.acc.add(stage.feedback, counts, counters);
+  const auto window_stages = static_cast<std::size_t>(policy.time_share_window_stages);
+  if (run.trial && !use.stale && stage.samples.present) {
+    // A trial's stages never feed drift; they say how the build they ran
+    // shares time, which is that build's baseline if it comes to serve.
+    if (!st.trial_windows.contains(run.served_digest) && st.trial_windows.size() >= 4)
+      st.trial_windows.erase(st.trial_windows.begin());
+    st.trial_windows[run.served_digest].add(stage.samples, window_stages);
+  }
+  if (use.samples) {
+    if (stage.samples.present) {
+      // The window is the served build's: another build's shares are not
+      // comparable with it.
+      if (!st.window_digest.empty() && st.window_digest != run.served_digest) {
+        st.window.clear();
+        st.own_baseline.reset();
+        if (auto t = st.trial_windows.find(run.served_digest);
+            t != st.trial_windows.end() && window_judgeable(policy, t->second))
+          st.own_baseline = t->second.shares();
+      }
+      st.window_digest = run.served_digest;
+      st.window.add(stage.samples, window_stages);
+      st.clock_event = stage.samples.clock_event;
+      add_icache_samples(st.icache, stage.samples.misses);
+    }
+    st.blocks.add(stage.blocks);
+    if (!stage.branch_weights.empty()) st.branch_weights = stage.branch_weights;
+  }
+
   PolicyInput in;
-  in.current = *current ? &(*current)->doc : nullptr;
-  in.current_version = *current ? (*current)->version : 0;
-  in.pinned = *current && (*current)->pinned;
+  in.current = sp ? &sp->doc : nullptr;
+  in.current_version = facts.version;
+  in.pinned = facts.pinned;
   FeedbackAccumulator fleet_scratch;
   std::map<std::string, std::uint64_t> hosts;
-  in.feedback = &fleet_view(st, stage, fleet_scratch, hosts);
-  in.now = std::chrono::system_clock::now();
-  in.recent_rewrites = &st.rewrites;
+  in.feedback = &fleet_view(st, stage, facts.version, fleet_scratch, hosts);
+  in.now = now;
   const std::map<std::string, std::vector<BranchStat>> branches =
       branch_stats(st.branch_weights, st.blocks);
   if (!branches.empty()) in.branch_stats = &branches;
   if (!st.icache.empty()) in.icache_samples = &st.icache;
-  if (in.current_version != stage.profile_version) {
+  if (facts.version != stage.target_profile_version) {
     out.policy =
-        "profile changed under this stage (now version " + std::to_string(in.current_version) + ")";
+        "profile changed under this stage (now version " + std::to_string(facts.version) + ")";
     return out;
   }
   PolicyDecision d = decide(policy, in);
-  if (d.action == PolicyAction::keep) consider_reprofile(policy, in, st, d);
+  bool watches_drift = false;
+  {
+    std::lock_guard l(life->mu);
+    watches_drift = life->lc.watches_drift();
+  }
+  // A report that names no digests ran the current profile's own build.
+  const bool own_build =
+      sp != nullptr && (run.served_digest.empty() || run.served_digest == sp->digest);
+  if (d.action == PolicyAction::keep && watches_drift && use.samples)
+    consider_reprofile(policy, in, st, own_build, d);
+  if (d.action == PolicyAction::rewrite && d.kind == RewriteKind::counts && sp != nullptr &&
+      sp->doc.reprofile_of > 0)
+    recognise_reprofile(stage, policy, in, *in.feedback, d);
   out.policy = d.reason;
   if (d.action != PolicyAction::rewrite) return out;
-  // The sampled shares the new version is made from: what drift is judged against.
+  {
+    std::lock_guard l(life->mu);
+    if (Approval a = life->lc.approve(d.kind, lifecycle, now); !a) {
+      out.policy = d.reason + "; not written: " + a.why_not;
+      return out;
+    }
+  }
+  // The sampled shares the new version is made from: what drift is judged
+  // against (also for a re-profile that found an earlier profile: the shares
+  // of the workload now, counted as that profile's were).
   if (st.window.stages() != 0) {
     json& record = d.profile.hardware["sampling"];
     record = sampling_record(st.window, st.clock_event);
@@ -309,12 +402,17 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
     return out;
   }
   ++rewrites_;
-  st.rewrites.push_back(in.now);
-  while (st.rewrites.size() > kRewriteTimesKept)
-    st.rewrites.pop_front();
+  {
+    std::lock_guard l(life->mu);
+    life->lc.rewritten(d.kind, facts_of(&d.profile, *written, false), stage.stage, d.reason,
+                       lifecycle, now);
+  }
   st.version = *written;
   st.acc = FeedbackAccumulator();
   st.window.clear();
+  st.window_digest.clear();
+  st.own_baseline.reset();
+  st.trial_windows.clear();
   st.blocks = {};
   st.icache.clear();
   // The fleet's totals were the old version's: the new version's first stages
@@ -337,17 +435,18 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
 }
 
 const FeedbackAccumulator& FeedbackLoop::fleet_view(KeyState& st, const StageReport& stage,
+                                                    std::int64_t version,
                                                     FeedbackAccumulator& scratch,
                                                     std::map<std::string, std::uint64_t>& hosts) {
   hosts = {{host_, static_cast<std::uint64_t>(st.acc.stages())}};
-  if (stage.profile_version <= 0) return st.acc; // no rows before version 1: local only
-  const RowKey key{stage.pk, stage.profile_version};
+  if (version <= 0) return st.acc; // no rows before version 1: local only
+  const RowKey key{stage.pk, version};
   const auto now = std::chrono::steady_clock::now();
   if (now - st.fleet_read >= kFleetRefresh) {
     // While a flush is in flight a read may or may not hold its rows: keep
     // the snapshot there is, read again at a later stage.
     if (const std::optional<std::uint64_t> epoch = quiet_flush_epoch()) {
-      auto totals = store_.feedback(stage.pk, stage.profile_version);
+      auto totals = store_.feedback(stage.pk, version);
       if (totals && adopt_fleet(st, key, *totals, epoch)) st.fleet_read = now;
     }
   }
@@ -391,30 +490,6 @@ const FeedbackAccumulator& FeedbackLoop::fleet_view(KeyState& st, const StageRep
     scratch.mutable_counts()[name] = std::move(fc);
   }
   return scratch;
-}
-
-void FeedbackLoop::consider_reprofile(const PolicyConfig& policy, const PolicyInput& in,
-                                      KeyState& st, PolicyDecision& d) {
-  if (in.current == nullptr || in.pinned) return;
-  ReprofileDecision r = decide_reprofile(policy, *in.current, st.window);
-  if (r.reason.empty()) return;
-  if (!r.reprofile) {
-    d.reason += "; " + r.reason;
-    return;
-  }
-  // The same cap as every other rewrite: a workload that flips back and forth
-  // re-profiles at most max_recompiles_per_hour times an hour.
-  const auto hour_ago = in.now - std::chrono::hours(1);
-  const auto recent =
-      std::count_if(st.rewrites.begin(), st.rewrites.end(), [&](auto t) { return t > hour_ago; });
-  if (recent >= policy.max_recompiles_per_hour) {
-    d.reason += "; " + r.reason + " deferred: recompile rate cap reached";
-    return;
-  }
-  d.action = PolicyAction::rewrite;
-  d.drift = *r.drift;
-  d.profile = reprofile_doc(*in.current);
-  d.reason = r.reason;
 }
 
 std::optional<std::uint64_t> FeedbackLoop::quiet_flush_epoch() const {

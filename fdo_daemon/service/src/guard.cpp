@@ -78,6 +78,21 @@ std::string_view to_string(VariantRole r) {
   return kRoleNames.name(r);
 }
 
+cache::ProfileRef variant_ref(const std::string& pk, std::int64_t version, const Variant& v,
+                              const ProfileDoc& current) {
+  return profile_ref(pk, version, variant_doc(v, current));
+}
+
+Variant plain_variant(const ProfileDoc* current) {
+  Variant v;
+  v.base = VariantBase::plain;
+  if (current != nullptr) {
+    v.knobs = current->knobs;
+    v.knobs.mode.reset();
+  }
+  return v;
+}
+
 std::optional<std::uint64_t> time_on(GuardClock clock, const StageTimes& times) {
   if (clock == GuardClock::wall) return times.wall_ns;
   return times.cpu_ns;
@@ -192,17 +207,28 @@ StagePlan Guard::plan(const std::string& ik, const std::string& shape, const Gua
     p.reason = pk ? "first stage of the program" : "guard: " + pk.error().describe();
     return p;
   }
-  p.pk = **pk;
-  auto current = store_.current(p.pk);
+  auto current = store_.current(**pk);
   if (!current) {
+    p.pk = **pk;
     p.reason = "guard: profile read failed (" + current.error().describe() + ")";
     return p;
   }
-  if (!*current) {
+  return plan(**pk, *current ? &**current : nullptr, shape, config);
+}
+
+StagePlan Guard::plan(const std::string& pk, const ps::StoredProfile* current,
+                      const std::string& shape, const GuardConfig& config) {
+  StagePlan p;
+  p.pk = pk;
+  if (config.mode == GuardMode::off) {
+    p.reason = "guard off";
+    return p;
+  }
+  if (current == nullptr) {
     p.reason = "no profile yet";
     return p;
   }
-  const ps::StoredProfile& sp = **current;
+  const ps::StoredProfile& sp = *current;
   if (std::string why = not_guarded(sp); !why.empty()) {
     p.reason = std::move(why);
     return p;
@@ -220,6 +246,7 @@ StagePlan Guard::plan(const std::string& ik, const std::string& shape, const Gua
   const std::string fallback =
       source.fallback.empty() ? "" : " (" + source.fallback + ": the plain build stands in)";
   if (arms.waiting) {
+    p.kind = GuardPlanKind::waiting;
     p.name = named(arms.incumbent, sp.version);
     p.reason = "guard: " + std::to_string(st.stages_seen) + " of " +
                std::to_string(config.min_stages) + " stages before the first trial";
@@ -237,6 +264,7 @@ StagePlan Guard::plan(const std::string& ik, const std::string& shape, const Gua
     p.variant = ref(v);
   };
   if (!arms.candidate) {
+    p.kind = GuardPlanKind::serving;
     serve(VariantRole::incumbent, arms.incumbent, sp.version);
     const auto& trials = sp.doc.guard.trials;
     p.reason =
@@ -244,6 +272,7 @@ StagePlan Guard::plan(const std::string& ik, const std::string& shape, const Gua
     return p;
   }
 
+  p.kind = GuardPlanKind::trial;
   std::string id = trial_id_of(arms, digest, config.clock);
   auto restart = [&] {
     st.trial = Trial();
@@ -279,6 +308,7 @@ StagePlan Guard::plan(const std::string& ik, const std::string& shape, const Gua
     // The trial counts one shape. If that shape stopped coming, rebind the
     // trial to the shape that comes now rather than stall it.
     if (++st.since_sample <= 2 * static_cast<std::int64_t>(config.trial.max_pairs)) {
+      p.kind = GuardPlanKind::other_shape;
       serve(VariantRole::incumbent, arms.incumbent, st.trial_version);
       p.reason = "on trial for another argument shape (" + st.shape.substr(0, 80) +
                  "): this stage is not comparable and runs the incumbent";
@@ -345,8 +375,11 @@ GuardStage Guard::record(const StagePlan& plan, const std::string& served_digest
       save_checkpoint(plan.pk, st, stage, program, owner, out.note);
     return out;
   }
-  out.verdict = write_verdict(plan, st, r, kept_arm(r, st.arms->kind, config.trial), stage, program,
-                              owner, out.note);
+  VerdictWrite written = write_verdict(plan, st, r, kept_arm(r, st.arms->kind, config.trial), stage,
+                                       program, owner, out.note);
+  out.verdict = std::move(written.record);
+  out.ended = written.ended;
+  out.version = written.version;
   if (out.verdict) {
     std::lock_guard c(counters_mu_);
     switch (out.verdict->verdict) {
@@ -363,7 +396,7 @@ GuardStage Guard::record(const StagePlan& plan, const std::string& served_digest
       break;
     }
   }
-  if (out.verdict || out.note.find("changed during") != std::string::npos) {
+  if (out.ended) {
     st.trial_id.clear();
     st.arms.reset();
   }
@@ -431,22 +464,25 @@ bool Guard::save_checkpoint(const std::string& pk, KeyState& st, std::int64_t st
   return true;
 }
 
-std::optional<TrialRecord> Guard::write_verdict(const StagePlan& plan, const KeyState& st,
-                                                const TrialResult& result, Arm kept,
-                                                std::int64_t stage, const std::string& program,
-                                                std::int64_t owner, std::string& note) {
+Guard::VerdictWrite Guard::write_verdict(const StagePlan& plan, const KeyState& st,
+                                         const TrialResult& result, Arm kept, std::int64_t stage,
+                                         const std::string& program, std::int64_t owner,
+                                         std::string& note) {
   const Arms& arms = *st.arms;
+  VerdictWrite out;
   auto current = store_.current(plan.pk);
   if (!current || !*current) {
     note = "verdict not recorded (profile read failed): the next stage retries";
     std::lock_guard c(counters_mu_);
     ++counters_.verdict_write_failures;
-    return std::nullopt;
+    return out;
   }
   const ps::StoredProfile& sp = **current;
   if (profile_digest(sp.doc) != plan.current_digest) {
     note = "the profile changed during the trial: its figures are dropped";
-    return std::nullopt;
+    out.ended = TrialEnd::abandoned;
+    out.version = sp.version;
+    return out;
   }
   TrialRecord t;
   t.candidate = named(*arms.candidate, st.trial_version);
@@ -504,11 +540,16 @@ std::optional<TrialRecord> Guard::write_verdict(const StagePlan& plan, const Key
     note = "verdict not recorded (" + written.error().describe() + "): the next stage retries";
     std::lock_guard c(counters_mu_);
     ++counters_.verdict_write_failures;
-    return std::nullopt;
+    return out;
   }
   note = t.summary + " (profile v" + std::to_string(*written) + ")";
   log::info("guard " + plan.pk.substr(0, 12) + ": " + t.summary);
-  return t;
+  out.ended = t.verdict == TrialVerdict::accepted   ? TrialEnd::accepted
+              : t.verdict == TrialVerdict::rejected ? TrialEnd::rejected
+                                                    : TrialEnd::no_difference;
+  out.version = *written;
+  out.record = std::move(t);
+  return out;
 }
 
 } // namespace fdo::daemon

@@ -34,8 +34,17 @@ void merge_value_sites(std::vector<ValueSite>& into, const std::vector<ValueSite
 } // namespace
 
 void FeedbackAccumulator::add(const StageFeedback& stage) {
+  add(stage, CountsPart::taken, CountersPart::taken);
+}
+
+void FeedbackAccumulator::add(const StageFeedback& stage, CountsPart counts_part,
+                              CountersPart counters_part) {
   ++stages_;
   exec_ns_sum_ += stage.exec_ns;
+  if (counters_part == CountersPart::taken)
+    for (const auto& [event, value] : stage.counters)
+      counters_[event] += value;
+  if (counts_part == CountsPart::left) return;
   for (const auto& [name, fc] : stage.counts) {
     FunctionCounts& mine = counts_[name];
     if (mine.counts.empty() || mine.cfg_hash != fc.cfg_hash ||
@@ -50,8 +59,6 @@ void FeedbackAccumulator::add(const StageFeedback& stage) {
     merge_value_sites(mine.indirect_calls, fc.indirect_calls);
     merge_value_sites(mine.memop_sizes, fc.memop_sizes);
   }
-  for (const auto& [event, value] : stage.counters)
-    counters_[event] += value;
 }
 
 void FeedbackAccumulator::merge(const FeedbackAccumulator& other) {
@@ -148,6 +155,29 @@ double count_drift(const std::map<std::string, FunctionProfile>& old_functions,
   return std::clamp(drift, 0.0, 1.0);
 }
 
+double counts_distance(const std::map<std::string, FunctionProfile>& old_functions,
+                       const std::map<std::string, FunctionCounts>& fresh) {
+  std::uint64_t old_total = 0, fresh_total = 0;
+  for (const auto& [name, f] : old_functions)
+    old_total += sum(f.counts);
+  for (const auto& [name, fc] : fresh)
+    fresh_total += sum(fc.counts);
+  if (old_total == 0 || fresh_total == 0) return old_total == fresh_total ? 0.0 : 1.0;
+  double weights = 0.0;
+  for (const auto& [name, fc] : fresh) {
+    auto it = old_functions.find(name);
+    const double was = it == old_functions.end() ? 0.0
+                                                 : static_cast<double>(sum(it->second.counts)) /
+                                                       static_cast<double>(old_total);
+    weights +=
+        std::fabs(static_cast<double>(sum(fc.counts)) / static_cast<double>(fresh_total) - was);
+  }
+  for (const auto& [name, f] : old_functions)
+    if (!fresh.contains(name))
+      weights += static_cast<double>(sum(f.counts)) / static_cast<double>(old_total);
+  return std::max(count_drift(old_functions, fresh), std::clamp(weights / 2.0, 0.0, 1.0));
+}
+
 namespace {
 bool has_counts(const ProfileDoc* doc) {
   if (doc == nullptr) return false;
@@ -214,17 +244,6 @@ PolicyDecision decide(const PolicyConfig& config, const PolicyInput& input) {
         std::to_string(seen) + " of " + std::to_string(needed) + ")";
     return d;
   }
-  if (input.recent_rewrites != nullptr) {
-    auto hour_ago = input.now - std::chrono::hours(1);
-    int recent =
-        static_cast<int>(std::count_if(input.recent_rewrites->begin(), input.recent_rewrites->end(),
-                                       [&](auto t) { return t > hour_ago; }));
-    if (recent >= config.max_recompiles_per_hour) {
-      d.reason =
-          "recompile rate cap reached (" + std::to_string(recent) + " rewrites in the last hour)";
-      return d;
-    }
-  }
   const FeedbackAccumulator& fb = *input.feedback;
   if (cs_round) return finish_cs_round(*input.current, fb);
   std::uint64_t total = fb.total_counts();
@@ -241,6 +260,7 @@ PolicyDecision decide(const PolicyConfig& config, const PolicyInput& input) {
       return d;
     }
     d.action = PolicyAction::rewrite;
+    d.kind = RewriteKind::counts;
     d.profile = profile_from_counts(input.current, fb.counts());
     d.reason = "instrumentation counts from " + std::to_string(fb.stages()) + " stages (" +
                std::to_string(total) + " counts, drift " + fmt_double(d.drift) + ")";
@@ -312,6 +332,7 @@ PolicyDecision decide(const PolicyConfig& config, const PolicyInput& input) {
     return d;
   }
   d.action = PolicyAction::rewrite;
+  d.kind = RewriteKind::hardware;
   d.profile = std::move(next);
   d.reason = why.front();
   for (std::size_t i = 1; i < why.size(); ++i)

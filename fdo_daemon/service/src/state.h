@@ -14,6 +14,7 @@
 #include "fdo/daemon/job_runner.h"
 #include "fdo/daemon/lease_sampling.h"
 #include "fdo/daemon/leases.h"
+#include "fdo/daemon/lifecycle.h"
 #include "fdo/daemon/metrics.h"
 #include "fdo/daemon/program_registry.h"
 #include "fdo/daemon/store_fallback.h"
@@ -87,6 +88,9 @@ struct ServiceState {
   ProgramIndex* program_index = nullptr;
   std::unique_ptr<RemoteCompiler> compiler;
   std::unique_ptr<ProgramRegistry> programs;
+  // Every program's lifecycle (lifecycle.h): the stage path asks it what to
+  // run, the feedback loop has it approve rewrites.
+  std::unique_ptr<LifecycleTable> lifecycles = std::make_unique<LifecycleTable>();
   std::unique_ptr<FeedbackLoop> feedback;
   std::unique_ptr<Guard> guard;
   std::unique_ptr<LeaseTable> leases = std::make_unique<LeaseTable>(); // in-process leases
@@ -107,6 +111,17 @@ struct ServiceState {
     return profile_sharing(config.get()->share_profiles_across_tenants);
   }
 };
+
+// The lifecycle's settings from the configuration in force.
+inline LifecycleConfig lifecycle_config(const Config& c) {
+  LifecycleConfig l;
+  l.guard = c.guard.mode == GuardMode::on;
+  l.sync_tier_up = c.tier_up == TierUp::sync;
+  l.max_rewrites_per_hour = c.policy.max_recompiles_per_hour;
+  l.cs_round = c.policy.cs_pgo_stages > 0;
+  l.drift_window_stages = c.policy.time_share_window_stages;
+  return l;
+}
 
 JobLimits compile_job_limits(const Config& c);
 JobLimits exec_job_limits(const Config& c);

@@ -267,21 +267,32 @@ std::optional<std::map<std::string, double>> recorded_time_shares(const ProfileD
   return out;
 }
 
+bool window_judgeable(const PolicyConfig& config, const TimeShareWindow& window) {
+  const auto need_stages = static_cast<std::size_t>(std::max(config.time_share_window_stages, 1));
+  return window.stages() >= need_stages &&
+         window.program_samples() >= config.time_share_min_samples;
+}
+
 ReprofileDecision decide_reprofile(const PolicyConfig& config, const ProfileDoc& current,
-                                   const TimeShareWindow& window) {
+                                   const TimeShareWindow& window,
+                                   const std::map<std::string, double>* baseline) {
   ReprofileDecision d;
   if (choose_mode(&current) != CompileMode::optimized) return d;
-  auto recorded = recorded_time_shares(current);
-  if (!recorded) return d;
+  std::optional<std::map<std::string, double>> recorded;
+  if (baseline == nullptr) {
+    recorded = recorded_time_shares(current);
+    if (!recorded) return d;
+    baseline = &*recorded;
+  }
   const auto need_stages = static_cast<std::size_t>(std::max(config.time_share_window_stages, 1));
-  if (window.stages() < need_stages || window.program_samples() < config.time_share_min_samples) {
+  if (!window_judgeable(config, window)) {
     d.reason = "time-share drift: waiting for samples (" + std::to_string(window.stages()) +
                " of " + std::to_string(need_stages) + " stages, " +
                std::to_string(window.program_samples()) + " of " +
                std::to_string(config.time_share_min_samples) + " samples)";
     return d;
   }
-  const double drift = time_share_drift(*recorded, window.shares(), window.functions());
+  const double drift = time_share_drift(*baseline, window.shares(), window.functions());
   d.drift = drift;
   char text[32];
   std::snprintf(text, sizeof text, "%.3f", drift);

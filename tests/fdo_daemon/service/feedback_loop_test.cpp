@@ -39,16 +39,27 @@ StageReport stage(const std::string& pk, std::int64_t version, std::uint64_t tak
   r.function_fingerprints["loop"] = "fp-loop";
   r.feedback.exec_ns = 500;
   r.feedback.counts["loop"] = FunctionCounts{kHash, {taken, not_taken}};
+  r.run.served_mode = CompileMode::instrumented;
   return r;
 }
 
+// An operator's request to count again (knobs.mode instrumented) on the
+// current version: instrumented stages run under a profile that has counts,
+// and the program's lifecycle counts them (docs/lifecycle.md); the next
+// rewrite from counts clears the request.
+void reinstrument(FakeFeedbackStore& store, const std::string& pk = kPk) {
+  store.keys[pk].versions.back().doc.knobs.mode = CompileMode::instrumented;
+}
+
 // Version 1 of kPk ({900, 100}) with two stages' totals already stored
-// ({2, 400}: far from the profile), as a daemon finds them after a restart.
+// ({2, 400}: far from the profile), as a daemon finds them after a restart;
+// its stages count again (reinstrument).
 void seed_v1_with_totals(FakeFeedbackStore& store) {
   store.keys[kPk].versions.push_back(ps::StoredProfile{});
   store.keys[kPk].versions.back().version = 1;
   store.keys[kPk].versions.back().doc.functions["loop"] =
       FunctionProfile{.cfg_hash = kHash, .counts = {900, 100}};
+  reinstrument(store);
   ps::FeedbackTotals& t = store.totals[{kPk, 1}];
   t.stages = 2;
   t.function_counts["loop"] = {2, 400};
@@ -108,6 +119,7 @@ TEST_CASE("feedback loop: stages under a profile version are queued and flushed 
   for (int i = 0; i < 3; ++i)
     loop.fold(stage(kPk, 0, 90, 10, i), policy());
   REQUIRE(store.keys[kPk].versions.size() == 1);
+  reinstrument(store); // v1's stages count
   loop.fold(stage(kPk, 1, 90, 10, 3), policy());
   loop.fold(stage(kPk, 1, 90, 10, 4), policy());
   CHECK(loop.pending_rows() == 2);
@@ -162,6 +174,7 @@ TEST_CASE("feedback loop: a pin that lands between decision and write is honoure
     loop.fold(stage(kPk, 0, 90, 10), policy());
   // Pinned in the store after current() was read: the policy decides to
   // rewrite, the store's write refuses (as the SQLite store does for feedback).
+  reinstrument(store);
   store.keys[kPk].pinned = true;
   store.hide_pin_from_reads = true;
   FeedbackOutcome last;
@@ -213,13 +226,37 @@ TEST_CASE("feedback loop: a stage served by an older version waits for the tier-
           "[service][feedback]") {
   FakeFeedbackStore store;
   FeedbackLoop loop(store, "h");
-  StageReport r = stage(kPk, 1, 5, 5);
+  // v1 (counts) is current: its optimized build compiles in the background.
+  for (int i = 0; i < 3; ++i)
+    loop.fold(stage(kPk, 0, 90, 10, i), policy());
+  REQUIRE(store.keys[kPk].versions.size() == 1);
+  REQUIRE(loop.flush());
+  const int reads = store.reads;
+  // An earlier build still serves (here one labelled v1, while v2 is
+  // current): not what the program needs now, so it decides nothing and
+  // costs no store read; its row goes to the version it ran.
+  StageReport r = stage(kPk, 1, 5, 5, 3);
   r.target_profile_version = 2;
+  r.run.planned_digest = "v2 digest";
+  r.run.served_digest = "v1 digest";
+  r.run.compile = CompileState::under_way;
   auto o = loop.fold(r, policy());
   CHECK_FALSE(o.rewritten);
+  CHECK(o.use.stale);
+  CHECK_FALSE(o.use.current);
   CHECK_THAT(o.policy, Catch::Contains("tier-up pending"));
-  CHECK(store.reads == 0);
+  CHECK_THAT(o.policy, Catch::Contains("compiles in the background"));
+  CHECK(store.reads == reads);
   CHECK(loop.pending_rows() == 1); // its counts still belong to version 1
+  REQUIRE(loop.flush());
+  // An optimized v1 stage later: the version's own.
+  StageReport now = stage(kPk, 1, 0, 0, 4);
+  now.run.served_mode = CompileMode::optimized;
+  now.feedback.counts.clear();
+  auto ok = loop.fold(now, policy());
+  CHECK_FALSE(ok.use.stale);
+  CHECK(ok.use.current);
+  CHECK(loop.pending_rows() == 1);
 }
 
 TEST_CASE("feedback loop: a slow write of one key does not hold up another key",
@@ -365,6 +402,7 @@ TEST_CASE("feedback loop: decides on the fleet's totals and names the contributi
   for (int i = 0; i < 3; ++i)
     a.fold(stage(kPk, 0, 90, 10, i), policy());
   REQUIRE(store.keys[kPk].versions.size() == 1);
+  reinstrument(store); // v1's stages count, on every host
   // Every row carries its host.
   a.fold(stage(kPk, 1, 10, 90, 3), policy());
   REQUIRE(a.flush());
@@ -404,6 +442,7 @@ TEST_CASE("feedback loop: a new version counts only its own stages, not the flee
   auto o = loop.fold(stage(kPk, 1, 1, 200), policy());
   REQUIRE(o.rewritten);
   REQUIRE(o.rewritten->to == 2);
+  reinstrument(store); // v2's stages count too
   // The first stage of v2, at once (well inside the fleet refresh interval):
   // one stage of three, whatever v1's rows held.
   auto first = loop.fold(stage(kPk, 2, 50, 50), policy());

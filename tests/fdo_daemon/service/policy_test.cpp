@@ -105,12 +105,13 @@ TEST_CASE("drift below threshold keeps the profile and above it rewrites", "[dae
   CHECK(d.profile.functions["loop"].counts == std::vector<std::uint64_t>{500, 500});
 }
 
-TEST_CASE("pinned profiles and the rate cap stop rewrites", "[daemon][policy]") {
+// The rate cap is the lifecycle's (program_lifecycle_test.cpp, "the rate cap
+// leaves room for a round..."): the policy proposes, the lifecycle approves.
+TEST_CASE("pinned profiles stop rewrites and rewrites say what they are for", "[daemon][policy]") {
   PolicyConfig cfg;
   cfg.cs_pgo_stages = 0; // the first round alone (cs_round_test.cpp has the CS round)
   cfg.min_stages = 1;
   cfg.min_counts = 1;
-  cfg.max_recompiles_per_hour = 2;
   FeedbackAccumulator fb;
   fb.add(stage(900, 100));
   PolicyInput in = input_for(fb);
@@ -119,17 +120,29 @@ TEST_CASE("pinned profiles and the rate cap stop rewrites", "[daemon][policy]") 
   CHECK(d.action == PolicyAction::keep);
   CHECK(d.reason == "profile is pinned");
 
-  std::deque<std::chrono::system_clock::time_point> rewrites;
   in = input_for(fb);
-  rewrites.push_back(in.now - std::chrono::minutes(10));
-  rewrites.push_back(in.now - std::chrono::minutes(5));
-  in.recent_rewrites = &rewrites;
-  d = decide(cfg, in);
-  CHECK(d.action == PolicyAction::keep);
-  CHECK(d.reason.find("rate cap") != std::string::npos);
-  rewrites.front() = in.now - std::chrono::hours(2); // ages out of the window
   d = decide(cfg, in);
   CHECK(d.action == PolicyAction::rewrite);
+  CHECK(d.kind == RewriteKind::counts);
+}
+
+TEST_CASE("counts_distance sees which functions are hot as well as how their branches go",
+          "[daemon][policy]") {
+  std::map<std::string, FunctionProfile> old{{"a", {1, {90, 10}, {}, ""}},
+                                             {"b", {2, {5, 5}, {}, ""}}};
+  // The same shape: 0.
+  std::map<std::string, FunctionCounts> same{{"a", {1, {180, 20}}}, {"b", {2, {10, 10}}}};
+  CHECK(counts_distance(old, same) == Approx(0.0));
+  // Each function's branches as before, but b is now the hot one: count_drift
+  // alone sees nothing, the functions' shares do.
+  std::map<std::string, FunctionCounts> moved{{"a", {1, {9, 1}}}, {"b", {2, {450, 450}}}};
+  CHECK(count_drift(old, moved) == Approx(0.0));
+  CHECK(counts_distance(old, moved) > 0.8);
+  // A function that is gone, or new, counts in full.
+  std::map<std::string, FunctionCounts> gone{{"a", {1, {90, 10}}}};
+  CHECK(counts_distance(old, gone) == Approx(10.0 / 110.0));
+  CHECK(counts_distance({}, gone) == Approx(1.0));
+  CHECK(counts_distance({}, {}) == Approx(0.0));
 }
 
 TEST_CASE("count_drift weighs functions by their share", "[daemon][policy]") {

@@ -90,28 +90,32 @@ struct Harness {
   Dispatcher dispatcher;
 
   // `store`: the store to compose over (default: SQLite in the state dir);
-  // `host`: this service's host name.
+  // `host`: this service's host name; `compile_fn`: the compile worker;
+  // `state_dir`: an existing state dir to start over (a restart), instead of
+  // the harness's own.
   explicit Harness(Config c = base_config(), FakeRunner::Fn exec_fn = fake_exec,
-                   ServiceBuilder::StoreCreator store = nullptr, std::string host = "test-host") {
-    c.state_dir = dir.str();
+                   ServiceBuilder::StoreCreator store = nullptr, std::string host = "test-host",
+                   FakeRunner::Fn compile_fn = fake_compile, std::string state_dir = "") {
+    c.state_dir = state_dir.empty() ? dir.str() : state_dir;
     ServiceBuilder builder(c);
     if (store) builder.store(std::move(store));
-    auto s = builder
-                 .runners([this, exec_fn](WorkerRole role, const Config&,
-                                          auto&&...) -> Expected<std::unique_ptr<JobRunner>> {
-                   auto r = std::make_unique<FakeRunner>(
-                       std::string(to_string(role)),
-                       role == WorkerRole::compile ? FakeRunner::Fn(fake_compile) : exec_fn);
-                   (role == WorkerRole::compile ? compile : exec) = r.get();
-                   return std::unique_ptr<JobRunner>(std::move(r));
-                 })
-                 .perf_probe([](const Config&, JobRunner&) {
-                   return json{{"pmu", false}};
-                 })
-                 .sandbox_probe([] { return testing::test_host(); })
-                 .host_name(host)
-                 .audit_sink(audit)
-                 .create();
+    auto s =
+        builder
+            .runners([this, exec_fn,
+                      compile_fn](WorkerRole role, const Config&,
+                                  auto&&...) -> Expected<std::unique_ptr<JobRunner>> {
+              auto r = std::make_unique<FakeRunner>(
+                  std::string(to_string(role)), role == WorkerRole::compile ? compile_fn : exec_fn);
+              (role == WorkerRole::compile ? compile : exec) = r.get();
+              return std::unique_ptr<JobRunner>(std::move(r));
+            })
+            .perf_probe([](const Config&, JobRunner&) {
+              return json{{"pmu", false}};
+            })
+            .sandbox_probe([] { return testing::test_host(); })
+            .host_name(host)
+            .audit_sink(audit)
+            .create();
     REQUIRE(s);
     service = std::move(*s);
     service->register_methods(dispatcher);

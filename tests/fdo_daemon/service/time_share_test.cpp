@@ -106,6 +106,7 @@ StageReport phase_stage(std::int64_t version, bool instrumented, std::uint64_t i
     r.feedback.counts["phase_b"] = FunctionCounts{kHash, {in_b, 1}};
   }
   r.samples = stage_samples_from(reply_with(in_a, in_b, 4), kNames);
+  r.run.served_mode = instrumented ? CompileMode::instrumented : CompileMode::optimized;
   return r;
 }
 } // namespace

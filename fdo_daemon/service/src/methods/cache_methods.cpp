@@ -53,7 +53,8 @@ Expected<json> cache_explain(ServiceState& s, const json& p, const CallContext& 
               {"profile_key", rec->pk},
               {"records", std::move(records)},
               {"records_kept", kept.size()},
-              {"guard", std::move(guard)}};
+              {"guard", std::move(guard)},
+              {"lifecycle", s.lifecycles->describe(rec->pk)}};
 }
 
 } // namespace

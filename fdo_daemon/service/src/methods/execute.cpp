@@ -297,17 +297,12 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
     return make_error(Errc::timeout, "request deadline passed before the stage started");
 
   const auto stage_started = std::chrono::steady_clock::now();
-  // The guard picks the variant (docs/guard.md); the orchestrator looks it up
-  // or compiles it like any profile.
-  const StagePlan plan = s.guard->plan(prog->ik, stage_shape(entry_name, call), c.guard);
-  FDO_TRY(cache::StageOutput so, plan.variant
-                                     ? s.orch->prepare(prog->program, c.tier_up, *plan.variant)
-                                     : s.orch->prepare(prog->program, c.tier_up));
-  // A variant's output serves every profile version with the same variant
-  // digest (a verdict rewrites only the guard's bookkeeping): it is the
-  // current version's output, not a pending tier-up.
-  if (plan.variant && so.profile_digest == plan.variant->digest)
-    so.profile_version = so.target_profile_version;
+  // The program's lifecycle says what the stage does; the guard picks the
+  // variant where it may (docs/lifecycle.md, docs/guard.md); the orchestrator
+  // looks it up or compiles it like any profile.
+  FDO_TRY(StageStart start, start_stage(s, *prog, stage_shape(entry_name, call), c));
+  const StagePlan& plan = start.plan;
+  cache::StageOutput& so = start.so;
   std::int64_t stage_number = prog->stages.fetch_add(1);
   ++s.counters.stages;
   json meta_json = json::parse(so.entry->metadata, nullptr, false);
@@ -342,10 +337,15 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
                 {"compile_ms", so.compile_ms},
                 {"variant", variant_json(plan)}};
 
-  // The program ended its process with exit(n): a normal end of the stage,
-  // without a return value or counters (the process that held them is gone).
-  if (auto exited = resp->header.find("exited"); exited != resp->header.end()) {
-    const int status = exited->value("status", 0);
+  // The program ended with exit(n). Called on the thread that ran the entry,
+  // the exec worker caught it and measured the stage as any other (its counts
+  // read before the program ended: worker_jobs.h); from another thread it
+  // ended the worker process, and with it the stage's counters.
+  std::optional<int> exit_status;
+  if (auto exited = resp->header.find("exited"); exited != resp->header.end())
+    exit_status = exited->value("status", 0);
+  if (exit_status && !resp->header.contains("measurement")) {
+    const int status = *exit_status;
     s.orch->record_execution(so.ik, so.explain_sequence, elapsed_ns);
     stage["exec_ns"] = elapsed_ns;
     stage["counters"] = {{"wall_ns", elapsed_ns},
@@ -354,7 +354,8 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
                          {"events", json::array()}};
     stage["profile_rewritten"] = nullptr;
     stage["policy"] = "the program exited with status " + std::to_string(status) +
-                      ": no feedback from this stage";
+                      " from another thread, ending its worker: no feedback from this stage";
+    stage["lifecycle"] = start.life.json_since_start();
     s.metrics->stage_finished(stage["cache"].value("outcome", ""), seconds_since(stage_started),
                               so.compiled ? so.compile_ms : 0.0, elapsed_ns / 1e9, false);
     return json{
@@ -369,6 +370,15 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   report.stage = stage_number;
   report.profile_version = so.profile_version;
   report.target_profile_version = so.target_profile_version;
+  report.run.planned_digest = so.target_profile_digest;
+  report.run.served_digest = so.profile_digest;
+  report.run.served_mode = so.mode;
+  // A trial's arms; a stage of another shape during a trial runs the
+  // incumbent as any served stage (lifecycle.h).
+  report.run.trial = plan.kind == GuardPlanKind::trial;
+  report.run.compile = so.tier_up == cache::TierUpState::none        ? CompileState::none
+                       : so.tier_up == cache::TierUpState::scheduled ? CompileState::under_way
+                                                                     : CompileState::held_off;
   for (const auto& f : meta.counters_layout)
     report.cfg_hashes[f.pgo_name] = f.cfg_hash;
   report.function_fingerprints = std::move(meta.function_fingerprints);
@@ -380,10 +390,15 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
     for (const jit::BranchWeight& w : weights)
       report.branch_weights[fn].push_back({w.index, w.taken, w.not_taken});
   json samples_summary = stage_samples_summary(report.samples, resp->header, verbose);
-  FeedbackOutcome fo = s.feedback->fold(report, c.policy);
+  FeedbackOutcome fo = s.feedback->fold(report, c.policy, lifecycle_config(c));
   GuardStage gs =
       s.guard->record(plan, so.profile_digest, {report.feedback.exec_ns, report.feedback.cpu_ns},
                       stage_number, prog->ik, prog->owner, c.guard);
+  if (gs.ended && start.life.entry) {
+    std::lock_guard lk(start.life.entry->mu);
+    start.life.entry->lc.trial_ended(*gs.ended, gs.version, stage_number, gs.note,
+                                     std::chrono::system_clock::now());
+  }
   stage["variant"]["counted"] = gs.counted;
   if (!gs.note.empty()) stage["variant"]["trial"] = gs.note;
   // Ahead of need (docs/guard.md): the plain build compiles in the
@@ -392,9 +407,12 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   precompile(s, *prog, plan.ahead);
   if (fo.rewritten) precompile(s, *prog, s.guard->ahead(prog->ik, c.guard));
 
-  json result = {{"entry", entry_name},
-                 {"returns", entry.return_type},
-                 {"value", decode_return(sig.ret, resp->header.value("ret", std::uint64_t{0}))}};
+  json result = {
+      {"entry", entry_name},
+      {"returns", entry.return_type},
+      {"value", exit_status ? json(nullptr)
+                            : decode_return(sig.ret, resp->header.value("ret", std::uint64_t{0}))}};
+  if (exit_status) result["exit_status"] = *exit_status;
   if (return_buffers) {
     FDO_TRY(json buffers, returned_buffers(*resp, call, encoding));
     result["buffers"] = std::move(buffers);
@@ -417,6 +435,11 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   stage["profile_rewritten"] = std::move(rewritten);
   stage["policy"] = fo.policy;
   stage["samples"] = std::move(samples_summary);
+  // The stage's lifecycle: the phase after it and what it moved. Its own
+  // entry when the stage started one; else (the program's first stage) the
+  // entry the fold started.
+  if (!start.life.entry) start.life.entry = s.lifecycles->find(so.pk);
+  stage["lifecycle"] = start.life.json_since_start();
   s.metrics->stage_finished(stage["cache"].value("outcome", ""), seconds_since(stage_started),
                             so.compiled ? so.compile_ms : 0.0, static_cast<double>(exec_ns) / 1e9,
                             fo.rewritten.has_value());

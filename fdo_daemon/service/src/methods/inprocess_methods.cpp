@@ -113,6 +113,9 @@ Expected<json> program_lease(ServiceState& s, const json& params, const CallCont
   lease.pk = so.pk;
   lease.profile_version = so.profile_version;
   lease.target_profile_version = so.target_profile_version;
+  lease.planned_digest = so.target_profile_digest;
+  lease.served_digest = so.profile_digest;
+  lease.served_mode = so.mode;
   lease.storage_key = so.storage_key;
   lease.mode = std::string(to_string(so.mode));
   lease.entries = entries;
@@ -230,6 +233,9 @@ Expected<json> feedback_submit(ServiceState& s, const json& params, const CallCo
     report.stage = lease->program->stages.fetch_add(1);
     report.profile_version = lease->profile_version;
     report.target_profile_version = lease->target_profile_version;
+    report.run.planned_digest = lease->planned_digest;
+    report.run.served_digest = lease->served_digest;
+    report.run.served_mode = lease->served_mode;
     report.feedback = std::move(checked[i]);
     report.cfg_hashes = lease->cfg_hashes;
     report.function_fingerprints = lease->function_fingerprints;
@@ -240,7 +246,7 @@ Expected<json> feedback_submit(ServiceState& s, const json& params, const CallCo
       report.branch_weights = lease->branch_weights;
       samples = report.samples;
     }
-    FeedbackOutcome fo = s.feedback->fold(report, cfg->policy);
+    FeedbackOutcome fo = s.feedback->fold(report, cfg->policy, lifecycle_config(*cfg));
     policy = fo.policy;
     if (fo.rewritten)
       rewritten = {

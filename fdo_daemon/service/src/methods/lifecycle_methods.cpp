@@ -45,6 +45,7 @@ Expected<json> profile_delete(ServiceState& s, const json& p, const CallContext&
   FDO_TRY(ps::RemoveSummary r, s.store->remove(pk, acting));
   s.feedback->forget(pk);
   s.guard->forget(pk);
+  s.lifecycles->forget(pk);
   return json{{"profile_key", pk},
               {"removed",
                {{"versions", r.versions},

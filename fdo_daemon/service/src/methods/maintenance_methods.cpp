@@ -85,6 +85,8 @@ struct Collector {
     FDO_TRY(ps::RemoveSummary r, s.store->remove(p.pk));
     (void)r;
     s.feedback->forget(p.pk);
+    s.guard->forget(p.pk);
+    s.lifecycles->forget(p.pk);
     return true;
   }
 };

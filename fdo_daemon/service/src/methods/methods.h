@@ -54,6 +54,27 @@ json cache_outcome_json(const cache::StageOutput& so);
 // (status_methods.cpp; ServiceMetrics serves them with its own).
 std::vector<prometheus::MetricFamily> live_metrics(ServiceState& s);
 
+// The lifecycle of one stage's program (lifecycle.h), asked at the start
+// and told what happened after; no entry before the program's first compile.
+struct StageLife {
+  std::shared_ptr<LifecycleTable::Entry> entry;
+  std::uint64_t transitions_before = 0; // ProgramLifecycle::transitions() at the start
+  StageDirective directive;
+  // {"phase", "transitions": [what the stage moved]}; null without an entry.
+  json json_since_start() const;
+};
+// What a stage runs, planned and prepared (stage_start.cpp).
+struct StageStart {
+  StageLife life;
+  StagePlan plan;
+  cache::StageOutput so;
+};
+// The lifecycle's directive, the guard's plan where it may plan, the build
+// looked up or compiled (the plain build when the planned one does not
+// compile).
+Expected<StageStart> start_stage(ServiceState& s, const ProgramRecord& prog,
+                                 const std::string& shape, const Config& c);
+
 // The execute method (execute.cpp): one stage.
 Expected<json> execute(ServiceState& s, const json& params, const CallContext& ctx);
 // What a stage's sampling saw, for a reply (execute.cpp): null when `reply`

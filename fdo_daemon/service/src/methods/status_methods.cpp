@@ -174,6 +174,20 @@ std::vector<prometheus::MetricFamily> live_metrics(ServiceState& s) {
           "Trials continued from saved samples (after a restart) instead of starting over.", C,
           d(g.resumed)),
   };
+  {
+    // Every phase, 0 where no program is in it: a scrape sees each series.
+    const std::map<Phase, std::size_t> phases = s.lifecycles->phases();
+    std::vector<std::pair<std::string, double>> by_phase;
+    for (Phase p : {Phase::profiling, Phase::cs_profiling, Phase::optimized, Phase::trial,
+                    Phase::steady, Phase::reprofiling, Phase::pinned, Phase::failed}) {
+      auto it = phases.find(p);
+      by_phase.emplace_back(std::string(to_string(p)), d(it == phases.end() ? 0 : it->second));
+    }
+    out.push_back(metric_family("fdo_programs_by_phase",
+                                "Profile keys by lifecycle phase (docs/lifecycle.md), of those a "
+                                "stage ran under this fdod.",
+                                G, std::move(by_phase), "phase"));
+  }
   if (const std::optional<cache::RemoteTierStats>& r = cs.remote) {
     out.push_back(one("fdo_cache_remote_up", "1 while the remote object tier answers, else 0.", G,
                       r->state == cache::RemoteState::up ? 1 : 0));

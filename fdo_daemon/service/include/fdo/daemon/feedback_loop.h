@@ -1,7 +1,13 @@
 // The feedback loop: folds each stage's measurements into running totals per
-// profile key, asks the policy (policy.h) whether the profile should be
-// rewritten, writes the new version through the store's versioned write, and
-// batches the stage rows for a periodic flush.
+// profile key, asks the policy (policy.h) and the drift rule (time_share.h)
+// whether the profile should be rewritten, has the program's lifecycle
+// (lifecycle.h) approve it, writes the new version through the store's
+// versioned write, and batches the stage rows for a periodic flush.
+//
+// The lifecycle decides what each stage counts for (StageUse): a stage that
+// ran an earlier build is counted for what it ran; only stages that ran the
+// served build outside a trial feed the drift window, which belongs to that
+// build (its digest) and restarts when another build serves.
 //
 // Concurrency: each profile key has its own state and lock, held while that
 // key's stage is folded (including its reads and its versioned write); stages
@@ -11,6 +17,7 @@
 #pragma once
 
 #include "fdo/daemon/block_samples.h"
+#include "fdo/daemon/lifecycle.h"
 #include "fdo/daemon/policy.h"
 #include "fdo/daemon/time_share.h"
 #include "fdo/profile_store/profile_store.h"
@@ -59,6 +66,11 @@ struct StageReport {
   std::int64_t stage = 0;
   std::int64_t profile_version = 0;        // what the served output was compiled with
   std::int64_t target_profile_version = 0; // the current version when the stage began
+  // What the stage asked for (the current profile's build, or the guard's
+  // variant) and what it ran, for the lifecycle (its stage number is
+  // `stage`'s). Both digests empty: it ran the current profile's own build,
+  // as it asked.
+  StageRun run;
   StageFeedback feedback;
   // From the served output's compile metadata: PGO name -> CFG hash of each
   // instrumented function, and canonical function fingerprints.
@@ -84,13 +96,19 @@ struct Rewrite {
 struct FeedbackOutcome {
   std::optional<Rewrite> rewritten;
   std::string policy; // the decision (or why none was taken), for the stage's reply
+  StageUse use;       // what the lifecycle let the stage count for
 };
 
 class FeedbackLoop {
 public:
   // `host` is recorded as the writer of every version the loop writes.
-  FeedbackLoop(FeedbackStore& store, std::string host);
+  // `lifecycles`: the programs' lifecycles, shared with the stage path (null:
+  // the loop keeps its own).
+  FeedbackLoop(FeedbackStore& store, std::string host, LifecycleTable* lifecycles = nullptr);
 
+  FeedbackOutcome fold(const StageReport& stage, const PolicyConfig& policy,
+                       const LifecycleConfig& lifecycle);
+  // With the policy's rate cap and context-sensitive round, no guard, async tier-up.
   FeedbackOutcome fold(const StageReport& stage, const PolicyConfig& policy);
   // Writes the batched stage rows in one store call. On failure the rows are
   // kept, ahead of newer ones, for the next flush: nothing is lost.
@@ -110,9 +128,17 @@ private:
     std::mutex mu;
     std::int64_t version = -1; // the profile version `acc` belongs to
     FeedbackAccumulator acc;
-    // The most recent sampled stages under `version` (after a restart: from
-    // the version's sampled stages summed in its feedback rows).
+    // The most recent sampled stages of one served build (`window_digest`;
+    // empty: restored after a restart from the version's sampled stages
+    // summed in its feedback rows, adopted by the next build that serves).
     TimeShareWindow window;
+    std::string window_digest;
+    // Drift is judged against the shares the profile recorded when its own
+    // build serves; when another build serves (a variant the guard kept),
+    // against that build's shares in its last trial (the most recent trial
+    // stages that ran it, per build), or else its own first full window.
+    std::optional<std::map<std::string, double>> own_baseline;
+    std::map<std::string, TimeShareWindow> trial_windows;
     std::string clock_event;
     // Block and branch samples of every stage under `version`, and the branch
     // weights of the compile that served them.
@@ -120,7 +146,6 @@ private:
     std::map<std::string, std::vector<BranchStat>> branch_weights;
     // Sampled i-cache misses per function of every stage under `version`.
     std::map<std::string, std::uint64_t> icache;
-    std::deque<std::chrono::system_clock::time_point> rewrites;
     // The fleet's totals for `version` (every host's flushed rows) when last
     // read from the store, at most every kFleetRefresh (fleet_view). Only a
     // read that no flush of this loop overlapped is kept (adopt_fleet), so
@@ -130,8 +155,11 @@ private:
   };
 
   std::shared_ptr<KeyState> state_of(const std::string& pk);
-  void queue_row(const StageReport& stage);
-  void load_totals(KeyState& st, const StageReport& stage);
+  // Queues the stage's row under `version` (what the stage counts for), with
+  // its counts and its samples only where the lifecycle let it give them.
+  void queue_row(const StageReport& stage, std::int64_t version, CountsPart counts,
+                 CountersPart counters);
+  void load_totals(KeyState& st, const StageReport& stage, std::int64_t version);
   // Before a store read of fleet totals: the number of flushes done, or
   // nullopt while one is in flight (a read now may or may not see its rows).
   std::optional<std::uint64_t> quiet_flush_epoch() const;
@@ -148,14 +176,22 @@ private:
   // this host saw itself (else, e.g. while the store is down, its own view).
   // `hosts`: stages per contributing host of the view returned.
   const FeedbackAccumulator& fleet_view(KeyState& st, const StageReport& stage,
-                                        FeedbackAccumulator& scratch,
+                                        std::int64_t version, FeedbackAccumulator& scratch,
                                         std::map<std::string, std::uint64_t>& hosts);
-  // Drift re-profiling when the policy kept the profile (time_share.h).
+  // Drift re-profiling when the policy kept the profile (time_share.h);
+  // `own_build`: the profile's own build served the window.
   void consider_reprofile(const PolicyConfig& policy, const PolicyInput& in, KeyState& st,
-                          PolicyDecision& d);
+                          bool own_build, PolicyDecision& d);
+  // A re-profile's counts that equal a finished profile among the versions
+  // it re-profiled (docs/lifecycle.md): that profile again.
+  void recognise_reprofile(const StageReport& stage, const PolicyConfig& policy,
+                           const PolicyInput& in, const FeedbackAccumulator& counted,
+                           PolicyDecision& d);
 
   FeedbackStore& store_;
   std::string host_;
+  std::unique_ptr<LifecycleTable> own_lifecycles_; // when none was given
+  LifecycleTable& lifecycles_;
 
   std::mutex states_mu_; // guards the map only
   std::map<std::string, std::shared_ptr<KeyState>> states_;

@@ -19,6 +19,7 @@
 #include "fdo/daemon/abi.h"
 #include "fdo/daemon/feedback_loop.h"
 #include "fdo/daemon/guard_config.h"
+#include "fdo/daemon/lifecycle.h"
 #include "fdo/daemon/trial.h"
 #include "fdo/util/profile.h"
 
@@ -66,6 +67,14 @@ std::string describe(const Variant& v);
 // without the context-sensitive counts, the branch marks or the layout where
 // the variant drops them.
 ProfileDoc variant_doc(const Variant& v, const ProfileDoc& current);
+// The cache's reference to the build of `v` from `current` (version: the
+// profile version it serves under).
+cache::ProfileRef variant_ref(const std::string& pk, std::int64_t version, const Variant& v,
+                              const ProfileDoc& current);
+// The plain build with the profile's knobs (no profile: the defaults): what
+// a program whose planned build does not compile is served (lifecycle.h,
+// Phase::failed).
+Variant plain_variant(const ProfileDoc* current);
 // The guard record's form of a variant's knobs (`guard.incumbent.knobs`): the
 // knobs member's form, plus `"cs_counts": false` / `"branch_marks": false` /
 // `"layout": false` for a dropped profile part; and back (a malformed object:
@@ -139,6 +148,7 @@ std::string_view to_string(VariantRole r);
 // What one stage serves, and why.
 struct StagePlan {
   std::string pk;
+  GuardPlanKind kind = GuardPlanKind::not_guarded; // for the program's lifecycle (lifecycle.h)
   VariantRole role = VariantRole::current;
   // The profile to compile and serve; unset: the current profile, as usual.
   std::optional<cache::ProfileRef> variant;
@@ -169,7 +179,11 @@ std::optional<std::uint64_t> time_on(GuardClock clock, const StageTimes& times);
 struct GuardStage {
   bool counted = false;               // the stage's time went into the trial
   std::optional<TrialRecord> verdict; // the trial this stage finished
-  std::string note;                   // progress or verdict, for the stage's reply
+  // How the trial ended at this stage (a verdict written, or abandoned because
+  // the profile changed under it), and the profile version written or found.
+  std::optional<TrialEnd> ended;
+  std::int64_t version = 0;
+  std::string note; // progress or verdict, for the stage's reply
 };
 
 struct GuardCounters {
@@ -191,6 +205,10 @@ public:
   // Chooses the variant stage `ik` serves. Errors are not the stage's: a
   // store read that fails plans the current profile, with the reason.
   StagePlan plan(const std::string& ik, const std::string& shape, const GuardConfig& config);
+  // The same for a stage that resolved its profile key and read the current
+  // profile already (null: none yet).
+  StagePlan plan(const std::string& pk, const profile_store::StoredProfile* current,
+                 const std::string& shape, const GuardConfig& config);
   // After a stage rewrote the program's profile: the build to compile ahead
   // of the trial the new profile will have (the plain build while that is
   // the incumbent), once per build; nullopt when nothing is needed.
@@ -246,10 +264,17 @@ private:
   // trial's; true when written.
   bool save_checkpoint(const std::string& pk, KeyState& st, std::int64_t stage,
                        const std::string& program, std::int64_t owner, std::string& note);
-  std::optional<TrialRecord> write_verdict(const StagePlan& plan, const KeyState& st,
-                                           const TrialResult& result, Arm kept, std::int64_t stage,
-                                           const std::string& program, std::int64_t owner,
-                                           std::string& note);
+  // Writes the verdict into the profile: the record and its version, or
+  // `ended` abandoned (the profile changed during the trial), or neither
+  // (the write failed: the next stage retries).
+  struct VerdictWrite {
+    std::optional<TrialRecord> record;
+    std::optional<TrialEnd> ended;
+    std::int64_t version = 0;
+  };
+  VerdictWrite write_verdict(const StagePlan& plan, const KeyState& st, const TrialResult& result,
+                             Arm kept, std::int64_t stage, const std::string& program,
+                             std::int64_t owner, std::string& note);
 
   cache::KeyStore& keys_;
   FeedbackStore& store_;

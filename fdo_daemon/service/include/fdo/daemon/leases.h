@@ -35,6 +35,11 @@ struct ProgramLease {
   std::string pk;
   std::int64_t profile_version = 0;        // what the leased output was compiled with
   std::int64_t target_profile_version = 0; // the current version when it was leased
+  // The digest the lease asked for and the one its output was compiled for
+  // (they differ while a tier-up is pending), and its mode: what the
+  // program's lifecycle counts its feedback for (lifecycle.h).
+  std::string planned_digest, served_digest;
+  CompileMode served_mode = CompileMode::plain;
   std::string storage_key;
   std::string mode; // compile mode of the leased output
   std::vector<std::string> entries;

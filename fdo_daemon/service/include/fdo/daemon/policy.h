@@ -4,6 +4,7 @@
 // profile through the store's versioned write.
 #pragma once
 
+#include "fdo/daemon/lifecycle.h"
 #include "fdo/daemon/policy_config.h"
 #include "fdo/util/profile.h"
 
@@ -46,9 +47,15 @@ struct StageFeedback {
 };
 
 // Running totals for one (profile key, profile version).
+// Which parts of a stage's feedback an accumulator takes (the lifecycle's
+// StageUse says which a stage may give).
+enum class CountsPart { taken, left };
+enum class CountersPart { taken, left };
+
 class FeedbackAccumulator {
 public:
   void add(const StageFeedback& stage);
+  void add(const StageFeedback& stage, CountsPart counts, CountersPart counters);
   // Merge totals loaded from the store (feedback rows) into this accumulator.
   void merge(const FeedbackAccumulator& other);
 
@@ -85,12 +92,13 @@ struct PolicyInput {
   // (icache_layout.h).
   const std::map<std::string, std::uint64_t>* icache_samples = nullptr;
   std::chrono::system_clock::time_point now;
-  // Times of earlier rewrites of this profile key (for the rate cap).
-  const std::deque<std::chrono::system_clock::time_point>* recent_rewrites = nullptr;
 };
 
+// The rate cap is not the policy's: the program's lifecycle approves every
+// rewrite (lifecycle.h), so it is counted in one place.
 struct PolicyDecision {
   PolicyAction action = PolicyAction::keep;
+  RewriteKind kind = RewriteKind::counts; // what the rewrite is for, when action == rewrite
   std::string reason; // why (for logs, explain and the new version's provenance)
   double drift = 0.0;
   ProfileDoc profile; // the new profile when action == rewrite
@@ -100,6 +108,13 @@ struct PolicyDecision {
 // existing profile and fresh counts: 0 = same shape, 1 = disjoint or new.
 double count_drift(const std::map<std::string, FunctionProfile>& old_functions,
                    const std::map<std::string, FunctionCounts>& fresh);
+// How far fresh counts are from a profile's, as one figure (0..1): the
+// larger of count_drift (the branch distributions within each function) and
+// the total-variation distance between the functions' shares of all counts
+// (which functions are hot). Below policy.drift_threshold a re-profile found
+// what that profile already holds (docs/lifecycle.md).
+double counts_distance(const std::map<std::string, FunctionProfile>& old_functions,
+                       const std::map<std::string, FunctionCounts>& fresh);
 
 PolicyDecision decide(const PolicyConfig& config, const PolicyInput& input);
 

@@ -100,15 +100,23 @@ struct ReprofileDecision {
   std::string reason;          // empty when there was nothing to judge
 };
 
+// Whether the window is full and holds enough clock samples to be judged.
+bool window_judgeable(const PolicyConfig& config, const TimeShareWindow& window);
+
 // Re-profile when the current profile was made from counts (its code is
-// optimized), recorded time shares, the window is full with enough samples
-// and the drift reaches the threshold. The caller checks pins and rate caps.
+// optimized), the window is full with enough samples and its drift from
+// `baseline` reaches the threshold. `baseline`: the shares the window's build
+// is compared with (null: the shares the profile recorded,
+// recorded_time_shares). The caller checks pins and rate caps (the
+// program's lifecycle approves the rewrite).
 ReprofileDecision decide_reprofile(const PolicyConfig& config, const ProfileDoc& current,
-                                   const TimeShareWindow& window);
+                                   const TimeShareWindow& window,
+                                   const std::map<std::string, double>* baseline = nullptr);
 
 // The document that makes the next compile instrumented again: the current
 // one with every function's counts (and value profiles) dropped, knobs,
-// unpredictable marks and bookkeeping kept.
+// unpredictable marks and bookkeeping kept. (The feedback loop records the
+// version it re-profiles as its reprofile_of.)
 ProfileDoc reprofile_doc(const ProfileDoc& current);
 
 } // namespace fdo::daemon
