@@ -252,7 +252,10 @@ def main():
             "program": (f"#/program/{sort_ik}",
                         ["Stage timeline", "Cache key lineage", "IK (program", "VK (first stage",
                          "CK profile v1 optimized", "instrumented", "new_program",
-                         "profile_rewritten", 'id="timeline-legend"', "▲"] + variants, 1200),
+                         "profile_rewritten", 'id="timeline-legend"', "▲",
+                         # the lifecycle (docs/lifecycle.md): its phase and transitions
+                         "Lifecycle", 'id="lifecycle"', 'id="lifecycle-phase"', "counts_ready"]
+                        + variants, 1200),
             "function": (f"#/profile/{sort_pk}/function/{hottest}",
                          [f"Function {hot_fn['source_name']}", fmt_int(hot_fn["entry_count"]),
                           'id="annotated-ir"', hot_fn["signature"].split("(")[0].split("@")[-1] + "("]
@@ -276,8 +279,15 @@ def main():
             browser.screenshot(url, str(ARTIFACTS / f"{name}.png"), height)
         # The timeline shows each stage's execution time.
         dom = (ARTIFACTS / "program.html").read_text()
-        rows = re.findall(r"<tr><td class=\"num\">(\d+)</td>", dom)
+        stages_table = re.search(r'<table id="stages">.*?</table>', dom, re.S)
+        check(stages_table, "the program page has its stages table")
+        rows = re.findall(r"<tr><td class=\"num\">(\d+)</td>", stages_table.group(0))
         check(len(rows) == len(explain["records"]), (rows, len(explain["records"])))
+        # The lifecycle table: one row per transition cache.explain reports.
+        lifecycle_table = re.search(r'<table id="lifecycle">.*?</table>', dom, re.S)
+        check(lifecycle_table, "the program page has its lifecycle table")
+        check(lifecycle_table.group(0).count("<tr><td") == len(explain["lifecycle"]["history"]),
+              (lifecycle_table.group(0)[:600], explain["lifecycle"]))
         check("execution time per stage" in dom, "the timeline is of execution times")
         # The functions chart and table link to each function's annotated IR.
         dom = (ARTIFACTS / "profile.html").read_text()

@@ -72,7 +72,8 @@ TEST_CASE("a stage row reads every column from execute's result") {
   CHECK(cells[7] == "45.2 ms");
   CHECK(cells[8] == "250");
   CHECK(cells[9] == "2.50%");
-  CHECK(cells[10] == "profile rewritten v0 -> v1");
+  CHECK(cells[10] == "-"); // no lifecycle in this reply
+  CHECK(cells[11] == "profile rewritten v0 -> v1");
 }
 
 TEST_CASE("branch-miss cells say n/a when the PMU did not count") {
@@ -187,4 +188,35 @@ TEST_CASE("stages: every compile mode fits the mode column the rows are printed 
   for (fdo::CompileMode m : {fdo::CompileMode::plain, fdo::CompileMode::instrumented,
                              fdo::CompileMode::optimized, fdo::CompileMode::cs_instrumented})
     CHECK(fdo::to_string(m).size() <= mode->min_width);
+  // So does every lifecycle phase (docs/lifecycle.md).
+  auto phase =
+      std::find_if(cols.begin(), cols.end(), [](const Column& c) { return c.header == "phase"; });
+  REQUIRE(phase != cols.end());
+  for (const char* p : {"profiling", "cs_profiling", "optimized", "trial", "steady",
+                        "reprofiling", "pinned", "failed"})
+    CHECK(std::string(p).size() <= phase->min_width);
+}
+
+TEST_CASE("stages: the lifecycle's phase and the stage's transitions are shown",
+          "[fdoctl][stages]") {
+  json j = json::parse(R"({"value": 1, "stage": {"number": 2, "mode": "instrumented",
+    "storage_key": "k", "profile_version": 0, "recompiled": false, "compile_ms": 0,
+    "exec_ns": 10, "cache": {"outcome": "memory_hit", "reason": "cache_key"},
+    "profile_rewritten": {"from": 0, "to": 1, "reason": "counts"},
+    "lifecycle": {"phase": "cs_profiling", "transitions": [
+      {"from": "profiling", "to": "cs_profiling", "cause": "counts_ready", "stage": 2,
+       "version": 1, "time": "t", "detail": "d"}]}}})");
+  auto r = stage_row(j);
+  REQUIRE(r);
+  CHECK(r->phase == "cs_profiling");
+  std::vector<std::string> cells = stage_cells(*r);
+  REQUIRE(cells.size() == stage_columns().size());
+  CHECK(cells[10] == "cs_profiling");
+  CHECK_THAT(cells.back(), Catch::Contains("profile rewritten v0 -> v1") &&
+                               Catch::Contains("profiling->cs_profiling (counts_ready)"));
+  // An fdod that reports no lifecycle: "-".
+  j["stage"].erase("lifecycle");
+  auto old = stage_row(j);
+  REQUIRE(old);
+  CHECK(stage_cells(*old)[10] == "-");
 }

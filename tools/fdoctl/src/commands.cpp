@@ -5,6 +5,7 @@
 #include "fdo/ctl/diff.h"
 #include "fdo/ctl/doctor.h"
 #include "fdo/ctl/hot_functions.h"
+#include "fdo/ctl/lifecycle_view.h"
 #include "fdo/ctl/table.h"
 #include "fdo/perf/capabilities.h"
 #include "fdo/profile_store/profile_store.h"
@@ -692,6 +693,7 @@ Status cmd_explain(Context& ctx, const std::string& program_text, std::uint64_t 
                                        : std::string("unknown"))
       << "\n";
   print_guard(out, r.value("guard", json(nullptr)));
+  out << render_lifecycle(r.value("lifecycle", json(nullptr)));
   if (records.empty()) {
     out << "\nno stages recorded for this program since fdod started (explain history lives in "
            "the daemon's memory)\n";

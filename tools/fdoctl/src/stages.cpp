@@ -100,6 +100,13 @@ Expected<StageRow> stage_row(const json& result) {
                                     ? ": " + (*misses)["reason"].get<std::string>()
                                     : std::string());
   }
+  if (auto lc = s.find("lifecycle"); lc != s.end() && lc->is_object()) {
+    FDO_TRY(r.phase, field<std::string>(*lc, "phase", "lifecycle."));
+    for (const json& t : lc->value("transitions", json::array()))
+      if (t.is_object())
+        r.transitions.push_back(t.value("from", "?") + "->" + t.value("to", "?") + " (" +
+                                t.value("cause", "?") + ")");
+  }
   r.value = result.contains("value") ? result["value"] : json(nullptr);
   return r;
 }
@@ -109,7 +116,7 @@ std::vector<Column> stage_columns() {
       {"stage", Align::right, 5},       {"cache", Align::left, 10}, {"reason", Align::left, 19},
       {"profile", Align::right, 7},     {"mode", Align::left, 15},  {"recompiled", Align::left, 10},
       {"compile ms", Align::right, 10}, {"exec", Align::right, 9},  {"br-misses", Align::right, 11},
-      {"miss rate", Align::right, 9},   {"note", Align::left, 0}};
+      {"miss rate", Align::right, 9},   {"phase", Align::left, 12}, {"note", Align::left, 0}};
 }
 
 std::vector<std::string> stage_cells(const StageRow& r) {
@@ -122,6 +129,8 @@ std::vector<std::string> stage_cells(const StageRow& r) {
   if (r.rewritten_to)
     note = "profile rewritten v" + std::to_string(*r.rewritten_from) + " -> v" +
            std::to_string(*r.rewritten_to);
+  for (const std::string& t : r.transitions)
+    note += (note.empty() ? "" : "; ") + t;
   return {std::to_string(r.number),
           r.outcome,
           r.reason,
@@ -132,6 +141,7 @@ std::vector<std::string> stage_cells(const StageRow& r) {
           format_duration_ns(r.exec_ns),
           misses,
           rate,
+          r.phase,
           note};
 }
 

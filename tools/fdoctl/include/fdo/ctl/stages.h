@@ -36,6 +36,10 @@ struct StageRow {
   std::string branch_misses_status;
   std::optional<std::int64_t> rewritten_from, rewritten_to;
   std::string policy;
+  // The program's lifecycle phase after the stage ("-": an fdod that does not
+  // report it) and the transitions the stage made, as "from->to (cause)".
+  std::string phase = "-";
+  std::vector<std::string> transitions;
   nlohmann::json value;
 };
 

@@ -299,6 +299,16 @@ async function program(ik) {
     backgroundColor: '#222',
     data: doc.records.map((r, i) => (r.compile_ms > 0 ? { x: stages[i], y: r.compile_ms } : null)).filter(Boolean),
     yAxisID: 'compile' });
+  // The lifecycle's transitions (docs/lifecycle.md) at the stages that made
+  // them, on the axis: where the program moved from profiling to optimized
+  // code, into and out of trials, re-profiled.
+  const transitions = ((doc.lifecycle && doc.lifecycle.history) || [])
+    .filter((t) => t.stage !== null && stages.includes(String(t.stage)));
+  if (transitions.length) {
+    datasets.push({ type: 'scatter', label: 'lifecycle transition', pointStyle: 'rectRot', pointRadius: 6,
+      backgroundColor: '#c0392b',
+      data: transitions.map((t) => ({ x: String(t.stage), y: 0, transition: `${t.from} → ${t.to} (${t.cause})` })) });
+  }
   out.push(h('h2', {}, 'Stage timeline'));
   out.push(h('p', { class: 'muted' }, withExec
     ? 'Bars: execution time per stage, coloured by the profile version and the variant it ran (the A/B guard\'s ' +
@@ -315,6 +325,7 @@ async function program(ik) {
   }));
   out.push(h('ul', { class: 'legend', id: 'timeline-legend' }, groups.map((g) =>
     h('li', { 'data-group': g }, h('span', { class: 'swatch', style: { background: colourFor(colours, g) } }), g))));
+  out.push(...lifecycleView(doc.lifecycle));
   out.push(h('h2', {}, 'Cache key lineage'));
   out.push(lineage(doc));
   out.push(h('h2', {}, 'Stages'));
@@ -325,6 +336,26 @@ async function program(ik) {
     r.mode, r.variant ? h('span', { class: 'variant' }, variantOf(r)) : '-',
     ...(withExec ? [fmtNs(r.exec_ns)] : []), r.compile_ms > 0 ? h('span', { class: 'compiled' }, '▲ ' + r.compile_ms.toFixed(1)) : '-',
     r.detail + (r.error ? ` [error: ${r.error}]` : '')]), { id: 'stages' }));
+  return out;
+}
+
+// The program's lifecycle (cache.explain's lifecycle; docs/lifecycle.md):
+// the phase it is in and the transitions that brought it there.
+function lifecycleView(lc) {
+  const out = [h('h2', {}, 'Lifecycle')];
+  if (!lc) {
+    out.push(h('p', { class: 'note' }, 'no stage of this program\'s profile ran under this fdod yet'));
+    return out;
+  }
+  out.push(facts([
+    ['phase', h('span', { class: 'phase', id: 'lifecycle-phase' }, lc.phase + (lc.since_stage === null ? '' : ` since stage ${lc.since_stage}`))],
+    ['rewrites in the last hour', String(lc.rewrites_last_hour)],
+    ['stages on an earlier build', String(lc.stale_stages)],
+    ...(lc.retry_in_stages === undefined ? [] : [['retry of the profile\'s build', `in ${lc.retry_in_stages} stage(s)`]]),
+  ]));
+  out.push(table([{ label: 'stage', num: true }, { label: 'version', num: true }, 'time', 'from', 'to', 'cause', 'detail'],
+    lc.history.map((t) => [t.stage === null ? '-' : t.stage, 'v' + t.version, t.time, t.from, t.to,
+      h('span', { class: 'cause' }, t.cause), t.detail]), { id: 'lifecycle' }));
   return out;
 }
 
