@@ -329,3 +329,48 @@ TEST_CASE("lifecycle through the service: a plain build's trial stages cause no 
   REQUIRE(ex);
   CHECK((*ex)["lifecycle"]["phase"] == "steady");
 }
+
+TEST_CASE("lifecycle through the service: the rate cap counts across a restart",
+          "[service][lifecycle]") {
+  World world;
+  TempDir dir("fdo-lifecycle-cap");
+  Config c = soak_config();
+  c.guard.mode = GuardMode::off;
+  // The first round takes 2 rewrites (counts, the CS round's); a re-profile's
+  // round needs 3 more: past a cap of 4.
+  c.policy.max_recompiles_per_hour = 4;
+  auto start = [&] {
+    return std::make_unique<Harness>(c, exec_fn(world), nullptr, "h", compile_fn(world), dir.str());
+  };
+  auto h = start();
+  auto reg = h->call("program.register", {{"ir", "capped program"}});
+  REQUIRE(reg);
+  const std::string id = (*reg)["program"];
+  auto run = [&](int phase) {
+    auto r = h->call("execute", {{"program", id}, {"entry", "run"}, {"args", {phase, 0}}});
+    REQUIRE(r);
+    return (*r)["stage"];
+  };
+  for (int i = 0; i < 8; ++i)
+    run(0);
+  // Phase B: the drift is seen, but the hour has no room for its round.
+  std::string policy;
+  for (int i = 0; i < 6; ++i) {
+    json st = run(1);
+    CHECK(st["profile_rewritten"].is_null());
+    policy = st["policy"];
+  }
+  CHECK_THAT(policy, Catch::Contains("rate cap") && Catch::Contains("2 rewrites in the last hour"));
+  // A restarted daemon counts the same two rewrites from the profile's history.
+  h.reset();
+  h = start();
+  for (int i = 0; i < 6; ++i) {
+    json st = run(1);
+    CHECK(st["profile_rewritten"].is_null());
+    policy = st["policy"];
+  }
+  CHECK_THAT(policy, Catch::Contains("rate cap") && Catch::Contains("2 rewrites in the last hour"));
+  auto ex = h->call("cache.explain", {{"program", id}});
+  REQUIRE(ex);
+  CHECK((*ex)["lifecycle"]["rewrites_last_hour"] == 2);
+}

@@ -57,12 +57,12 @@ std::vector<ProgramLifecycle::Clock::time_point> recent_rewrites(ServiceState& s
   std::sort(versions.begin(), versions.end(),
             [](const auto* a, const auto* b) { return a->version < b->version; });
   const auto hour_ago = ProgramLifecycle::Clock::now() - std::chrono::hours(1);
-  for (std::size_t i = 1; i < versions.size(); ++i) {
-    const auto at =
-        ProgramLifecycle::Clock::time_point(std::chrono::milliseconds(versions[i]->created_at));
-    if (versions[i]->source == profile_store::WriteSource::feedback &&
-        versions[i]->digest != versions[i - 1]->digest && at > hour_ago)
+  std::string before(no_profile_digest()); // what the first version was written over
+  for (const profile_store::StoredProfile* v : versions) {
+    const auto at = ProgramLifecycle::Clock::time_point(std::chrono::milliseconds(v->created_at));
+    if (v->source == profile_store::WriteSource::feedback && v->digest != before && at > hour_ago)
       out.push_back(at);
+    before = v->digest;
   }
   return out;
 }
@@ -116,7 +116,9 @@ Expected<StageStart> start_stage(ServiceState& s, const ProgramRecord& prog,
     // First sight of the key under this daemon: the rate cap's count from
     // the history, read outside the lifecycle's lock.
     std::vector<ProgramLifecycle::Clock::time_point> rewrites;
-    if (!started && sp != nullptr) rewrites = recent_rewrites(s, **pk);
+    // (Not while a shared store is out: the count starts from now.)
+    if (!started && sp != nullptr && s.store_health().state != StoreState::down)
+      rewrites = recent_rewrites(s, **pk);
     {
       std::lock_guard lk(out.life.entry->mu);
       if (!out.life.entry->lc.started()) out.life.entry->lc.restore_rewrites(rewrites);
