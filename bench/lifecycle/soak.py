@@ -13,9 +13,10 @@ argument of 0).
 
 For each program it prints one row: stages to optimized (the first stage that ran neither
 instrumented nor context-sensitive-instrumented code), re-profiles (lifecycle transitions
-caused by drift), the stages that ran instrumented code after the first optimized one, the
-longest run of stages on an earlier build (cache outcome tier_up_pending), trials the guard
-ran, and the final mode and phase. Then it checks the properties the lifecycle promises:
+caused by drift) and those that found an earlier profile again, the stages that ran
+instrumented code after the first optimized one, the stages on an earlier build (cache
+outcome tier_up_pending) and the longest run of them, trials the guard ran, and the final
+mode, phase and served variant. Then it checks the properties the lifecycle promises:
 
   steady programs are optimized by stage 10 and never return to instrumented code;
   the guard's trials cause no re-profile (no steady program is re-profiled at all);
@@ -137,9 +138,10 @@ def summarize(prog, run):
     first_opt = next((r["stage"] for r in recs if r["mode"] not in INSTRUMENTED), None)
     back = [r["stage"] for r in recs
             if first_opt is not None and r["stage"] > first_opt and r["mode"] in INSTRUMENTED]
-    longest = cur = 0
+    longest = cur = stale = 0
     for r in recs:
         cur = cur + 1 if r["cache"] == "tier_up_pending" else 0
+        stale += r["cache"] == "tier_up_pending"
         longest = max(longest, cur)
     transitions = [(r["stage"], t) for r in recs for t in r["transitions"]]
     reprofiles = [s for s, t in transitions if t[2] == "drift"]
@@ -152,6 +154,7 @@ def summarize(prog, run):
         "reprofile_stages": reprofiles,
         "trial_reprofiles": len(trial_reprofiles),
         "instrumented_after_optimized": len(back),
+        "stale_stages": stale,
         "longest_stale_run": longest,
         "trials": sum(1 for _, t in transitions if t[2] == "trial_started"),
         "unchanged_reprofiles": sum(1 for _, t in transitions if t[2] == "reprofile_unchanged"),
@@ -199,7 +202,8 @@ def violations(summary, optimized_by=10, max_stale=3):
 def table(summaries):
     cols = [("program", "name"), ("to opt", "to_optimized"), ("re-profiles", "reprofiles"),
             ("same again", "unchanged_reprofiles"), ("instr after opt", "instrumented_after_optimized"),
-            ("stale run", "longest_stale_run"), ("trials", "trials"), ("final mode", "final_mode"),
+            ("stale", "stale_stages"), ("stale run", "longest_stale_run"), ("trials", "trials"),
+            ("final mode", "final_mode"),
             ("final phase", "final_phase"), ("serving", "final_variant")]
     rows = [[str(s[k]) if s[k] is not None else "-" for _, k in cols] for s in summaries]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, (h, _) in enumerate(cols)]

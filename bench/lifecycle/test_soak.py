@@ -52,8 +52,10 @@ class Summaries(unittest.TestCase):
         for i in (7, 8, 9, 10):
             run["records"][i]["cache"] = "tier_up_pending"
         run["records"][14]["transitions"] = [("trial", "reprofiling", "drift")]
+        run["records"][13]["cache"] = "tier_up_pending"
         s = soak.summarize(self.prog(), run)
         self.assertEqual(s["longest_stale_run"], 4)
+        self.assertEqual(s["stale_stages"], 5)
         self.assertEqual(s["trial_reprofiles"], 1)
         v = soak.violations(s)
         self.assertTrue(any("4 consecutive stages" in x for x in v), v)
