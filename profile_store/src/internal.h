@@ -111,6 +111,8 @@ public:
   };
 
   Expected<Lease> acquire();
+  // How many leases were asked for so far: the store's reads of the file.
+  std::uint64_t leases() const { return leases_.load(std::memory_order_relaxed); }
   // Adds a connection opened (and validated) elsewhere; counts toward the limit.
   void adopt(sqlite::Connection conn);
 
@@ -125,6 +127,7 @@ private:
   std::condition_variable returned_;
   std::vector<std::unique_ptr<sqlite::Connection>> idle_;
   int open_ = 0; // idle + lent + being opened
+  std::atomic<std::uint64_t> leases_{0};
 };
 
 // Opens a read connection on a store's file: read-only at the SQLite level

@@ -202,6 +202,10 @@ Expected<std::optional<StoredProfile>> SqliteBackend::current(std::string_view p
   return impl_->current(lease.db(), pk);
 }
 
+std::optional<std::uint64_t> SqliteBackend::database_reads() const {
+  return impl_->readers.leases();
+}
+
 Expected<std::optional<StoredProfile>> SqliteBackend::get(std::string_view pk,
                                                           std::int64_t version) const {
   FDO_TRY_STATUS(check_key("profile key", pk));

@@ -27,6 +27,7 @@ Expected<std::unique_ptr<sqlite::Connection>> ReadPool::open_one() const {
 }
 
 Expected<ReadPool::Lease> ReadPool::acquire() {
+  leases_.fetch_add(1, std::memory_order_relaxed);
   std::unique_lock lock(mu_);
   returned_.wait(lock, [&] { return !idle_.empty() || open_ < capacity_; });
   if (!idle_.empty()) {

@@ -30,6 +30,7 @@ public:
   Expected<BackupSummary> restore_from(const std::string& from_path) override;
 
   Expected<std::optional<StoredProfile>> current(std::string_view pk) const override;
+  std::optional<std::uint64_t> database_reads() const override;
   Expected<std::optional<StoredProfile>> get(std::string_view pk,
                                              std::int64_t version) const override;
   Expected<std::vector<StoredProfile>> history(std::string_view pk) const override;

@@ -3,6 +3,7 @@
 #include "fdo/profile_store/backend.h"
 #include "fdo/profile_store/location.h"
 #include "pg/backend.h"
+#include "read_view.h"
 #include "sqlite_backend.h"
 
 namespace fdo::profile_store {
@@ -21,9 +22,11 @@ ProfileStore& ProfileStore::operator=(ProfileStore&&) noexcept = default;
 ProfileStore::~ProfileStore() = default;
 
 Expected<ProfileStore> ProfileStore::open(const std::string& location, const Options& options) {
-  FDO_TRY(std::unique_ptr<Backend> backend, is_postgres_location(location)
-                                                ? PgBackend::open(location, options)
-                                                : SqliteBackend::open(location, options));
+  const bool pg = is_postgres_location(location);
+  FDO_TRY(std::unique_ptr<Backend> backend,
+          pg ? PgBackend::open(location, options) : SqliteBackend::open(location, options));
+  if (!pg && options.read_view == ReadView::in_process && options.mode == OpenMode::read_write)
+    backend = std::make_unique<ReadViewBackend>(std::move(backend));
   return ProfileStore(std::move(backend));
 }
 
@@ -65,6 +68,21 @@ Expected<BackupSummary> ProfileStore::restore_from(const std::string& from_path)
 
 Expected<std::optional<StoredProfile>> ProfileStore::current(std::string_view pk) const {
   return impl_->current(pk);
+}
+
+Expected<std::shared_ptr<const StoredProfile>>
+ProfileStore::current_shared(std::string_view pk) const {
+  return impl_->current_shared(pk);
+}
+
+std::optional<std::uint64_t> ProfileStore::database_reads() const {
+  return impl_->database_reads();
+}
+
+Expected<std::shared_ptr<const StoredProfile>> Backend::current_shared(std::string_view pk) const {
+  FDO_TRY(std::optional<StoredProfile> cur, current(pk));
+  if (!cur) return std::shared_ptr<const StoredProfile>();
+  return std::shared_ptr<const StoredProfile>(std::make_shared<StoredProfile>(std::move(*cur)));
 }
 
 Expected<std::optional<StoredProfile>> ProfileStore::get(std::string_view pk,

@@ -24,6 +24,10 @@ public:
   virtual Expected<BackupSummary> restore_from(const std::string& from_path) = 0;
 
   virtual Expected<std::optional<StoredProfile>> current(std::string_view pk) const = 0;
+  // By default a copy of current() in a shared pointer; the read view
+  // (read_view.h) keeps and hands out one.
+  virtual Expected<std::shared_ptr<const StoredProfile>> current_shared(std::string_view pk) const;
+  virtual std::optional<std::uint64_t> database_reads() const { return std::nullopt; }
   virtual Expected<std::optional<StoredProfile>> get(std::string_view pk,
                                                      std::int64_t version) const = 0;
   virtual Expected<std::vector<StoredProfile>> history(std::string_view pk) const = 0;

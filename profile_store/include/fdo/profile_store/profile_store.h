@@ -69,6 +69,16 @@ enum class Synchronous { full, normal };
 // (docs/profile_store.md, "Configuration errors are not outages").
 enum class WhenUnreachable { refuse, defer };
 
+// SQLite only: whether current profiles and key mappings are also kept in this
+// process's memory (read_view.h). none: every read queries the file (tools,
+// tests, any process that may share the file with a writer). in_process: the
+// process opening the store is its only writer while it is open (fdod, which
+// holds its state directory's lock); reads are served from memory, kept
+// coherent by every change made through this store, so a steady program's
+// stage reads nothing from the file. PostgreSQL ignores it: its change
+// listener keeps its own cache coherent across hosts.
+enum class ReadView { none, in_process };
+
 struct Options {
   OpenMode mode = OpenMode::read_write;
   // History versions kept per profile key (>= 1), oldest pruned. Changeable
@@ -87,6 +97,7 @@ struct Options {
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds statement_timeout{30000};
   WhenUnreachable when_unreachable = WhenUnreachable::refuse;
+  ReadView read_view = ReadView::none;
 };
 
 // The tenant (peer uid) a mutating call acts for. When set, the call may only
@@ -138,6 +149,9 @@ struct StoredProfile {
   std::int64_t stage = 0;
   std::string program;
 };
+
+// A current profile as the read view keeps it: shared and immutable (null: none).
+using SharedProfile = std::shared_ptr<const StoredProfile>;
 
 struct ProfileSummary {
   std::string pk;
@@ -333,6 +347,12 @@ public:
 
   // --- profiles ---
   Expected<std::optional<StoredProfile>> current(std::string_view pk) const;
+  // The same, shared and immutable (null: no profile). With ReadView::in_process
+  // a repeated read is neither a database read nor a copy.
+  Expected<std::shared_ptr<const StoredProfile>> current_shared(std::string_view pk) const;
+  // How many reads have reached the database file so far (SQLite: read
+  // transactions on the read connections); nullopt for PostgreSQL.
+  std::optional<std::uint64_t> database_reads() const;
   Expected<std::optional<StoredProfile>> get(std::string_view pk, std::int64_t version) const;
   // Every retained version, oldest first; not_found when the key is unknown.
   Expected<std::vector<StoredProfile>> history(std::string_view pk) const;
