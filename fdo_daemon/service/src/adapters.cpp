@@ -33,25 +33,27 @@ Status StoreKeys::put_virtual_key(const std::string& ck, const std::string& vk) 
   return ok();
 }
 
-cache::ProfileRef profile_ref(const std::string& pk, std::optional<ps::StoredProfile> cur) {
+cache::ProfileRef profile_ref(const std::string& pk, ps::SharedProfile cur) {
   if (!cur) return cache::no_profile(pk);
   cache::ProfileRef ref;
   ref.pk = pk;
   ref.version = cur->version;
   ref.digest = cur->digest;
-  ref.doc = std::make_shared<const ProfileDoc>(std::move(cur->doc));
+  // The document inside the shared profile (aliasing: it keeps `cur` alive).
+  const ProfileDoc* doc = &cur->doc;
+  ref.doc = std::shared_ptr<const ProfileDoc>(std::move(cur), doc);
   return ref;
 }
 
 Expected<cache::ProfileRef> StoreKeys::current_profile(const std::string& pk) {
-  FDO_TRY(std::optional<ps::StoredProfile> cur, store_.current(pk));
+  FDO_TRY(ps::SharedProfile cur, store_.current_shared(pk));
   return profile_ref(pk, std::move(cur));
 }
 
 // --- StoreFeedback -------------------------------------------------------
 
-Expected<std::optional<ps::StoredProfile>> StoreFeedback::current(std::string_view pk) {
-  return store_.current(pk);
+Expected<ps::SharedProfile> StoreFeedback::current(std::string_view pk) {
+  return store_.current_shared(pk);
 }
 
 Expected<std::optional<ps::StoredProfile>> StoreFeedback::version(std::string_view pk,

@@ -17,8 +17,8 @@
 namespace fdo::daemon {
 
 // The cache's view of a stored current profile (no profile: cache::no_profile).
-cache::ProfileRef profile_ref(const std::string& pk,
-                              std::optional<profile_store::StoredProfile> current);
+// The document is shared with `current`, not copied.
+cache::ProfileRef profile_ref(const std::string& pk, profile_store::SharedProfile current);
 
 class StoreKeys final : public cache::KeyStore {
 public:
@@ -36,7 +36,7 @@ private:
 class StoreFeedback final : public FeedbackStore {
 public:
   explicit StoreFeedback(profile_store::ProfileStore& store) : store_(store) {}
-  Expected<std::optional<profile_store::StoredProfile>> current(std::string_view pk) override;
+  Expected<profile_store::SharedProfile> current(std::string_view pk) override;
   Expected<std::optional<profile_store::StoredProfile>> version(std::string_view pk,
                                                                 std::int64_t version) override;
   Expected<std::optional<profile_store::FeedbackTotals>> feedback(std::string_view pk,

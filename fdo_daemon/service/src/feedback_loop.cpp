@@ -193,7 +193,7 @@ void FeedbackLoop::queue_row(const StageReport& stage, std::int64_t version, Cou
 void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage, std::int64_t version) {
   st.acc = FeedbackAccumulator();
   st.blocks = {};
-  st.branch_weights.clear();
+  st.weights_from.reset();
   st.icache.clear();
   // The fleet's totals were another version's (or none).
   if (st.fleet) drop_fleet({stage.pk, st.version});
@@ -215,8 +215,8 @@ void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage, std::int6
   if (!*totals) return;
   FeedbackAccumulator loaded;
   for (const auto& [name, counts] : (*totals)->function_counts)
-    if (auto h = stage.cfg_hashes.find(name); h != stage.cfg_hashes.end())
-      loaded.mutable_counts()[name] = FunctionCounts{h->second, counts};
+    if (auto h = stage.cfg_hash_of(name))
+      loaded.mutable_counts()[name] = FunctionCounts{*h, counts};
   std::map<std::string, std::uint64_t> counters = (*totals)->counters;
   if (auto sampled = take_sample_counters(counters)) {
     // A window this daemon keeps is newer than the version's sum (a verdict
@@ -326,7 +326,7 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
       add_icache_samples(st.icache, stage.samples.misses);
     }
     st.blocks.add(stage.blocks);
-    if (!stage.branch_weights.empty()) st.branch_weights = stage.branch_weights;
+    if (stage.metadata && !stage.metadata->branch_weights.empty()) st.weights_from = stage.metadata;
   }
 
   PolicyInput in;
@@ -337,8 +337,10 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   std::map<std::string, std::uint64_t> hosts;
   in.feedback = &fleet_view(st, stage, facts.version, fleet_scratch, hosts);
   in.now = now;
-  const std::map<std::string, std::vector<BranchStat>> branches =
-      branch_stats(st.branch_weights, st.blocks);
+  const std::map<std::string, std::vector<BranchStat>> no_weights;
+  const StageMetadataRef weights_from = st.weights_from; // held: `weights` points into it
+  const auto& weights = weights_from ? weights_from->branch_weights : no_weights;
+  const std::map<std::string, std::vector<BranchStat>> branches = branch_stats(weights, st.blocks);
   if (!branches.empty()) in.branch_stats = &branches;
   if (!st.icache.empty()) in.icache_samples = &st.icache;
   if (facts.version != stage.target_profile_version) {
@@ -377,14 +379,12 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
     record = sampling_record(st.window, st.clock_event);
     if (!st.blocks.empty()) {
       record["blocks"] = blocks_record(st.blocks);
-      record["branches"] = branches_record(st.blocks, st.branch_weights);
+      record["branches"] = branches_record(st.blocks, weights);
     }
   }
   for (auto& [name, f] : d.profile.functions) {
-    if (auto fp = stage.function_fingerprints.find(name); fp != stage.function_fingerprints.end())
-      f.fingerprint = fp->second;
-    if (auto sn = stage.source_names.find(name); sn != stage.source_names.end())
-      f.source_name = sn->second;
+    if (const std::string* fp = stage.fingerprint_of(name)) f.fingerprint = *fp;
+    if (const std::string* sn = stage.source_name_of(name)) f.source_name = *sn;
   }
   ps::WriteInfo info;
   info.source = ps::WriteSource::feedback;
@@ -479,9 +479,9 @@ const FeedbackAccumulator& FeedbackLoop::fleet_view(KeyState& st, const StageRep
   scratch.set_totals(static_cast<std::int64_t>(stages), exec_ns);
   scratch.mutable_counters() = std::move(counters);
   for (auto& [name, c] : counts) {
-    auto h = stage.cfg_hashes.find(name);
-    if (h == stage.cfg_hashes.end()) continue;
-    FunctionCounts fc{h->second, std::move(c), {}, {}};
+    auto h = stage.cfg_hash_of(name);
+    if (!h) continue;
+    FunctionCounts fc{*h, std::move(c), {}, {}};
     // Value profiles travel in no row: this host's own.
     if (auto local = st.acc.counts().find(name); local != st.acc.counts().end()) {
       fc.indirect_calls = local->second.indirect_calls;

@@ -145,6 +145,11 @@ Expected<std::unique_ptr<ps::ProfileStore>> ServiceBuilder::default_store(const 
   // A shared store that is down at start is served through StoreFallback's
   // spool like an outage later on (docs/fleet.md): fdod starts anyway.
   so.when_unreachable = ps::WhenUnreachable::defer;
+  // fdod is its SQLite store's only writer (it holds the state directory's
+  // lock; fdoctl's offline writes refuse while it runs): current profiles and
+  // key mappings are served from memory, so a steady stage reads nothing from
+  // the file (profile_store's read view). PostgreSQL keeps its own cache.
+  so.read_view = ps::ReadView::in_process;
   // Anything but "sqlite" was checked to be a postgresql:// URI by the config.
   const std::string location =
       c.profile_store == kSqliteStore ? c.state_dir + "/profiles.db" : c.profile_store;

@@ -56,7 +56,7 @@ public:
                [&] { return f_.inner_keys_.put_virtual_key(ck, vk); });
   }
   Expected<cache::ProfileRef> current_profile(const std::string& pk) override {
-    FDO_TRY(std::optional<ps::StoredProfile> cur, f_.current(pk));
+    FDO_TRY(ps::SharedProfile cur, f_.current(pk));
     return profile_ref(pk, std::move(cur));
   }
 
@@ -121,9 +121,7 @@ class StoreFallback::Feedback final : public FeedbackStore {
 public:
   explicit Feedback(StoreFallback& f) : f_(f) {}
 
-  Expected<std::optional<ps::StoredProfile>> current(std::string_view pk) override {
-    return f_.current(pk);
-  }
+  Expected<ps::SharedProfile> current(std::string_view pk) override { return f_.current(pk); }
 
   // A retained version (the guard's incumbent). While the store is down only
   // the remembered current version can answer; any other is the store's
@@ -140,8 +138,8 @@ public:
       if (r || !is_unavailable(r.error())) return r;
       f_.went_down(r.error());
     }
-    FDO_TRY(std::optional<ps::StoredProfile> cur, f_.current(pk));
-    if (cur && cur->version == version) return cur;
+    FDO_TRY(ps::SharedProfile cur, f_.current(pk));
+    if (cur && cur->version == version) return std::optional<ps::StoredProfile>(*cur);
     return make_error(Errc::unavailable, "the profile store is unavailable and version " +
                                              std::to_string(version) + " of " + std::string(pk) +
                                              " is not the remembered current one");
@@ -182,7 +180,8 @@ public:
     auto r = f_.inner_feedback_.write(pk, expected_version, doc, info);
     if (r) {
       std::lock_guard lk(f_.mu_);
-      f_.profiles_.put(std::string(pk), provisional(pk, *r, doc, info));
+      f_.profiles_.put(std::string(pk),
+                       std::make_shared<const ps::StoredProfile>(provisional(pk, *r, doc, info)));
       return r;
     }
     if (!is_unavailable(r.error())) return r;
@@ -462,7 +461,7 @@ void StoreFallback::handle_dropped(const SpoolEntry& e) {
   }
 }
 
-Expected<std::optional<ps::StoredProfile>> StoreFallback::current(std::string_view pk) {
+Expected<ps::SharedProfile> StoreFallback::current(std::string_view pk) {
   const std::string key(pk);
   bool direct;
   {
@@ -477,7 +476,7 @@ Expected<std::optional<ps::StoredProfile>> StoreFallback::current(std::string_vi
       profiles_.put(key, *r);
       if (auto it = overlay_.find(key);
           it != overlay_.end() && (!*r || (*r)->version < it->second.version))
-        return std::optional<ps::StoredProfile>(it->second);
+        return ps::SharedProfile(std::make_shared<const ps::StoredProfile>(it->second));
       return r;
     }
     if (!is_unavailable(r.error())) return r;
@@ -485,9 +484,9 @@ Expected<std::optional<ps::StoredProfile>> StoreFallback::current(std::string_vi
   }
   std::lock_guard lk(mu_);
   if (auto it = overlay_.find(key); it != overlay_.end())
-    return std::optional<ps::StoredProfile>(it->second);
+    return ps::SharedProfile(std::make_shared<const ps::StoredProfile>(it->second));
   if (const auto* known = profiles_.find(key)) return *known;
-  return std::optional<ps::StoredProfile>();
+  return ps::SharedProfile();
 }
 
 // Never waits for store or spool I/O: health is answered on the I/O thread.

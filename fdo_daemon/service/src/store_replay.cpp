@@ -57,7 +57,7 @@ Expected<StoreFallback::Applied> StoreFallback::apply_write(const SpoolEntry& e,
   // What is served for the key once this write is replayed or dropped: the
   // store's current profile when known (while the rest of the spool drains,
   // reads are still answered from memory).
-  using Known = std::optional<std::optional<ps::StoredProfile>>;
+  using Known = std::optional<ps::SharedProfile>;
   auto settle = [&](Known now) {
     std::lock_guard lk(mu_);
     if (now) profiles_.put(e.key, std::move(*now));
@@ -86,7 +86,8 @@ Expected<StoreFallback::Applied> StoreFallback::apply_write(const SpoolEntry& e,
   FDO_TRY(ps::WriteInfo info, info_from_json(e.body.at("info")));
   auto r = inner_feedback_.write(e.key, expected, doc, info);
   if (r) {
-    settle(std::optional<ps::StoredProfile>(provisional(e.key, version, doc, info)));
+    settle(ps::SharedProfile(
+        std::make_shared<const ps::StoredProfile>(provisional(e.key, version, doc, info))));
     std::lock_guard lk(stats_mu_);
     ++counters_.replayed_writes;
     return Applied::done;

@@ -97,14 +97,14 @@ public:
     bool pinned = false;
   };
 
-  Expected<std::optional<ps::StoredProfile>> current(std::string_view pk) override {
+  Expected<ps::SharedProfile> current(std::string_view pk) override {
     std::lock_guard lk(mu);
     ++reads;
     auto it = keys.find(std::string(pk));
-    if (it == keys.end() || it->second.versions.empty()) return std::optional<ps::StoredProfile>();
+    if (it == keys.end() || it->second.versions.empty()) return ps::SharedProfile();
     ps::StoredProfile p = it->second.versions.back();
     p.pinned = it->second.pinned && !hide_pin_from_reads;
-    return std::optional<ps::StoredProfile>(std::move(p));
+    return ps::SharedProfile(std::make_shared<const ps::StoredProfile>(std::move(p)));
   }
   Expected<std::optional<ps::StoredProfile>> version(std::string_view pk,
                                                      std::int64_t version) override {
@@ -270,5 +270,14 @@ private:
   JobLimits last_limits_;
   std::vector<std::string> tenants_;
 };
+
+// A report's served-output metadata changed by `edit` (a copy: metadata is
+// shared and immutable once a stage holds it).
+inline void edit_metadata(StageReport& r, const std::function<void(StageMetadata&)>& edit) {
+  auto m =
+      r.metadata ? std::make_shared<StageMetadata>(*r.metadata) : std::make_shared<StageMetadata>();
+  edit(*m);
+  r.metadata = std::move(m);
+}
 
 } // namespace fdo::daemon::testing

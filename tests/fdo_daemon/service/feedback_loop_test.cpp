@@ -35,8 +35,10 @@ StageReport stage(const std::string& pk, std::int64_t version, std::uint64_t tak
   r.stage = number;
   r.profile_version = version;
   r.target_profile_version = version;
-  r.cfg_hashes["loop"] = kHash;
-  r.function_fingerprints["loop"] = "fp-loop";
+  edit_metadata(r, [](StageMetadata& m) {
+    m.cfg_hashes["loop"] = kHash;
+    m.compile.function_fingerprints["loop"] = "fp-loop";
+  });
   r.feedback.exec_ns = 500;
   r.feedback.counts["loop"] = FunctionCounts{kHash, {taken, not_taken}};
   r.run.served_mode = CompileMode::instrumented;
@@ -340,7 +342,7 @@ TEST_CASE("feedback loop: value profiles and source names reach the written prof
     StageReport r = stage(kPk, 0, 90, 10, i);
     r.feedback.counts["loop"].indirect_calls = fb.counts.at("loop").indirect_calls;
     r.feedback.counts["loop"].memop_sizes = {{{8, 5}, {static_cast<std::uint64_t>(16 + i), 1}}};
-    r.source_names["loop"] = "/src/loop.c:loop";
+    edit_metadata(r, [](StageMetadata& m) { m.compile.source_names["loop"] = "/src/loop.c:loop"; });
     loop.fold(r, policy());
   }
   REQUIRE(store.keys[kPk].versions.size() == 1);
@@ -371,7 +373,9 @@ TEST_CASE("feedback loop: sampled misses on one branch mark it !unpredictable on
     r.blocks.branches["loop"][0]["branch-misses"] = 8;
     r.blocks.branches["loop"][1]["branch-misses"] = 1;
     r.blocks.blocks["cpu-clock"]["loop"][2] = 10;
-    r.branch_weights["loop"] = {BranchStat{0, 500, 480}, BranchStat{1, 980, 20}};
+    edit_metadata(r, [](StageMetadata& m) {
+      m.branch_weights["loop"] = {BranchStat{0, 500, 480}, BranchStat{1, 980, 20}};
+    });
     return r;
   };
   std::optional<Rewrite> marked;
@@ -503,9 +507,7 @@ public:
   FakeFeedbackStore inner;
   std::function<void()> after_commit;
 
-  Expected<std::optional<ps::StoredProfile>> current(std::string_view pk) override {
-    return inner.current(pk);
-  }
+  Expected<ps::SharedProfile> current(std::string_view pk) override { return inner.current(pk); }
   Expected<std::optional<ps::StoredProfile>> version(std::string_view pk, std::int64_t v) override {
     return inner.version(pk, v);
   }

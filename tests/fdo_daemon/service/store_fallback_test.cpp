@@ -81,7 +81,7 @@ public:
     return cache::no_profile(pk); // the decorator reads profiles through current()
   }
 
-  Expected<std::optional<ps::StoredProfile>> current(std::string_view pk) override {
+  Expected<ps::SharedProfile> current(std::string_view pk) override {
     if (fail()) return unavailable();
     return fb.current(pk);
   }
@@ -366,7 +366,7 @@ TEST_CASE("store fallback: the spool cap drops the oldest profile writes first, 
   REQUIRE(h.dropped_cap_feedback == 0);
   REQUIRE(h.spool.feedback_batches == 5);
   // The dropped write of kPk (the oldest) is no longer served.
-  REQUIRE(f->feedback().current(kPk).value() == std::nullopt);
+  REQUIRE(f->feedback().current(kPk).value() == nullptr);
 
   s.down = false;
   REQUIRE(f->replay_now());

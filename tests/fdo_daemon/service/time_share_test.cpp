@@ -98,10 +98,13 @@ StageReport phase_stage(std::int64_t version, bool instrumented, std::uint64_t i
   r.stage = number;
   r.profile_version = version;
   r.target_profile_version = version;
-  r.source_names = kNames;
+  edit_metadata(r, [&](StageMetadata& m) {
+    m.compile.source_names = kNames;
+    if (instrumented)
+      for (const char* fn : {"phase_a", "phase_b"})
+        m.cfg_hashes[fn] = kHash;
+  });
   if (instrumented) {
-    for (const char* fn : {"phase_a", "phase_b"})
-      r.cfg_hashes[fn] = kHash;
     r.feedback.counts["phase_a"] = FunctionCounts{kHash, {in_a, 1}};
     r.feedback.counts["phase_b"] = FunctionCounts{kHash, {in_b, 1}};
   }

@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <typeinfo>
 
 namespace fdo::cache {
 
@@ -27,11 +29,44 @@ struct EntryInfo {
 
 nlohmann::json to_json(const EntryInfo& info);
 
+// What a user of an entry decoded from its metadata (the daemon's
+// StageMetadata), kept with the entry: decoded once however many stages run
+// it, dropped with it. Type-erased, as the cache does not know the compiler's
+// types. A copied entry starts with an empty slot (its metadata may change).
+class DecodedSlot {
+public:
+  DecodedSlot() = default;
+  DecodedSlot(const DecodedSlot&) {}
+  DecodedSlot& operator=(const DecodedSlot&) {
+    std::lock_guard lk(mu_);
+    value_.reset();
+    type_ = nullptr;
+    return *this;
+  }
+  // The value kept as a T, or null (none yet, or kept as another type).
+  template <class T> std::shared_ptr<const T> get() const {
+    std::lock_guard lk(mu_);
+    if (type_ == nullptr || *type_ != typeid(T)) return nullptr;
+    return std::static_pointer_cast<const T>(value_);
+  }
+  template <class T> void set(std::shared_ptr<const T> value) const {
+    std::lock_guard lk(mu_);
+    type_ = &typeid(T);
+    value_ = std::move(value);
+  }
+
+private:
+  mutable std::mutex mu_;
+  mutable std::shared_ptr<const void> value_;
+  mutable const std::type_info* type_ = nullptr;
+};
+
 struct Entry {
   std::string key; // the storage key: a VK (first stage) or a CK
   EntryInfo info;
   std::string object;   // relocatable object bytes
   std::string metadata; // opaque JSON text from the compiler
+  DecodedSlot decoded;  // `metadata` as its user decoded it (not counted in size_bytes)
 
   // What the entry costs the memory tier (payload plus key/header strings).
   std::uint64_t size_bytes() const;

@@ -5,6 +5,7 @@
 #include "fdo/daemon/guard.h"
 #include "fdo/daemon/isolation.h"
 #include "fdo/daemon/memfd_buffers.h"
+#include "fdo/daemon/stage_metadata.h"
 #include "fdo/jit/compiler.h"
 #include "fdo/util/log_record.h"
 #include "methods.h"
@@ -305,16 +306,15 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   cache::StageOutput& so = start.so;
   std::int64_t stage_number = prog->stages.fetch_add(1);
   ++s.counters.stages;
-  json meta_json = json::parse(so.entry->metadata, nullptr, false);
-  if (meta_json.is_discarded())
-    return make_error(Errc::corrupt, "cached entry " + so.storage_key + " has corrupt metadata");
-  FDO_TRY(jit::CompileResult meta, jit::metadata_from_json(meta_json));
+  // Decoded once per cached output and kept with it (stage_metadata.h).
+  FDO_TRY(StageMetadataRef meta, stage_metadata_of(*so.entry));
 
   JobOutput output;
   const auto started = std::chrono::steady_clock::now();
-  auto resp = run_exec(
-      s, so, meta_json, meta.mutable_globals, entry_name, call, buffer_fds, return_buffers, verbose,
-      JobOptions{exec_job_limits(c), sandbox_tenant(prog->program.scope)}, c, &output);
+  auto resp =
+      run_exec(s, so, meta->json, meta->compile.mutable_globals, entry_name, call, buffer_fds,
+               return_buffers, verbose,
+               JobOptions{exec_job_limits(c), sandbox_tenant(prog->program.scope)}, c, &output);
   const auto elapsed_ns =
       static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                      std::chrono::steady_clock::now() - started)
@@ -379,16 +379,10 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   report.run.compile = so.tier_up == cache::TierUpState::none        ? CompileState::none
                        : so.tier_up == cache::TierUpState::scheduled ? CompileState::under_way
                                                                      : CompileState::held_off;
-  for (const auto& f : meta.counters_layout)
-    report.cfg_hashes[f.pgo_name] = f.cfg_hash;
-  report.function_fingerprints = std::move(meta.function_fingerprints);
-  report.source_names = std::move(meta.source_names);
-  report.feedback = stage_feedback_from(resp->header, report.cfg_hashes);
-  report.samples = stage_samples_from(resp->header, report.source_names);
+  report.metadata = meta;
+  report.feedback = stage_feedback_from(resp->header, meta->cfg_hashes);
+  report.samples = stage_samples_from(resp->header, meta->compile.source_names);
   report.blocks = block_tallies_from(resp->header);
-  for (const auto& [fn, weights] : meta.branch_weights)
-    for (const jit::BranchWeight& w : weights)
-      report.branch_weights[fn].push_back({w.index, w.taken, w.not_taken});
   json samples_summary = stage_samples_summary(report.samples, resp->header, verbose);
   FeedbackOutcome fo = s.feedback->fold(report, c.policy, lifecycle_config(c));
   GuardStage gs =

@@ -101,10 +101,7 @@ Expected<json> program_lease(ServiceState& s, const json& params, const CallCont
     out["lease"] = nullptr;
     return out;
   }
-  json meta_json = json::parse(so.entry->metadata, nullptr, false);
-  if (meta_json.is_discarded())
-    return make_error(Errc::corrupt, "cached entry " + so.storage_key + " has corrupt metadata");
-  FDO_TRY(jit::CompileResult meta, jit::metadata_from_json(meta_json));
+  FDO_TRY(StageMetadataRef meta, stage_metadata_of(*so.entry));
 
   ProgramLease lease;
   lease.uid = ctx.uid;
@@ -120,20 +117,13 @@ Expected<json> program_lease(ServiceState& s, const json& params, const CallCont
   lease.mode = std::string(to_string(so.mode));
   lease.entries = entries;
   json layout = json::array();
-  for (const auto& f : meta.counters_layout) {
-    lease.cfg_hashes[f.pgo_name] = f.cfg_hash;
-    lease.counter_sizes[f.pgo_name] = f.num_counters;
+  for (const auto& f : meta->compile.counters_layout)
     layout.push_back({{"function", f.pgo_name}, {"counters", f.num_counters}});
-  }
-  for (const auto& [fn, weights] : meta.branch_weights)
-    for (const jit::BranchWeight& w : weights)
-      lease.branch_weights[fn].push_back({w.index, w.taken, w.not_taken});
+  lease.metadata = meta;
   lease.sampling_reason = sampling.reason;
   if (sampling.allowed)
-    lease.sampling =
-        std::make_shared<LeaseSampling>(s.sampling_host, ctx.pid, ctx.uid, cfg->sampling, meta);
-  lease.function_fingerprints = std::move(meta.function_fingerprints);
-  lease.source_names = std::move(meta.source_names);
+    lease.sampling = std::make_shared<LeaseSampling>(s.sampling_host, ctx.pid, ctx.uid,
+                                                     cfg->sampling, meta->compile);
 
   FDO_TRY(Fd object, sealed_object(so.entry->object));
   FDO_TRY(LeaseRef ref, s.leases->add(std::move(lease), LeaseLimits{}));
@@ -144,7 +134,7 @@ Expected<json> program_lease(ServiceState& s, const json& params, const CallCont
   out["object_size"] = so.entry->object.size();
   out["fds"] = 1;
   out["counters_layout"] = std::move(layout);
-  out["metadata"] = std::move(meta_json);
+  out["metadata"] = meta->json;
   return out;
 }
 
@@ -172,8 +162,8 @@ Expected<StageFeedback> batch_feedback(const json& b, const ProgramLease& lease,
   if (!counts.is_object())
     return make_error(Errc::invalid_argument, at + ".counts must be an object");
   for (auto it = counts.begin(); it != counts.end(); ++it) {
-    auto size = lease.counter_sizes.find(it.key());
-    if (size == lease.counter_sizes.end())
+    auto size = lease.metadata->counter_sizes.find(it.key());
+    if (size == lease.metadata->counter_sizes.end())
       return make_error(Errc::invalid_argument,
                         at + ".counts names '" + it.key() +
                             "', which is not an instrumented function of lease " +
@@ -182,7 +172,7 @@ Expected<StageFeedback> batch_feedback(const json& b, const ProgramLease& lease,
       return make_error(Errc::invalid_argument, at + ".counts['" + it.key() +
                                                     "'] must be an array of " +
                                                     std::to_string(size->second) + " counts");
-    FunctionCounts fc{lease.cfg_hashes.at(it.key()), {}, {}, {}};
+    FunctionCounts fc{lease.metadata->cfg_hashes.at(it.key()), {}, {}, {}};
     fc.counts.reserve(size->second);
     for (const json& v : *it) {
       if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0))
@@ -237,13 +227,10 @@ Expected<json> feedback_submit(ServiceState& s, const json& params, const CallCo
     report.run.served_digest = lease->served_digest;
     report.run.served_mode = lease->served_mode;
     report.feedback = std::move(checked[i]);
-    report.cfg_hashes = lease->cfg_hashes;
-    report.function_fingerprints = lease->function_fingerprints;
-    report.source_names = lease->source_names;
+    report.metadata = lease->metadata;
     if (i + 1 == checked.size() && !sampled.is_null()) {
-      report.samples = stage_samples_from(sampled, report.source_names);
+      report.samples = stage_samples_from(sampled, lease->metadata->compile.source_names);
       report.blocks = block_tallies_from(sampled);
-      report.branch_weights = lease->branch_weights;
       samples = report.samples;
     }
     FeedbackOutcome fo = s.feedback->fold(report, cfg->policy, lifecycle_config(*cfg));

@@ -91,7 +91,7 @@ Expected<StageStart> start_stage(ServiceState& s, const ProgramRecord& prog,
   // The profile key and the current profile, read once for the lifecycle
   // and the guard. Before the first compile the key is not known: that
   // stage's feedback starts the lifecycle.
-  std::optional<profile_store::StoredProfile> current;
+  profile_store::SharedProfile current;
   auto pk = s.keys->lookup_profile_key(prog.ik);
   if (pk && *pk) {
     auto got = s.feedback_store->current(**pk);
@@ -105,7 +105,7 @@ Expected<StageStart> start_stage(ServiceState& s, const ProgramRecord& prog,
     // says why it plans the current profile.
     out.plan = s.guard->plan(prog.ik, shape, c.guard);
   } else {
-    const profile_store::StoredProfile* sp = current ? &*current : nullptr;
+    const profile_store::StoredProfile* sp = current.get();
     const ProfileFacts facts = facts_of(sp ? &sp->doc : nullptr, sp ? sp->version : 0,
                                         sp != nullptr && sp->pinned, sp ? sp->digest : "");
     bool started = false;

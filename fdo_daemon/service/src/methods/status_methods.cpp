@@ -38,6 +38,8 @@ json profile_store_state(ServiceState& s, bool with_limits) {
             {"spooled_writes", h.spool.profile_writes},
             {"spooled_other", h.spool.other},
             {"spool_bytes", h.spool.bytes}};
+  std::optional<std::uint64_t> reads = s.store ? s.store->database_reads() : std::nullopt;
+  j["database_reads"] = reads ? json(*reads) : json(nullptr);
   if (with_limits) j["spool_max_bytes"] = h.spool_max_bytes;
   return j;
 }

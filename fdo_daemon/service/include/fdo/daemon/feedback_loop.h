@@ -19,6 +19,7 @@
 #include "fdo/daemon/block_samples.h"
 #include "fdo/daemon/lifecycle.h"
 #include "fdo/daemon/policy.h"
+#include "fdo/daemon/stage_metadata.h"
 #include "fdo/daemon/time_share.h"
 #include "fdo/profile_store/profile_store.h"
 #include "fdo/util/expected.h"
@@ -41,7 +42,9 @@ namespace fdo::daemon {
 class FeedbackStore {
 public:
   virtual ~FeedbackStore() = default;
-  virtual Expected<std::optional<profile_store::StoredProfile>> current(std::string_view pk) = 0;
+  // Shared and immutable (null: no profile): a steady stage reads it without
+  // a copy (profile_store's read view).
+  virtual Expected<profile_store::SharedProfile> current(std::string_view pk) = 0;
   // One retained version (nullopt: unknown or pruned by retention).
   virtual Expected<std::optional<profile_store::StoredProfile>> version(std::string_view pk,
                                                                         std::int64_t version) = 0;
@@ -72,19 +75,20 @@ struct StageReport {
   // as it asked.
   StageRun run;
   StageFeedback feedback;
-  // From the served output's compile metadata: PGO name -> CFG hash of each
-  // instrumented function, and canonical function fingerprints.
-  std::map<std::string, std::uint64_t> cfg_hashes;
-  std::map<std::string, std::string> function_fingerprints;
-  // PGO name -> the function's PGO name in the submitted program (recorded in
-  // the profile for display and exports).
-  std::map<std::string, std::string> source_names;
+  // The served output's compile metadata, decoded once per output and shared
+  // (stage_metadata.h): PGO name -> CFG hash of each instrumented function,
+  // canonical function fingerprints, the function's PGO name in the
+  // submitted program (recorded in the profile for display and exports), and
+  // (optimized outputs) the weights the profile gave its branches. Null: none
+  // known (every lookup below finds nothing).
+  StageMetadataRef metadata;
+  std::optional<std::uint64_t> cfg_hash_of(const std::string& fn) const;
+  const std::string* fingerprint_of(const std::string& fn) const;
+  const std::string* source_name_of(const std::string& fn) const;
   // Sampled during the stage (time_share.h); present=false when not sampled.
   StageSamples samples;
-  // Its samples per IR block and branch (block_samples.h), and the served
-  // compile's branch weights by PGO name (optimized compiles; misses 0).
+  // Its samples per IR block and branch (block_samples.h).
   BlockTallies blocks;
-  std::map<std::string, std::vector<BranchStat>> branch_weights;
 };
 
 struct Rewrite {
@@ -140,10 +144,10 @@ private:
     std::optional<std::map<std::string, double>> own_baseline;
     std::map<std::string, TimeShareWindow> trial_windows;
     std::string clock_event;
-    // Block and branch samples of every stage under `version`, and the branch
-    // weights of the compile that served them.
+    // Block and branch samples of every stage under `version`, and the
+    // metadata (branch weights) of the compile that served them (null: none).
     BlockTallies blocks;
-    std::map<std::string, std::vector<BranchStat>> branch_weights;
+    StageMetadataRef weights_from;
     // Sampled i-cache misses per function of every stage under `version`.
     std::map<std::string, std::uint64_t> icache;
     // The fleet's totals for `version` (every host's flushed rows) when last

@@ -11,6 +11,7 @@
 
 #include "fdo/daemon/block_samples.h"
 #include "fdo/daemon/program_registry.h"
+#include "fdo/daemon/stage_metadata.h"
 #include "fdo/util/expected.h"
 
 #include <cstddef>
@@ -43,15 +44,11 @@ struct ProgramLease {
   std::string storage_key;
   std::string mode; // compile mode of the leased output
   std::vector<std::string> entries;
-  // Instrumented functions of the output: PGO name -> CFG hash and number of
-  // counters. feedback.submit accepts counts for exactly these, of exactly
-  // these lengths.
-  std::map<std::string, std::uint64_t> cfg_hashes;
-  std::map<std::string, std::uint32_t> counter_sizes;
-  std::map<std::string, std::string> function_fingerprints;
-  std::map<std::string, std::string> source_names;
-  // Optimized outputs: the weights the profile gave each function's branches.
-  std::map<std::string, std::vector<BranchStat>> branch_weights;
+  // The output's metadata (stage_metadata.h), shared with the cached entry
+  // and the exec path: its instrumented functions (PGO name -> CFG hash and
+  // number of counters; feedback.submit accepts counts for exactly these, of
+  // exactly these lengths), fingerprints, source names and branch weights.
+  StageMetadataRef metadata;
   // The samplers on the runtime's threads (program.sample), or null where
   // fdod does not sample this lease; sampling_reason says why, or with what.
   std::shared_ptr<LeaseSampling> sampling;

@@ -138,7 +138,7 @@ private:
   // Spools an entry (under mu_), counting and logging what the cap dropped.
   Status spool(SpoolKind kind, std::string_view key, const nlohmann::json& body);
   void handle_dropped(const SpoolEntry& entry);
-  Expected<std::optional<profile_store::StoredProfile>> current(std::string_view pk);
+  Expected<profile_store::SharedProfile> current(std::string_view pk);
   void load_overlay();
 
   enum class Applied { done, unavailable };
@@ -165,7 +165,7 @@ private:
   mutable std::mutex stats_mu_; // last_error_, counters_: never held across I/O
   std::string last_error_;
   StoreHealth counters_;
-  Remembered<std::optional<profile_store::StoredProfile>> profiles_;
+  Remembered<profile_store::SharedProfile> profiles_;
   // Spooled profile writes not yet replayed, by key: the provisional current profile.
   std::map<std::string, profile_store::StoredProfile> overlay_;
   Remembered<std::string> profile_keys_;

@@ -1,0 +1,100 @@
+// The warm path through the Service over its default SQLite store: once a
+// program is steady (optimized, a memory hit, nothing rewritten), its stages
+// read nothing from the store's file (profile_store's read view), and every
+// change an operator makes is seen by the very next stage.
+#include "service_harness.h"
+
+#include <catch2/catch.hpp>
+
+using namespace fdo;
+using namespace fdo::daemon;
+using namespace fdo::daemon::testing;
+using nlohmann::json;
+
+namespace {
+
+std::uint64_t database_reads(Harness& h) {
+  auto health = h.call("health", json::object());
+  REQUIRE(health);
+  REQUIRE((*health)["profile_store"]["database_reads"].is_number_unsigned());
+  return (*health)["profile_store"]["database_reads"].get<std::uint64_t>();
+}
+
+json stage(Harness& h, const std::string& id) {
+  auto r = h.call("execute", {{"program", id}, {"entry", "main"}});
+  REQUIRE(r);
+  return (*r)["stage"];
+}
+
+// Runs stages until one is optimized, a memory hit, with nothing rewritten.
+void settle(Harness& h, const std::string& id) {
+  for (int i = 0; i < 20; ++i) {
+    json st = stage(h, id);
+    if (st["mode"] == "optimized" && st["cache"]["outcome"] == "memory_hit" &&
+        st["profile_rewritten"].is_null())
+      return;
+  }
+  FAIL("the program did not settle in 20 stages");
+}
+
+} // namespace
+
+TEST_CASE("stage path: a steady program's stages read nothing from the store",
+          "[service][stage_path]") {
+  Config c = Harness::base_config();
+  c.guard.mode = GuardMode::off; // no trials: the program stays on one build
+  Harness h(c);
+  auto reg = h.call("program.register", {{"ir", "steady program"}});
+  REQUIRE(reg);
+  const std::string id = (*reg)["program"];
+  settle(h, id);
+  const std::uint64_t before = database_reads(h);
+  for (int i = 0; i < 30; ++i) {
+    json st = stage(h, id);
+    REQUIRE(st["mode"] == "optimized");
+    REQUIRE(st["cache"]["outcome"] == "memory_hit");
+  }
+  CHECK(database_reads(h) == before);
+}
+
+TEST_CASE("stage path: after pin, reset and import the next stage serves what they imply",
+          "[service][stage_path]") {
+  Config c = Harness::base_config();
+  c.guard.mode = GuardMode::off;
+  Harness h(c);
+  auto reg = h.call("program.register", {{"ir", "changing program"}});
+  REQUIRE(reg);
+  const std::string id = (*reg)["program"];
+  const std::string pk = (*reg)["profile_key"];
+  settle(h, id);
+  const std::int64_t settled = stage(h, id)["profile_version"];
+
+  // Reset: the next stage has no profile, so it runs instrumented code again.
+  REQUIRE(h.call("profile.reset", {{"profile_key", pk}}));
+  json after_reset = stage(h, id);
+  CHECK(after_reset["mode"] == "instrumented");
+  settle(h, id);
+  const std::int64_t again = stage(h, id)["profile_version"];
+  CHECK(again > settled);
+
+  // Pin: stages go on serving the pinned version, and feedback does not rewrite it.
+  REQUIRE(h.call("profile.pin", {{"profile_key", pk}}));
+  for (int i = 0; i < 4; ++i) {
+    json st = stage(h, id);
+    CHECK(st["profile_version"] == again);
+    CHECK(st["profile_rewritten"].is_null());
+  }
+  REQUIRE(h.call("profile.unpin", {{"profile_key", pk}}));
+
+  // Export and import over it with a new body (an operator write in between
+  // moves the current version on): the next stage compiles the imported one.
+  auto exported = h.call("profile.export", {{"profile_keys", json::array({pk})}});
+  REQUIRE(exported);
+  json bundle = (*exported)["bundle"];
+  REQUIRE(h.call("profile.reset", {{"profile_key", pk}}));
+  auto imported = h.call("profile.import", {{"bundle", bundle}});
+  REQUIRE(imported);
+  json after_import = stage(h, id);
+  CHECK(after_import["mode"] == "optimized");
+  CHECK(after_import["profile_version"].get<std::int64_t>() > again);
+}
