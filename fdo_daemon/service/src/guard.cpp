@@ -113,6 +113,11 @@ void Guard::forget(const std::string& pk) {
   states_.erase(pk);
 }
 
+void Guard::forget_all() {
+  std::lock_guard lk(states_mu_);
+  states_.clear();
+}
+
 GuardCounters Guard::counters() const {
   std::lock_guard lk(counters_mu_);
   return counters_;

@@ -83,15 +83,26 @@ TEST_CASE("service: gc removes unused programs, stale unpinned profiles and orph
     return *r;
   };
   json a = reg("program a", me), b = reg("program b", me), c = reg("program c", me),
-       d = reg("program d", other), e = reg("program e", me);
+       d = reg("program d", other), e = reg("program e", me), f = reg("program f", me);
   std::string ia = a["program"], ib = b["program"], ic = c["program"], id = d["program"],
-              ie = e["program"], pa = a["profile_key"], pc = c["profile_key"];
-  for (const json* p : {&a, &b, &c, &e})
+              ie = e["program"], i_f = f["program"], pa = a["profile_key"], pc = c["profile_key"];
+  for (const json* p : {&a, &b, &c, &e, &f})
     for (int i = 0; i < 2; ++i)
       REQUIRE(h.call("execute", {{"program", (*p)["program"]}, {"entry", "main"}}, me));
   REQUIRE(h.call("profile.pin", {{"profile_key", pc}}, me));
   REQUIRE_FALSE(cached_files_of(h, ie).empty());
-  REQUIRE(h.call("program.delete", {{"program", ie}}, me)); // its objects are now orphans
+  REQUIRE(h.call("program.delete", {{"program", ie}}, me));
+  CHECK(cached_files_of(h, ie).empty()); // a deleted program's objects go with it
+  // Objects whose program row is gone without the daemon (a crash between the
+  // two, an older fdod's delete): orphans, which only gc finds.
+  REQUIRE_FALSE(cached_files_of(h, i_f).empty());
+  {
+    auto db = profile_store::sqlite::Connection::open((h.dir.path() / "profiles.db").string(),
+                                                      profile_store::sqlite::Access::read_write);
+    REQUIRE(db);
+    db->set_busy_timeout(std::chrono::seconds(5));
+    REQUIRE(db->exec("DELETE FROM programs WHERE ik = '" + i_f + "'"));
+  }
   age_rows(h, "programs", "last_used", "ik", {ia, ic, id});
   age_rows(h, "profiles", "updated_at", "pk", {pa, pc});
 
@@ -123,7 +134,8 @@ TEST_CASE("service: gc removes unused programs, stale unpinned profiles and orph
   std::set<std::string> orphan_programs;
   for (const std::string& k : orphans)
     orphan_programs.insert(k.substr(0, 64));
-  CHECK(orphan_programs.contains(ie));
+  CHECK(orphan_programs.contains(i_f));
+  CHECK_FALSE(orphan_programs.contains(ie)); // nothing of it is left
   CHECK_FALSE(orphan_programs.contains(ib));
   CHECK_FALSE(h.audit->records.back().action == "gc"); // dry runs leave no record
 
@@ -153,7 +165,7 @@ TEST_CASE("service: gc removes unused programs, stale unpinned profiles and orph
   REQUIRE(swept);
   CHECK(ids((*swept)["programs"], "program") == std::set<std::string>{id});
   CHECK_FALSE((*swept)["cache_objects"].empty());
-  CHECK(cached_files_of(h, ie).empty());
+  CHECK(cached_files_of(h, i_f).empty());
   CHECK(cached_files_of(h, ia).empty());
   CHECK_FALSE(cached_files_of(h, ib).empty());
   auto again = h.call("gc", {{"dry_run", true}, {"max_age_s", 3600}}, root);

@@ -2,6 +2,7 @@
 // program is steady (optimized, a memory hit, nothing rewritten), its stages
 // read nothing from the store's file (profile_store's read view), and every
 // change an operator makes is seen by the very next stage.
+#include "fdo/profile_store/backup.h"
 #include "service_harness.h"
 
 #include <catch2/catch.hpp>
@@ -97,4 +98,58 @@ TEST_CASE("stage path: after pin, reset and import the next stage serves what th
   json after_import = stage(h, id);
   CHECK(after_import["mode"] == "optimized");
   CHECK(after_import["profile_version"].get<std::int64_t>() > again);
+}
+
+TEST_CASE("stage path: after store.restore the next stage serves the restored profile, "
+          "its lifecycle started over",
+          "[service][stage_path]") {
+  Config c = Harness::base_config();
+  c.guard.mode = GuardMode::off;
+  Harness h(c);
+  const std::string db = (h.dir.path() / "profiles.db").string(),
+                    copy = (h.dir.path() / "backup.db").string();
+  auto reg = h.call("program.register", {{"ir", "restored program"}});
+  REQUIRE(reg);
+  const std::string id = (*reg)["program"], pk = (*reg)["profile_key"];
+  settle(h, id);
+  const std::int64_t backed_up = stage(h, id)["profile_version"];
+  REQUIRE(h.service->flush_feedback());
+  REQUIRE(profile_store::backup_database(db, copy));
+
+  // After the backup: reset and profiled again, so the live store moves on.
+  REQUIRE(h.call("profile.reset", {{"profile_key", pk}}));
+  settle(h, id);
+  REQUIRE(stage(h, id)["profile_version"].get<std::int64_t>() > backed_up);
+
+  REQUIRE(h.call("store.restore", {{"file", copy}}, 0));
+  json first = stage(h, id);
+  CHECK(first["profile_version"] == backed_up);
+  CHECK(first["mode"] == "optimized");
+  // The daemon met the key afresh: its lifecycle began again at this stage.
+  REQUIRE(first["lifecycle"].is_object());
+  REQUIRE_FALSE(first["lifecycle"]["transitions"].empty());
+  CHECK(first["lifecycle"]["transitions"][0]["stage"] == first["number"]);
+}
+
+TEST_CASE("stage path: program.delete drops the program's compiled objects",
+          "[service][stage_path]") {
+  Config c = Harness::base_config();
+  c.guard.mode = GuardMode::off;
+  Harness h(c);
+  auto reg = h.call("program.register", {{"ir", "deleted program"}});
+  REQUIRE(reg);
+  const std::string id = (*reg)["program"];
+  settle(h, id);
+  auto entries = [&] {
+    auto st = h.call("cache.stats", json::object(), 0);
+    REQUIRE(st);
+    return (*st)["memory"]["entries"].get<std::int64_t>();
+  };
+  REQUIRE(entries() > 0);
+  REQUIRE(h.call("program.delete", {{"program", id}}));
+  CHECK(entries() == 0);
+  // Registered again, it compiles afresh (instrumented: its mappings went too).
+  REQUIRE(h.call("program.register", {{"ir", "deleted program"}}));
+  json again = stage(h, id);
+  CHECK(again["cache"]["outcome"] == "compiled");
 }

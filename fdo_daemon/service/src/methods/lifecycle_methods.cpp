@@ -31,7 +31,7 @@ Expected<json> program_delete(ServiceState& s, const json& p, const CallContext&
     return make_error(Errc::not_found, "no program " + ik);
   FDO_TRY(ps::MappingRemoval mappings, s.store->remove_mappings(ik));
   FDO_TRY(bool removed, s.store->remove_program(ik));
-  FDO_TRY_STATUS(s.programs->forget(ik));
+  FDO_TRY_STATUS(forget_program(s, ik));
   (void)mappings;
   return json{{"program", ik}, {"removed", removed}};
 }
@@ -43,9 +43,7 @@ Expected<json> profile_delete(ServiceState& s, const json& p, const CallContext&
   std::optional<std::int64_t> acting;
   if (s.sharing() != ProfileSharing::shared) acting = static_cast<std::int64_t>(ctx.uid);
   FDO_TRY(ps::RemoveSummary r, s.store->remove(pk, acting));
-  s.feedback->forget(pk);
-  s.guard->forget(pk);
-  s.lifecycles->forget(pk);
+  forget_profile(s, pk);
   return json{{"profile_key", pk},
               {"removed",
                {{"versions", r.versions},

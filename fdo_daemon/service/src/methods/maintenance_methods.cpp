@@ -73,8 +73,7 @@ struct Collector {
     FDO_TRY(ps::MappingRemoval mappings, s.store->remove_mappings(p.ik));
     (void)mappings;
     FDO_TRY(bool removed, s.store->remove_program(p.ik));
-    FDO_TRY_STATUS(s.programs->forget(p.ik));
-    s.orch->evict(p.ik); // its compiled objects, from both tiers
+    FDO_TRY_STATUS(forget_program(s, p.ik)); // with its compiled objects, from both tiers
     return removed;
   }
 
@@ -84,9 +83,7 @@ struct Collector {
     if (!now || now->pinned || now->updated_at >= cutoff_ms) return false;
     FDO_TRY(ps::RemoveSummary r, s.store->remove(p.pk));
     (void)r;
-    s.feedback->forget(p.pk);
-    s.guard->forget(p.pk);
-    s.lifecycles->forget(p.pk);
+    forget_profile(s, p.pk);
     return true;
   }
 };
@@ -161,8 +158,7 @@ Expected<json> restore(ServiceState& s, const json& p, const CallContext& ctx) {
   // Rows batched before the restore belong to the old store's versions.
   FDO_TRY_STATUS(s.feedback->flush());
   FDO_TRY(ps::BackupSummary r, s.store->restore_from(file));
-  s.feedback->forget_all();
-  s.programs->forget_loaded();
+  forget_everything(s);
   return json{{"file", file}, {"pages", r.pages}, {"bytes", r.bytes}};
 }
 

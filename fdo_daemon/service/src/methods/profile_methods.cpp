@@ -112,8 +112,7 @@ Expected<json> profile_unpin(ServiceState& s, const json& p, const CallContext& 
 Expected<json> profile_reset(ServiceState& s, const json& p, const CallContext& ctx) {
   FDO_TRY(std::string pk, profile_key_param(p));
   FDO_TRY_STATUS(s.store->reset(pk, acting_owner(s, ctx)));
-  s.feedback->forget(pk);
-  s.guard->forget(pk);
+  forget_profile(s, pk);
   return pin_state(s, pk);
 }
 
@@ -165,8 +164,12 @@ Expected<json> profile_import(ServiceState& s, const json& p, const CallContext&
       s.store->import_bundle(bundle, ctx.uid, ps::ImportConflict::overwrite, acting,
                              acting ? ps::ImportNewKeys::own_programs : ps::ImportNewKeys::any));
   json out = json::array();
-  for (const auto& i : imported)
+  for (const auto& i : imported) {
+    // The import rewrote it behind the feedback loop.
+    if (i.action == ps::ImportAction::created || i.action == ps::ImportAction::updated)
+      forget_profile(s, i.pk);
     out.push_back({{"profile_key", i.pk}, {"version", i.version}});
+  }
   return json{{"imported", std::move(out)}};
 }
 

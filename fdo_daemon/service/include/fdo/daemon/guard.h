@@ -226,8 +226,9 @@ public:
   // checkpoint does not hold yet (nothing with checkpoint_pairs 0), so a
   // restart loses no pair. Returns how many trials were saved.
   int save_running(const GuardConfig& config);
-  // Drops the in-memory state of `pk` (after a reset or delete).
+  // Drops the in-memory state of `pk` (after a reset or delete), or of every key.
   void forget(const std::string& pk);
+  void forget_all();
 
 private:
   struct KeyState {
