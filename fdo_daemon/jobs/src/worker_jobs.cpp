@@ -411,6 +411,12 @@ Expected<Message> ExecJobs::handle(const Message& request) {
     auto samples = stage_samples_json(sampler->events(), *sampling, sampler->drain(),
                                       program->function_ranges());
     sampling_reply = samples ? std::move(*samples) : json{{"error", samples.error().describe()}};
+    // As for the counters: each sampled event's explanation is the same text
+    // every stage (capabilities.perf has it once); only a verbose stage carries it.
+    if (auto events = sampling_reply.find("events");
+        !verbose && events != sampling_reply.end() && events->is_array())
+      for (json& e : *events)
+        if (e.is_object()) e.erase("reason");
   }
 
   Message out;
