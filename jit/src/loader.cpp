@@ -20,6 +20,7 @@
 #include <llvm/Support/MemoryBuffer.h>
 #include <mutex>
 #include <set>
+#include <unordered_map>
 
 // glibc: runs (and forgets) the __cxa_atexit registrations made with this
 // DSO handle, as dlclose does.
@@ -44,10 +45,51 @@ llvm::orc::shared::CWrapperFunctionResult noop_dealloc_action(const char* data, 
 
 // Per linked graph: records where every function ended up (after fixups,
 // when addresses are final), and adds the no-op deallocation action.
+// The symbols of a program's object that ORC tracks by name: the entry
+// thunks and the structor hooks, the only ones the loader looks up. Every
+// other global of the object is linked as a local symbol (program.o is
+// self-contained), so ORC's per-symbol dependency tracking, quadratic in
+// LLVM 16 (JITDylib::transferEmittedNodeDependencies), stays small: with a
+// counter and a data record named per function it took seconds per link
+// for an instrumented program of ~1,000 functions.
+bool exported_by_name(llvm::StringRef name) {
+  return name.startswith(llvm::StringRef(kThunkPrefix.data(), kThunkPrefix.size())) ||
+         name == llvm::StringRef(kInitName.data(), kInitName.size()) ||
+         name == llvm::StringRef(kFiniName.data(), kFiniName.size()) ||
+         name == llvm::StringRef(kDsoHandleName.data(), kDsoHandleName.size());
+}
+
+// The graph's named symbols the loader reads by address (counters and value
+// data records), found in the graph since they are not exported.
+bool located_in_graph(llvm::StringRef name) {
+  return name.startswith(llvm::StringRef(kCountersPrefix.data(), kCountersPrefix.size())) ||
+         name.startswith(llvm::StringRef(kDataPrefix.data(), kDataPrefix.size()));
+}
+
+// What a link tells the loader about the program it placed.
+struct LinkFacts {
+  std::vector<FunctionRange> ranges;
+  std::unordered_map<std::string, std::uint64_t> symbols; // located_in_graph names
+  std::vector<WritableBlock> writable;
+};
+
 class LinkPlugin : public orc::ObjectLinkingLayer::Plugin {
 public:
   void modifyPassConfig(orc::MaterializationResponsibility& mr, llvm::jitlink::LinkGraph&,
                         llvm::jitlink::PassConfiguration& config) override {
+    // First of all (before ORC claims weak definitions it was not told
+    // about): globals outside exported_by_name become local, and stay live as
+    // the exported symbols they were would have.
+    config.PrePrunePasses.insert(
+        config.PrePrunePasses.begin(), [](llvm::jitlink::LinkGraph& g) -> llvm::Error {
+          for (llvm::jitlink::Symbol* sym : g.defined_symbols())
+            if (sym->hasName() && sym->getScope() != llvm::jitlink::Scope::Local &&
+                !exported_by_name(sym->getName())) {
+              sym->setScope(llvm::jitlink::Scope::Local);
+              sym->setLive(true);
+            }
+          return llvm::Error::success();
+        });
     config.PostPrunePasses.push_back([](llvm::jitlink::LinkGraph& g) -> llvm::Error {
       auto dealloc =
           llvm::orc::shared::WrapperFunctionCall::Create<llvm::orc::shared::SPSArgList<>>(
@@ -75,13 +117,32 @@ public:
       config.PostPrunePasses.push_back(
           [offset](llvm::jitlink::LinkGraph& g) { return offset_text(g, offset); });
     config.PostFixupPasses.push_back([this, jd](llvm::jitlink::LinkGraph& g) -> llvm::Error {
-      std::vector<FunctionRange> found;
-      for (llvm::jitlink::Symbol* sym : g.defined_symbols())
-        if (sym->isCallable() && sym->hasName() && sym->getSize() > 0)
-          found.push_back({sym->getName().str(), sym->getAddress().getValue(), sym->getSize()});
+      LinkFacts found;
+      for (llvm::jitlink::Symbol* sym : g.defined_symbols()) {
+        if (!sym->hasName()) continue;
+        if (sym->isCallable() && sym->getSize() > 0)
+          found.ranges.push_back(
+              {sym->getName().str(), sym->getAddress().getValue(), sym->getSize()});
+        else if (located_in_graph(sym->getName()))
+          found.symbols.emplace(sym->getName().str(), sym->getAddress().getValue());
+      }
+      // The program's writable memory, to put back its initial contents
+      // between executions (LoadedProgram::restart). Memory freed once the
+      // link is finalized is not the program's.
+      for (llvm::jitlink::Section& sec : g.sections()) {
+        if ((static_cast<unsigned>(sec.getMemProt()) &
+             static_cast<unsigned>(orc::MemProt::Write)) == 0 ||
+            sec.getMemDeallocPolicy() != orc::MemDeallocPolicy::Standard)
+          continue;
+        for (llvm::jitlink::Block* b : sec.blocks())
+          if (b->getSize() > 0)
+            found.writable.push_back({b->getAddress().getValue(), b->getSize(), b->isZeroFill()});
+      }
       std::lock_guard lock(mu_);
-      auto& ranges = ranges_[jd];
-      ranges.insert(ranges.end(), found.begin(), found.end());
+      LinkFacts& facts = facts_[jd];
+      facts.ranges.insert(facts.ranges.end(), found.ranges.begin(), found.ranges.end());
+      facts.symbols.merge(found.symbols);
+      facts.writable.insert(facts.writable.end(), found.writable.begin(), found.writable.end());
       return llvm::Error::success();
     });
   }
@@ -90,7 +151,7 @@ public:
   }
   llvm::Error notifyRemovingResources(orc::JITDylib& jd, orc::ResourceKey) override {
     std::lock_guard lock(mu_);
-    ranges_.erase(&jd);
+    facts_.erase(&jd);
     offsets_.erase(&jd);
     return llvm::Error::success();
   }
@@ -112,19 +173,19 @@ public:
 
   // Also forgets the dylib's text offset: taken once its object is linked
   // (or failed to), when the offset has done its work.
-  std::vector<FunctionRange> take(orc::JITDylib* jd) {
+  LinkFacts take(orc::JITDylib* jd) {
     std::lock_guard lock(mu_);
     offsets_.erase(jd);
-    auto it = ranges_.find(jd);
-    if (it == ranges_.end()) return {};
-    std::vector<FunctionRange> out = std::move(it->second);
-    ranges_.erase(it);
+    auto it = facts_.find(jd);
+    if (it == facts_.end()) return {};
+    LinkFacts out = std::move(it->second);
+    facts_.erase(it);
     return out;
   }
 
 private:
   std::mutex mu_;
-  std::map<orc::JITDylib*, std::vector<FunctionRange>> ranges_;
+  std::map<orc::JITDylib*, LinkFacts> facts_;
   std::map<orc::JITDylib*, int> offsets_;
 };
 
@@ -181,7 +242,7 @@ struct Loader::Impl {
   LoaderOptions options;
   std::unique_ptr<orc::ExecutionSession> es;
   std::unique_ptr<orc::ObjectLinkingLayer> layer;
-  LinkPlugin* ranges = nullptr; // owned by layer
+  LinkPlugin* plugin = nullptr; // owned by layer
   LinkErrors errors;
   std::set<LoadedProgram*> live;
   std::uint64_t next_id = 0;
@@ -221,9 +282,9 @@ Expected<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   // through JIT'd frames.
   impl->layer->addPlugin(std::make_unique<orc::EHFrameRegistrationPlugin>(
       *impl->es, std::make_unique<llvm::jitlink::InProcessEHFrameRegistrar>()));
-  auto ranges = std::make_unique<LinkPlugin>();
-  impl->ranges = ranges.get();
-  impl->layer->addPlugin(std::move(ranges));
+  auto plugin = std::make_unique<LinkPlugin>();
+  impl->plugin = plugin.get();
+  impl->layer->addPlugin(std::move(plugin));
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
 
@@ -241,9 +302,10 @@ Expected<std::unique_ptr<LoadedProgram>> Loader::load(std::string_view object,
   return program;
 }
 
-Expected<std::unique_ptr<LoadedProgram>>
-Loader::load(std::string_view object, std::span<const EntryInfo> entries,
-             std::span<const InstrumentedFunction> layout, int text_offset) {
+Expected<std::unique_ptr<LoadedProgram>> Loader::load(std::string_view object,
+                                                      std::span<const EntryInfo> entries,
+                                                      std::span<const InstrumentedFunction> layout,
+                                                      int text_offset) {
   if (object.empty()) return make_error(Errc::invalid_argument, "empty object");
   if (!valid_text_offset(text_offset))
     return make_error(Errc::invalid_argument,
@@ -257,7 +319,7 @@ Loader::load(std::string_view object, std::span<const EntryInfo> entries,
   orc::JITDylib& jd = es.createBareJITDylib("fdo-program-" + std::to_string(impl_->next_id++));
   auto remove_dylib = [&] {
     if (llvm::Error e = es.removeJITDylib(jd)) llvm::consumeError(std::move(e));
-    impl_->ranges->take(&jd);
+    impl_->plugin->take(&jd);
   };
   auto generator = orc::DynamicLibrarySearchGenerator::GetForCurrentProcess('\0');
   if (!generator) {
@@ -283,19 +345,28 @@ Loader::load(std::string_view object, std::span<const EntryInfo> entries,
     }
   }
 
-  impl_->ranges->set_text_offset(&jd, text_offset);
+  // ORC is told only of the symbols the loader looks up (exported_by_name);
+  // the link plugin makes the object's other globals local.
+  orc::MaterializationUnit::Interface exported;
+  exported.InitSymbol = iface->InitSymbol;
+  for (const auto& [name, flags] : iface->SymbolFlags)
+    if (name == iface->InitSymbol || exported_by_name(*name)) exported.SymbolFlags[name] = flags;
+
+  impl_->plugin->set_text_offset(&jd, text_offset);
   impl_->errors.clear();
-  if (llvm::Error e = impl_->layer->add(jd, std::move(buffer))) {
+  if (llvm::Error e = impl_->layer->add(jd.getDefaultResourceTracker(), std::move(buffer),
+                                        std::move(exported))) {
     remove_dylib();
     return to_fdo_error(std::move(e), Errc::corrupt, "object");
   }
 
-  // Look up every symbol the object defines: that links the whole object now
-  // (so link errors surface here, not at a later call) and yields thunk and
-  // counter addresses.
+  // Look up every symbol ORC tracks: that links the whole object now (so
+  // link errors surface here, not at a later call) and yields the thunks'
+  // addresses.
   orc::SymbolLookupSet wanted;
   for (const auto& [name, flags] : iface->SymbolFlags)
-    wanted.add(name, orc::SymbolLookupFlags::WeaklyReferencedSymbol);
+    if (name == iface->InitSymbol || exported_by_name(*name))
+      wanted.add(name, orc::SymbolLookupFlags::WeaklyReferencedSymbol);
   auto symbols =
       es.lookup(orc::makeJITDylibSearchOrder({&jd}, orc::JITDylibLookupFlags::MatchAllSymbols),
                 std::move(wanted));
@@ -305,7 +376,10 @@ Loader::load(std::string_view object, std::span<const EntryInfo> entries,
     remove_dylib();
     return err;
   }
+  LinkFacts facts = impl_->plugin->take(&jd);
   auto address_of = [&](std::string_view name) -> std::uint64_t {
+    if (auto it = facts.symbols.find(std::string(name)); it != facts.symbols.end())
+      return it->second;
     auto it = symbols->find(es.intern(llvm::StringRef(name.data(), name.size())));
     return it == symbols->end() ? 0 : it->second.getAddress();
   };
@@ -342,7 +416,7 @@ Loader::load(std::string_view object, std::span<const EntryInfo> entries,
   program->layout_.assign(layout.begin(), layout.end());
   program->counters_ = std::move(counters);
   program->values_ = std::make_unique<ValueProfiles>(layout, std::move(records));
-  program->ranges_ = impl_->ranges->take(&jd);
+  program->ranges_ = std::move(facts.ranges);
   std::sort(program->ranges_.begin(), program->ranges_.end(),
             [](const FunctionRange& a, const FunctionRange& b) { return a.start < b.start; });
   if (std::uint64_t handle = address_of(kDsoHandleName))
@@ -352,9 +426,17 @@ Loader::load(std::string_view object, std::span<const EntryInfo> entries,
   // From here on the program owns the dylib and unloads it when destroyed.
   program->loader_ = impl_.get();
   impl_->live.insert(program.get());
-  // Constructors last: once they run, the program is live.
   if (std::uint64_t init = address_of(kInitName))
-    reinterpret_cast<void (*)()>(static_cast<std::uintptr_t>(init))();
+    program->init_ = reinterpret_cast<void (*)()>(static_cast<std::uintptr_t>(init));
+  // The writable memory as the link left it, before any code ran.
+  program->writable_ = std::move(facts.writable);
+  std::sort(program->writable_.begin(), program->writable_.end(),
+            [](const WritableBlock& a, const WritableBlock& b) { return a.address < b.address; });
+  for (const WritableBlock& b : program->writable_)
+    if (!b.zero_fill)
+      program->initial_data_.append(reinterpret_cast<const char*>(b.address), b.size);
+  // Constructors last: once they run, the program is live.
+  if (program->init_) program->init_();
   return program;
 }
 
@@ -363,12 +445,38 @@ LoadedProgram::~LoadedProgram() {
     if (Status s = unload(); !s) log::warning("jit loader: " + s.error().describe());
 }
 
-Status LoadedProgram::unload() {
-  if (!loader_) return make_error(Errc::invalid_argument, "program already unloaded");
+void LoadedProgram::finish() {
+  if (!loader_ || finished_) return;
   // C++ static destructors (registered with __cxa_atexit against this
   // object's handle) first, then the llvm.global_dtors functions.
   if (dso_handle_) __cxa_finalize(dso_handle_);
   if (fini_) fini_();
+  finished_ = true;
+}
+
+Status LoadedProgram::restart() {
+  if (!loader_) return make_error(Errc::invalid_argument, "program is unloaded");
+  finish();
+  // The value tables hang off the data records about to be overwritten.
+  if (values_) values_->clear();
+  const char* initial = initial_data_.data();
+  for (const WritableBlock& b : writable_) {
+    auto* at = reinterpret_cast<char*>(static_cast<std::uintptr_t>(b.address));
+    if (b.zero_fill) {
+      std::memset(at, 0, b.size);
+    } else {
+      std::memcpy(at, initial, b.size);
+      initial += b.size;
+    }
+  }
+  finished_ = false;
+  if (init_) init_();
+  return ok();
+}
+
+Status LoadedProgram::unload() {
+  if (!loader_) return make_error(Errc::invalid_argument, "program already unloaded");
+  finish();
   // The value tables hang off the program's data, which goes next.
   values_.reset();
   Loader::Impl* loader = loader_;
@@ -376,6 +484,7 @@ Status LoadedProgram::unload() {
   thunks_.clear();
   counters_.clear();
   fini_ = nullptr;
+  init_ = nullptr;
   dso_handle_ = nullptr;
   loader->live.erase(this);
   auto* jd = static_cast<orc::JITDylib*>(dylib_);
@@ -387,6 +496,7 @@ Status LoadedProgram::unload() {
 
 Expected<ThunkFn> LoadedProgram::thunk(std::string_view entry) const {
   if (!loader_) return make_error(Errc::invalid_argument, "program is unloaded");
+  if (finished_) return make_error(Errc::invalid_argument, "program is finished: restart it first");
   for (std::size_t i = 0; i < entries_.size(); ++i)
     if (entries_[i].name == entry) return thunks_[i];
   return make_error(Errc::not_found, "no entry '" + std::string(entry) + "' in the program");
@@ -395,6 +505,7 @@ Expected<ThunkFn> LoadedProgram::thunk(std::string_view entry) const {
 Expected<std::uint64_t> LoadedProgram::call(std::string_view entry,
                                             std::span<const std::uint64_t> args) const {
   if (!loader_) return make_error(Errc::invalid_argument, "program is unloaded");
+  if (finished_) return make_error(Errc::invalid_argument, "program is finished: restart it first");
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     if (entries_[i].name != entry) continue;
     if (args.size() != entries_[i].param_types.size())

@@ -183,6 +183,119 @@ TEST_CASE("constructors run on load and destructors on unload", "[jit][loader]")
   }
 }
 
+TEST_CASE("restart puts the program back as its load left it, without linking it again",
+          "[jit][loader][restart]") {
+  // Zero-filled and initialised writable globals, a large zero-filled one,
+  // and one a constructor computes.
+  constexpr const char* kState = R"(
+@n = global i64 0
+@m = global i64 7
+@big = global [100000 x i64] zeroinitializer
+@c = global i64 0
+@llvm.global_ctors = appending global [1 x { i32, ptr, ptr }] [
+  { i32, ptr, ptr } { i32 65535, ptr @init, ptr null }
+]
+define internal void @init() {
+  %v = load i64, ptr @c
+  %w = add i64 %v, 100
+  store i64 %w, ptr @c
+  ret void
+}
+define i64 @bump(i64 %a) {
+  %n = load i64, ptr @n
+  %n1 = add i64 %n, %a
+  store i64 %n1, ptr @n
+  %m = load i64, ptr @m
+  %m1 = add i64 %m, %a
+  store i64 %m1, ptr @m
+  %p = getelementptr [100000 x i64], ptr @big, i64 0, i64 %a
+  %b = load i64, ptr %p
+  %b1 = add i64 %b, 1
+  store i64 %b1, ptr %p
+  %c = load i64, ptr @c
+  %s1 = add i64 %n1, %m1
+  %s2 = add i64 %s1, %b1
+  %s3 = add i64 %s2, %c
+  ret i64 %s3
+}
+)";
+  auto loader = make_loader();
+  for (CompileMode mode : {CompileMode::plain, CompileMode::instrumented}) {
+    CAPTURE(to_string(mode));
+    CompileResult r = compile_or_throw(kState, request(mode));
+    REQUIRE(r.mutable_globals);
+    auto p = load_or_fail(*loader, r);
+    REQUIRE_FALSE(p->writable_blocks().empty());
+    // n 5, m 12, big[5] 1, c 100 (its constructor ran once).
+    CHECK(call(*p, "bump", {5}) == 118);
+    CHECK(call(*p, "bump", {5}) == 129); // state carried over: not restarted
+    if (mode == CompileMode::instrumented) {
+      std::uint64_t counted = 0;
+      for (const auto& [fn, counts] : p->read_counters())
+        for (std::uint64_t c : counts)
+          counted += c;
+      CHECK(counted > 0);
+    }
+    for (int round = 0; round < 3; ++round) {
+      REQUIRE(p->restart().has_value());
+      // Every global as at load, the constructor run once more on top.
+      CHECK(call(*p, "bump", {5}) == 118);
+      CHECK(call(*p, "bump", {9}) == 14 + 21 + 1 + 100);
+    }
+    if (mode == CompileMode::instrumented) {
+      REQUIRE(p->restart().has_value());
+      // The counters are writable data too: back to zero.
+      for (const auto& [fn, counts] : p->read_counters())
+        for (std::uint64_t c : counts)
+          CHECK(c == 0);
+    }
+  }
+}
+
+TEST_CASE("finish runs destructors as an unload would, restart runs constructors again",
+          "[jit][loader][restart]") {
+  auto loader = make_loader();
+  CompileResult r = compile_or_throw(fixture("ctors.ll"), request(CompileMode::plain));
+  auto p = load_or_fail(*loader, r);
+  for (int round = 0; round < 3; ++round) {
+    std::int64_t sink = 0;
+    CHECK(call(*p, "get_state", {}) == 73); // constructors ran, in order, once
+    call(*p, "set_sink", {slot(&sink)});
+    p->finish();
+    CHECK(sink == 74);
+    p->finish(); // once only
+    CHECK(sink == 74);
+    // Finished: no call until it is restarted.
+    CHECK_FALSE(p->call("get_state", std::vector<std::uint64_t>{}).has_value());
+    CHECK_FALSE(p->thunk("get_state").has_value());
+    REQUIRE(p->restart().has_value());
+  }
+  // Restarted without finish(): the destructors run first. The sink set
+  // before does not survive the restart (its global is back to null).
+  std::int64_t sink = 0;
+  call(*p, "set_sink", {slot(&sink)});
+  REQUIRE(p->restart().has_value());
+  CHECK(sink == 74);
+  sink = 0;
+  REQUIRE(p->unload().has_value());
+  CHECK(sink == 0);
+  CHECK_FALSE(p->restart().has_value()); // unloaded
+}
+
+TEST_CASE("C++ destructors registered with __cxa_atexit run again after each restart",
+          "[jit][loader][restart]") {
+  auto loader = make_loader();
+  CompileResult r = compile_or_throw(fixture("cxa_atexit.ll"), request(CompileMode::plain));
+  auto p = load_or_fail(*loader, r);
+  for (int round = 0; round < 3; ++round) {
+    std::int64_t sink = 0;
+    call(*p, "set_sink", {slot(&sink)});
+    p->finish();
+    CHECK(sink == 42);
+    REQUIRE(p->restart().has_value());
+  }
+}
+
 TEST_CASE("C++ destructors registered with __cxa_atexit run on unload", "[jit][loader]") {
   auto loader = make_loader();
   for (CompileMode mode : {CompileMode::plain, CompileMode::instrumented}) {

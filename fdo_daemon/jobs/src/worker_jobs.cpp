@@ -205,27 +205,35 @@ struct ExecJobs::State {
   // Recently used programs by storage key, most recent first: a stage of a
   // program already linked in this worker skips the link, and the daemon
   // sends it without its object (the object travels once per worker).
-  std::list<std::pair<std::string, std::unique_ptr<jit::LoadedProgram>>> programs;
+  struct Kept {
+    std::string key;
+    std::unique_ptr<jit::LoadedProgram> program;
+    // Writable globals: each execution ends with finish() and the next one
+    // starts with restart(), so that every stage starts from the program's
+    // initial state whichever worker runs it (jit::LoadedProgram::restart).
+    bool restarts = false;
+  };
+  std::list<Kept> programs;
   std::vector<std::string> group_events;
   std::optional<perf::CounterGroup> group;
   StageSampler sampler;
   // How many linked programs stay when a job does not say ("cache_entries").
   static constexpr std::size_t kDefaultPrograms = 16;
 
-  // The program to run for one execution. A program with writable globals is
-  // linked afresh (and unloaded after the call: `fresh` owns it) so that every
-  // stage starts from its initial state whichever worker runs it; others are
-  // kept linked for the next stage, at most `capacity` of them.
+  // The program to run for one execution: a kept one (restarted first when it
+  // has writable globals), or, with a capacity of 0, one linked for this
+  // execution alone (`fresh` owns it).
   struct Program {
     jit::LoadedProgram* program = nullptr;
     std::unique_ptr<jit::LoadedProgram> fresh;
+    bool restarts = false; // kept, with writable globals: finish() it after the call
   };
   // The linked program kept under `key`, made most recent; nullptr if none.
-  jit::LoadedProgram* cached(const std::string& key) {
+  Kept* cached(const std::string& key) {
     for (auto it = programs.begin(); it != programs.end(); ++it)
-      if (it->first == key) {
+      if (it->key == key) {
         programs.splice(programs.begin(), programs, it);
-        return programs.front().second.get();
+        return &programs.front();
       }
     return nullptr;
   }
@@ -236,21 +244,36 @@ struct ExecJobs::State {
   // Unloads the program kept under `key` (one that ended with exit(n) is
   // not run again: its state is what exit left).
   void drop(const std::string& key) {
-    std::erase_if(programs, [&](const auto& p) { return p.first == key; });
+    std::erase_if(programs, [&](const Kept& p) { return p.key == key; });
+  }
+  // Forgets the program kept under `key` without unloading it: a thread it
+  // started may still run its code (the worker is retired after the reply).
+  void abandon(const std::string& key) {
+    for (Kept& p : programs)
+      if (p.key == key) (void)p.program.release();
+    drop(key);
   }
   // Call trim(capacity) first: a program found here then stays kept.
   Expected<Program> program(const std::string& key, std::string_view object, const json& metadata,
                             std::size_t capacity) {
-    if (jit::LoadedProgram* p = cached(key)) return Program{p, nullptr};
+    if (Kept* kept = cached(key)) {
+      if (kept->restarts) {
+        if (Status st = kept->program->restart(); !st) {
+          drop(key);
+          return std::move(st).error().context("restart " + key);
+        }
+      }
+      return Program{kept->program.get(), nullptr, kept->restarts};
+    }
     FDO_TRY(jit::CompileResult meta, jit::metadata_from_json(metadata));
     FDO_TRY(std::unique_ptr<jit::LoadedProgram> loaded, loader->load(object, meta));
-    if (meta.mutable_globals || capacity == 0) {
+    if (capacity == 0) {
       jit::LoadedProgram* raw = loaded.get();
-      return Program{raw, std::move(loaded)};
+      return Program{raw, std::move(loaded), false};
     }
-    programs.emplace_front(key, std::move(loaded));
+    programs.push_front(Kept{key, std::move(loaded), meta.mutable_globals});
     trim(capacity);
-    return Program{programs.front().second.get(), nullptr};
+    return Program{programs.front().program.get(), nullptr, programs.front().restarts};
   }
 
   perf::CounterGroup* counters(const std::vector<std::string>& events) {
@@ -444,10 +467,14 @@ Expected<Message> ExecJobs::handle(const Message& request) {
     }
     if (!values.empty()) out.header["values"] = std::move(values);
   }
-  json ranges = json::array();
-  for (const auto& r : program->function_ranges())
-    ranges.push_back({{"name", r.name}, {"start", r.start}, {"size", r.size}});
-  out.header["function_ranges"] = std::move(ranges);
+  if (sampling && h.value("function_ranges", true)) {
+    // What the samples are attributed against: only a sampled stage needs
+    // it, and the daemon asks only until it knows the program's functions.
+    json ranges = json::array();
+    for (const auto& r : program->function_ranges())
+      ranges.push_back({{"name", r.name}, {"start", r.start}, {"size", r.size}});
+    out.header["function_ranges"] = std::move(ranges);
+  }
   if (return_buffers) {
     json sizes_json = json::array();
     std::size_t total = 0;
@@ -462,14 +489,19 @@ Expected<Message> ExecJobs::handle(const Message& request) {
   }
   // (Only a freshly linked program is unloaded here; a cached one stays,
   // unless it ended with exit(n).)
-  if (exit_status && !held.fresh) state_->drop(key);
-  if (held.fresh && process_thread_count() > 1) {
+  if (process_thread_count() > 1) {
     // The program left a thread running in its code, perhaps reading its
-    // buffers: unmapping either would crash the worker before it answers.
-    // The loop retires this worker after the reply (worker_loop.h), which
-    // ends the thread; until then both stay as they are.
-    (void)held.fresh.release();
+    // buffers: unmapping either, or running its destructors, would crash the
+    // worker before it answers. The loop retires this worker after the reply
+    // (worker_loop.h), which ends the thread; until then all stay as they are.
+    if (held.fresh) (void)held.fresh.release();
+    if (held.restarts) state_->abandon(key);
     (void)new std::vector<JobBuffer>(std::move(buffers));
+  } else if (exit_status && !held.fresh) {
+    state_->drop(key);
+  } else if (held.restarts) {
+    // Its destructors run now, in this stage, as an unload's would.
+    program->finish();
   }
   return out;
 }

@@ -20,6 +20,12 @@ constexpr EnumNames<VariantRole, 3> kRoleNames{{{{VariantRole::current, "current
 // Builds asked for ahead of need that a key remembers (a handful per profile version).
 constexpr std::size_t kAheadKept = 32;
 
+// A stored profile's digest: the store's, checked against its body when it
+// was decoded (a document built in memory, without one, is hashed).
+std::string digest_of(const ps::StoredProfile& sp) {
+  return sp.digest.empty() ? profile_digest(sp.doc) : sp.digest;
+}
+
 std::string short_digest(const std::string& d) {
   return d.substr(0, 16);
 }
@@ -197,7 +203,7 @@ std::optional<cache::ProfileRef> Guard::ahead(const std::string& ik, const Guard
   std::lock_guard lk(state->mu);
   GuardRecord record = sp.doc.guard;
   const Source source = incumbent_source(*state, **pk, record, sp.doc);
-  Arms arms = arms_of(record, sp.doc, profile_digest(sp.doc), state->stages_seen, config);
+  Arms arms = arms_of(record, sp.doc, digest_of(sp), state->stages_seen, config);
   return request_ahead(*state, **pk, sp, source, arms);
 }
 
@@ -243,7 +249,7 @@ StagePlan Guard::plan(const std::string& pk, const ps::StoredProfile* current,
   std::lock_guard lk(state->mu);
   KeyState& st = *state;
   ++st.stages_seen;
-  const std::string digest = profile_digest(sp.doc);
+  const std::string digest = digest_of(sp);
   GuardRecord record = sp.doc.guard;
   const Source source = incumbent_source(st, p.pk, record, sp.doc);
   Arms arms = arms_of(record, sp.doc, digest, st.stages_seen, config);
@@ -435,7 +441,7 @@ int Guard::save_running(const GuardConfig& config) {
 bool Guard::save_checkpoint(const std::string& pk, KeyState& st, std::int64_t stage,
                             const std::string& program, std::int64_t owner, std::string& note) {
   auto current = store_.current(pk);
-  if (!current || !*current || profile_digest((*current)->doc) != st.trial_digest) return false;
+  if (!current || !*current || digest_of(**current) != st.trial_digest) return false;
   const ps::StoredProfile& sp = **current;
   ProfileDoc doc = sp.doc;
   TrialCheckpoint saved;
@@ -483,7 +489,7 @@ Guard::VerdictWrite Guard::write_verdict(const StagePlan& plan, const KeyState& 
     return out;
   }
   const ps::StoredProfile& sp = **current;
-  if (profile_digest(sp.doc) != plan.current_digest) {
+  if (digest_of(sp) != plan.current_digest) {
     note = "the profile changed during the trial: its figures are dropped";
     out.ended = TrialEnd::abandoned;
     out.version = sp.version;

@@ -16,6 +16,7 @@ Expected<StageMetadataRef> decode_stage_metadata(std::string_view text, const st
     out->cfg_hashes[f.pgo_name] = f.cfg_hash;
     out->counter_sizes[f.pgo_name] = f.num_counters;
   }
+  out->pgo_names = PgoNames(out->compile.source_names);
   for (const auto& [fn, weights] : out->compile.branch_weights)
     for (const jit::BranchWeight& w : weights)
       out->branch_weights[fn].push_back({w.index, w.taken, w.not_taken});

@@ -19,23 +19,27 @@ std::optional<std::uint64_t> count_of(const json& v) {
   return std::nullopt;
 }
 
-// The PGO name of a loaded symbol: the same name, or "<file>:<symbol>" for a
-// local function.
-std::string function_name(const std::string& symbol,
-                          const std::map<std::string, std::string>& pgo_names) {
-  if (pgo_names.count(symbol) != 0) return symbol;
-  for (const auto& [pgo, source] : pgo_names) {
-    (void)source;
-    if (pgo.size() > symbol.size() + 1 && pgo.ends_with(symbol) &&
-        pgo[pgo.size() - symbol.size() - 1] == ':')
-      return pgo;
-  }
-  return symbol;
-}
 } // namespace
 
-StageSamples stage_samples_from(const json& reply,
-                                const std::map<std::string, std::string>& pgo_names) {
+PgoNames::PgoNames(const std::map<std::string, std::string>& pgo_names) {
+  // Exact names first: a symbol that is itself a PGO name is that function,
+  // whatever local function's name it also ends.
+  for (const auto& [pgo, source] : pgo_names)
+    by_symbol_.emplace(pgo, pgo);
+  // Then "<file>:<symbol>": the first PGO name (in order) ending in
+  // ":<symbol>" after a non-empty prefix.
+  for (const auto& [pgo, source] : pgo_names)
+    for (std::size_t p = pgo.find(':', 1); p != std::string::npos; p = pgo.find(':', p + 1))
+      by_symbol_.emplace(pgo.substr(p + 1), pgo);
+}
+
+const std::string& PgoNames::of(const std::string& symbol) const {
+  auto it = by_symbol_.find(symbol);
+  return it == by_symbol_.end() ? symbol : it->second;
+}
+
+StageSamples stage_samples_from(const json& reply, const PgoNames& pgo_names,
+                                const std::set<std::string>* known_functions) {
   StageSamples out;
   auto s = reply.find("samples");
   if (s == reply.end() || !s->is_object()) return out;
@@ -63,14 +67,17 @@ StageSamples stage_samples_from(const json& reply,
   };
   if (auto f = s->find("functions"); f != s->end() && f->is_object())
     for (auto it = f->begin(); it != f->end(); ++it)
-      add(function_name(it.key(), pgo_names), *it);
+      add(pgo_names.of(it.key()), *it);
   if (auto o = s->find("outside_jit"); o != s->end() && o->is_object())
     if (auto c = o->find(out.clock_event); c != o->end())
       out.clock_outside = count_of(*c).value_or(0);
-  if (auto r = reply.find("function_ranges"); r != reply.end() && r->is_array())
+  if (auto r = reply.find("function_ranges"); r != reply.end() && r->is_array()) {
     for (const json& range : *r)
       if (range.is_object() && range.value("size", std::uint64_t{0}) != 0)
-        out.functions.insert(function_name(range.value("name", ""), pgo_names));
+        out.functions.insert(pgo_names.of(range.value("name", "")));
+  } else if (known_functions != nullptr) {
+    out.functions = *known_functions;
+  }
   out.present = true;
   return out;
 }

@@ -164,14 +164,25 @@ TEST_CASE("exec job: a program that calls exit(n) ends its call, not the worker,
       (*jobs)->handle(exec_job("k-add", "add", {2, 3}, nullptr))->header.contains("exited"));
 }
 
-TEST_CASE("exec job: a program with writable globals is never kept", "[jobs][exec]") {
+TEST_CASE("exec job: a program with writable globals is kept and starts every stage afresh",
+          "[jobs][exec]") {
   auto jobs = ExecJobs::create();
   REQUIRE(jobs);
   jit::CompileResult counter = compiled(kCounter);
   REQUIRE(counter.mutable_globals);
-  // Linked afresh every time: each stage starts from @n = 0.
   CHECK(ret((*jobs)->handle(exec_job("k-n", "bump", {5}, &counter))) == 5);
-  CHECK(ret((*jobs)->handle(exec_job("k-n", "bump", {5}, &counter))) == 5);
+  // Kept linked (asked for by key, without its object), and restarted: each
+  // stage starts from @n = 0 whichever worker runs it.
+  for (std::uint64_t a : {5, 7, 7})
+    CHECK(ret((*jobs)->handle(exec_job("k-n", "bump", {a}, nullptr))) == a);
+  // A program kept next to it does not disturb it, nor it the other.
+  jit::CompileResult add = compiled(kAdd);
+  CHECK(ret((*jobs)->handle(exec_job("k-add", "add", {2, 3}, &add))) == 5);
+  CHECK(ret((*jobs)->handle(exec_job("k-n", "bump", {3}, nullptr))) == 3);
+  // With nothing kept (cache_entries 0), linked afresh every time.
+  json none = {{"cache_entries", 0}};
+  CHECK(ret((*jobs)->handle(exec_job("k-n", "bump", {4}, &counter, none))) == 4);
+  CHECK(ret((*jobs)->handle(exec_job("k-n", "bump", {4}, &counter, none))) == 4);
   CHECK(missing((*jobs)->handle(exec_job("k-n", "bump", {5}, nullptr))) == "k-n");
 }
 

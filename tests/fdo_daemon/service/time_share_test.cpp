@@ -51,8 +51,20 @@ TEST_CASE("stage samples: clock per function, misses per event, outside counted"
 
   // A local function's symbol maps to its PGO name ("<file>:<symbol>").
   StageSamples local = stage_samples_from(
-      r, {{"prog.ll:phase_a", "helper.c:phase_a"}, {"phase_b", "phase_b"}, {"main", "main"}});
+      r, PgoNames(std::map<std::string, std::string>{
+             {"prog.ll:phase_a", "helper.c:phase_a"}, {"phase_b", "phase_b"}, {"main", "main"}}));
   CHECK(local.clock.count("prog.ll:phase_a") == 1);
+
+  // Without function ranges in the reply (the daemon did not ask for them
+  // again), the functions with code are the ones it already knew.
+  json no_ranges = r;
+  no_ranges.erase("function_ranges");
+  const std::set<std::string> known = {"phase_a", "phase_b", "main", "other"};
+  CHECK(stage_samples_from(no_ranges, kNames, &known).functions == known);
+  CHECK(stage_samples_from(no_ranges, kNames).functions.empty());
+  // The reply's ranges win over what was known.
+  CHECK(stage_samples_from(r, kNames, &known).functions ==
+        std::set<std::string>{"phase_a", "phase_b", "main"});
 
   // No clock available (or no sampling at all): nothing to judge by.
   json no_clock = r;
@@ -60,6 +72,24 @@ TEST_CASE("stage samples: clock per function, misses per event, outside counted"
   CHECK_FALSE(stage_samples_from(no_clock, kNames).present);
   CHECK_FALSE(stage_samples_from(json{{"ret", 0}}, kNames).present);
   CHECK_FALSE(stage_samples_from(json{{"samples", {{"error", "x"}}}}, kNames).present);
+}
+
+TEST_CASE("PGO names of loaded symbols: exact names first, then the first local name",
+          "[service][time_share]") {
+  const PgoNames names(std::map<std::string, std::string>{{"a.c:f", "f"},
+                                                          {"b.c:f", "f"},
+                                                          {"g", "g"},
+                                                          {"x.c:g", "g"},
+                                                          {"dir:sub.c:h", "h"},
+                                                          {"z.c:", ""}});
+  CHECK(names.of("f") == "a.c:f");       // the first "<file>:f" in order
+  CHECK(names.of("g") == "g");           // a PGO name itself wins over "x.c:g"
+  CHECK(names.of("h") == "dir:sub.c:h"); // after any ':'
+  CHECK(names.of("sub.c:h") == "dir:sub.c:h");
+  CHECK(names.of("a.c:f") == "a.c:f");
+  CHECK(names.of("unknown") == "unknown"); // not a program function: kept as is
+  CHECK(names.of(":f") == ":f");           // no prefix before the ':' in a PGO name
+  CHECK(PgoNames().of("f") == "f");
 }
 
 TEST_CASE("time-share drift: distance over the functions that have code now",

@@ -73,7 +73,7 @@ enum class ObjectSend { attached, by_key };
 // memfd_buffers.h) is passed on as that descriptor, not copied into the job.
 Message exec_request(const cache::StageOutput& so, const json& metadata, const std::string& entry,
                      const PreparedCall& call, std::span<const int> buffer_fds, bool return_buffers,
-                     bool verbose, ObjectSend send, const Config& c) {
+                     bool verbose, ObjectSend send, bool want_ranges, const Config& c) {
   Message req;
   req.header = {{"op", "exec"},
                 {"key", so.storage_key},
@@ -84,10 +84,14 @@ Message exec_request(const cache::StageOutput& so, const json& metadata, const s
                 {"events", c.perf_events},
                 {"cache_entries", c.exec_object_cache_entries},
                 {"verbose", verbose}};
-  if (c.sampling.frequency_hz != 0)
+  if (c.sampling.frequency_hz != 0) {
     req.header["sampling"] = {{"events", c.sampling.events},
                               {"frequency_hz", c.sampling.frequency_hz},
                               {"max_samples", c.sampling.max_samples}};
+    // The object's function ranges are the same every stage: asked for until
+    // the entry's metadata holds its functions (StageMetadata::functions_with_code).
+    if (!want_ranges) req.header["function_ranges"] = false;
+  }
   if (send == ObjectSend::attached) {
     req.header["metadata"] = metadata;
     req.header["object_size"] = so.entry->object.size();
@@ -110,18 +114,19 @@ Message exec_request(const cache::StageOutput& so, const json& metadata, const s
 }
 
 // Runs the stage in an exec worker: by key first when workers keep linked
-// programs (and this one may be kept: no writable globals), then, if the
-// worker that took it does not hold the key, once more with the object.
+// programs (a program with writable globals too: the worker restarts it,
+// worker_jobs.h), then, if the worker that took it does not hold the key,
+// once more with the object.
 Expected<Message> run_exec(ServiceState& s, const cache::StageOutput& so, const json& metadata,
-                           bool mutable_globals, const std::string& entry, const PreparedCall& call,
+                           bool want_ranges, const std::string& entry, const PreparedCall& call,
                            std::span<const int> buffer_fds, bool return_buffers, bool verbose,
                            const JobOptions& options, const Config& c, JobOutput* output) {
-  ObjectSend send = c.exec_object_cache_entries == 0 || mutable_globals ? ObjectSend::attached
-                                                                        : ObjectSend::by_key;
+  ObjectSend send = c.exec_object_cache_entries == 0 ? ObjectSend::attached : ObjectSend::by_key;
   for (;;) {
-    FDO_TRY(Message resp, s.exec_pool->run(exec_request(so, metadata, entry, call, buffer_fds,
-                                                        return_buffers, verbose, send, c),
-                                           options, output));
+    FDO_TRY(Message resp,
+            s.exec_pool->run(exec_request(so, metadata, entry, call, buffer_fds, return_buffers,
+                                          verbose, send, want_ranges, c),
+                             options, output));
     if (!resp.header.contains("missing_object")) return resp;
     if (send == ObjectSend::attached)
       return make_error(Errc::internal,
@@ -309,12 +314,13 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   // Decoded once per cached output and kept with it (stage_metadata.h).
   FDO_TRY(StageMetadataRef meta, stage_metadata_of(*so.entry));
 
+  const std::shared_ptr<const std::set<std::string>> known_functions =
+      meta->functions_with_code.get();
   JobOutput output;
   const auto started = std::chrono::steady_clock::now();
-  auto resp =
-      run_exec(s, so, meta->json, meta->compile.mutable_globals, entry_name, call, buffer_fds,
-               return_buffers, verbose,
-               JobOptions{exec_job_limits(c), sandbox_tenant(prog->program.scope)}, c, &output);
+  auto resp = run_exec(
+      s, so, meta->json, !known_functions, entry_name, call, buffer_fds, return_buffers, verbose,
+      JobOptions{exec_job_limits(c), sandbox_tenant(prog->program.scope)}, c, &output);
   const auto elapsed_ns =
       static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                      std::chrono::steady_clock::now() - started)
@@ -381,7 +387,9 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
                                                                      : CompileState::held_off;
   report.metadata = meta;
   report.feedback = stage_feedback_from(resp->header, meta->cfg_hashes);
-  report.samples = stage_samples_from(resp->header, meta->compile.source_names);
+  report.samples = stage_samples_from(resp->header, meta->pgo_names, known_functions.get());
+  if (!known_functions && report.samples.present && resp->header.contains("function_ranges"))
+    meta->functions_with_code.set(report.samples.functions);
   report.blocks = block_tallies_from(resp->header);
   json samples_summary = stage_samples_summary(report.samples, resp->header, verbose);
   FeedbackOutcome fo = s.feedback->fold(report, c.policy, lifecycle_config(c));

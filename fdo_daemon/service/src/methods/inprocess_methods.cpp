@@ -229,7 +229,7 @@ Expected<json> feedback_submit(ServiceState& s, const json& params, const CallCo
     report.feedback = std::move(checked[i]);
     report.metadata = lease->metadata;
     if (i + 1 == checked.size() && !sampled.is_null()) {
-      report.samples = stage_samples_from(sampled, lease->metadata->compile.source_names);
+      report.samples = stage_samples_from(sampled, lease->metadata->pgo_names);
       report.blocks = block_tallies_from(sampled);
       samples = report.samples;
     }

@@ -27,6 +27,13 @@ namespace detail {
 class ValueProfiles;
 }
 
+// One block of a linked program's writable memory (data, bss, counters).
+struct WritableBlock {
+  std::uint64_t address = 0;
+  std::uint64_t size = 0;
+  bool zero_fill = false; // starts as zeros (bss): no initial contents kept
+};
+
 // One function's value profiles, site by site in instrumentation order, as
 // FunctionProfile::indirect_calls / memop_sizes expect them.
 struct FunctionValueProfile {
@@ -106,8 +113,23 @@ public:
   // Every function of the object, sorted by start address.
   const std::vector<FunctionRange>& function_ranges() const { return ranges_; }
 
-  // Runs destructors and frees the program now; later calls fail. The
-  // destructor does this when it was not done explicitly.
+  // Ends an execution as unloading would, keeping the program linked: runs
+  // its destructors (C++ static destructors, then llvm.global_dtors). No
+  // call may be made until restart(). Does nothing the second time.
+  void finish();
+  // Puts the program back in the state its load left it in, without linking
+  // it again: destructors (unless finish() ran them), every writable block
+  // back to its contents at link time (so globals and counters start over,
+  // value profiles are forgotten), constructors. For a program with writable
+  // globals, the next execution then sees what a fresh load would give it,
+  // at the cost of a copy of its writable data (docs/jit.md, "Restarting a
+  // program"). Memory the program allocated and kept is not returned.
+  Status restart();
+  // The program's writable blocks, by address.
+  const std::vector<WritableBlock>& writable_blocks() const { return writable_; }
+
+  // Runs destructors (unless finish() ran them) and frees the program now;
+  // later calls fail. The destructor does this when it was not done explicitly.
   Status unload();
 
 private:
@@ -122,6 +144,10 @@ private:
   std::vector<std::uint64_t*> counters_; // parallel to layout_
   std::unique_ptr<detail::ValueProfiles> values_;
   std::vector<FunctionRange> ranges_;
+  std::vector<WritableBlock> writable_; // sorted by address
+  std::string initial_data_;   // contents at link time of the non-zero-fill blocks, in order
+  bool finished_ = false;      // destructors ran (finish())
+  void (*init_)() = nullptr;   // __fdo_init, when the program has constructors
   void (*fini_)() = nullptr;   // __fdo_fini, when the program has destructors
   void* dso_handle_ = nullptr; // its __dso_handle, when C++ code uses __cxa_atexit
 };

@@ -16,21 +16,25 @@
 //      "buffers":[{"elem","size","fd" (optional)}], "return_buffers":bool, "events":[names],
 //      "cache_entries":n, "verbose":bool,
 //      "sampling":{"events":[names], "frequency_hz", "max_samples"} (optional),
+//      "function_ranges":bool (default true: with sampling, send them),
 //      "object_size", "metadata" (both only with the object attached)}
 //                                   payload: object bytes (if attached), then each
 //                                   buffer's bytes, except buffers with "fd": those are
 //                                   the job's descriptor fds[fd] (a sealed memfd of
 //                                   exactly `size` bytes), mapped copy-on-write
 //       -> {"ret":u64, "measurement":{...}, "counts":{pgo name:[u64]},
-//           "function_ranges":[...], "samples":{...} (stage_sampling.h; when sampling
-//           was asked for), "exited":{"status":n} (when the program called
+//           "samples":{...} and "function_ranges":[...] (stage_sampling.h; when sampling
+//           was asked for; the ranges unless "function_ranges" was false), "exited":{"status":n} (when the program called
 //           exit(n) on the entry's thread: exit_catch.h; ret is then meaningless)}
 //                                                  payload: the buffers (if asked)
 //       -> {"missing_object": key}: sent without its object, and this worker
 //          does not hold `key` linked; the daemon sends it again with the object.
 //     The worker keeps up to cache_entries (default 16; 0: none) linked
-//     programs by key, least recently used dropped first; programs with
-//     writable globals are never kept. The measurement's per-event "reason"
+//     programs by key, least recently used dropped first; a program with
+//     writable globals is restarted before each execution after its first
+//     (jit::LoadedProgram::restart: its data back to its initial contents,
+//     constructors again) and finished after each (destructors), so every
+//     stage starts from its initial state. The measurement's per-event "reason"
 //     and "task_clock_reason" come only with verbose.
 //     {"op":"probe"} -> perf capabilities JSON
 #pragma once

@@ -6,11 +6,14 @@
 
 #include "fdo/cache/entry.h"
 #include "fdo/daemon/policy.h"
+#include "fdo/daemon/time_share.h"
 #include "fdo/jit/compiler.h"
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 namespace fdo::daemon {
@@ -24,6 +27,36 @@ struct StageMetadata {
   std::map<std::string, std::uint32_t> counter_sizes;
   // Optimized outputs: the weights the profile gave each function's branches.
   std::map<std::string, std::vector<BranchStat>> branch_weights;
+  // Loaded symbol -> PGO name, for sampled stages (time_share.h).
+  PgoNames pgo_names;
+  // The functions with code in the linked object (StageSamples::functions),
+  // learnt from the first sampled stage's function ranges; later stages do
+  // not ask the exec worker for them again.
+  class FunctionSet {
+  public:
+    FunctionSet() = default;
+    FunctionSet(const FunctionSet& o) : set_(o.get()) {}
+    FunctionSet& operator=(const FunctionSet& o) {
+      auto taken = o.get();
+      std::lock_guard lock(mu_);
+      set_ = std::move(taken);
+      return *this;
+    }
+    std::shared_ptr<const std::set<std::string>> get() const {
+      std::lock_guard lock(mu_);
+      return set_;
+    }
+    void set(std::set<std::string> functions) const {
+      auto made = std::make_shared<const std::set<std::string>>(std::move(functions));
+      std::lock_guard lock(mu_);
+      if (!set_) set_ = std::move(made);
+    }
+
+  private:
+    mutable std::mutex mu_;
+    mutable std::shared_ptr<const std::set<std::string>> set_;
+  };
+  FunctionSet functions_with_code;
 };
 
 using StageMetadataRef = std::shared_ptr<const StageMetadata>;

@@ -19,6 +19,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 
 namespace fdo::daemon {
 
@@ -32,10 +33,27 @@ struct StageSamples {
   std::set<std::string> functions; // every function with code in the loaded object
 };
 
-// `pgo_names`: the PGO names of the program's defined functions (keys of the
-// compile's source_names). A reply without usable samples gives present=false.
-StageSamples stage_samples_from(const nlohmann::json& exec_reply,
-                                const std::map<std::string, std::string>& pgo_names);
+// The PGO name of each loaded symbol of one program: the same name, or
+// "<file>:<symbol>" for a local function. Built once per compiled output
+// (StageMetadata keeps it), looked up per sampled function.
+class PgoNames {
+public:
+  PgoNames() = default;
+  // `pgo_names`: the PGO names of the program's defined functions (keys of
+  // the compile's source_names).
+  PgoNames(const std::map<std::string, std::string>& pgo_names); // NOLINT: implicit by design
+  // The PGO name `symbol` stands for; `symbol` itself when none does.
+  const std::string& of(const std::string& symbol) const;
+
+private:
+  std::unordered_map<std::string, std::string> by_symbol_;
+};
+
+// A reply without usable samples gives present=false. The functions with
+// code come from the reply's "function_ranges", or, when it has none (the
+// worker was not asked for them again), from `known_functions`.
+StageSamples stage_samples_from(const nlohmann::json& exec_reply, const PgoNames& pgo_names,
+                                const std::set<std::string>* known_functions = nullptr);
 
 // The most recent sampled stages of one profile version.
 class TimeShareWindow {
