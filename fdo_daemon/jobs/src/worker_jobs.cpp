@@ -185,9 +185,14 @@ Expected<Message> CompileJobs::handle(const Message& request) {
     req.limits = limits;
     req.temp_dir = temp_dir_;
     FDO_TRY(jit::CompileResult result, jit::compile(request.payload, req));
+    // The metadata travels as the JSON text the daemon stores beside the
+    // object, ahead of it in the payload: no header codec on either side
+    // (a big program's metadata is megabytes: block map, names, fingerprints).
     Message out;
-    out.header = jit::metadata_to_json(result);
-    out.payload = std::move(result.object);
+    std::string metadata = jit::metadata_to_json(result).dump();
+    out.header = {{"metadata_bytes", metadata.size()}};
+    out.payload.reserve(metadata.size() + result.object.size());
+    out.payload.append(metadata).append(result.object);
     return out;
   }
   if (op == "identity") {

@@ -185,7 +185,18 @@ Expected<cache::CompiledOutput> RemoteCompiler::compile(const cache::Program& pr
   FDO_TRY(Message resp,
           run_compile_job(pool_, req, JobOptions{l.job, sandbox_tenant(program.scope)},
                           program.scope, program.ik));
-  return cache::CompiledOutput{std::move(resp.payload), resp.header.dump()};
+  // The metadata text, then the object (worker_jobs.h).
+  auto n = resp.header.find("metadata_bytes");
+  if (n == resp.header.end() || !n->is_number_unsigned() ||
+      n->get<std::uint64_t>() > resp.payload.size())
+    return make_error(Errc::internal,
+                      "compile worker's reply has no metadata_bytes within its payload");
+  const std::size_t metadata_bytes = n->get<std::size_t>();
+  cache::CompiledOutput out;
+  out.metadata = resp.payload.substr(0, metadata_bytes);
+  resp.payload.erase(0, metadata_bytes);
+  out.object = std::move(resp.payload);
+  return out;
 }
 
 } // namespace fdo::daemon

@@ -62,9 +62,7 @@ FakeRunner::Fn compile_fn(World& world) {
     }
     if (r.mode == CompileMode::cs_instrumented)
       r.counters_layout.push_back({"phase_a", kHashA | kCsHashFlag, 3});
-    out.header = jit::metadata_to_json(r);
-    out.payload = "object:" + std::string(to_string(r.mode));
-    return out;
+    return compile_reply(r, "object:" + std::string(to_string(r.mode)));
   };
 }
 

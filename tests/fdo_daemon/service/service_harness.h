@@ -22,6 +22,15 @@ inline constexpr std::uint64_t kHash = 0xfeed;
 // A compile worker stand-in: analysis from the bytes, "objects" naming the
 // mode, instrumented builds with one counted function "main" (cs_instrumented
 // ones too, under a CFG hash with the CS flag).
+// A compile worker's reply (worker_jobs.h): the metadata text, then the object.
+inline Message compile_reply(const jit::CompileResult& r, const std::string& object) {
+  Message out;
+  std::string metadata = jit::metadata_to_json(r).dump();
+  out.header = {{"metadata_bytes", metadata.size()}};
+  out.payload = metadata + object;
+  return out;
+}
+
 inline Expected<Message> fake_compile(const Message& req) {
   Message out;
   std::string op = req.header.value("op", "");
@@ -40,13 +49,12 @@ inline Expected<Message> fake_compile(const Message& req) {
     if (r.mode == CompileMode::instrumented) r.counters_layout.push_back({"main", kHash, 2});
     if (r.mode == CompileMode::cs_instrumented)
       r.counters_layout.push_back({"main", kHash | kCsHashFlag, 3});
-    out.header = jit::metadata_to_json(r);
-    out.payload = "object:" + std::string(to_string(r.mode));
+    std::string object = "object:" + std::string(to_string(r.mode));
     // Compiled with context-sensitive counts (what CSIRUse would apply).
     if (const json& p = req.header.value("profile", json());
         p.is_object() && p.contains("cs_functions"))
-      out.payload += "+cs";
-    return out;
+      object += "+cs";
+    return compile_reply(r, object);
   }
   return make_error(Errc::invalid_argument, "unknown op " + op);
 }

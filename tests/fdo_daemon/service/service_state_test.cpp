@@ -10,6 +10,7 @@
 #include "support/file_mode.h"
 #include "support/temp_dir.h"
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <sys/stat.h>
@@ -35,13 +36,14 @@ Config base_config(const std::string& state_dir) {
   return c;
 }
 
-Expected<std::unique_ptr<Service>> build(const Config& c) {
+Expected<std::unique_ptr<Service>> build(const Config& c,
+                                         FakeRunner::Fn compile = FakeRunner::Fn(fake_compile)) {
   return ServiceBuilder(c)
-      .runners([](WorkerRole role, const Config&,
-                  auto&&...) -> Expected<std::unique_ptr<JobRunner>> {
+      .runners([compile](WorkerRole role, const Config&,
+                         auto&&...) -> Expected<std::unique_ptr<JobRunner>> {
         return std::unique_ptr<JobRunner>(std::make_unique<FakeRunner>(
-            std::string(to_string(role)), role == WorkerRole::compile ? FakeRunner::Fn(fake_compile)
-                                                                      : FakeRunner::Fn(fake_exec)));
+            std::string(to_string(role)),
+            role == WorkerRole::compile ? compile : FakeRunner::Fn(fake_exec)));
       })
       .perf_probe([](const Config&, JobRunner&) {
         return json{{"pmu", false}};
@@ -58,10 +60,16 @@ struct Daemon {
   std::unique_ptr<Service> service;
   std::unique_ptr<Dispatcher> dispatcher;
 
+  FakeRunner::Fn compile = FakeRunner::Fn(fake_compile);
+
   explicit Daemon(Config c) : config(std::move(c)) { start(); }
+  Daemon(Config c, FakeRunner::Fn compile_fn)
+      : config(std::move(c)), compile(std::move(compile_fn)) {
+    start();
+  }
 
   void start() {
-    auto s = build(config);
+    auto s = build(config, compile);
     if (!s) FAIL(s.error().describe());
     service = std::move(*s);
     dispatcher = std::make_unique<Dispatcher>();
@@ -299,4 +307,34 @@ TEST_CASE("service: every state file and directory is private under umask 022", 
   CHECK(programs == 1);
   CHECK(fs::exists(state / "cache" / "programs")); // the identity history
   CHECK(files >= 4);
+}
+
+TEST_CASE("service: a compile reply without its metadata is a clear error and caches nothing",
+          "[service][errors]") {
+  TempDir dir;
+  auto broken = std::make_shared<std::atomic<bool>>(true);
+  Daemon d(base_config(dir.path()), [broken](const Message& req) -> Expected<Message> {
+    auto out = fake_compile(req);
+    // The metadata's length missing, or past the payload's end.
+    if (out && *broken && req.header.value("op", "") == "compile") {
+      if (req.payload.size() % 2 == 0)
+        out->header = json::object();
+      else
+        out->header["metadata_bytes"] = out->payload.size() + 1;
+    }
+    return out;
+  });
+  for (const std::string ir : {"a program", "another program"}) {
+    json reg = d.ok("program.register", {{"ir", ir}}, kAlice);
+    Daemon::Reply r = d.call("execute", {{"program", reg["program"]}, {"entry", "main"}}, kAlice);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error["data"]["code"] == "internal");
+    CHECK(r.error["message"].get<std::string>().find("metadata_bytes") != std::string::npos);
+  }
+  // Nothing half-made was kept: once the worker answers properly, the same
+  // program compiles and runs.
+  broken->store(false);
+  json reg = d.ok("program.register", {{"ir", "a program"}}, kAlice);
+  json ran = d.ok("execute", {{"program", reg["program"]}, {"entry", "main"}}, kAlice);
+  CHECK(ran["stage"]["cache"]["outcome"] == "compiled");
 }

@@ -10,7 +10,8 @@
 //       -> {"profile_key", "entries":[...], "function_fingerprints":{...}}
 //     {"op":"compile", "mode", "profile":doc|null, "limits":{...}}
 //                                                      payload: program bytes
-//       -> jit metadata JSON (jit::metadata_to_json)   payload: object bytes
+//       -> {"metadata_bytes":n}     payload: n bytes of jit metadata JSON text
+//                                   (jit::metadata_to_json), then the object bytes
 //   exec role
 //     {"op":"exec", "key", "entry", "slots":[u64], "buffer_of_param":[int],
 //      "buffers":[{"elem","size","fd" (optional)}], "return_buffers":bool, "events":[names],
