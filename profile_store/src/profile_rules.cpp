@@ -23,7 +23,9 @@ Expected<PreparedWrite> prepare_write(const WriteRequest& req, std::int64_t now)
   if (!valid) return std::move(valid).error().context("profile " + req.pk);
   PreparedWrite w;
   FDO_TRY(w.body, canonical_text(j, "profile " + req.pk));
-  w.digest = profile_digest(doc);
+  // From the JSON just written out (it is not needed after): the counts are
+  // not converted again (profile_digest would rebuild them).
+  w.digest = profile_digest_of_json(std::move(j));
   w.functions = static_cast<std::int64_t>(doc.functions.size());
   w.doc = std::move(*valid);
   return w;

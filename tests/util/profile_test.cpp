@@ -84,6 +84,34 @@ TEST_CASE("profile digest changes with every compile-affecting field", "[util][p
   CHECK(changed([](ProfileDoc& c) { c.functions["helper"].layout = FunctionLayout::cold; }));
 }
 
+TEST_CASE("the digest of a document's JSON is the document's digest", "[util][profile]") {
+  auto same = [](const ProfileDoc& d) {
+    CHECK(profile_digest_of_json(to_json(d)) == profile_digest(d));
+  };
+  ProfileDoc d = sample();
+  same(d);
+  same(ProfileDoc{});
+  ProfileDoc cs = d;
+  cs.cs_functions["main"] = FunctionProfile{.cfg_hash = 9, .counts = {3, 4}, .fingerprint = "x"};
+  same(cs);
+  ProfileDoc outside = d;
+  outside.outside_functions["libc:memcpy"] =
+      FunctionProfile{.cfg_hash = 5, .counts = {1}, .source_name = "memcpy"};
+  same(outside);
+  ProfileDoc knobs = d;
+  knobs.knobs.mode = CompileMode::plain;
+  knobs.knobs.text_offset = 32;
+  knobs.functions["main"].layout = FunctionLayout::cold;
+  knobs.reprofile_of = 3;
+  same(knobs);
+  // Bookkeeping outside the compile does not change either.
+  ProfileDoc book = d;
+  book.functions["main"].fingerprint = "other";
+  book.functions["helper"].source_name = "helper.c:helper";
+  book.provenance.reason = "another";
+  CHECK(profile_digest_of_json(to_json(book)) == profile_digest(d));
+}
+
 TEST_CASE("function layout: round-trips, absent in older documents, bad values rejected",
           "[util][profile]") {
   ProfileDoc d;

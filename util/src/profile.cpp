@@ -349,6 +349,27 @@ std::string profile_digest(const ProfileDoc& doc) {
   return blake3_hex("fdo.profile.v1\n" + canonical_json(compile_part));
 }
 
+std::string profile_digest_of_json(json&& j) {
+  // to_json's function entries are function_compile_json's plus bookkeeping
+  // that does not affect the compile; its optional members appear under the
+  // same conditions as profile_digest's.
+  auto compile_only = [](json&& fns) {
+    for (auto& [name, f] : fns.items()) {
+      (void)name;
+      f.erase("fingerprint");
+      f.erase("source_name");
+    }
+    return std::move(fns);
+  };
+  json compile_part = {{"format", std::move(j["format"])},
+                       {"knobs", std::move(j["knobs"])},
+                       {"functions", compile_only(std::move(j["functions"]))}};
+  for (const char* member : {"cs_functions", "outside_functions"})
+    if (auto it = j.find(member); it != j.end())
+      compile_part[member] = compile_only(std::move(*it));
+  return blake3_hex("fdo.profile.v1\n" + canonical_json(compile_part));
+}
+
 std::string_view no_profile_digest() {
   // Recognisable in keys and logs, and no real digest (64 hex digits) can equal it.
   return "none";

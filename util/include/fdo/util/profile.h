@@ -152,6 +152,10 @@ Expected<ProfileDoc> parse_profile(std::string_view json_text);
 std::string canonical_json(const nlohmann::json& j);
 // BLAKE3 hex of the canonical form of the compile-affecting fields only.
 std::string profile_digest(const ProfileDoc& doc);
+// The same digest from `to_json(doc)`, which it consumes: for a caller that
+// has just built the document's JSON (the store's write), so the counts are
+// not converted a second time. Equal to profile_digest(doc) (tested).
+std::string profile_digest_of_json(nlohmann::json&& doc_json);
 // Digest used for "no profile at all" (stage 0 of a new profile key).
 std::string_view no_profile_digest();
 
