@@ -20,6 +20,8 @@
 #include <llvm/Support/MemoryBuffer.h>
 #include <mutex>
 #include <set>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <unordered_map>
 
 // glibc: runs (and forgets) the __cxa_atexit registrations made with this
@@ -43,8 +45,6 @@ llvm::orc::shared::CWrapperFunctionResult noop_dealloc_action(const char* data, 
       .release();
 }
 
-// Per linked graph: records where every function ended up (after fixups,
-// when addresses are final), and adds the no-op deallocation action.
 // The symbols of a program's object that ORC tracks by name: the entry
 // thunks and the structor hooks, the only ones the loader looks up. Every
 // other global of the object is linked as a local symbol (program.o is
@@ -73,6 +73,10 @@ struct LinkFacts {
   std::vector<WritableBlock> writable;
 };
 
+// Per linked graph: makes the object's globals local but for the exported
+// ones, records where every function ended up, the counters and data records
+// and the writable blocks (after fixups, when addresses are final), and adds
+// the no-op deallocation action.
 class LinkPlugin : public orc::ObjectLinkingLayer::Plugin {
 public:
   void modifyPassConfig(orc::MaterializationResponsibility& mr, llvm::jitlink::LinkGraph&,
@@ -445,6 +449,27 @@ LoadedProgram::~LoadedProgram() {
     if (Status s = unload(); !s) log::warning("jit loader: " + s.error().describe());
 }
 
+namespace {
+// Zeroes [at, at + size) of a program's memory (JITLink's in-process memory is
+// private anonymous): the whole pages inside a large block are given back
+// (MADV_DONTNEED reads as zeros again, faulted in only where touched), as a
+// fresh link would leave them, instead of writing every byte.
+void clear(char* at, std::size_t size) {
+  constexpr std::size_t kGiveBackFrom = 64 * 1024;
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(at);
+  const std::uintptr_t lo = (begin + page - 1) / page * page;
+  const std::uintptr_t hi = (begin + size) / page * page;
+  if (size < kGiveBackFrom || hi <= lo ||
+      ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0) {
+    std::memset(at, 0, size);
+    return;
+  }
+  std::memset(at, 0, lo - begin);
+  std::memset(reinterpret_cast<char*>(hi), 0, begin + size - hi);
+}
+} // namespace
+
 void LoadedProgram::finish() {
   if (!loader_ || finished_) return;
   // C++ static destructors (registered with __cxa_atexit against this
@@ -463,7 +488,7 @@ Status LoadedProgram::restart() {
   for (const WritableBlock& b : writable_) {
     auto* at = reinterpret_cast<char*>(static_cast<std::uintptr_t>(b.address));
     if (b.zero_fill) {
-      std::memset(at, 0, b.size);
+      clear(at, b.size);
     } else {
       std::memcpy(at, initial, b.size);
       initial += b.size;

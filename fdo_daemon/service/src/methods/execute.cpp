@@ -67,13 +67,17 @@ Expected<BufferEncoding> buffer_encoding_param(const json& params) {
 // names it by storage key for a worker that holds it linked.
 enum class ObjectSend { attached, by_key };
 
+// Whether the job asks the worker for the object's function ranges: until the
+// entry's metadata knows its functions (StageMetadata::functions_with_code).
+enum class RangesWanted { ask, known };
+
 // The exec job (worker_jobs.h): only what the call needs. The object and its
 // metadata travel only when attached: a worker keeps linked programs by key.
 // A buffer that came as a memfd (buffer_fds[i] >= 0, checked and sealed:
 // memfd_buffers.h) is passed on as that descriptor, not copied into the job.
 Message exec_request(const cache::StageOutput& so, const json& metadata, const std::string& entry,
                      const PreparedCall& call, std::span<const int> buffer_fds, bool return_buffers,
-                     bool verbose, ObjectSend send, bool want_ranges, const Config& c) {
+                     bool verbose, ObjectSend send, RangesWanted ranges, const Config& c) {
   Message req;
   req.header = {{"op", "exec"},
                 {"key", so.storage_key},
@@ -88,9 +92,8 @@ Message exec_request(const cache::StageOutput& so, const json& metadata, const s
     req.header["sampling"] = {{"events", c.sampling.events},
                               {"frequency_hz", c.sampling.frequency_hz},
                               {"max_samples", c.sampling.max_samples}};
-    // The object's function ranges are the same every stage: asked for until
-    // the entry's metadata holds its functions (StageMetadata::functions_with_code).
-    if (!want_ranges) req.header["function_ranges"] = false;
+    // The object's function ranges are the same every stage.
+    if (ranges == RangesWanted::known) req.header["function_ranges"] = false;
   }
   if (send == ObjectSend::attached) {
     req.header["metadata"] = metadata;
@@ -118,15 +121,14 @@ Message exec_request(const cache::StageOutput& so, const json& metadata, const s
 // worker_jobs.h), then, if the worker that took it does not hold the key,
 // once more with the object.
 Expected<Message> run_exec(ServiceState& s, const cache::StageOutput& so, const json& metadata,
-                           bool want_ranges, const std::string& entry, const PreparedCall& call,
+                           RangesWanted ranges, const std::string& entry, const PreparedCall& call,
                            std::span<const int> buffer_fds, bool return_buffers, bool verbose,
                            const JobOptions& options, const Config& c, JobOutput* output) {
   ObjectSend send = c.exec_object_cache_entries == 0 ? ObjectSend::attached : ObjectSend::by_key;
   for (;;) {
-    FDO_TRY(Message resp,
-            s.exec_pool->run(exec_request(so, metadata, entry, call, buffer_fds, return_buffers,
-                                          verbose, send, want_ranges, c),
-                             options, output));
+    FDO_TRY(Message resp, s.exec_pool->run(exec_request(so, metadata, entry, call, buffer_fds,
+                                                        return_buffers, verbose, send, ranges, c),
+                                           options, output));
     if (!resp.header.contains("missing_object")) return resp;
     if (send == ObjectSend::attached)
       return make_error(Errc::internal,
@@ -318,9 +320,10 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
       meta->functions_with_code.get();
   JobOutput output;
   const auto started = std::chrono::steady_clock::now();
-  auto resp = run_exec(
-      s, so, meta->json, !known_functions, entry_name, call, buffer_fds, return_buffers, verbose,
-      JobOptions{exec_job_limits(c), sandbox_tenant(prog->program.scope)}, c, &output);
+  auto resp =
+      run_exec(s, so, meta->json, known_functions ? RangesWanted::known : RangesWanted::ask,
+               entry_name, call, buffer_fds, return_buffers, verbose,
+               JobOptions{exec_job_limits(c), sandbox_tenant(prog->program.scope)}, c, &output);
   const auto elapsed_ns =
       static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                      std::chrono::steady_clock::now() - started)
