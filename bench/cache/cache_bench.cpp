@@ -142,7 +142,7 @@ void side_by_side(const Options& opt) {
   FixedCostCompiler compiler(opt.compile_us, opt.object_bytes);
   std::vector<Program> programs;
   for (int i = 0; i < kPrograms; ++i)
-    programs.push_back(Program{{}, {}, program_text(i)});
+    programs.push_back(Program{{}, {}, program_text(i), {}});
 
   for (Durability durability : {Durability::none, Durability::fsync}) {
     TempDir d;
@@ -265,7 +265,7 @@ void scaling(const Options& opt) {
     std::vector<Program> programs;
     programs.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
-      programs.push_back(Program{{}, {}, program_text(i)});
+      programs.push_back(Program{{}, {}, program_text(i), {}});
       must(o->prepare(programs.back()), Outcome::compiled);
     }
     double stage = measure(15, 2000, [&](std::size_t i) {

@@ -114,7 +114,7 @@ std::string read_text(const std::string& path) {
 void run(const char* label, const std::string& module, int count) {
   std::vector<Program> programs;
   for (int i = 0; i < count; ++i) // distinct bytes, so distinct IKs; the same code
-    programs.push_back(Program{{}, {}, module + "\n; copy " + std::to_string(i) + "\n"});
+    programs.push_back(Program{{}, {}, module + "\n; copy " + std::to_string(i) + "\n", {}});
   RedisServer server(RedisServer::Listen::unix_and_tcp);
   LlvmCompiler compiler;
 

@@ -162,7 +162,7 @@ inline std::string numbered(std::string_view prefix, long long n) {
 
 // The Program a stage submits: `bytes` in `scope` ("" = unscoped).
 inline Program as_program(std::string bytes, std::string scope = "") {
-  return Program{{}, std::move(scope), std::move(bytes)};
+  return Program{{}, std::move(scope), std::move(bytes), {}};
 }
 
 // A small IR-looking program; `comment` changes the bytes (and so the IK) but

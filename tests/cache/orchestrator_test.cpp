@@ -493,6 +493,41 @@ TEST_CASE("a changed compiler identity never returns an old output", "[cache][or
   CHECK(back.entry->info.compiler_identity == "llvm-16.0.6;fdo-0.1");
 }
 
+TEST_CASE("a stamped initial key is used only under the identity it was computed for",
+          "[cache][orchestrator]") {
+  MemoryKeyStore keys;
+  FakeCompiler compiler("llvm-16.0.6;fdo-0.1");
+  auto o = make(memory_only(), keys, compiler);
+  std::string a = program("a");
+  Program p = as_program(a);
+  const std::string ik16 = o->stamp_initial_key(p);
+  CHECK(p.ik == ik16);
+  CHECK(p.ik_identity == "llvm-16.0.6;fdo-0.1");
+  CHECK(ik16 == o->initial_key_for(as_program(a)));
+  REQUIRE(o->prepare(p));
+  auto hit = o->prepare(p);
+  REQUIRE(hit);
+  CHECK(hit->ik == ik16);
+  CHECK(hit->outcome == Outcome::memory_hit);
+
+  // The stamp is trusted as it is under its own identity (a stamp naming
+  // other bytes' key would be served that key: only the orchestrator stamps).
+  Program forged = p;
+  forged.ik = std::string(64, 'e');
+  auto taken = o->prepare(forged);
+  REQUIRE(taken);
+  CHECK(taken->ik == forged.ik);
+
+  // Under a new identity the stamp is stale: the IK is computed again.
+  compiler.set_identity("llvm-17.0.1;fdo-0.2");
+  auto fresh = o->prepare(p);
+  REQUIRE(fresh);
+  CHECK(fresh->ik != ik16);
+  CHECK(fresh->ik == o->initial_key_for(as_program(a)));
+  CHECK(fresh->outcome == Outcome::compiled);
+  CHECK(fresh->explanation.reason == Reason::compiler_identity_changed);
+}
+
 TEST_CASE("a compiler upgrade across a restart is detected from the state dir",
           "[cache][orchestrator]") {
   TempDir dir;

@@ -181,7 +181,9 @@ Expected<ProgramRef> ProgramRegistry::load(const std::string& ik, std::int64_t u
   rec->ik = ik;
   rec->name = info->name;
   rec->program = std::move(program);
-  rec->program.ik = ik;
+  // The IK a stage looks up under today's compiler identity (the id may be
+  // from another), kept so that stages do not hash the bytes again.
+  if (rec->program.ik_identity.empty()) rec->program.ik = initial_key_(rec->program);
   rec->pk = rec->scope().profile_key(analysis.profile_key);
   rec->owner = info->owner;
   rec->entries = std::move(analysis.entries);

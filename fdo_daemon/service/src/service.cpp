@@ -271,7 +271,7 @@ Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
   cache::Orchestrator* orch = s->orch.get();
   s->programs = std::make_unique<ProgramRegistry>(
       c.state_dir + "/programs", *s->compiler, *s->program_index,
-      [orch](const cache::Program& p) { return orch->initial_key_for(p); });
+      [orch](cache::Program& p) { return orch->stamp_initial_key(p); });
   s->feedback = std::make_unique<FeedbackLoop>(*s->feedback_store, s->host, s->lifecycles.get());
   s->guard = std::make_unique<Guard>(*s->keys, *s->feedback_store, s->host);
   s->metrics = std::make_unique<ServiceMetrics>([raw] { return methods::live_metrics(*raw); });

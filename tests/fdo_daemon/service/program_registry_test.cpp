@@ -157,12 +157,12 @@ TEST_CASE("registry: a failed index write registers nothing", "[service][registr
 }
 
 TEST_CASE("registry: .prog file round trip keeps scope and bytes", "[service][registry]") {
-  cache::Program scoped{"", "uid:9", std::string("bit\0code", 8)};
+  cache::Program scoped{"", "uid:9", std::string("bit\0code", 8), ""};
   auto back = ProgramRegistry::decode_file(ProgramRegistry::encode_file(scoped));
   REQUIRE(back);
   CHECK(back->scope == "uid:9");
   CHECK(back->bytes == scoped.bytes);
-  cache::Program unscoped{"", "", "define void @f() { ret void }"};
+  cache::Program unscoped{"", "", "define void @f() { ret void }", ""};
   CHECK(ProgramRegistry::encode_file(unscoped) == unscoped.bytes);
   auto broken = ProgramRegistry::decode_file(std::string("FDO-SCOPE\0uid:9", 15));
   REQUIRE_FALSE(broken);
@@ -222,10 +222,11 @@ TEST_CASE("registry: a .prog file replaced by another tenant is refused after a 
                                std::filesystem::copy_options::overwrite_existing);
   }
   SECTION("other bytes under the victim's own scope") {
-    REQUIRE(write_file_atomic(path, ProgramRegistry::encode_file({"", "uid:1000", "attacker IR"})));
+    REQUIRE(
+        write_file_atomic(path, ProgramRegistry::encode_file({"", "uid:1000", "attacker IR", ""})));
   }
   SECTION("the victim's bytes without their scope") {
-    REQUIRE(write_file_atomic(path, ProgramRegistry::encode_file({"", "", "victim IR"})));
+    REQUIRE(write_file_atomic(path, ProgramRegistry::encode_file({"", "", "victim IR", ""})));
   }
   SECTION("a broken scope header") {
     REQUIRE(write_file_atomic(path, std::string("FDO-SCOPE\0uid:1000", 18)));
@@ -279,7 +280,7 @@ TEST_CASE("registry: a row from before program hashes is verified against its id
   SECTION("a replaced file is refused and nothing is recorded") {
     forget_hash();
     REQUIRE(write_file_atomic(prog_path(f, *a),
-                              ProgramRegistry::encode_file({"", "uid:7", "new program"})));
+                              ProgramRegistry::encode_file({"", "uid:7", "new program", ""})));
     auto back = f.make()->find(ik, 7, ProfileSharing::per_tenant);
     REQUIRE_FALSE(back);
     CHECK(back.error().code() == Errc::corrupt);

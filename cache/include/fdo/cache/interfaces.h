@@ -51,6 +51,10 @@ struct Program {
   // otherwise e.g. "uid:1000". Part of IK, so tenants never share outputs.
   std::string scope;
   std::string bytes; // LLVM IR text or bitcode, exactly as submitted
+  // The compiler identity `ik` was computed under, set only by
+  // Orchestrator::stamp_initial_key: while it is the compiler's current
+  // identity a stage takes `ik` as it is instead of hashing the bytes again.
+  std::string ik_identity;
 };
 
 struct Identification {

@@ -204,7 +204,10 @@ public:
   Orchestrator& operator=(const Orchestrator&) = delete;
 
   // One stage's lookup (see the top of this file), with the configured policy.
-  // The orchestrator computes the IK itself: program.ik is never trusted. The
+  // The orchestrator computes the IK itself: program.ik is trusted only when
+  // program.ik_identity is the compiler's current identity, which only
+  // stamp_initial_key sets (a program record stamped once is not hashed again
+  // each stage; a new identity means a new IK). The
   // compiler receives the program with its IK filled in: the caller's own
   // object when program.ik already holds that IK (initial_key_for), otherwise
   // a copy made only on a stage that identifies or compiles. invalid_argument
@@ -231,6 +234,9 @@ public:
 
   // IK of the program (scope and bytes) under the compiler's current identity.
   std::string initial_key_for(const Program& program) const;
+  // The same, kept in the program: sets program.ik and program.ik_identity
+  // (the identity it was computed under). Returns the IK.
+  std::string stamp_initial_key(Program& program) const;
   // The stage records kept for IK, oldest first (bounded).
   std::vector<ExplainRecord> explain(const std::string& ik) const;
   // Notes how long the stage prepared as `explain_sequence` (StageOutput) took

@@ -69,8 +69,9 @@ struct ProgramRecord {
 };
 
 using ProgramRef = std::shared_ptr<const ProgramRecord>;
-// The initial key of a program under the compiler's current identity.
-using InitialKeyFn = std::function<std::string(const cache::Program&)>;
+// The initial key of a program under the compiler's current identity; may stamp
+// it into the program (Orchestrator::stamp_initial_key).
+using InitialKeyFn = std::function<std::string(cache::Program&)>;
 
 class ProgramRegistry {
 public:

@@ -1,0 +1,91 @@
+// Compiles no stage waits for (Orchestrator::Impl, orchestrator_impl.h): a
+// precompile ahead of need, scheduling a background compile on the tier-up
+// queue (tier_up_queue.h), and the job it runs, with its counts and its
+// explain record.
+#include "fdo/cache/keys.h"
+#include "fdo/util/log.h"
+#include "orchestrator_impl.h"
+#include "short_key.h"
+
+namespace fdo::cache {
+
+using detail::describe_profile;
+using detail::short_key;
+
+Expected<Precompiled> Orchestrator::Impl::precompile(const Program& program,
+                                                     const ProfileRef& variant) {
+  Target t;
+  FDO_TRY_STATUS(check_scope(program.scope, program.bytes));
+  t.identity = compiler.identity();
+  t.ik = stage_ik(program, t.identity);
+  auto pk = keys.lookup_profile_key(t.ik);
+  if (!pk) return std::move(pk).error().context("look up the profile key mapping");
+  if (!*pk || **pk != variant.pk)
+    return make_error(Errc::invalid_argument,
+                      "precompile " + short_key(t.ik) +
+                          ": the program's profile key is not the variant's (not yet known)");
+  t.pk = **pk;
+  FDO_TRY_STATUS(use_profile(t, variant));
+  t.candidates.push_back(t.ck);
+  if (tiers.find_existing(t.wanted()).entry) return Precompiled::stored;
+  switch (schedule(t, program, detail::JobPriority::background)) {
+  case detail::Scheduled::queued:
+    return Precompiled::queued;
+  case detail::Scheduled::already_queued:
+    return Precompiled::already_queued;
+  case detail::Scheduled::failed_recently:
+  case detail::Scheduled::stopped:
+    break;
+  }
+  return Precompiled::held_off;
+}
+
+detail::Scheduled Orchestrator::Impl::schedule(const Target& t, const Program& program,
+                                               detail::JobPriority priority) {
+  // A sync stage compiling this CK right now already does the job.
+  if (compile_flights.in_flight(t.ck)) return detail::Scheduled::already_queued;
+  return tier_ups.schedule(
+      t.ck,
+      [&] {
+        const bool ahead = priority == detail::JobPriority::background;
+        (ahead ? n.ahead_started : n.tier_ups_started)++;
+        // The job outlives the stage, so it keeps its own copy of the program.
+        return detail::TierUpQueue::Job(
+            [this, t, ahead, own = Program{t.ik, program.scope, program.bytes, {}}] {
+              return run_tier_up(t, own, ahead);
+            });
+      },
+      priority);
+}
+
+detail::JobResult Orchestrator::Impl::run_tier_up(const Target& t, const Program& program,
+                                                  bool ahead) {
+  auto [fetched, role] = compile_flights.run(
+      t.ck, [&] { return compile_and_store(t, program, Placement::cache_key); });
+  ExplainRecord r = base_record(t, std::nullopt);
+  r.reason = Reason::profile_rewritten;
+  if (!fetched) {
+    (ahead ? n.ahead_failed : n.tier_ups_failed)++;
+    r.outcome = Outcome::failed;
+    r.error = fetched.error().describe();
+    r.text = ahead
+                 ? "compile ahead of need failed (" + r.error + ")"
+                 : "background tier-up failed (" + r.error + "); the earlier output keeps serving";
+    log::warning("cache: " + r.text);
+    explain.record(std::move(r), std::nullopt);
+    return detail::JobResult::failed;
+  }
+  (ahead ? n.ahead_installed : n.tier_ups_installed)++;
+  r.outcome = Outcome::background_compiled;
+  r.storage_key = fetched->key;
+  r.compile_ms = fetched->source == Outcome::compiled && role == detail::FlightRole::leader
+                     ? fetched->compile_ms
+                     : 0;
+  r.text = (ahead ? "compiled ahead of need: the output for "
+                  : "background tier-up installed the output for ") +
+           describe_profile(t.profile.version, t.mode) + "; the next stage hits it";
+  explain.record(std::move(r), std::nullopt);
+  return detail::JobResult::installed;
+}
+
+} // namespace fdo::cache
