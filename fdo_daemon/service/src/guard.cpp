@@ -129,15 +129,40 @@ GuardCounters Guard::counters() const {
   return counters_;
 }
 
+cache::ProfileRef Guard::built_ref(KeyState& st, const std::string& pk, std::int64_t version,
+                                   const Variant& v, const ProfileDoc& from,
+                                   const std::string& from_digest) {
+  cache::ProfileRef ref;
+  ref.pk = pk;
+  ref.version = version;
+  auto same = [&](const KeyState::Built& b) {
+    return b.variant == v && b.from_digest == from_digest;
+  };
+  auto it = std::find_if(st.built.begin(), st.built.end(), same);
+  if (it == st.built.end()) {
+    if (st.built.size() >= kBuiltKept) st.built.erase(st.built.begin());
+    ProfileDoc doc = variant_doc(v, from);
+    std::string digest = profile_digest(doc);
+    st.built.push_back(
+        {from_digest, v, std::move(digest), std::make_shared<const ProfileDoc>(std::move(doc))});
+    it = std::prev(st.built.end());
+  }
+  ref.digest = it->digest;
+  ref.doc = it->doc;
+  return ref;
+}
+
 Guard::Source Guard::incumbent_source(KeyState& st, const std::string& pk, GuardRecord& record,
-                                      const ProfileDoc& current) {
+                                      const ProfileDoc& current,
+                                      const std::string& current_digest) {
   Source out;
   if (record.incumbent_base != VariantBase::profiled || record.incumbent_version == 0) return out;
   const Variant v = recorded_incumbent(record, current);
   // After the verdict that made it the incumbent the profile kept its counts
   // (a verdict or a checkpoint rewrites bookkeeping only): no read needed.
-  if (profile_digest(variant_doc(v, current)) == record.incumbent_digest) {
+  if (built_ref(st, pk, 0, v, current, current_digest).digest == record.incumbent_digest) {
     out.doc = &current;
+    out.digest = current_digest;
     return out;
   }
   if (!st.source || st.source_version != record.incumbent_version) {
@@ -149,7 +174,8 @@ Guard::Source Guard::incumbent_source(KeyState& st, const std::string& pk, Guard
       out.fallback = which + " is unreadable (" + got.error().describe() + ")";
     else if (!*got)
       out.fallback = which + " is no longer in the history";
-    else if (profile_digest(variant_doc(v, (*got)->doc)) != record.incumbent_digest)
+    else if (built_ref(st, pk, 0, v, (*got)->doc, digest_of(**got)).digest !=
+             record.incumbent_digest)
       out.fallback = which + " does not give the recorded build";
     if (!out.fallback.empty()) {
       // That build cannot be made again: the plain build takes its place and
@@ -159,10 +185,12 @@ Guard::Source Guard::incumbent_source(KeyState& st, const std::string& pk, Guard
       record.trialled_digest.clear();
       return out;
     }
+    st.source_digest = digest_of(**got);
     st.source = std::make_shared<const ProfileDoc>(std::move((*got)->doc));
     st.source_version = record.incumbent_version;
   }
   out.doc = st.source.get();
+  out.digest = st.source_digest;
   return out;
 }
 
@@ -182,12 +210,13 @@ std::optional<cache::ProfileRef> Guard::request_ahead(KeyState& st, const std::s
     Variant plain = arms.incumbent;
     plain.base = VariantBase::plain;
     plain.version = 0;
-    if (auto ref = once(profile_ref(pk, sp.version, variant_doc(plain, sp.doc)))) return ref;
+    if (auto ref = once(built_ref(st, pk, sp.version, plain, sp.doc, digest_of(sp)))) return ref;
   }
   // The next knob variant, so that its trial's first stages run it.
   if (arms.next) {
-    const ProfileDoc& from = arms.next->version != 0 && source.doc ? *source.doc : sp.doc;
-    return once(profile_ref(pk, sp.version, variant_doc(*arms.next, from)));
+    const bool earlier = arms.next->version != 0 && source.doc;
+    return once(built_ref(st, pk, sp.version, *arms.next, earlier ? *source.doc : sp.doc,
+                          earlier ? source.digest : digest_of(sp)));
   }
   return std::nullopt;
 }
@@ -202,8 +231,9 @@ std::optional<cache::ProfileRef> Guard::ahead(const std::string& ik, const Guard
   std::shared_ptr<KeyState> state = state_of(**pk);
   std::lock_guard lk(state->mu);
   GuardRecord record = sp.doc.guard;
-  const Source source = incumbent_source(*state, **pk, record, sp.doc);
-  Arms arms = arms_of(record, sp.doc, digest_of(sp), state->stages_seen, config);
+  const std::string digest = digest_of(sp);
+  const Source source = incumbent_source(*state, **pk, record, sp.doc, digest);
+  Arms arms = arms_of(record, sp.doc, digest, state->stages_seen, config);
   return request_ahead(*state, **pk, sp, source, arms);
 }
 
@@ -250,8 +280,12 @@ StagePlan Guard::plan(const std::string& pk, const ps::StoredProfile* current,
   KeyState& st = *state;
   ++st.stages_seen;
   const std::string digest = digest_of(sp);
+  // Variants of profiles this key no longer serves from go.
+  std::erase_if(st.built, [&](const KeyState::Built& b) {
+    return b.from_digest != digest && b.from_digest != st.source_digest;
+  });
   GuardRecord record = sp.doc.guard;
-  const Source source = incumbent_source(st, p.pk, record, sp.doc);
+  const Source source = incumbent_source(st, p.pk, record, sp.doc, digest);
   Arms arms = arms_of(record, sp.doc, digest, st.stages_seen, config);
   p.ahead = request_ahead(st, p.pk, sp, source, arms);
   const std::string fallback =
@@ -266,8 +300,9 @@ StagePlan Guard::plan(const std::string& pk, const ps::StoredProfile* current,
   p.version = sp.version;
   p.current_digest = digest;
   auto ref = [&](const Variant& v) {
-    const ProfileDoc& from = v.version != 0 && source.doc ? *source.doc : sp.doc;
-    return profile_ref(p.pk, sp.version, variant_doc(v, from));
+    const bool earlier = v.version != 0 && source.doc;
+    return built_ref(st, p.pk, sp.version, v, earlier ? *source.doc : sp.doc,
+                     earlier ? source.digest : digest);
   };
   auto serve = [&](VariantRole role, const Variant& v, std::int64_t version) {
     p.role = role;

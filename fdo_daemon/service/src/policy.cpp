@@ -1,7 +1,7 @@
 #include "fdo/daemon/policy.h"
 
-#include "fdo/daemon/icache_layout.h"
 #include "fdo/daemon/cs_round.h"
+#include "fdo/daemon/icache_layout.h"
 
 #include <algorithm>
 #include <cmath>
@@ -274,10 +274,19 @@ PolicyDecision decide(const PolicyConfig& config, const PolicyInput& input) {
     d.reason = "no counts and no profile yet";
     return d;
   }
-  ProfileDoc next = *input.current;
-  std::vector<std::string> why;
   auto misses = counter(fb, "branch-misses");
   auto branches = counter(fb, "branch-instructions");
+  auto icache = counter(fb, "L1-icache-load-misses");
+  auto instructions = counter(fb, "instructions");
+  // Every rewrite below needs sampled branches or sampled i-cache misses: a
+  // stage without them (a steady optimized stage) is decided without copying
+  // the profile.
+  if (input.branch_stats == nullptr && input.icache_samples == nullptr) {
+    d.reason = "no new information under an optimized build";
+    return d;
+  }
+  ProfileDoc next = *input.current;
+  std::vector<std::string> why;
   if (misses && branches && *branches > 0 && input.branch_stats != nullptr) {
     double rate = static_cast<double>(*misses) / static_cast<double>(*branches);
     next.hardware["branch_miss_rate"] = rate;
@@ -318,8 +327,6 @@ PolicyDecision decide(const PolicyConfig& config, const PolicyInput& input) {
   // sampled (icache_layout.h); the counted module-wide figure only says
   // whether there is pressure at all, and never turns the module to -Os.
   std::optional<double> mpki;
-  auto icache = counter(fb, "L1-icache-load-misses");
-  auto instructions = counter(fb, "instructions");
   if (icache && instructions && *instructions > 0) {
     mpki = 1000.0 * static_cast<double>(*icache) / static_cast<double>(*instructions);
     next.hardware["icache_mpki"] = *mpki;

@@ -250,14 +250,33 @@ private:
     // An incumbent from an earlier profile version: that version's document.
     std::int64_t source_version = 0;
     std::shared_ptr<const ProfileDoc> source;
+    std::string source_digest;
+    // Variant documents already derived, with their digests, by the digest
+    // of the profile they came from: a steady stage serves the same variant
+    // of the same counts every time, and neither copies nor hashes it again.
+    struct Built {
+      std::string from_digest;
+      Variant variant;
+      std::string digest;
+      std::shared_ptr<const ProfileDoc> doc;
+    };
+    std::vector<Built> built; // most recent last, at most kBuiltKept
   };
   struct Source {
     const ProfileDoc* doc = nullptr; // what an incumbent with a version compiles from
+    std::string digest;              // its digest (with doc)
     std::string fallback;            // why the recorded incumbent could not be used
   };
+  // The variants one key may serve or build ahead under one profile.
+  static constexpr std::size_t kBuiltKept = 8;
   std::shared_ptr<KeyState> state_of(const std::string& pk);
+  // The cache's reference to variant `v` of `from` (whose digest is
+  // `from_digest`), derived once per KeyState.
+  static cache::ProfileRef built_ref(KeyState& st, const std::string& pk, std::int64_t version,
+                                     const Variant& v, const ProfileDoc& from,
+                                     const std::string& from_digest);
   Source incumbent_source(KeyState& st, const std::string& pk, GuardRecord& record,
-                          const ProfileDoc& current);
+                          const ProfileDoc& current, const std::string& current_digest);
   std::optional<cache::ProfileRef> request_ahead(KeyState& st, const std::string& pk,
                                                  const profile_store::StoredProfile& sp,
                                                  const Source& source, const Arms& arms);
