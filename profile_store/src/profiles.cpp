@@ -331,6 +331,7 @@ Expected<std::int64_t> SqliteBackend::Impl::write_profile(const WriteRequest& re
   // The next read of this version (usually the next stage) skips the parse.
   // Harmless if the transaction rolls back: hits compare the stored bytes.
   docs.insert(req.pk, new_version, w.body, w.digest, w.doc);
+  if (req.info.digest_out != nullptr) *req.info.digest_out = w.digest;
   return new_version;
 }
 

@@ -321,11 +321,16 @@ TEST_CASE("the store keeps digest and canonical body consistent for random docum
     auto cur = store->current(pk);
     REQUIRE(cur);
     std::int64_t v = *cur ? (*cur)->version : 0;
-    REQUIRE(store->write(pk, v, d, {}));
+    // Every other write asks for the digest it stored.
+    std::string written_digest;
+    WriteInfo info;
+    if (i % 2 == 0) info.digest_out = &written_digest;
+    REQUIRE(store->write(pk, v, d, info));
     auto back = store->current(pk);
     REQUIRE(back);
     const StoredProfile& p = **back;
     CHECK(p.digest == profile_digest(d));
+    CHECK(written_digest == (i % 2 == 0 ? p.digest : std::string()));
     CHECK(p.body == canonical_json(to_json(p.doc)));
     CHECK(p.doc.functions == d.functions);
     CHECK(p.doc.knobs == d.knobs);

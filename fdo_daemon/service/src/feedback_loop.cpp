@@ -393,6 +393,8 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   info.host = host_;
   info.stage = stage.stage;
   info.program = stage.program;
+  std::string written_digest; // the store's, so the lifecycle need not hash the profile again
+  info.digest_out = &written_digest;
   auto written = store_.write(stage.pk, in.current_version, d.profile, info);
   if (!written) {
     // conflict: another writer got there first; pinned: an operator pinned it
@@ -404,8 +406,8 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   ++rewrites_;
   {
     std::lock_guard l(life->mu);
-    life->lc.rewritten(d.kind, facts_of(&d.profile, *written, false), stage.stage, d.reason,
-                       lifecycle, now);
+    life->lc.rewritten(d.kind, facts_of(&d.profile, *written, false, written_digest), stage.stage,
+                       d.reason, lifecycle, now);
   }
   st.version = *written;
   st.acc = FeedbackAccumulator();

@@ -80,12 +80,12 @@ ps::ProgramInfo program_from_json(const json& j) {
 }
 
 ps::StoredProfile provisional(std::string_view pk, std::int64_t version, const ProfileDoc& doc,
-                              const ps::WriteInfo& info) {
+                              const ps::WriteInfo& info, std::string digest) {
   ps::StoredProfile p;
   p.pk = std::string(pk);
   p.version = version;
   p.doc = doc;
-  p.digest = profile_digest(doc);
+  p.digest = digest.empty() ? profile_digest(doc) : std::move(digest);
   p.owner = info.owner;
   p.author = info.owner;
   p.source = info.source;

@@ -24,9 +24,11 @@ Expected<profile_store::WriteInfo> info_from_json(const nlohmann::json& j);
 nlohmann::json program_to_json(const profile_store::ProgramInfo& p);
 profile_store::ProgramInfo program_from_json(const nlohmann::json& j);
 
-// The provisional current profile a spooled write stands for.
+// The provisional current profile a spooled write stands for (`digest`: the
+// document's, when the caller has it; empty: hashed here).
 profile_store::StoredProfile provisional(std::string_view pk, std::int64_t version,
                                          const ProfileDoc& doc,
-                                         const profile_store::WriteInfo& info);
+                                         const profile_store::WriteInfo& info,
+                                         std::string digest = {});
 
 } // namespace fdo::daemon::spool_entries

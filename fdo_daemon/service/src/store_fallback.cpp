@@ -177,11 +177,18 @@ public:
       std::lock_guard lk(f_.mu_);
       if (f_.routes_to_spool()) return spool_write(pk, expected_version, doc, info);
     }
-    auto r = f_.inner_feedback_.write(pk, expected_version, doc, info);
+    // The store's digest of what it wrote: the provisional copy below is
+    // not hashed again.
+    std::string digest;
+    ps::WriteInfo with_digest = info;
+    with_digest.digest_out = &digest;
+    auto r = f_.inner_feedback_.write(pk, expected_version, doc, with_digest);
     if (r) {
+      if (info.digest_out != nullptr) *info.digest_out = digest;
+      auto stored =
+          std::make_shared<const ps::StoredProfile>(provisional(pk, *r, doc, info, digest));
       std::lock_guard lk(f_.mu_);
-      f_.profiles_.put(std::string(pk),
-                       std::make_shared<const ps::StoredProfile>(provisional(pk, *r, doc, info)));
+      f_.profiles_.put(std::string(pk), std::move(stored));
       return r;
     }
     if (!is_unavailable(r.error())) return r;
@@ -213,7 +220,8 @@ private:
                  {"doc", to_json(doc)},
                  {"info", info_to_json(info)}};
     FDO_TRY_STATUS(f_.spool(SpoolKind::profile_write, pk, body));
-    f_.overlay_[std::string(pk)] = provisional(pk, expected + 1, doc, info);
+    ps::StoredProfile& p = f_.overlay_[std::string(pk)] = provisional(pk, expected + 1, doc, info);
+    if (info.digest_out != nullptr) *info.digest_out = p.digest;
     return expected + 1;
   }
   Status spool_rows(std::span<const ps::FeedbackRow> rows, const std::string& id) {

@@ -203,6 +203,7 @@ Expected<std::int64_t> PgBackend::Impl::write_profile(pg::Conn& c, const WriteRe
                         {p(req.pk), p(new_version - retention.load(std::memory_order_relaxed))}));
   FDO_TRY_STATUS(pg::notify(c, req.pk));
   docs.insert(req.pk, new_version, w.body, w.digest, w.doc);
+  if (req.info.digest_out != nullptr) *req.info.digest_out = w.digest;
   return new_version;
 }
 

@@ -128,6 +128,10 @@ struct WriteInfo {
   // that does not exist (expected_version > 0) is not_found as well, not
   // conflict, so the two cases read the same.
   ActingOwner acting_owner;
+  // Where a successful write leaves the digest of the version it stored (the
+  // store's profile_digest of the document), for a caller that needs it next
+  // and would otherwise hash the document again; null: not wanted.
+  std::string* digest_out = nullptr;
 };
 
 // One version of a profile as stored. The stored document's provenance is
