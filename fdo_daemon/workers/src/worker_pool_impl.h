@@ -1,0 +1,109 @@
+// WorkerPool's state (WorkerPool::Impl): its slots, the fair queue of
+// callers waiting for a worker, the supervisor thread and the counters.
+// Private to the workers library: worker_pool.cpp has the pool's life
+// (start, supervision, slots, acquire and release, shutdown), pool_job.cpp
+// one job on a worker (send, await, the reply or the worker's failure).
+#pragma once
+
+#include "fair_queue.h"
+#include "fdo/daemon/worker_pool.h"
+#include "worker_failure.h"
+#include "worker_process.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fdo::daemon {
+
+class WorkerPool::Impl {
+public:
+  explicit Impl(PoolOptions o) : opts(std::move(o)) {}
+  ~Impl() { shutdown(); }
+
+  Status start();
+  Expected<Message> run(const Message& request, const JobOptions& options, JobOutput* output);
+  PoolStats stats() const;
+  void set_max_waiting_per_tenant(std::size_t n) {
+    std::lock_guard lk(mu_);
+    max_waiting_per_tenant_ = n;
+  }
+
+  const PoolOptions opts;
+
+private:
+  struct Slot {
+    WorkerState state = WorkerState::dead;
+    std::unique_ptr<detail::Child> child;
+    // A process taken out of service (recycled for another tenant): the
+    // supervisor reaps it before starting the slot's next process.
+    std::unique_ptr<detail::Child> retiring;
+    std::uint64_t jobs = 0;
+    // The tenant the process is bound to; none until its first job binds it
+    // (the daemon's own jobs have the empty tenant, which is bound too).
+    std::optional<std::string> tenant;
+    // The waiter this slot's next process is started for (a recycle).
+    std::optional<std::uint64_t> reserved_for;
+    int consecutive_spawn_failures = 0;
+    detail::Clock::time_point next_spawn{};
+    std::string last_spawn_error;
+    bool ever_started = false;
+  };
+
+  void supervise();
+  Expected<int> acquire(const std::string& tenant);
+  void dispatch_locked();
+  int usable_slot_locked(const std::string& tenant) const;
+  int recyclable_slot_locked(const std::string& tenant) const;
+  void release(int idx, bool succeeded, const std::string& retire);
+  void give_back_unused(int idx);
+  void retire_busy_worker(int idx, const std::string& why);
+  void retire_idle_worker(int idx, const std::string& why);
+  // The slot's worker is gone (reaped): mark it for the supervisor to
+  // replace at once and wake everyone waiting on the pool. Called under mu_.
+  void replace_worker_locked(Slot& s);
+  Expected<Message> finish_job(int idx, std::uint64_t id, Deadline deadline,
+                               const JobLimits& limits, const std::function<void()>& collect_output,
+                               const std::string& retire_after);
+  detail::SpawnOptions spawn_options() const {
+    return {opts.name,
+            opts.worker_path,
+            opts.worker_args,
+            opts.startup_timeout,
+            opts.capture_output_bytes,
+            opts.cgroups};
+  }
+  Expected<Message> fail_worker(int idx, detail::Failure kind, const Error& cause,
+                                const JobLimits& limits,
+                                const std::optional<detail::FatalReport>& report);
+  void shutdown();
+  int count_locked(WorkerState s) const;
+  bool no_worker_can_come_locked() const;
+  std::string last_spawn_error_locked() const;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_free_;  // a slot changed state; waiters re-check
+  std::condition_variable cv_super_; // the supervisor has work or must stop
+  std::vector<Slot> slots_;
+  detail::FairQueue queue_;               // callers waiting for a worker
+  std::map<std::uint64_t, int> assigned_; // ticket -> slot handed to it
+  std::size_t max_waiting_per_tenant_ = 0;
+  bool stopping_ = false;        // no new jobs, no new processes
+  bool supervisor_exit_ = false; // set only after every worker is reaped
+  bool shut_down_ = false;
+  std::uint64_t jobs_ = 0, succeeded_ = 0, restarts_ = 0, spawn_failures_ = 0, idle_deaths_ = 0;
+  std::uint64_t retired_ = 0, recycled_ = 0, program_exits_ = 0;
+  FailureCounts failures_;
+  std::atomic<std::uint64_t> next_job_id_{1};
+  std::thread supervisor_;
+};
+
+} // namespace fdo::daemon
