@@ -1,11 +1,19 @@
 // The warm path through the Service over its default SQLite store: once a
 // program is steady (optimized, a memory hit, nothing rewritten), its stages
 // read nothing from the store's file (profile_store's read view), and every
-// change an operator makes is seen by the very next stage.
+// change an operator makes (pin, reset, import, delete, gc, restore) is seen
+// by the very next stage — over SQLite and, where a server can be started
+// here, over PostgreSQL (a fresh database on a private server per binary).
 #include "fdo/profile_store/backup.h"
 #include "service_harness.h"
+#include "support/postgres_server.h"
 
 #include <catch2/catch.hpp>
+#include <iostream>
+#include <libpq-fe.h>
+#include <memory>
+#include <stdexcept>
+#include <thread>
 
 using namespace fdo;
 using namespace fdo::daemon;
@@ -13,6 +21,56 @@ using namespace fdo::daemon::testing;
 using nlohmann::json;
 
 namespace {
+
+enum class StoreKind { sqlite, postgresql };
+
+// A new empty database on this binary's PostgreSQL server (started on first use).
+std::string fresh_postgres_database() {
+  static std::unique_ptr<test_support::PostgresServer> server =
+      std::make_unique<test_support::PostgresServer>();
+  static int counter = 0;
+  const std::string name =
+      "fdo_stage" + std::to_string(::getpid()) + "_" + std::to_string(++counter);
+  PGconn* c = PQconnectdb(server->conninfo("postgres").c_str());
+  std::string error;
+  if (PQstatus(c) != CONNECTION_OK) {
+    error = PQerrorMessage(c);
+  } else {
+    PGresult* r = PQexec(c, ("CREATE DATABASE " + name).c_str());
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) error = PQresultErrorMessage(r);
+    PQclear(r);
+  }
+  PQfinish(c);
+  if (!error.empty()) throw std::runtime_error("CREATE DATABASE " + name + ": " + error);
+  return "postgresql:///" + name + "?host=" + server->socket_dir() + "&user=postgres";
+}
+
+// The stores the operation tests run over: PostgreSQL only where a server
+// can be started here (the reason is printed otherwise).
+std::vector<StoreKind> store_kinds() {
+  static const std::vector<StoreKind> kinds = [] {
+    std::vector<StoreKind> k{StoreKind::sqlite};
+    if (test_support::PostgresServer::available())
+      k.push_back(StoreKind::postgresql);
+    else
+      std::cerr << "stage path over PostgreSQL " << test_support::PostgresServer::skip_reason()
+                << "\n";
+    return k;
+  }();
+  return kinds;
+}
+
+// The harness's config over `kind`, the guard off (no trials: a program stays on one build).
+Config on_store(StoreKind kind) {
+  Config c = Harness::base_config();
+  c.guard.mode = GuardMode::off;
+  if (kind == StoreKind::postgresql) c.profile_store = fresh_postgres_database();
+  return c;
+}
+
+#define FOR_EACH_STORE(kind)                                                                       \
+  const StoreKind kind = GENERATE(from_range(store_kinds()));                                      \
+  INFO("store: " << (kind == StoreKind::sqlite ? "sqlite" : "postgresql"))
 
 std::uint64_t database_reads(Harness& h) {
   auto health = h.call("health", json::object());
@@ -60,9 +118,8 @@ TEST_CASE("stage path: a steady program's stages read nothing from the store",
 
 TEST_CASE("stage path: after pin, reset and import the next stage serves what they imply",
           "[service][stage_path]") {
-  Config c = Harness::base_config();
-  c.guard.mode = GuardMode::off;
-  Harness h(c);
+  FOR_EACH_STORE(kind);
+  Harness h(on_store(kind));
   auto reg = h.call("program.register", {{"ir", "changing program"}});
   REQUIRE(reg);
   const std::string id = (*reg)["program"];
@@ -133,9 +190,8 @@ TEST_CASE("stage path: after store.restore the next stage serves the restored pr
 
 TEST_CASE("stage path: program.delete drops the program's compiled objects",
           "[service][stage_path]") {
-  Config c = Harness::base_config();
-  c.guard.mode = GuardMode::off;
-  Harness h(c);
+  FOR_EACH_STORE(kind);
+  Harness h(on_store(kind));
   auto reg = h.call("program.register", {{"ir", "deleted program"}});
   REQUIRE(reg);
   const std::string id = (*reg)["program"];
@@ -152,4 +208,50 @@ TEST_CASE("stage path: program.delete drops the program's compiled objects",
   REQUIRE(h.call("program.register", {{"ir", "deleted program"}}));
   json again = stage(h, id);
   CHECK(again["cache"]["outcome"] == "compiled");
+}
+
+TEST_CASE("stage path: after gc the next stage of a program registered again starts afresh",
+          "[service][stage_path]") {
+  FOR_EACH_STORE(kind);
+  Harness h(on_store(kind));
+  auto reg = h.call("program.register", {{"ir", "collected program"}});
+  REQUIRE(reg);
+  const std::string id = (*reg)["program"], pk = (*reg)["profile_key"];
+  settle(h, id);
+  REQUIRE(h.service->flush_feedback());
+  auto entries = [&] {
+    auto st = h.call("cache.stats", json::object(), 0);
+    REQUIRE(st);
+    return (*st)["memory"]["entries"].get<std::int64_t>();
+  };
+  REQUIRE(entries() > 0);
+
+  // Nothing is old enough yet: gc keeps everything and the program stays steady.
+  auto kept = h.call("gc", {{"max_age_s", 3600}}, 0);
+  REQUIRE(kept);
+  CHECK((*kept)["programs"].empty());
+  CHECK((*kept)["profiles"].empty());
+  json steady = stage(h, id);
+  CHECK(steady["mode"] == "optimized");
+  CHECK(steady["cache"]["outcome"] == "memory_hit");
+
+  // Everything older than now goes: the program, its profile, its objects.
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto gone = h.call("gc", {{"max_age_s", 0}}, 0);
+  REQUIRE(gone);
+  REQUIRE((*gone)["errors"].empty());
+  REQUIRE((*gone)["programs"].size() == 1);
+  CHECK((*gone)["programs"][0]["program"] == id);
+  REQUIRE((*gone)["profiles"].size() == 1);
+  CHECK((*gone)["profiles"][0]["profile_key"] == pk);
+  CHECK(entries() == 0);
+  auto missing = h.call("execute", {{"program", id}, {"entry", "main"}});
+  REQUIRE_FALSE(missing);
+
+  // Registered again: no profile, no mappings, no object: compiled instrumented.
+  REQUIRE(h.call("program.register", {{"ir", "collected program"}}));
+  json again = stage(h, id);
+  CHECK(again["cache"]["outcome"] == "compiled");
+  CHECK(again["mode"] == "instrumented");
+  CHECK(again["profile_version"] == 0);
 }
