@@ -79,6 +79,13 @@ std::uint64_t database_reads(Harness& h) {
   return (*health)["profile_store"]["database_reads"].get<std::uint64_t>();
 }
 
+// Compiled objects in the memory tier.
+std::int64_t memory_entries(Harness& h) {
+  auto st = h.call("cache.stats", json::object(), 0);
+  REQUIRE(st);
+  return (*st)["memory"]["entries"].get<std::int64_t>();
+}
+
 json stage(Harness& h, const std::string& id) {
   auto r = h.call("execute", {{"program", id}, {"entry", "main"}});
   REQUIRE(r);
@@ -196,14 +203,9 @@ TEST_CASE("stage path: program.delete drops the program's compiled objects",
   REQUIRE(reg);
   const std::string id = (*reg)["program"];
   settle(h, id);
-  auto entries = [&] {
-    auto st = h.call("cache.stats", json::object(), 0);
-    REQUIRE(st);
-    return (*st)["memory"]["entries"].get<std::int64_t>();
-  };
-  REQUIRE(entries() > 0);
+  REQUIRE(memory_entries(h) > 0);
   REQUIRE(h.call("program.delete", {{"program", id}}));
-  CHECK(entries() == 0);
+  CHECK(memory_entries(h) == 0);
   // Registered again, it compiles afresh (instrumented: its mappings went too).
   REQUIRE(h.call("program.register", {{"ir", "deleted program"}}));
   json again = stage(h, id);
@@ -219,12 +221,7 @@ TEST_CASE("stage path: after gc the next stage of a program registered again sta
   const std::string id = (*reg)["program"], pk = (*reg)["profile_key"];
   settle(h, id);
   REQUIRE(h.service->flush_feedback());
-  auto entries = [&] {
-    auto st = h.call("cache.stats", json::object(), 0);
-    REQUIRE(st);
-    return (*st)["memory"]["entries"].get<std::int64_t>();
-  };
-  REQUIRE(entries() > 0);
+  REQUIRE(memory_entries(h) > 0);
 
   // Nothing is old enough yet: gc keeps everything and the program stays steady.
   auto kept = h.call("gc", {{"max_age_s", 3600}}, 0);
@@ -244,7 +241,7 @@ TEST_CASE("stage path: after gc the next stage of a program registered again sta
   CHECK((*gone)["programs"][0]["program"] == id);
   REQUIRE((*gone)["profiles"].size() == 1);
   CHECK((*gone)["profiles"][0]["profile_key"] == pk);
-  CHECK(entries() == 0);
+  CHECK(memory_entries(h) == 0);
   auto missing = h.call("execute", {{"program", id}, {"entry", "main"}});
   REQUIRE_FALSE(missing);
 
