@@ -5,6 +5,7 @@
 #include "fdo/util/enum_names.h"
 #include "fdo/util/hash.h"
 #include "fdo/util/log.h"
+#include "fdo/util/wire.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -29,26 +30,8 @@ constexpr EnumNames<LoadStatus, 3> kLoadStatusNames{
 constexpr std::size_t kChecksumOffset = 48;
 constexpr std::size_t kRecentlyEvictedKeys = 4096;
 
-void put_u32(std::string& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i)
-    out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void put_u64(std::string& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i)
-    out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-std::uint32_t get_u32(std::string_view b, std::size_t off) {
-  std::uint32_t v = 0;
-  for (int i = 3; i >= 0; --i)
-    v = (v << 8) | static_cast<std::uint8_t>(b[off + i]);
-  return v;
-}
-std::uint64_t get_u64(std::string_view b, std::size_t off) {
-  std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i)
-    v = (v << 8) | static_cast<std::uint8_t>(b[off + i]);
-  return v;
-}
+using wire::put_u32;
+using wire::put_u64;
 
 Error corrupt(std::string what) {
   return make_error(Errc::corrupt, std::move(what));
@@ -167,14 +150,14 @@ Expected<Entry> decode_entry(std::string_view b) {
                    std::to_string(kEntryHeaderSize) + "-byte header");
   if (std::memcmp(b.data(), kEntryMagic, sizeof kEntryMagic) != 0)
     return corrupt("bad magic (not an fdo cache entry)");
-  if (std::uint32_t v = get_u32(b, 8); v != kEntryFormatVersion)
+  if (std::uint32_t v = wire::load_u32(b, 8); v != kEntryFormatVersion)
     return corrupt("unsupported format version " + std::to_string(v) + " (this build reads " +
                    std::to_string(kEntryFormatVersion) + ")");
-  if (std::uint32_t hs = get_u32(b, 12); hs != kEntryHeaderSize)
+  if (std::uint32_t hs = wire::load_u32(b, 12); hs != kEntryHeaderSize)
     return corrupt("bad header size " + std::to_string(hs));
-  std::uint64_t key_len = get_u32(b, 16), info_len = get_u32(b, 20);
-  std::uint64_t object_len = get_u64(b, 24), metadata_len = get_u64(b, 32);
-  if (get_u64(b, 40) != 0) return corrupt("reserved header field is not zero");
+  std::uint64_t key_len = wire::load_u32(b, 16), info_len = wire::load_u32(b, 20);
+  std::uint64_t object_len = wire::load_u64(b, 24), metadata_len = wire::load_u64(b, 32);
+  if (wire::load_u64(b, 40) != 0) return corrupt("reserved header field is not zero");
   std::uint64_t body = b.size() - kEntryHeaderSize;
   // Sum piecewise so huge lengths cannot wrap around.
   if (key_len > body || info_len > body - key_len || object_len > body - key_len - info_len ||
