@@ -6,42 +6,30 @@
 
 namespace fdo::daemon {
 
-using nlohmann::json;
-
-json StageSamplingRequest::to_json() const {
-  return {{"events", events}, {"frequency_hz", frequency_hz}, {"max_samples", max_samples}};
+void BlockTallies::add(const BlockTallies& other) {
+  for (const auto& [event, fns] : other.blocks)
+    for (const auto& [fn, bs] : fns)
+      for (const auto& [b, n] : bs)
+        blocks[event][fn][b] += n;
+  for (const auto& [fn, brs] : other.branches)
+    for (const auto& [b, events] : brs)
+      for (const auto& [event, n] : events)
+        branches[fn][b][event] += n;
 }
 
-Expected<std::optional<StageSamplingRequest>> sampling_request_from(const json& header) {
-  auto it = header.find("sampling");
-  if (it == header.end() || it->is_null()) return std::optional<StageSamplingRequest>{};
-  if (!it->is_object())
-    return make_error(Errc::invalid_argument, "exec job: 'sampling' must be an object");
-  StageSamplingRequest r;
-  const json& s = *it;
-  auto events = s.find("events");
-  if (events == s.end() || !events->is_array() || events->empty())
+Status validate(const StageSamplingRequest& r) {
+  if (r.events.empty())
     return make_error(Errc::invalid_argument,
-                      "exec job: sampling.events must be a non-empty array of event names");
-  for (const json& e : *events) {
-    if (!e.is_string() || e.get_ref<const std::string&>().empty())
+                      "exec job: sampling.events must be a non-empty list of event names");
+  for (const std::string& e : r.events)
+    if (e.empty())
       return make_error(Errc::invalid_argument,
-                        "exec job: sampling.events must hold non-empty strings");
-    r.events.push_back(e.get<std::string>());
-  }
-  for (auto [key, field] :
-       {std::pair{"frequency_hz", &r.frequency_hz}, std::pair{"max_samples", &r.max_samples}}) {
-    auto v = s.find(key);
-    if (v == s.end()) continue;
-    const bool positive = v->is_number_unsigned()  ? v->get<std::uint64_t>() != 0
-                          : v->is_number_integer() ? v->get<std::int64_t>() > 0
-                                                   : false;
-    if (!positive)
-      return make_error(Errc::invalid_argument,
-                        std::string("exec job: sampling.") + key + " must be a positive integer");
-    *field = v->get<std::uint64_t>();
-  }
-  return std::optional<StageSamplingRequest>{std::move(r)};
+                        "exec job: sampling.events must hold non-empty names");
+  if (r.frequency_hz == 0)
+    return make_error(Errc::invalid_argument, "exec job: sampling.frequency_hz must be positive");
+  if (r.max_samples == 0)
+    return make_error(Errc::invalid_argument, "exec job: sampling.max_samples must be positive");
+  return ok();
 }
 
 std::vector<perf::Sample> thin_samples(std::vector<perf::Sample> samples, std::uint64_t max) {
@@ -57,8 +45,9 @@ std::vector<perf::Sample> thin_samples(std::vector<perf::Sample> samples, std::u
 }
 
 namespace {
-json per_event(const perf::FunctionAttribution& f, const std::vector<std::string>& events) {
-  json out = json::object();
+std::map<std::string, std::uint64_t> per_event(const perf::FunctionAttribution& f,
+                                               const std::vector<std::string>& events) {
+  std::map<std::string, std::uint64_t> out;
   for (std::size_t i = 0; i < events.size() && i < f.events.size(); ++i)
     if (f.events[i].samples != 0) out[events[i]] = f.events[i].samples;
   return out;
@@ -84,54 +73,45 @@ std::uint64_t branch_address(const perf::Sample& s) {
   return s.ip;
 }
 
-// Per-block and per-branch tallies: "blocks" {event: {fn: {block: n}}},
-// "branches" {fn: {branch: {event: n}}} (functions by PGO name).
-void block_tallies(const perf::SampleSet& set, const std::vector<jit::FunctionRange>& ranges,
-                   json& out) {
-  json blocks = json::object();
-  json branches = json::object();
+// Per-block and per-branch tallies (functions by PGO name).
+BlockTallies block_tallies(const perf::SampleSet& set,
+                           const std::vector<jit::FunctionRange>& ranges) {
+  BlockTallies out;
   for (const perf::Sample& s : set.samples) {
     if (s.event >= set.events.size()) continue;
     const std::string& event = set.events[s.event];
-    if (const jit::BlockRange* b = block_at(ranges, s.ip)) {
-      json& n = blocks[event][b->function][std::to_string(b->block)];
-      n = n.is_null() ? 1 : n.get<std::uint64_t>() + 1;
-    }
+    if (const jit::BlockRange* b = block_at(ranges, s.ip))
+      ++out.blocks[event][b->function][static_cast<std::uint32_t>(b->block)];
     const jit::BlockRange* b = block_at(ranges, branch_address(s));
     if (b == nullptr || b->branch < 0) continue;
-    json& n = branches[b->function][std::to_string(b->branch)][event];
-    n = n.is_null() ? 1 : n.get<std::uint64_t>() + 1;
+    ++out.branches[b->function][static_cast<std::uint32_t>(b->branch)][event];
   }
-  out["blocks"] = std::move(blocks);
-  out["branches"] = std::move(branches);
+  return out;
 }
 } // namespace
 
-Expected<json> stage_samples_json(const std::vector<perf::SamplerEvent>& events,
-                                  const StageSamplingRequest& request, perf::SampleSet set,
-                                  const std::vector<jit::FunctionRange>& ranges) {
-  json out;
-  out["events"] = json::array();
-  for (const auto& e : events)
-    out["events"].push_back(perf::to_json(e));
-  out["frequency_hz"] = request.frequency_hz;
-  out["recorded"] = set.samples.size();
-  out["lost_samples"] = set.stats.lost_samples;
-  out["lost_records"] = set.stats.lost_records;
-  out["throttles"] = set.stats.throttles;
+Expected<StageSampleReport> stage_sample_report(const std::vector<perf::SamplerEvent>& events,
+                                                const StageSamplingRequest& request,
+                                                perf::SampleSet set,
+                                                const std::vector<jit::FunctionRange>& ranges) {
+  StageSampleReport out;
+  out.events = events;
+  out.frequency_hz = request.frequency_hz;
+  out.recorded = set.samples.size();
+  out.lost_samples = set.stats.lost_samples;
+  out.lost_records = set.stats.lost_records;
+  out.throttles = set.stats.throttles;
   set.samples = thin_samples(std::move(set.samples), request.max_samples);
-  out["attributed"] = set.samples.size();
+  out.attributed = set.samples.size();
   std::vector<perf::FunctionRange> perf_ranges;
   perf_ranges.reserve(ranges.size());
   for (const auto& r : ranges)
     perf_ranges.push_back({r.name, r.start, r.size});
   FDO_TRY(perf::Attribution a, perf::attribute(set, perf_ranges));
-  json functions = json::object();
   for (const auto& f : a.functions)
-    if (f.samples != 0) functions[f.name] = per_event(f, a.events);
-  out["functions"] = std::move(functions);
-  out["outside_jit"] = per_event(a.outside_jit, a.events);
-  block_tallies(set, ranges, out);
+    if (f.samples != 0) out.functions[f.name] = per_event(f, a.events);
+  out.outside_jit = per_event(a.outside_jit, a.events);
+  out.tallies = block_tallies(set, ranges);
   return out;
 }
 

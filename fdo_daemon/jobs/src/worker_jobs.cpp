@@ -1,5 +1,6 @@
 #include "fdo/daemon/worker_jobs.h"
 
+#include "fdo/daemon/exec_messages.h"
 #include "fdo/daemon/exit_catch.h"
 #include "fdo/daemon/stage_sampling.h"
 #include "fdo/daemon/worker_loop.h"
@@ -12,6 +13,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <list>
 #include <map>
@@ -73,19 +75,13 @@ json probe_sampling() {
 
 // The measurement for the reply. Unless `verbose`, without the per-event
 // explanations (the same text every stage: "no PMU ..."), which capabilities
-// reports once, and an event that did not count is only its name, status and
-// errno (its counts and times are all zero).
-json measurement_json(const perf::Measurement& m, bool verbose) {
-  json j = perf::to_json(m);
-  if (verbose) return j;
-  j.erase("task_clock_reason");
-  for (json& e : j["events"]) {
-    e.erase("reason");
-    if (!e["value"].is_null()) continue;
-    for (const char* zero : {"raw", "enabled_ns", "running_ns", "running_ratio", "multiplexed"})
-      e.erase(zero);
-  }
-  return j;
+// reports once.
+perf::Measurement compact_measurement(perf::Measurement m, bool verbose) {
+  if (verbose) return m;
+  m.task_clock_reason.clear();
+  for (perf::EventReading& e : m.events)
+    e.reason.clear();
+  return m;
 }
 
 // One argument buffer of an exec job, in 8-byte aligned memory (client code
@@ -219,12 +215,12 @@ struct ExecJobs::State {
     bool restarts = false;
   };
   std::list<Kept> programs;
+  // /proc/self/task, opened once (before any sandbox): each job counts the
+  // threads it left with one fstat (process_thread_count).
+  Fd task_dir;
   std::vector<std::string> group_events;
   std::optional<perf::CounterGroup> group;
   StageSampler sampler;
-  // How many linked programs stay when a job does not say ("cache_entries").
-  static constexpr std::size_t kDefaultPrograms = 16;
-
   // The program to run for one execution: a kept one (restarted first when it
   // has writable globals), or, with a capacity of 0, one linked for this
   // execution alone (`fresh` owns it).
@@ -259,8 +255,8 @@ struct ExecJobs::State {
     drop(key);
   }
   // Call trim(capacity) first: a program found here then stays kept.
-  Expected<Program> program(const std::string& key, std::string_view object, const json& metadata,
-                            std::size_t capacity) {
+  Expected<Program> program(const std::string& key, std::string_view object,
+                            std::string_view metadata, std::size_t capacity) {
     if (Kept* kept = cached(key)) {
       if (kept->restarts) {
         if (Status st = kept->program->restart(); !st) {
@@ -270,7 +266,10 @@ struct ExecJobs::State {
       }
       return Program{kept->program.get(), nullptr, kept->restarts};
     }
-    FDO_TRY(jit::CompileResult meta, jit::metadata_from_json(metadata));
+    json parsed = json::parse(metadata, nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_discarded())
+      return make_error(Errc::invalid_argument, "exec job: the object's metadata is not JSON");
+    FDO_TRY(jit::CompileResult meta, jit::metadata_from_json(parsed));
     FDO_TRY(std::unique_ptr<jit::LoadedProgram> loaded, loader->load(object, meta));
     if (capacity == 0) {
       jit::LoadedProgram* raw = loaded.get();
@@ -304,6 +303,7 @@ Expected<std::unique_ptr<ExecJobs>> ExecJobs::create() {
   std::unique_ptr<ExecJobs> jobs(new ExecJobs());
   jobs->state_ = std::make_unique<State>();
   jobs->state_->loader = std::move(loader);
+  jobs->state_->task_dir.reset(::open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   return jobs;
 }
 
@@ -324,57 +324,46 @@ Expected<Message> ExecJobs::handle(const Message& request) {
   }
   if (op != "exec")
     return make_error(Errc::invalid_argument, "exec worker: unknown op '" + op + "'");
-  FDO_TRY(std::string key, header_string(h, "key"));
-  FDO_TRY(std::string entry, header_string(h, "entry"));
+  FDO_TRY(Decoded<ExecJob> decoded, exec_job_of(request));
+  const ExecJob& job = decoded.value;
+  const std::string& key = job.key;
   // No object_size: the daemon expects this worker to hold the key linked.
-  const bool object_attached = h.contains("object_size");
-  std::uint64_t object_size = h.value("object_size", std::uint64_t{0});
-  const std::size_t capacity = h.value("cache_entries", State::kDefaultPrograms);
-  const bool verbose = h.value("verbose", false);
-  std::vector<std::uint64_t> slots = h.value("slots", std::vector<std::uint64_t>{});
-  std::vector<int> buffer_of_param = h.value("buffer_of_param", std::vector<int>{});
-  std::vector<std::string> events = h.value("events", std::vector<std::string>{});
-  bool return_buffers = h.value("return_buffers", false);
-  FDO_TRY(std::optional<StageSamplingRequest> sampling, sampling_request_from(h));
-  if (buffer_of_param.size() != slots.size())
+  const bool object_attached = job.object_size.has_value();
+  const std::uint64_t object_size = job.object_size.value_or(0);
+  const std::size_t capacity = job.cache_entries;
+  std::vector<std::uint64_t> slots = job.slots;
+  if (job.sampling) FDO_TRY_STATUS(validate(*job.sampling));
+  if (job.buffer_of_param.size() != slots.size())
     return make_error(Errc::invalid_argument,
                       "exec job: slots and buffer_of_param differ in length");
 
+  const std::string_view payload = decoded.rest;
   std::vector<JobBuffer> buffers;
   std::size_t offset = object_size;
-  if (offset > request.payload.size())
+  if (offset > payload.size())
     return make_error(Errc::invalid_argument, "exec job: payload shorter than the object");
-  auto buffer_list = h.find("buffers");
-  if (buffer_list != h.end() && !buffer_list->is_array())
-    return make_error(Errc::invalid_argument, "exec job: 'buffers' is not an array");
-  if (buffer_list != h.end())
-    for (const json& b : *buffer_list) {
-      if (!b.is_object())
-        return make_error(Errc::invalid_argument, "exec job: a buffer is not an object");
-      std::size_t size = b.value("size", std::size_t{0});
-      if (auto k = b.find("fd"); k != b.end()) {
-        // Parsed JSON holds it as unsigned, JSON built in memory may hold it as signed.
-        if (!k->is_number_integer() || k->get<std::int64_t>() < 0 ||
-            k->get<std::uint64_t>() >= request.fds.size())
-          return make_error(Errc::invalid_argument,
-                            "exec job: buffer descriptor " + k->dump() + " out of range (" +
-                                std::to_string(request.fds.size()) + " came with the job)");
-        FDO_TRY(JobBuffer mapped,
-                JobBuffer::map(request.fds[k->get<std::size_t>()], size, buffers.size()));
-        buffers.push_back(std::move(mapped));
-        continue;
-      }
-      if (size > request.payload.size() - offset)
-        return make_error(Errc::invalid_argument, "exec job: payload shorter than its buffers");
-      buffers.push_back(JobBuffer::copy(std::string_view(request.payload).substr(offset, size)));
-      offset += size;
+  for (const ExecBufferSpec& b : job.buffers) {
+    if (b.fd) {
+      if (*b.fd >= request.fds.size())
+        return make_error(Errc::invalid_argument, "exec job: buffer descriptor " +
+                                                      std::to_string(*b.fd) + " out of range (" +
+                                                      std::to_string(request.fds.size()) +
+                                                      " came with the job)");
+      FDO_TRY(JobBuffer mapped, JobBuffer::map(request.fds[*b.fd], b.size, buffers.size()));
+      buffers.push_back(std::move(mapped));
+      continue;
     }
+    if (b.size > payload.size() - offset)
+      return make_error(Errc::invalid_argument, "exec job: payload shorter than its buffers");
+    buffers.push_back(JobBuffer::copy(payload.substr(offset, b.size)));
+    offset += b.size;
+  }
   for (std::size_t i = 0; i < slots.size(); ++i) {
-    int b = buffer_of_param[i];
+    std::int32_t b = job.buffer_of_param[i];
     if (b < 0) continue;
     if (static_cast<std::size_t>(b) >= buffers.size())
       return make_error(Errc::invalid_argument, "exec job: buffer index out of range");
-    slots[i] = reinterpret_cast<std::uintptr_t>(buffers[b].data());
+    slots[i] = reinterpret_cast<std::uintptr_t>(buffers[static_cast<std::size_t>(b)].data());
   }
 
   // A smaller cache_entries (a reload) applies now; 0 drops every program.
@@ -382,37 +371,37 @@ Expected<Message> ExecJobs::handle(const Message& request) {
   if (!object_attached && state_->cached(key) == nullptr) {
     // Never linked here, evicted, or this worker is new (a restart loses
     // what the old one held): the daemon sends the job again with the object.
-    Message missing;
-    missing.header = {{"missing_object", key}};
-    return missing;
+    ExecReply missing;
+    missing.outcome = ExecOutcome::missing_object;
+    return exec_reply_message(missing);
   }
   FDO_TRY(State::Program held,
-          state_->program(key, std::string_view(request.payload).substr(0, object_size),
-                          h.value("metadata", json::object()), capacity));
+          state_->program(key, payload.substr(0, object_size), job.metadata, capacity));
   jit::LoadedProgram* program = held.program;
-  FDO_TRY(jit::ThunkFn thunk, program->thunk(entry));
+  FDO_TRY(jit::ThunkFn thunk, program->thunk(job.entry));
   bool instrumented = !program->counters_layout().empty();
   if (instrumented) program->reset_counters();
 
   // Sampling wraps the counted window (its start and stop stay out of the
   // counts); a sampler that cannot open is reported, never fatal.
   perf::Sampler* sampler = nullptr;
-  json sampling_reply = nullptr;
-  if (sampling) {
-    auto s = state_->sampler.get(*sampling);
+  ExecReply reply;
+  StageObservation& obs = reply.observation;
+  if (job.sampling) {
+    auto s = state_->sampler.get(*job.sampling);
     if (s) {
       sampler = *s;
       (void)sampler->drain(); // nothing from an earlier stage leaks into this one
       sampler->start();
     } else {
-      sampling_reply = {{"error", s.error().describe()}};
+      obs.samples.emplace().error = s.error().describe();
     }
   }
 
   std::uint64_t ret = 0;
   std::optional<int> exit_status; // the program called exit(n) (exit_catch.h)
   perf::Measurement m;
-  if (perf::CounterGroup* group = state_->counters(events)) {
+  if (perf::CounterGroup* group = state_->counters(job.events)) {
     m = perf::measure(*group, [&] { exit_status = call_catching_exit(thunk, slots.data(), &ret); });
   } else {
     // No counter group at all: still report wall and CPU time.
@@ -436,65 +425,54 @@ Expected<Message> ExecJobs::handle(const Message& request) {
   }
   if (sampler != nullptr) {
     sampler->stop();
-    auto samples = stage_samples_json(sampler->events(), *sampling, sampler->drain(),
-                                      program->function_ranges());
-    sampling_reply = samples ? std::move(*samples) : json{{"error", samples.error().describe()}};
-    // As for the counters: each sampled event's explanation is the same text
-    // every stage (capabilities.perf has it once); only a verbose stage carries it.
-    if (auto events = sampling_reply.find("events");
-        !verbose && events != sampling_reply.end() && events->is_array())
-      for (json& e : *events)
-        if (e.is_object()) e.erase("reason");
+    auto samples = stage_sample_report(sampler->events(), *job.sampling, sampler->drain(),
+                                       program->function_ranges());
+    if (samples) {
+      obs.samples = std::move(*samples);
+      // As for the counters: each sampled event's explanation is the same
+      // text every stage (capabilities.perf has it once); only a verbose
+      // stage carries it.
+      if (!job.verbose)
+        for (perf::SamplerEvent& e : obs.samples->events)
+          e.reason.clear();
+    } else {
+      obs.samples.emplace().error = samples.error().describe();
+    }
   }
 
-  Message out;
-  out.header = {{"ret", ret}, {"measurement", measurement_json(m, verbose)}};
-  if (exit_status) out.header["exited"] = {{"status", *exit_status}};
-  json counts = json::object();
-  if (instrumented)
-    for (auto& [name, values] : program->read_counters())
-      counts[name] = values;
-  out.header["counts"] = std::move(counts);
-  if (sampling) out.header["samples"] = std::move(sampling_reply);
+  obs.ret = ret;
+  if (exit_status) obs.exited = *exit_status;
+  obs.exec_ns = m.wall_ns;
+  obs.measurement = compact_measurement(std::move(m), job.verbose);
   if (instrumented) {
-    // Value profiles in the profile document's JSON form (hex MD5 targets).
-    json values = json::object();
-    for (auto& [name, v] : program->read_value_profiles()) {
-      ProfileDoc doc;
-      FunctionProfile& f = doc.functions[name];
-      f.indirect_calls = std::move(v.indirect_calls);
-      f.memop_sizes = std::move(v.memop_sizes);
-      json fj = to_json(doc)["functions"][name];
-      json sites = json::object();
-      for (const char* key : {"indirect_calls", "memop_sizes"})
-        if (fj.contains(key)) sites[key] = std::move(fj[key]);
-      if (!sites.empty()) values[name] = std::move(sites);
-    }
-    if (!values.empty()) out.header["values"] = std::move(values);
+    for (auto& [name, values] : program->read_counters())
+      obs.counts.emplace(name, std::move(values));
+    for (auto& [name, v] : program->read_value_profiles())
+      if (!v.indirect_calls.empty() || !v.memop_sizes.empty())
+        obs.values.emplace(name, std::move(v));
   }
-  if (sampling && h.value("function_ranges", true)) {
+  if (job.sampling && job.function_ranges) {
     // What the samples are attributed against: only a sampled stage needs
     // it, and the daemon asks only until it knows the program's functions.
-    json ranges = json::array();
+    auto& ranges = obs.function_ranges.emplace();
     for (const auto& r : program->function_ranges())
-      ranges.push_back({{"name", r.name}, {"start", r.start}, {"size", r.size}});
-    out.header["function_ranges"] = std::move(ranges);
+      ranges.push_back({r.name, r.start, r.size});
   }
-  if (return_buffers) {
-    json sizes_json = json::array();
+  std::string returned;
+  if (job.return_buffers) {
     std::size_t total = 0;
     for (const JobBuffer& b : buffers)
       total += b.size();
-    out.payload.reserve(total);
+    returned.reserve(total);
     for (const JobBuffer& b : buffers) {
-      out.payload.append(static_cast<const char*>(b.data()), b.size());
-      sizes_json.push_back(b.size());
+      returned.append(static_cast<const char*>(b.data()), b.size());
+      obs.buffer_sizes.push_back(b.size());
     }
-    out.header["buffer_sizes"] = std::move(sizes_json);
   }
+  FDO_TRY(Message out, exec_reply_message(reply, returned));
   // (Only a freshly linked program is unloaded here; a cached one stays,
   // unless it ended with exit(n).)
-  if (process_thread_count() > 1) {
+  if (process_thread_count(state_->task_dir.get()) > 1) {
     // The program left a thread running in its code, perhaps reading its
     // buffers: unmapping either, or running its destructors, would crash the
     // worker before it answers. The loop retires this worker after the reply

@@ -2,71 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 
 namespace fdo::daemon {
 
 using nlohmann::json;
-
-namespace {
-std::optional<std::uint64_t> count_of(const json& v) {
-  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
-  if (v.is_number_integer() && v.get<std::int64_t>() >= 0)
-    return static_cast<std::uint64_t>(v.get<std::int64_t>());
-  return std::nullopt;
-}
-
-std::optional<std::uint32_t> index_of(std::string_view s) {
-  std::uint32_t v = 0;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) return std::nullopt;
-  return v;
-}
-
-// Calls f(key, value) for every member of j[key] that is an object.
-template <typename F> void each_object(const json& j, const char* key, F&& f) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_object()) return;
-  for (auto m = it->begin(); m != it->end(); ++m)
-    if (m->is_object()) f(m.key(), *m);
-}
-} // namespace
-
-void BlockTallies::add(const BlockTallies& other) {
-  for (const auto& [event, fns] : other.blocks)
-    for (const auto& [fn, bs] : fns)
-      for (const auto& [b, n] : bs)
-        blocks[event][fn][b] += n;
-  for (const auto& [fn, brs] : other.branches)
-    for (const auto& [b, events] : brs)
-      for (const auto& [event, n] : events)
-        branches[fn][b][event] += n;
-}
-
-BlockTallies block_tallies_from(const json& reply) {
-  BlockTallies out;
-  auto s = reply.find("samples");
-  if (s == reply.end() || !s->is_object()) return out;
-  each_object(*s, "blocks", [&](const std::string& event, const json& fns) {
-    for (auto f = fns.begin(); f != fns.end(); ++f) {
-      if (!f->is_object()) continue;
-      for (auto b = f->begin(); b != f->end(); ++b) {
-        auto index = index_of(b.key());
-        auto n = count_of(*b);
-        if (index && n && *n != 0) out.blocks[event][f.key()][*index] += *n;
-      }
-    }
-  });
-  each_object(*s, "branches", [&](const std::string& fn, const json& brs) {
-    for (auto b = brs.begin(); b != brs.end(); ++b) {
-      auto index = index_of(b.key());
-      if (!index || !b->is_object()) continue;
-      for (auto e = b->begin(); e != b->end(); ++e)
-        if (auto n = count_of(*e); n && *n != 0) out.branches[fn][*index][e.key()] += *n;
-    }
-  });
-  return out;
-}
 
 bool is_branch_miss_event(std::string_view event) {
   if (event == "branch-misses") return true;

@@ -16,7 +16,6 @@ namespace {
 // their flush interval anyway; this bounds the store reads to one a second per key).
 constexpr std::chrono::seconds kFleetRefresh{1};
 
-// Adds `counts` into `sum` element-wise (saturating), growing it as needed.
 // "evidence from hosts a (12 stages), b (3 stages)": who contributed to a version.
 std::string hosts_phrase(const std::map<std::string, std::uint64_t>& hosts) {
   std::string out = hosts.size() == 1 ? "evidence from host " : "evidence from hosts ";
@@ -30,71 +29,45 @@ std::string hosts_phrase(const std::map<std::string, std::uint64_t>& hosts) {
   return out;
 }
 
+// Adds `counts` into `sum` element-wise (saturating), growing it as needed.
 void add_counts(std::vector<std::uint64_t>& sum, const std::vector<std::uint64_t>& counts) {
   if (sum.size() < counts.size()) sum.resize(counts.size(), 0);
   for (std::size_t i = 0; i < counts.size(); ++i)
     sum[i] = counts[i] > UINT64_MAX - sum[i] ? UINT64_MAX : sum[i] + counts[i];
 }
 
-// A count as the worker sent it; anything else (negative, fractional, text) is no count.
-std::optional<std::uint64_t> as_count(const json& v) {
-  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
-  if (v.is_number_integer() && v.get<std::int64_t>() >= 0)
-    return static_cast<std::uint64_t>(v.get<std::int64_t>());
-  return std::nullopt;
-}
 } // namespace
 
-StageFeedback stage_feedback_from(const json& exec_reply,
+StageFeedback stage_feedback_from(const StageObservation& obs,
                                   const std::map<std::string, std::uint64_t>& cfg_hashes) {
-  // Read in place: the reply is walked once per stage, and json::value()
-  // would copy every event (explanations included) and every count array.
   StageFeedback fb;
-  auto member = [](const json& j, const char* key) -> const json* {
-    if (!j.is_object()) return nullptr;
-    auto it = j.find(key);
-    return it == j.end() ? nullptr : &*it;
-  };
-  if (const json* m = member(exec_reply, "measurement")) {
-    if (const json* wall = member(*m, "wall_ns")) fb.exec_ns = as_count(*wall).value_or(0);
-    if (const json* cpu = member(*m, "process_cpu_ns")) fb.cpu_ns = as_count(*cpu);
-    if (const json* events = member(*m, "events"); events && events->is_array())
-      for (const json& e : *events) {
-        const json* value = member(e, "value");
-        const json* name = member(e, "name");
-        if (value == nullptr) continue;
-        if (auto v = as_count(*value))
-          fb.counters[name && name->is_string() ? name->get_ref<const std::string&>() : ""] = *v;
-      }
+  fb.exec_ns = obs.exec_ns;
+  if (obs.measurement) {
+    fb.cpu_ns = obs.measurement->process_cpu_ns;
+    for (const perf::EventReading& e : obs.measurement->events)
+      if (e.value) fb.counters[e.name] = *e.value;
   }
-  if (const json* counts = member(exec_reply, "counts"); counts && counts->is_object())
-    for (auto it = counts->begin(); it != counts->end(); ++it) {
-      auto h = cfg_hashes.find(it.key());
-      if (h == cfg_hashes.end() || !it->is_array()) continue;
-      FunctionCounts fc{h->second, {}, {}, {}};
-      fc.counts.reserve(it->size());
-      for (const json& v : *it)
-        fc.counts.push_back(as_count(v).value_or(0));
-      fb.counts[it.key()] = std::move(fc);
+  for (const auto& [fn, counts] : obs.counts) {
+    auto h = cfg_hashes.find(fn);
+    if (h == cfg_hashes.end()) continue;
+    FunctionCounts fc{h->second, counts, {}, {}};
+    if (auto v = obs.values.find(fn); v != obs.values.end()) {
+      fc.indirect_calls = v->second.indirect_calls;
+      fc.memop_sizes = v->second.memop_sizes;
     }
-  // Value profiles, in the profile document's form: parsed through it so the
-  // rules (hex targets, non-negative counts) are the same.
-  if (const json* values = member(exec_reply, "values"); values && values->is_object())
-    for (auto it = values->begin(); it != values->end(); ++it) {
-      auto fc = fb.counts.find(it.key());
-      if (fc == fb.counts.end() || !it->is_object()) continue;
-      json function = *it;
-      function["cfg_hash"] = "0";
-      json doc = json::object();
-      doc["functions"] = json::object();
-      doc["functions"][it.key()] = std::move(function);
-      auto parsed = profile_from_json(doc);
-      if (!parsed) continue; // malformed: the counts alone still count
-      FunctionProfile& f = parsed->functions.begin()->second;
-      fc->second.indirect_calls = std::move(f.indirect_calls);
-      fc->second.memop_sizes = std::move(f.memop_sizes);
-    }
+    fb.counts.emplace(fn, std::move(fc));
+  }
   return fb;
+}
+
+void observe(StageReport& report, const StageObservation& obs,
+             const std::set<std::string>* known_functions) {
+  static const std::map<std::string, std::uint64_t> kNoHashes;
+  static const PgoNames kNoNames;
+  const StageMetadata* meta = report.metadata.get();
+  report.feedback = stage_feedback_from(obs, meta ? meta->cfg_hashes : kNoHashes);
+  report.samples = stage_samples_from(obs, meta ? meta->pgo_names : kNoNames, known_functions);
+  report.blocks = obs.samples ? obs.samples->tallies : BlockTallies{};
 }
 
 FeedbackLoop::FeedbackLoop(FeedbackStore& store, std::string host, LifecycleTable* lifecycles)

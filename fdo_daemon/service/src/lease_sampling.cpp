@@ -233,9 +233,9 @@ json LeaseSampling::state() const {
           {"ranges", ranges_.size()}};
 }
 
-json LeaseSampling::drain() {
+std::optional<StageObservation> LeaseSampling::drain() {
   std::lock_guard lk(mu_);
-  if (samplers_.empty() || ranges_.empty()) return nullptr;
+  if (samplers_.empty() || ranges_.empty()) return std::nullopt;
   perf::SampleSet all;
   all.events = config_.events;
   for (auto it = samplers_.begin(); it != samplers_.end();) {
@@ -247,16 +247,16 @@ json LeaseSampling::drain() {
       ++it;
   }
   StageSamplingRequest request{config_.events, config_.frequency_hz, config_.max_samples};
-  auto samples = stage_samples_json(events_, request, std::move(all), ranges_);
+  auto samples = stage_sample_report(events_, request, std::move(all), ranges_);
   if (!samples) {
     log::debug("in-process sampling of process " + std::to_string(pid_) + ": " +
                samples.error().describe());
-    return nullptr;
+    return std::nullopt;
   }
-  json function_ranges = json::array();
-  for (const jit::FunctionRange& r : ranges_)
-    function_ranges.push_back({{"name", r.name}, {"start", r.start}, {"size", r.size}});
-  return {{"samples", std::move(*samples)}, {"function_ranges", std::move(function_ranges)}};
+  StageObservation out;
+  out.samples = std::move(*samples);
+  out.function_ranges = ranges_;
+  return out;
 }
 
 } // namespace fdo::daemon

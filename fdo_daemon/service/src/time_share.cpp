@@ -11,14 +11,6 @@ namespace {
 bool is_clock(const std::string& event) {
   return event == "cpu-clock" || event == "task-clock";
 }
-
-std::optional<std::uint64_t> count_of(const json& v) {
-  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
-  if (v.is_number_integer() && v.get<std::int64_t>() >= 0)
-    return static_cast<std::uint64_t>(v.get<std::int64_t>());
-  return std::nullopt;
-}
-
 } // namespace
 
 PgoNames::PgoNames(const std::map<std::string, std::string>& pgo_names) {
@@ -38,43 +30,31 @@ const std::string& PgoNames::of(const std::string& symbol) const {
   return it == by_symbol_.end() ? symbol : it->second;
 }
 
-StageSamples stage_samples_from(const json& reply, const PgoNames& pgo_names,
+StageSamples stage_samples_from(const StageObservation& obs, const PgoNames& pgo_names,
                                 const std::set<std::string>* known_functions) {
   StageSamples out;
-  auto s = reply.find("samples");
-  if (s == reply.end() || !s->is_object()) return out;
-  auto events = s->find("events");
-  if (events == s->end() || !events->is_array()) return out;
-  for (const json& e : *events) {
-    if (!e.is_object() || e.value("status", "") != "available") continue;
-    std::string name = e.value("name", "");
-    if (is_clock(name)) {
-      out.clock_event = name;
+  if (!obs.samples || !obs.samples->error.empty()) return out;
+  const StageSampleReport& s = *obs.samples;
+  for (const perf::SamplerEvent& e : s.events)
+    if (e.status == perf::EventStatus::available && is_clock(e.name)) {
+      out.clock_event = e.name;
       break;
     }
-  }
   if (out.clock_event.empty()) return out;
-  auto add = [&](const std::string& fn, const json& per_event) {
-    if (!per_event.is_object()) return;
-    for (auto it = per_event.begin(); it != per_event.end(); ++it) {
-      auto n = count_of(*it);
-      if (!n) continue;
-      if (it.key() == out.clock_event)
-        out.clock[fn] += *n;
-      else if (!is_clock(it.key()))
-        out.misses[it.key()][fn] += *n;
+  for (const auto& [symbol, per_event] : s.functions) {
+    const std::string& fn = pgo_names.of(symbol);
+    for (const auto& [event, n] : per_event) {
+      if (event == out.clock_event)
+        out.clock[fn] += n;
+      else if (!is_clock(event))
+        out.misses[event][fn] += n;
     }
-  };
-  if (auto f = s->find("functions"); f != s->end() && f->is_object())
-    for (auto it = f->begin(); it != f->end(); ++it)
-      add(pgo_names.of(it.key()), *it);
-  if (auto o = s->find("outside_jit"); o != s->end() && o->is_object())
-    if (auto c = o->find(out.clock_event); c != o->end())
-      out.clock_outside = count_of(*c).value_or(0);
-  if (auto r = reply.find("function_ranges"); r != reply.end() && r->is_array()) {
-    for (const json& range : *r)
-      if (range.is_object() && range.value("size", std::uint64_t{0}) != 0)
-        out.functions.insert(pgo_names.of(range.value("name", "")));
+  }
+  if (auto c = s.outside_jit.find(out.clock_event); c != s.outside_jit.end())
+    out.clock_outside = c->second;
+  if (obs.function_ranges) {
+    for (const jit::FunctionRange& r : *obs.function_ranges)
+      if (r.size != 0) out.functions.insert(pgo_names.of(r.name));
   } else if (known_functions != nullptr) {
     out.functions = *known_functions;
   }

@@ -127,20 +127,15 @@ TEST_CASE("samples at known code addresses map to their IR block and branch, whe
                    at(0, run->start + in_huge),  // huge: no conditional branch
                    at(0, run->start + in_small), // small: none either
                    at(0, 0x10)};                 // not program code
-    auto j = stage_samples_json(events, request, set, ranges);
+    auto j = stage_sample_report(events, request, set, ranges);
     REQUIRE(j);
-    INFO(j->dump());
-    json blocks = (*j)["blocks"]["branch-misses"]["run"]; // copies: a missing key reads null
-    CHECK(blocks["0"] == 1);
-    CHECK(blocks["1"] == 2);
-    CHECK(blocks["2"] == 1);
-    CHECK(blocks["3"] == 1);
-    CHECK_FALSE(blocks.contains("4"));
-    json branches = (*j)["branches"]["run"];
-    CHECK(branches["0"]["branch-misses"] == 1);
-    CHECK(branches["1"]["branch-misses"] == 2);
+    const auto& blocks = j->tallies.blocks.at("branch-misses").at("run");
+    CHECK(blocks == std::map<std::uint32_t, std::uint64_t>{{0, 1}, {1, 2}, {2, 1}, {3, 1}});
+    const auto& branches = j->tallies.branches.at("run");
+    CHECK(branches.at(0).at("branch-misses") == 1);
+    CHECK(branches.at(1).at("branch-misses") == 2);
     CHECK(branches.size() == 2); // huge and small end in no conditional branch
-    CHECK((*j)["outside_jit"]["branch-misses"] == 1);
+    CHECK(j->outside_jit.at("branch-misses") == 1);
   }
   const auto start_of = [](const jit::LoadedProgram& p) {
     for (const auto& f : p.function_ranges())
@@ -175,9 +170,9 @@ TEST_CASE("a mispredicted branch from the branch stack counts for its own block"
   events[0].name = "branch-misses";
   events[0].status = perf::EventStatus::available;
   auto j =
-      stage_samples_json(events, StageSamplingRequest{{"branch-misses"}, 1000, 100}, set, ranges);
+      stage_sample_report(events, StageSamplingRequest{{"branch-misses"}, 1000, 100}, set, ranges);
   REQUIRE(j);
-  CHECK((*j)["blocks"]["branch-misses"]["run"]["3"] == 1); // where the IP was
-  CHECK((*j)["branches"]["run"]["1"]["branch-misses"] == 1);
-  CHECK((*j)["branches"]["run"].size() == 1);
+  CHECK(j->tallies.blocks.at("branch-misses").at("run").at(3) == 1); // where the IP was
+  CHECK(j->tallies.branches.at("run").at(1).at("branch-misses") == 1);
+  CHECK(j->tallies.branches.at("run").size() == 1);
 }

@@ -169,7 +169,7 @@ TEST_CASE("branch-miss samples on one branch mark exactly it !unpredictable and 
 
   // A recorded stream, as the kernel would write it: the sampler reads it out
   // of its rings through the syscall seam, exactly as in the exec worker.
-  const json reply =
+  const StageObservation reply =
       recorded_stage({"cpu-clock", "branch-misses"}, ranges, [&](std::vector<RingWriter>& rings) {
         for (int i = 0; i < 40; ++i)
           rings[1].append(sample_record(run->start + b0->offset + (i % b0->size), 100));
@@ -180,7 +180,8 @@ TEST_CASE("branch-miss samples on one branch mark exactly it !unpredictable and 
       });
 
   // The service's side: tallies per branch, with the compile's weights.
-  const BlockTallies tallies = block_tallies_from(reply);
+  REQUIRE(reply.samples);
+  const BlockTallies& tallies = reply.samples->tallies;
   CHECK(tallies.branches.at("run").at(0).at("branch-misses") == 40);
   CHECK(tallies.branches.at("run").at(1).at("branch-misses") == 5);
   CHECK(tallies.blocks.at("cpu-clock").at("run").at(b0->block) == 30);

@@ -2,10 +2,12 @@
 // storage key so the daemon sends the object once per worker, a key the
 // worker does not hold answered with missing_object, and the measurement's
 // explanations only when asked for.
+#include "fdo/daemon/exec_messages.h"
 #include "fdo/daemon/worker_jobs.h"
 #include "fdo/jit/compiler.h"
 
 #include <catch2/catch.hpp>
+#include <functional>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -43,35 +45,45 @@ jit::CompileResult compiled(const char* ir) {
 }
 
 // An execute of `entry` naming `key`; with `object`, the object and its
-// metadata are attached.
+// metadata are attached. `tweak` changes the job before it is encoded.
+using Tweak = std::function<void(ExecJob&)>;
 Message exec_job(const std::string& key, const std::string& entry, std::vector<std::uint64_t> args,
-                 const jit::CompileResult* object, json extra = json::object()) {
-  Message m;
-  m.header = {{"op", "exec"},
-              {"key", key},
-              {"entry", entry},
-              {"slots", args},
-              {"buffer_of_param", std::vector<int>(args.size(), -1)},
-              {"events", json::array()}};
+                 const jit::CompileResult* object, const Tweak& tweak = {}) {
+  ExecJob job;
+  job.key = key;
+  job.entry = entry;
+  job.buffer_of_param.assign(args.size(), -1);
+  job.slots = std::move(args);
   if (object != nullptr) {
-    m.header["metadata"] = jit::metadata_to_json(*object);
-    m.header["object_size"] = object->object.size();
-    m.payload = object->object;
+    job.metadata = jit::metadata_to_json(*object).dump();
+    job.object_size = object->object.size();
   }
-  for (auto& [k, v] : extra.items())
-    m.header[k] = v;
-  return m;
+  if (tweak) tweak(job);
+  auto m = exec_job_message(job);
+  REQUIRE(m);
+  if (object != nullptr) m->payload += object->object;
+  return std::move(*m);
 }
 
-std::string missing(const Expected<Message>& reply) {
+Tweak cache_entries(std::uint64_t n) {
+  return [n](ExecJob& j) { j.cache_entries = n; };
+}
+
+ExecReply reply_of(const Expected<Message>& reply) {
   REQUIRE(reply);
-  return reply->header.value("missing_object", std::string());
+  auto decoded = exec_reply_of(*reply);
+  REQUIRE(decoded);
+  return std::move(decoded->value);
+}
+
+bool missing(const Expected<Message>& reply) {
+  return reply_of(reply).outcome == ExecOutcome::missing_object;
 }
 
 std::uint64_t ret(const Expected<Message>& reply) {
-  REQUIRE(reply);
-  REQUIRE(reply->header.contains("ret"));
-  return reply->header["ret"].get<std::uint64_t>();
+  ExecReply r = reply_of(reply);
+  REQUIRE(r.outcome == ExecOutcome::ran);
+  return r.observation.ret;
 }
 
 } // namespace
@@ -82,25 +94,24 @@ TEST_CASE("exec job: a program is linked once and then named by key", "[jobs][ex
   jit::CompileResult add = compiled(kAdd);
 
   // A fresh worker holds nothing: asked by key, it asks for the object.
-  CHECK(missing((*jobs)->handle(exec_job("k-add", "add", {2, 3}, nullptr))) == "k-add");
+  CHECK(missing((*jobs)->handle(exec_job("k-add", "add", {2, 3}, nullptr))));
   CHECK(ret((*jobs)->handle(exec_job("k-add", "add", {2, 3}, &add))) == 5);
   // From now on the key is enough.
   auto by_key = (*jobs)->handle(exec_job("k-add", "add", {40, 2}, nullptr));
   CHECK(ret(by_key) == 42);
-  CHECK_FALSE(by_key->header.contains("missing_object"));
 
   // Least recently used goes first once more than cache_entries are held.
   jit::CompileResult other = compiled(kAdd);
-  json one = {{"cache_entries", 1}};
+  Tweak one = cache_entries(1);
   CHECK(ret((*jobs)->handle(exec_job("k-other", "add", {1, 1}, &other, one))) == 2);
-  CHECK(missing((*jobs)->handle(exec_job("k-add", "add", {1, 2}, nullptr, one))) == "k-add");
+  CHECK(missing((*jobs)->handle(exec_job("k-add", "add", {1, 2}, nullptr, one))));
   CHECK(ret((*jobs)->handle(exec_job("k-other", "add", {1, 2}, nullptr, one))) == 3);
 
   // cache_entries 0: nothing is kept.
-  json none = {{"cache_entries", 0}};
+  Tweak none = cache_entries(0);
   CHECK(ret((*jobs)->handle(exec_job("k-add", "add", {1, 2}, &add, none))) == 3);
-  CHECK(missing((*jobs)->handle(exec_job("k-add", "add", {1, 2}, nullptr, none))) == "k-add");
-  CHECK(missing((*jobs)->handle(exec_job("k-other", "add", {1, 2}, nullptr, none))) == "k-other");
+  CHECK(missing((*jobs)->handle(exec_job("k-add", "add", {1, 2}, nullptr, none))));
+  CHECK(missing((*jobs)->handle(exec_job("k-other", "add", {1, 2}, nullptr, none))));
 }
 
 // An entry that ends its program with exit(status) after a counted loop, as
@@ -140,28 +151,26 @@ TEST_CASE("exec job: a program that calls exit(n) ends its call, not the worker,
   REQUIRE(instrumented);
   REQUIRE_FALSE(instrumented->counters_layout.empty());
 
-  auto reply = (*jobs)->handle(exec_job("k-exit", "run", {1000, 3}, &*instrumented));
-  REQUIRE(reply);
-  REQUIRE(reply->header.contains("exited"));
-  CHECK(reply->header["exited"]["status"] == 3);
+  ExecReply reply = reply_of((*jobs)->handle(exec_job("k-exit", "run", {1000, 3}, &*instrumented)));
+  REQUIRE(reply.observation.exited);
+  CHECK(*reply.observation.exited == 3);
   // The stage is measured and its counters read, as after a return.
-  CHECK(reply->header.contains("measurement"));
-  const json& counts = reply->header["counts"];
+  CHECK(reply.observation.measurement);
+  const auto& counts = reply.observation.counts;
   REQUIRE(counts.contains("run"));
   std::uint64_t total = 0;
-  for (const json& c : counts["run"])
-    total += c.get<std::uint64_t>();
+  for (std::uint64_t c : counts.at("run"))
+    total += c;
   CHECK(total >= 1000);
   // The program ended: it is not kept linked for the next stage.
-  CHECK(missing((*jobs)->handle(exec_job("k-exit", "run", {10, 0}, nullptr))) == "k-exit");
+  CHECK(missing((*jobs)->handle(exec_job("k-exit", "run", {10, 0}, nullptr))));
   // _exit too; and the worker goes on running programs.
-  auto quick = (*jobs)->handle(exec_job("k-exit", "quick", {7}, &*instrumented));
-  REQUIRE(quick);
-  CHECK(quick->header["exited"]["status"] == 7);
+  ExecReply quick = reply_of((*jobs)->handle(exec_job("k-exit", "quick", {7}, &*instrumented)));
+  CHECK(quick.observation.exited == std::optional<std::int32_t>(7));
   jit::CompileResult add = compiled(kAdd);
   CHECK(ret((*jobs)->handle(exec_job("k-add", "add", {2, 3}, &add))) == 5);
   CHECK_FALSE(
-      (*jobs)->handle(exec_job("k-add", "add", {2, 3}, nullptr))->header.contains("exited"));
+      reply_of((*jobs)->handle(exec_job("k-add", "add", {2, 3}, nullptr))).observation.exited);
 }
 
 TEST_CASE("exec job: a program with writable globals is kept and starts every stage afresh",
@@ -180,48 +189,42 @@ TEST_CASE("exec job: a program with writable globals is kept and starts every st
   CHECK(ret((*jobs)->handle(exec_job("k-add", "add", {2, 3}, &add))) == 5);
   CHECK(ret((*jobs)->handle(exec_job("k-n", "bump", {3}, nullptr))) == 3);
   // With nothing kept (cache_entries 0), linked afresh every time.
-  json none = {{"cache_entries", 0}};
+  Tweak none = cache_entries(0);
   CHECK(ret((*jobs)->handle(exec_job("k-n", "bump", {4}, &counter, none))) == 4);
   CHECK(ret((*jobs)->handle(exec_job("k-n", "bump", {4}, &counter, none))) == 4);
-  CHECK(missing((*jobs)->handle(exec_job("k-n", "bump", {5}, nullptr))) == "k-n");
+  CHECK(missing((*jobs)->handle(exec_job("k-n", "bump", {5}, nullptr))));
 }
 
 TEST_CASE("exec job: the measurement explains an event only when verbose", "[jobs][exec]") {
   auto jobs = ExecJobs::create();
   REQUIRE(jobs);
   jit::CompileResult add = compiled(kAdd);
-  json events = {{"events", {"instructions", "branch-misses"}}};
+  auto events = [](bool verbose) {
+    return [verbose](ExecJob& j) {
+      j.events = {"instructions", "branch-misses"};
+      j.verbose = verbose;
+    };
+  };
 
-  auto compact = (*jobs)->handle(exec_job("k", "add", {1, 2}, &add, events));
-  CHECK(ret(compact) == 3);
-  const json& m = compact->header["measurement"];
-  REQUIRE(m["events"].size() == 2);
-  CHECK_FALSE(m.contains("task_clock_reason"));
-  for (const json& e : m["events"]) {
-    CHECK(e.contains("status"));
-    CHECK(e.contains("value"));
-    CHECK_FALSE(e.contains("reason"));
-    // An event that did not count is its name, status and errno; nothing else.
-    if (e["value"].is_null()) {
-      CHECK(e.contains("errno"));
-      CHECK_FALSE(e.contains("raw"));
-      CHECK_FALSE(e.contains("enabled_ns"));
-    }
-  }
+  ExecReply compact = reply_of((*jobs)->handle(exec_job("k", "add", {1, 2}, &add, events(false))));
+  CHECK(compact.observation.ret == 3);
+  REQUIRE(compact.observation.measurement);
+  const perf::Measurement& m = *compact.observation.measurement;
+  REQUIRE(m.events.size() == 2);
+  CHECK(m.task_clock_reason.empty());
+  CHECK(compact.observation.exec_ns == m.wall_ns);
+  for (const perf::EventReading& e : m.events)
+    CHECK(e.reason.empty());
 
-  json verbose = events;
-  verbose["verbose"] = true;
-  auto full = (*jobs)->handle(exec_job("k", "add", {1, 2}, nullptr, verbose));
-  CHECK(ret(full) == 3);
-  const json& v = full->header["measurement"];
-  REQUIRE(v["events"].size() == 2);
-  CHECK(v.contains("task_clock_reason"));
-  for (const json& e : v["events"]) {
-    REQUIRE(e.contains("reason"));
-    CHECK(e.contains("raw"));
+  ExecReply full = reply_of((*jobs)->handle(exec_job("k", "add", {1, 2}, nullptr, events(true))));
+  CHECK(full.observation.ret == 3);
+  REQUIRE(full.observation.measurement);
+  const perf::Measurement& v = *full.observation.measurement;
+  REQUIRE(v.events.size() == 2);
+  for (const perf::EventReading& e : v.events)
     // An event that did not count says why (on a host without a PMU: all).
-    if (e["status"] != "available") CHECK_FALSE(e["reason"].get<std::string>().empty());
-  }
+    if (e.status != perf::EventStatus::available) CHECK_FALSE(e.reason.empty());
+  if (!v.task_clock_ns) CHECK_FALSE(v.task_clock_reason.empty());
 }
 
 namespace {
@@ -271,21 +274,24 @@ TEST_CASE("exec job: a buffer sent as a descriptor is mapped copy-on-write", "[j
   }
   Fd fd = memfd_with(bytes); // not even sealed: the mapping is private either way
   // An inline buffer first: its bytes are in the payload, the memfd's are not.
-  Message job = exec_job(
-      "k-inc", "inc", {0, bytes.size()}, &inc,
-      {{"buffer_of_param", {1, -1}},
-       {"return_buffers", true},
-       {"buffers",
-        {{{"elem", "u8"}, {"size", 3}}, {{"elem", "u8"}, {"size", bytes.size()}, {"fd", 0}}}}});
+  Message job = exec_job("k-inc", "inc", {0, bytes.size()}, &inc, [&](ExecJob& j) {
+    j.buffer_of_param = {1, -1};
+    j.return_buffers = true;
+    j.buffers = {{3, std::nullopt}, {bytes.size(), 0}};
+  });
   job.payload += "abc";
   job.fds = {fd.get()};
   auto r = (*jobs)->handle(job);
   CHECK(ret(r) == sum);
-  REQUIRE(r->payload.size() == 3 + bytes.size());
-  CHECK(r->payload.substr(0, 3) == "abc");
+  auto decoded = exec_reply_of(*r);
+  REQUIRE(decoded);
+  CHECK(decoded->value.observation.buffer_sizes == std::vector<std::uint64_t>{3, bytes.size()});
+  std::string_view returned = decoded->rest;
+  REQUIRE(returned.size() == 3 + bytes.size());
+  CHECK(returned.substr(0, 3) == "abc");
   bool all_incremented = true;
   for (std::size_t i = 0; i < bytes.size(); ++i)
-    all_incremented = all_incremented && r->payload[3 + i] == static_cast<char>(bytes[i] + 1);
+    all_incremented = all_incremented && returned[3 + i] == static_cast<char>(bytes[i] + 1);
   CHECK(all_incremented);
   // The program's writes went to private pages: the memfd is as it was.
   std::string after(bytes.size(), '\0');
@@ -298,24 +304,34 @@ TEST_CASE("exec job: a bad buffer descriptor is a clear error", "[jobs][exec]") 
   REQUIRE(jobs);
   jit::CompileResult inc = compiled(kInc);
   Fd fd = memfd_with(std::string(100, 'x'));
-  auto run = [&](json buffer, std::vector<int> fds) {
-    Message job = exec_job("k-inc", "inc", {0, 100}, &inc,
-                           {{"buffer_of_param", {0, -1}}, {"buffers", json::array({buffer})}});
+  auto run = [&](ExecBufferSpec buffer, std::vector<int> fds) {
+    Message job = exec_job("k-inc", "inc", {0, 100}, &inc, [&](ExecJob& j) {
+      j.buffer_of_param = {0, -1};
+      j.buffers = {buffer};
+    });
     job.fds = std::move(fds);
     return (*jobs)->handle(job);
   };
-  auto out_of_range = run({{"elem", "u8"}, {"size", 100}, {"fd", 1}}, {fd.get()});
+  auto out_of_range = run({100, 1}, {fd.get()});
   REQUIRE_FALSE(out_of_range);
   CHECK(out_of_range.error().code() == Errc::invalid_argument);
   CHECK_THAT(out_of_range.error().message(), Catch::Contains("out of range (1 came with the job)"));
-  auto no_fds = run({{"elem", "u8"}, {"size", 100}, {"fd", 0}}, {});
+  auto no_fds = run({100, 0}, {});
   REQUIRE_FALSE(no_fds);
   CHECK_THAT(no_fds.error().message(), Catch::Contains("out of range (0 came with the job)"));
-  auto wrong_size = run({{"elem", "u8"}, {"size", 64}, {"fd", 0}}, {fd.get()});
+  auto wrong_size = run({64, 0}, {fd.get()});
   REQUIRE_FALSE(wrong_size);
   CHECK(wrong_size.error().code() == Errc::invalid_argument);
   CHECK_THAT(wrong_size.error().message(), Catch::Contains("holds 100 bytes, the job says 64"));
-  auto not_object = run(json::array({1, 2}), {});
-  REQUIRE_FALSE(not_object);
-  CHECK_THAT(not_object.error().message(), Catch::Contains("a buffer is not an object"));
+  // Bytes the payload does not have.
+  auto short_payload = run({1000, std::nullopt}, {});
+  REQUIRE_FALSE(short_payload);
+  CHECK_THAT(short_payload.error().message(), Catch::Contains("payload shorter than its buffers"));
+  // A job whose body is not an exec job's layout.
+  Message garbled = exec_job("k-inc", "inc", {0, 100}, &inc);
+  garbled.payload[0] ^= 0x5a;
+  auto bad_body = (*jobs)->handle(garbled);
+  REQUIRE_FALSE(bad_body);
+  CHECK(bad_body.error().code() == Errc::corrupt);
+  CHECK_THAT(bad_body.error().message(), Catch::Contains("exec job: unknown layout"));
 }

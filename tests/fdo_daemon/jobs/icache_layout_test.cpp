@@ -150,7 +150,7 @@ TEST_CASE("i-cache miss samples on one function lay it out hot, first in the tex
   const jit::FunctionRange& warm = range_named(ranges, "warm");
 
   // A recorded stream: 45 i-cache miss samples in `hot`, 5 in `warm`.
-  const json reply = recorded_stage(
+  const StageObservation reply = recorded_stage(
       {"cpu-clock", "L1-icache-load-misses"}, ranges, [&](std::vector<RingWriter>& rings) {
         for (int i = 0; i < 45; ++i)
           rings[1].append(sample_record(hot.start + (i % hot.size), 100));

@@ -1,6 +1,6 @@
 // Helpers of the sampling-loop tests (branch_feedback_test.cpp,
 // icache_layout_test.cpp): a profile from one instrumented run of a program,
-// and a stage's "samples" reply member from a recorded stream that the
+// and a stage's sampled observation from a recorded stream that the
 // sampler reads out of its rings through the perf syscall seam, exactly as in
 // the exec worker (this kind of host has no PMU).
 #pragma once
@@ -38,9 +38,9 @@ inline ProfileDoc profile_from_a_run(const std::string& program,
   return doc;
 }
 
-// The reply of a stage sampled for `events` over the program at `ranges`:
+// What a stage sampled for `events` over the program at `ranges` observed:
 // `write` appends the recorded samples, one ring per event in order.
-inline nlohmann::json
+inline StageObservation
 recorded_stage(const std::vector<std::string>& events,
                const std::vector<jit::FunctionRange>& ranges,
                const std::function<void(std::vector<perf::testing::RingWriter>&)>& write) {
@@ -58,9 +58,11 @@ recorded_stage(const std::vector<std::string>& events,
     rings.emplace_back(fake.mapping_for(fake.opened[i].fd), perf::page_size());
   write(rings);
   (*sampler)->stop();
-  auto samples = stage_samples_json((*sampler)->events(), request, (*sampler)->drain(), ranges);
+  auto samples = stage_sample_report((*sampler)->events(), request, (*sampler)->drain(), ranges);
   REQUIRE(samples);
-  return {{"samples", *samples}};
+  StageObservation obs;
+  obs.samples = std::move(*samples);
+  return obs;
 }
 
 } // namespace fdo::daemon::testing

@@ -1,3 +1,4 @@
+#include "fdo/daemon/exec_messages.h"
 #include "fdo/daemon/stage_sampling.h"
 #include "fdo/daemon/worker_jobs.h"
 #include "fdo/jit/compiler.h"
@@ -17,35 +18,18 @@ perf::Sample at(std::uint32_t event, std::uint64_t ip) {
 }
 } // namespace
 
-TEST_CASE("the exec header's sampling request is read and checked", "[jobs][sampling]") {
-  auto none = sampling_request_from(json{{"op", "exec"}});
-  REQUIRE(none);
-  CHECK_FALSE(none->has_value());
-  auto null = sampling_request_from(json{{"sampling", nullptr}});
-  REQUIRE(null);
-  CHECK_FALSE(null->has_value());
-
-  auto r = sampling_request_from(
-      json{{"sampling",
-            {{"events", json::array({"cpu-clock"})}, {"frequency_hz", 499}, {"max_samples", 7}}}});
-  REQUIRE(r);
-  REQUIRE(r->has_value());
-  CHECK((*r)->events == std::vector<std::string>{"cpu-clock"});
-  CHECK((*r)->frequency_hz == 499);
-  CHECK((*r)->max_samples == 7);
-
-  auto fails = [](json sampling, const std::string& names) {
-    auto bad = sampling_request_from(json{{"sampling", std::move(sampling)}});
+TEST_CASE("an exec job's sampling request is checked", "[jobs][sampling]") {
+  CHECK(validate(StageSamplingRequest{{"cpu-clock"}, 499, 7}));
+  auto fails = [](StageSamplingRequest r, const std::string& names) {
+    auto bad = validate(r);
     REQUIRE_FALSE(bad);
     CHECK(bad.error().code() == Errc::invalid_argument);
     CHECK_THAT(bad.error().describe(), Catch::Contains(names));
   };
-  fails(json::array(), "'sampling' must be an object");
-  fails(json::object(), "sampling.events");
-  fails({{"events", json::array()}}, "sampling.events");
-  fails({{"events", json::array({""})}}, "sampling.events");
-  fails({{"events", json::array({"cpu-clock"})}, {"frequency_hz", 0}}, "sampling.frequency_hz");
-  fails({{"events", json::array({"cpu-clock"})}, {"max_samples", -3}}, "sampling.max_samples");
+  fails({{}, 1000, 10}, "sampling.events");
+  fails({{""}, 1000, 10}, "sampling.events");
+  fails({{"cpu-clock"}, 0, 10}, "sampling.frequency_hz");
+  fails({{"cpu-clock"}, 1000, 0}, "sampling.max_samples");
 }
 
 TEST_CASE("thinning keeps exactly the budget, spread evenly", "[jobs][sampling]") {
@@ -83,35 +67,35 @@ TEST_CASE("stage samples are attributed to functions and the rest is counted out
       {"hot", 0x1000, 0x100}, {"cold", 0x2000, 0x40}, {"idle", 0x3000, 0x40}};
   StageSamplingRequest request{{"cpu-clock", "branch-misses"}, 1000, 100};
 
-  auto j = stage_samples_json(events, request, set, ranges);
+  auto j = stage_sample_report(events, request, set, ranges);
   REQUIRE(j);
-  CHECK((*j)["recorded"] == 9);
-  CHECK((*j)["attributed"] == 9);
-  CHECK((*j)["lost_samples"] == 3);
-  CHECK((*j)["functions"]["hot"]["cpu-clock"] == 6);
-  CHECK((*j)["functions"]["cold"]["cpu-clock"] == 1);
-  CHECK((*j)["functions"]["cold"]["branch-misses"] == 1);
-  CHECK_FALSE((*j)["functions"].contains("idle")); // no samples, not listed
-  CHECK((*j)["outside_jit"]["cpu-clock"] == 1);
-  CHECK((*j)["events"][1]["status"] == "no_pmu");
+  CHECK(j->recorded == 9);
+  CHECK(j->attributed == 9);
+  CHECK(j->lost_samples == 3);
+  CHECK(j->functions.at("hot").at("cpu-clock") == 6);
+  CHECK(j->functions.at("cold").at("cpu-clock") == 1);
+  CHECK(j->functions.at("cold").at("branch-misses") == 1);
+  CHECK_FALSE(j->functions.contains("idle")); // no samples, not listed
+  CHECK(j->outside_jit.at("cpu-clock") == 1);
+  CHECK(j->events[1].status == perf::EventStatus::no_pmu);
 
   // The same stage relinked elsewhere: attribution follows the ranges.
   std::vector<jit::FunctionRange> moved = {{"hot", 0x2000, 0x40}, {"cold", 0x1000, 0x100}};
-  auto m = stage_samples_json(events, request, set, moved);
+  auto m = stage_sample_report(events, request, set, moved);
   REQUIRE(m);
-  CHECK((*m)["functions"]["cold"]["cpu-clock"] == 6);
-  CHECK((*m)["functions"]["hot"]["branch-misses"] == 1);
+  CHECK(m->functions.at("cold").at("cpu-clock") == 6);
+  CHECK(m->functions.at("hot").at("branch-misses") == 1);
 
-  // Past the budget: thinned, and the reply says how many were recorded.
+  // Past the budget: thinned, and the report says how many were recorded.
   request.max_samples = 3;
-  auto t = stage_samples_json(events, request, set, ranges);
+  auto t = stage_sample_report(events, request, set, ranges);
   REQUIRE(t);
-  CHECK((*t)["recorded"] == 9);
-  CHECK((*t)["attributed"] == 3);
+  CHECK(t->recorded == 9);
+  CHECK(t->attributed == 3);
 
   // Overlapping ranges are the loader's bug: an error, not a wrong answer.
   std::vector<jit::FunctionRange> overlapping = {{"a", 0x1000, 0x100}, {"b", 0x1080, 0x10}};
-  CHECK_FALSE(stage_samples_json(events, request, set, overlapping));
+  CHECK_FALSE(stage_sample_report(events, request, set, overlapping));
 }
 
 namespace {
@@ -144,21 +128,30 @@ entry:
 }
 )";
 
-Message exec_message(const jit::CompileResult& compiled, json sampling, std::uint64_t n,
+Message exec_message(const jit::CompileResult& compiled,
+                     std::optional<StageSamplingRequest> sampling, std::uint64_t n,
                      bool verbose = false) {
-  Message m;
-  m.header = {{"op", "exec"},
-              {"key", "spin-program"},
-              {"metadata", jit::metadata_to_json(compiled)},
-              {"entry", "run"},
-              {"slots", json::array({n})},
-              {"buffer_of_param", json::array({-1})},
-              {"events", json::array()},
-              {"object_size", compiled.object.size()},
-              {"sampling", std::move(sampling)},
-              {"verbose", verbose}};
-  m.payload = compiled.object;
-  return m;
+  ExecJob job;
+  job.key = "spin-program";
+  job.metadata = jit::metadata_to_json(compiled).dump();
+  job.entry = "run";
+  job.slots = {n};
+  job.buffer_of_param = {-1};
+  job.object_size = compiled.object.size();
+  job.sampling = std::move(sampling);
+  job.verbose = verbose;
+  auto m = exec_job_message(job);
+  REQUIRE(m);
+  m->payload += compiled.object;
+  return std::move(*m);
+}
+
+StageObservation observed(const Expected<Message>& reply) {
+  REQUIRE(reply);
+  auto decoded = exec_reply_of(*reply);
+  REQUIRE(decoded);
+  REQUIRE(decoded->value.outcome == ExecOutcome::ran);
+  return std::move(decoded->value.observation);
 }
 } // namespace
 
@@ -171,59 +164,61 @@ TEST_CASE("an exec job samples the stage with the software clock and names the f
   auto jobs = ExecJobs::create();
   REQUIRE(jobs);
 
-  json sampling = {{"events", json::array({"cpu-clock", "branch-misses"})}, {"frequency_hz", 2000}};
-  auto reply = (*jobs)->handle(exec_message(*compiled, sampling, 200'000'000));
-  REQUIRE(reply);
-  const json& s = reply->header.at("samples");
-  REQUIRE_FALSE(s.contains("error"));
-  REQUIRE(s["events"].size() == 2);
-  if (s["events"][0]["status"] != "available") {
-    WARN("skipped: cpu-clock sampling unavailable here: " + s["events"][0].dump());
+  StageSamplingRequest sampling{{"cpu-clock", "branch-misses"}, 2000, 10000};
+  StageObservation obs = observed((*jobs)->handle(exec_message(*compiled, sampling, 200'000'000)));
+  REQUIRE(obs.samples);
+  const StageSampleReport& s = *obs.samples;
+  REQUIRE(s.error.empty());
+  REQUIRE(s.events.size() == 2);
+  if (s.events[0].status != perf::EventStatus::available) {
+    WARN("skipped: cpu-clock sampling unavailable here: " + perf::to_json(s.events[0]).dump());
     return;
   }
+  // The object's functions came with the first sampled stage.
+  REQUIRE(obs.function_ranges);
+  CHECK_FALSE(obs.function_ranges->empty());
   // The spin function (a local symbol, named canonically: not `run`, not the
   // thunk) holds nearly all of the stage's clock samples.
   std::uint64_t top = 0, total = 0;
   std::string top_name;
-  for (auto it = s["functions"].begin(); it != s["functions"].end(); ++it) {
-    std::uint64_t n = it->value("cpu-clock", std::uint64_t{0});
+  for (const auto& [fn, per_event] : s.functions) {
+    auto it = per_event.find("cpu-clock");
+    std::uint64_t n = it == per_event.end() ? 0 : it->second;
     total += n;
     if (n > top) {
       top = n;
-      top_name = it.key();
+      top_name = fn;
     }
   }
-  total += s["outside_jit"].value("cpu-clock", std::uint64_t{0});
-  INFO(s.dump());
+  if (auto it = s.outside_jit.find("cpu-clock"); it != s.outside_jit.end()) total += it->second;
+  INFO("top " << top_name << " " << top << " of " << total);
   REQUIRE(total >= 20);
   CHECK(top_name != "run");
   CHECK(top_name.rfind("__fdo_thunk_", 0) != 0);
   CHECK(static_cast<double>(top) / static_cast<double>(total) > 0.8);
   // Without a PMU the hardware event is reported, not fatal; its explanation
   // travels only in a verbose stage's reply (the same text every stage).
-  for (const json& e : s["events"])
-    CHECK_FALSE(e.contains("reason"));
+  for (const perf::SamplerEvent& e : s.events)
+    CHECK(e.reason.empty());
 
   // The next stage of the same program (kept linked) samples afresh: nothing
   // of the first stage is counted again.
-  auto again = (*jobs)->handle(exec_message(*compiled, sampling, 1000, true));
-  REQUIRE(again);
-  CHECK(again->header["samples"]["recorded"].get<std::uint64_t>() < 20);
-  const json& verbose_events = again->header["samples"]["events"];
+  StageObservation again = observed((*jobs)->handle(exec_message(*compiled, sampling, 1000, true)));
+  REQUIRE(again.samples);
+  CHECK(again.samples->recorded < 20);
+  const auto& verbose_events = again.samples->events;
   REQUIRE(verbose_events.size() == 2);
-  for (const json& e : verbose_events)
-    REQUIRE(e.contains("reason"));
-  if (verbose_events[1]["status"] != "available")
-    CHECK_FALSE(verbose_events[1]["reason"].get<std::string>().empty());
+  if (verbose_events[1].status != perf::EventStatus::available)
+    CHECK_FALSE(verbose_events[1].reason.empty());
 
-  // No sampling asked for: no samples member.
-  auto plain = (*jobs)->handle(exec_message(*compiled, nullptr, 1000));
-  REQUIRE(plain);
-  CHECK_FALSE(plain->header.contains("samples"));
+  // No sampling asked for: no samples, no ranges.
+  StageObservation plain = observed((*jobs)->handle(exec_message(*compiled, std::nullopt, 1000)));
+  CHECK_FALSE(plain.samples);
+  CHECK_FALSE(plain.function_ranges);
 
-  // A request the sampler refuses is a clear job error, not a crash.
-  auto bad = (*jobs)->handle(exec_message(
-      *compiled, json{{"events", json::array({"cpu-clock"})}, {"frequency_hz", "fast"}}, 1000));
+  // A request the worker refuses is a clear job error, not a crash.
+  auto bad =
+      (*jobs)->handle(exec_message(*compiled, StageSamplingRequest{{"cpu-clock"}, 0, 10000}, 1000));
   REQUIRE_FALSE(bad);
   CHECK_THAT(bad.error().describe(), Catch::Contains("sampling.frequency_hz"));
 }

@@ -2,6 +2,7 @@
 // feedback store, and job runners that stand in for compile/exec workers.
 #pragma once
 
+#include "fdo/daemon/exec_messages.h"
 #include "fdo/daemon/feedback_loop.h"
 #include "fdo/daemon/isolation.h"
 #include "fdo/daemon/job_runner.h"
@@ -225,6 +226,31 @@ inline SandboxSupport test_host() {
   s.mount_namespace = true;
   s.seccomp = true;
   return s;
+}
+
+// An exec job as a stand-in exec worker receives it (exec_messages.h): the
+// typed job and, when attached, its object's bytes.
+struct FakeExecJob {
+  ExecJob job;
+  std::string object;
+};
+inline Expected<FakeExecJob> fake_exec_job(const Message& req) {
+  FDO_TRY(Decoded<ExecJob> d, exec_job_of(req));
+  const std::size_t object = d.value.object_size.value_or(0);
+  if (object > d.rest.size())
+    return make_error(Errc::invalid_argument, "fake exec worker: payload shorter than the object");
+  return FakeExecJob{std::move(d.value), std::string(d.rest.substr(0, object))};
+}
+// The replies of a stand-in exec worker.
+inline Expected<Message> fake_exec_missing() {
+  ExecReply r;
+  r.outcome = ExecOutcome::missing_object;
+  return exec_reply_message(r);
+}
+inline Expected<Message> fake_exec_ran(StageObservation obs) {
+  ExecReply r;
+  r.observation = std::move(obs);
+  return exec_reply_message(r);
 }
 
 // A job runner answering with a function of the request.

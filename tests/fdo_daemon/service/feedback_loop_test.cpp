@@ -296,43 +296,53 @@ TEST_CASE("feedback loop: forget drops a key's running totals", "[service][feedb
   CHECK_THAT(o.policy, Catch::Contains("waiting for stages (1 of 3)"));
 }
 
-TEST_CASE("feedback loop: stage feedback is read from an exec reply", "[service][feedback]") {
-  nlohmann::json reply = {{"measurement",
-                           {{"wall_ns", 1234},
-                            {"events",
-                             {{{"name", "branch-misses"}, {"value", 7}},
-                              {{"name", "cycles"}, {"status", "unsupported"}}}}}},
-                          {"counts", {{"loop", {1, 2}}, {"unknown", {3}}}}};
-  StageFeedback fb = stage_feedback_from(reply, {{"loop", kHash}});
+TEST_CASE("feedback loop: stage feedback is read from a stage's observation",
+          "[service][feedback]") {
+  StageObservation obs;
+  obs.exec_ns = 1234;
+  perf::Measurement& m = obs.measurement.emplace();
+  m.wall_ns = 1234;
+  m.process_cpu_ns = 999;
+  m.events.resize(2);
+  m.events[0].name = "branch-misses";
+  m.events[0].value = 7;
+  m.events[1].name = "cycles";
+  m.events[1].status = perf::EventStatus::not_supported;
+  obs.counts = {{"loop", {1, 2}}, {"unknown", {3}}};
+  StageFeedback fb = stage_feedback_from(obs, {{"loop", kHash}});
   CHECK(fb.exec_ns == 1234);
+  CHECK(fb.cpu_ns == std::optional<std::uint64_t>(999));
   CHECK(fb.counters == std::map<std::string, std::uint64_t>{{"branch-misses", 7}});
   REQUIRE(fb.counts.size() == 1);
   CHECK(fb.counts.at("loop").cfg_hash == kHash);
   CHECK(fb.counts.at("loop").counts == std::vector<std::uint64_t>{1, 2});
+  // An in-process batch: its wall time, no CPU time or counters.
+  StageObservation batch;
+  batch.exec_ns = 50;
+  batch.counts = {{"loop", {4, 5}}};
+  StageFeedback in_process = stage_feedback_from(batch, {{"loop", kHash}});
+  CHECK(in_process.exec_ns == 50);
+  CHECK_FALSE(in_process.cpu_ns);
+  CHECK(in_process.counters.empty());
+  CHECK(in_process.counts.at("loop").counts == std::vector<std::uint64_t>{4, 5});
 }
 
 TEST_CASE("feedback loop: value profiles and source names reach the written profile",
           "[service][feedback][value]") {
-  // The exec reply's value profiles (the profile document's JSON form) ...
-  // (Parsed from text: an initializer list of [string, number] pairs would
-  // make nlohmann build objects.)
-  nlohmann::json reply = nlohmann::json::parse(R"({
-      "measurement": {"wall_ns": 10},
-      "counts": {"loop": [90, 10]},
-      "values": {
-        "loop": {"indirect_calls": [[["00000000000000aa", 9], ["00000000000000bb", 1]]],
-                 "memop_sizes": [[[8, 5]]]},
-        "unknown": {"memop_sizes": [[[1, 1]]]}}})");
-  StageFeedback fb = stage_feedback_from(reply, {{"loop", kHash}});
+  // The observation's value profiles ...
+  StageObservation obs;
+  obs.exec_ns = 10;
+  obs.counts = {{"loop", {90, 10}}};
+  obs.values["loop"].indirect_calls = {{{0xaa, 9}, {0xbb, 1}}};
+  obs.values["loop"].memop_sizes = {{{8, 5}}};
+  obs.values["unknown"].memop_sizes = {{{1, 1}}};
+  StageFeedback fb = stage_feedback_from(obs, {{"loop", kHash}});
   REQUIRE(fb.counts.size() == 1);
   CHECK(fb.counts.at("loop").indirect_calls == std::vector<ValueSite>{{{0xaa, 9}, {0xbb, 1}}});
   CHECK(fb.counts.at("loop").memop_sizes == std::vector<ValueSite>{{{8, 5}}});
-  // A malformed value profile is ignored; the counts still count.
-  nlohmann::json bad = reply;
-  bad["values"]["loop"]["indirect_calls"] = nlohmann::json::parse(R"([[["not hex", 1]]])");
-  StageFeedback fb_bad = stage_feedback_from(bad, {{"loop", kHash}});
-  CHECK(fb_bad.counts.at("loop").counts == std::vector<std::uint64_t>{90, 10});
-  CHECK(fb_bad.counts.at("loop").indirect_calls.empty());
+  // Value profiles of a function without counts are not taken.
+  obs.counts.erase("loop");
+  CHECK(stage_feedback_from(obs, {{"loop", kHash}}).counts.empty());
 
   // ... are summed site by site across stages and written with the counts,
   // next to each function's source name.

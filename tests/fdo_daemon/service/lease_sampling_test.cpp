@@ -121,7 +121,7 @@ TEST_CASE("lease sampling: only threads of the lease's own process are sampled",
   limits.max_threads = 2;
   LeaseSampling ls(host, 100, 1000, sampling_on(), metadata(), limits);
   CHECK(ls.state()["available"] == false);
-  CHECK(ls.drain().is_null()); // nothing sampled yet
+  CHECK_FALSE(ls.drain()); // nothing sampled yet
 
   auto st = ls.add_threads(json::array({100, 555}));
   REQUIRE_FALSE(st);
@@ -165,10 +165,12 @@ TEST_CASE("lease sampling: only threads of the lease's own process are sampled",
   // A thread that ended is dropped at the next drain, its rings closed.
   REQUIRE(ls.set_ranges(json::array({{{"name", "run"}, {"start", 4096}, {"size", 64}}})));
   host->threads.erase({100, 101});
-  json drained = ls.drain();
-  REQUIRE(drained.is_object());
-  CHECK(drained["samples"]["recorded"] == 0);
-  CHECK(drained["function_ranges"].size() == 1);
+  std::optional<StageObservation> drained = ls.drain();
+  REQUIRE(drained);
+  REQUIRE(drained->samples);
+  CHECK(drained->samples->recorded == 0);
+  REQUIRE(drained->function_ranges);
+  CHECK(drained->function_ranges->size() == 1);
   CHECK(ls.state()["threads"] == 1);
 }
 

@@ -72,15 +72,12 @@ FakeRunner::Fn exec_fn(World& world) {
   auto rng = std::make_shared<std::mt19937_64>(world.seed.load());
   auto mu = std::make_shared<std::mutex>();
   return [rng, mu, &world](const Message& req) -> Expected<Message> {
-    Message out;
-    if (!req.header.contains("object_size")) {
-      out.header = {{"missing_object", req.header.value("key", "")}};
-      return out;
-    }
-    const auto slots = req.header.value("slots", std::vector<std::uint64_t>{});
+    FDO_TRY(FakeExecJob j, fake_exec_job(req));
+    if (!j.job.object_size) return fake_exec_missing();
+    const auto& slots = j.job.slots;
     const bool b = !slots.empty() && slots[0] != 0;
     const bool exits = slots.size() > 1 && slots[1] != 0;
-    const std::string& object = req.payload;
+    const std::string& object = j.object;
     const bool plain = object.starts_with("object:plain");
     double noise = 0;
     {
@@ -93,33 +90,36 @@ FakeRunner::Fn exec_fn(World& world) {
                         : plain ? (world.plain_faster ? 0.8e6 : 1.3e6)
                                 : 2e6;
     const auto cpu = static_cast<std::uint64_t>(base * std::max(0.5, noise));
-    out.header = {
-        {"ret", 7},
-        {"measurement", {{"wall_ns", cpu}, {"process_cpu_ns", cpu}, {"events", json::array()}}}};
-    json counts = json::object();
+    StageObservation obs;
+    obs.ret = 7;
+    obs.exec_ns = cpu;
+    perf::Measurement& m = obs.measurement.emplace();
+    m.wall_ns = cpu;
+    m.process_cpu_ns = cpu;
     if (object.starts_with("object:instrumented")) {
-      counts["phase_a"] = b ? json{1, 10} : json{900, 100};
-      counts["phase_b"] = b ? json{100, 900} : json{1, 10};
+      obs.counts["phase_a"] =
+          b ? std::vector<std::uint64_t>{1, 10} : std::vector<std::uint64_t>{900, 100};
+      obs.counts["phase_b"] =
+          b ? std::vector<std::uint64_t>{100, 900} : std::vector<std::uint64_t>{1, 10};
     }
-    if (object.starts_with("object:cs_instrumented")) counts["phase_a"] = {30, 0, 70};
-    out.header["counts"] = counts;
+    if (object.starts_with("object:cs_instrumented")) obs.counts["phase_a"] = {30, 0, 70};
     // Clock samples: the hot phase's function, and the entry. The plain
     // build keeps more time in run (it inlines less), so its shares differ
     // from the profile's without any change of workload.
     const std::uint64_t hot = plain ? 55 : 90, cold = 5, in_run = plain ? 40 : 5;
-    json functions = {{"phase_a", {{"cpu-clock", b ? cold : hot}}},
-                      {"phase_b", {{"cpu-clock", b ? hot : cold}}},
-                      {"run", {{"cpu-clock", in_run}}}};
-    out.header["samples"] = {{"events", {{{"name", "cpu-clock"}, {"status", "available"}}}},
-                             {"recorded", 100},
-                             {"attributed", 100},
-                             {"functions", functions},
-                             {"outside_jit", {{"cpu-clock", 0}}}};
-    out.header["function_ranges"] = {{{"name", "phase_a"}, {"start", 0x1000}, {"size", 64}},
-                                     {{"name", "phase_b"}, {"start", 0x2000}, {"size", 64}},
-                                     {{"name", "run"}, {"start", 0x3000}, {"size", 64}}};
-    if (exits) out.header["exited"] = {{"status", 0}};
-    return out;
+    StageSampleReport& s = obs.samples.emplace();
+    s.events.resize(1);
+    s.events[0].name = "cpu-clock";
+    s.events[0].status = perf::EventStatus::available;
+    s.recorded = s.attributed = 100;
+    s.functions["phase_a"]["cpu-clock"] = b ? cold : hot;
+    s.functions["phase_b"]["cpu-clock"] = b ? hot : cold;
+    s.functions["run"]["cpu-clock"] = in_run;
+    s.outside_jit["cpu-clock"] = 0;
+    obs.function_ranges = std::vector<jit::FunctionRange>{
+        {"phase_a", 0x1000, 64}, {"phase_b", 0x2000, 64}, {"run", 0x3000, 64}};
+    if (exits) obs.exited = 0;
+    return fake_exec_ran(std::move(obs));
   };
 }
 

@@ -60,23 +60,22 @@ inline Expected<Message> fake_compile(const Message& req) {
 }
 
 // An exec worker stand-in: returns 42; instrumented objects report counts.
-// An execute sent by key only (no object_size: worker_jobs.h) is answered
+// An execute sent by key only (no object_size: exec_messages.h) is answered
 // with missing_object, as by a worker that does not hold the key; the
-// service then sends it again with the object.
+// service then sends it again with the object. Other ops (the perf probe)
+// get an empty answer.
 inline Expected<Message> fake_exec(const Message& req) {
-  Message out;
-  if (req.header.value("op", "") == "exec" && !req.header.contains("object_size")) {
-    out.header = {{"missing_object", req.header.value("key", "")}};
-    return out;
-  }
+  if (req.header.value("op", "") != "exec") return Message{};
+  FDO_TRY(FakeExecJob j, fake_exec_job(req));
+  if (!j.job.object_size) return fake_exec_missing();
+  StageObservation obs;
   // 43 from an object compiled with context-sensitive counts.
-  out.header = {{"ret", req.payload.ends_with("+cs") ? 43 : 42},
-                {"measurement", {{"wall_ns", 1000}, {"events", json::array()}}}};
-  json counts = json::object();
-  if (req.payload.starts_with("object:instrumented")) counts["main"] = {900, 100};
-  if (req.payload.starts_with("object:cs_instrumented")) counts["main"] = {30, 0, 70};
-  out.header["counts"] = counts;
-  return out;
+  obs.ret = j.object.ends_with("+cs") ? 43 : 42;
+  obs.exec_ns = 1000;
+  obs.measurement.emplace().wall_ns = 1000;
+  if (j.object.starts_with("object:instrumented")) obs.counts["main"] = {900, 100};
+  if (j.object.starts_with("object:cs_instrumented")) obs.counts["main"] = {30, 0, 70};
+  return fake_exec_ran(std::move(obs));
 }
 
 // The audit seam: every record the service writes.

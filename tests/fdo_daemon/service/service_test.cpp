@@ -311,32 +311,31 @@ TEST_CASE("service: programs and profiles are listed and deleted by their owner 
 namespace {
 
 // An exec worker stand-in that keeps what it was sent by key, like the real
-// one (worker_jobs.h), and records each job's header.
+// one (worker_jobs.h), and records each job.
 struct KeepingExecWorker {
   std::mutex mu;
   std::set<std::string> held;
-  std::vector<json> jobs;
+  std::vector<ExecJob> jobs;
 
   FakeRunner::Fn fn() {
     return [this](const Message& req) -> Expected<Message> {
+      FDO_TRY(FakeExecJob j, fake_exec_job(req));
       std::lock_guard lk(mu);
-      jobs.push_back(req.header);
-      std::string key = req.header.value("key", "");
-      if (req.header.contains("object_size")) {
-        if (req.header.value("cache_entries", 0) > 0) held.insert(key);
+      jobs.push_back(j.job);
+      const std::string& key = j.job.key;
+      if (j.job.object_size) {
+        if (j.job.cache_entries > 0) held.insert(key);
       } else if (!held.contains(key)) {
-        Message m;
-        m.header = {{"missing_object", key}};
-        return m;
+        return fake_exec_missing();
       }
-      Message out;
-      out.header = {{"ret", 42},
-                    {"measurement", {{"wall_ns", 1000}, {"events", json::array()}}},
-                    {"counts", json::object()}};
-      return out;
+      StageObservation obs;
+      obs.ret = 42;
+      obs.exec_ns = 1000;
+      obs.measurement.emplace().wall_ns = 1000;
+      return fake_exec_ran(std::move(obs));
     };
   }
-  std::vector<json> take() {
+  std::vector<ExecJob> take() {
     std::lock_guard lk(mu);
     return std::exchange(jobs, {});
   }
@@ -359,14 +358,14 @@ TEST_CASE("service: an execute names its object by key - the object goes when a 
   std::string key = (*s0)["stage"]["storage_key"];
   auto jobs = worker.take();
   REQUIRE(jobs.size() == 2);
-  CHECK_FALSE(jobs[0].contains("object_size"));
-  CHECK_FALSE(jobs[0].contains("metadata"));
-  CHECK(jobs[0]["key"] == key);
-  CHECK(jobs[0]["cache_entries"] == 16);
-  CHECK(jobs[0]["verbose"] == false);
-  CHECK(jobs[1].contains("object_size"));
-  CHECK(jobs[1].contains("metadata"));
-  CHECK(jobs[1]["key"] == key);
+  CHECK_FALSE(jobs[0].object_size);
+  CHECK(jobs[0].metadata.empty());
+  CHECK(jobs[0].key == key);
+  CHECK(jobs[0].cache_entries == 16);
+  CHECK(jobs[0].verbose == false);
+  CHECK(jobs[1].object_size);
+  CHECK_FALSE(jobs[1].metadata.empty());
+  CHECK(jobs[1].key == key);
 
   // The same key again: one job, no object.
   auto s1 = h.call("execute", params);
@@ -374,7 +373,7 @@ TEST_CASE("service: an execute names its object by key - the object goes when a 
   REQUIRE((*s1)["stage"]["storage_key"] == key);
   jobs = worker.take();
   REQUIRE(jobs.size() == 1);
-  CHECK_FALSE(jobs[0].contains("object_size"));
+  CHECK_FALSE(jobs[0].object_size);
 
   // A restarted worker holds nothing: the object goes again, once.
   {
@@ -386,8 +385,8 @@ TEST_CASE("service: an execute names its object by key - the object goes when a 
   REQUIRE(s2);
   jobs = worker.take();
   REQUIRE(jobs.size() == 2);
-  CHECK(jobs[0]["verbose"] == true);
-  CHECK(jobs[1].contains("object_size"));
+  CHECK(jobs[0].verbose == true);
+  CHECK(jobs[1].object_size);
 }
 
 TEST_CASE("service: with exec_object_cache_entries 0 every execute carries its object",
@@ -403,20 +402,81 @@ TEST_CASE("service: with exec_object_cache_entries 0 every execute carries its o
     REQUIRE(h.call("execute", params));
     auto jobs = worker.take();
     REQUIRE(jobs.size() == 1);
-    CHECK(jobs[0].contains("object_size"));
-    CHECK(jobs[0]["cache_entries"] == 0);
+    CHECK(jobs[0].object_size);
+    CHECK(jobs[0].cache_entries == 0);
   }
 }
 
 TEST_CASE("service: an execute the worker refuses even with its object is an error", "[service]") {
-  Harness h(Harness::base_config(), [](const Message& req) -> Expected<Message> {
-    Message m;
-    m.header = {{"missing_object", req.header.value("key", "")}};
-    return m;
-  });
+  Harness h(Harness::base_config(),
+            [](const Message&) -> Expected<Message> { return fake_exec_missing(); });
   auto reg = h.call("program.register", {{"ir", "program one"}});
   REQUIRE(reg);
   auto r = h.call("execute", {{"program", (*reg)["program"]}, {"entry", "main"}});
   REQUIRE_FALSE(r);
   CHECK_THAT(r.error().message(), Catch::Contains("asked for the object"));
+}
+
+TEST_CASE("service: a stage's counters explain an event only when verbose", "[service]") {
+  // The worker sends the typed measurement; the reply's JSON is shaped here.
+  Harness h(Harness::base_config(), [](const Message& req) -> Expected<Message> {
+    FDO_TRY(FakeExecJob j, fake_exec_job(req));
+    if (!j.job.object_size) return fake_exec_missing();
+    StageObservation obs;
+    obs.ret = 42;
+    obs.exec_ns = 900;
+    perf::Measurement& m = obs.measurement.emplace();
+    m.wall_ns = 900;
+    m.thread_cpu_ns = 800;
+    m.process_cpu_ns = 850;
+    m.method = perf::ReadMethod::read_syscall;
+    m.events.resize(2);
+    m.events[0].name = "instructions";
+    m.events[0].value = 1234;
+    m.events[0].raw = 1234;
+    m.events[0].enabled_ns = m.events[0].running_ns = 700;
+    m.events[0].running_ratio = 1.0;
+    m.events[0].status = perf::EventStatus::available;
+    m.events[1].name = "branch-misses";
+    m.events[1].status = perf::EventStatus::no_pmu;
+    m.events[1].error = 2;
+    m.events[1].reason = "no PMU here";
+    m.task_clock_reason = "task-clock: not opened";
+    return fake_exec_ran(std::move(obs));
+  });
+  auto reg = h.call("program.register", {{"ir", "program one"}});
+  REQUIRE(reg);
+  json params = {{"program", (*reg)["program"]}, {"entry", "main"}};
+  auto compact = h.call("execute", params);
+  REQUIRE(compact);
+  const json& c = (*compact)["stage"]["counters"];
+  INFO(c.dump());
+  CHECK(c["wall_ns"] == 900);
+  CHECK(c["thread_cpu_ns"] == 800);
+  CHECK(c["process_cpu_ns"] == 850);
+  CHECK(c["task_clock_ns"].is_null());
+  CHECK(c["read_method"] == "read_syscall");
+  CHECK_FALSE(c.contains("task_clock_reason"));
+  REQUIRE(c["events"].size() == 2);
+  CHECK(c["events"][0] == json{{"name", "instructions"},
+                               {"status", "available"},
+                               {"errno", 0},
+                               {"value", 1234},
+                               {"raw", 1234},
+                               {"enabled_ns", 700},
+                               {"running_ns", 700},
+                               {"running_ratio", 1.0},
+                               {"multiplexed", false}});
+  // An event that did not count: its name, status and errno; nothing else.
+  CHECK(c["events"][1] ==
+        json{{"name", "branch-misses"}, {"status", "no_pmu"}, {"errno", 2}, {"value", nullptr}});
+  CHECK((*compact)["stage"]["exec_ns"] == 900);
+
+  params["verbose"] = true;
+  auto full = h.call("execute", params);
+  REQUIRE(full);
+  const json& v = (*full)["stage"]["counters"];
+  CHECK(v["task_clock_reason"] == "task-clock: not opened");
+  CHECK(v["events"][1]["reason"] == "no PMU here");
+  CHECK(v["events"][1]["raw"] == 0);
 }

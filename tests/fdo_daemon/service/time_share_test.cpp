@@ -7,30 +7,31 @@
 using namespace fdo;
 using namespace fdo::daemon;
 using namespace fdo::daemon::testing;
-using nlohmann::json;
 
 namespace {
-// An exec reply's sampling members as the worker writes them (stage_sampling.h).
-json reply_with(std::uint64_t in_a, std::uint64_t in_b, std::uint64_t outside,
-                json extra_events = json::object()) {
-  json functions = json::object();
-  if (in_a != 0) functions["phase_a"] = {{"cpu-clock", in_a}};
-  if (in_b != 0) functions["phase_b"] = {{"cpu-clock", in_b}};
-  for (auto it = extra_events.begin(); it != extra_events.end(); ++it)
-    for (auto f = it->begin(); f != it->end(); ++f)
-      functions[f.key()][it.key()] = *f;
-  return {{"samples",
-           {{"events",
-             {{{"name", "cpu-clock"}, {"status", "available"}},
-              {{"name", "branch-misses"}, {"status", "available"}}}},
-            {"recorded", in_a + in_b + outside},
-            {"attributed", in_a + in_b + outside},
-            {"functions", functions},
-            {"outside_jit", {{"cpu-clock", outside}}}}},
-          {"function_ranges",
-           {{{"name", "phase_a"}, {"start", 0x1000}, {"size", 64}},
-            {{"name", "phase_b"}, {"start", 0x2000}, {"size", 64}},
-            {{"name", "main"}, {"start", 0x3000}, {"size", 64}}}}};
+using EventCounts = std::map<std::string, std::map<std::string, std::uint64_t>>;
+
+// A sampled stage's observation as the exec worker builds it (stage_sampling.h).
+// `extra_events`: event -> function -> samples.
+StageObservation reply_with(std::uint64_t in_a, std::uint64_t in_b, std::uint64_t outside,
+                            const EventCounts& extra_events = {}) {
+  StageObservation obs;
+  StageSampleReport& s = obs.samples.emplace();
+  s.events.resize(2);
+  s.events[0].name = "cpu-clock";
+  s.events[0].status = perf::EventStatus::available;
+  s.events[1].name = "branch-misses";
+  s.events[1].status = perf::EventStatus::available;
+  s.recorded = s.attributed = in_a + in_b + outside;
+  if (in_a != 0) s.functions["phase_a"]["cpu-clock"] = in_a;
+  if (in_b != 0) s.functions["phase_b"]["cpu-clock"] = in_b;
+  for (const auto& [event, per_fn] : extra_events)
+    for (const auto& [fn, n] : per_fn)
+      s.functions[fn][event] = n;
+  s.outside_jit["cpu-clock"] = outside;
+  obs.function_ranges = std::vector<jit::FunctionRange>{
+      {"phase_a", 0x1000, 64}, {"phase_b", 0x2000, 64}, {"main", 0x3000, 64}};
+  return obs;
 }
 
 const std::map<std::string, std::string> kNames = {
@@ -39,7 +40,7 @@ const std::map<std::string, std::string> kNames = {
 
 TEST_CASE("stage samples: clock per function, misses per event, outside counted",
           "[service][time_share]") {
-  json r = reply_with(30, 10, 5, {{"branch-misses", {{"phase_b", 7}}}});
+  const StageObservation r = reply_with(30, 10, 5, {{"branch-misses", {{"phase_b", 7}}}});
   StageSamples s = stage_samples_from(r, kNames);
   REQUIRE(s.present);
   CHECK(s.clock_event == "cpu-clock");
@@ -57,8 +58,8 @@ TEST_CASE("stage samples: clock per function, misses per event, outside counted"
 
   // Without function ranges in the reply (the daemon did not ask for them
   // again), the functions with code are the ones it already knew.
-  json no_ranges = r;
-  no_ranges.erase("function_ranges");
+  StageObservation no_ranges = r;
+  no_ranges.function_ranges.reset();
   const std::set<std::string> known = {"phase_a", "phase_b", "main", "other"};
   CHECK(stage_samples_from(no_ranges, kNames, &known).functions == known);
   CHECK(stage_samples_from(no_ranges, kNames).functions.empty());
@@ -67,11 +68,13 @@ TEST_CASE("stage samples: clock per function, misses per event, outside counted"
         std::set<std::string>{"phase_a", "phase_b", "main"});
 
   // No clock available (or no sampling at all): nothing to judge by.
-  json no_clock = r;
-  no_clock["samples"]["events"][0]["status"] = "not_permitted";
+  StageObservation no_clock = r;
+  no_clock.samples->events[0].status = perf::EventStatus::not_permitted;
   CHECK_FALSE(stage_samples_from(no_clock, kNames).present);
-  CHECK_FALSE(stage_samples_from(json{{"ret", 0}}, kNames).present);
-  CHECK_FALSE(stage_samples_from(json{{"samples", {{"error", "x"}}}}, kNames).present);
+  CHECK_FALSE(stage_samples_from(StageObservation{}, kNames).present);
+  StageObservation failed;
+  failed.samples.emplace().error = "x";
+  CHECK_FALSE(stage_samples_from(failed, kNames).present);
 }
 
 TEST_CASE("PGO names of loaded symbols: exact names first, then the first local name",

@@ -2,6 +2,7 @@
 // call, resolve the compiled output through the cache, run it in an exec
 // worker, fold the measurements into the profile, reply.
 #include "fdo/daemon/abi.h"
+#include "fdo/daemon/exec_messages.h"
 #include "fdo/daemon/guard.h"
 #include "fdo/daemon/isolation.h"
 #include "fdo/daemon/memfd_buffers.h"
@@ -71,65 +72,80 @@ enum class ObjectSend { attached, by_key };
 // entry's metadata knows its functions (StageMetadata::functions_with_code).
 enum class RangesWanted { ask, known };
 
-// The exec job (worker_jobs.h): only what the call needs. The object and its
-// metadata travel only when attached: a worker keeps linked programs by key.
+// The exec job (exec_messages.h): only what the call needs. The object and
+// its metadata travel only when attached: a worker keeps linked programs by key.
 // A buffer that came as a memfd (buffer_fds[i] >= 0, checked and sealed:
 // memfd_buffers.h) is passed on as that descriptor, not copied into the job.
-Message exec_request(const cache::StageOutput& so, const json& metadata, const std::string& entry,
-                     const PreparedCall& call, std::span<const int> buffer_fds, bool return_buffers,
-                     bool verbose, ObjectSend send, RangesWanted ranges, const Config& c) {
-  Message req;
-  req.header = {{"op", "exec"},
-                {"key", so.storage_key},
-                {"entry", entry},
-                {"slots", call.slots},
-                {"buffer_of_param", call.buffer_of_param},
-                {"return_buffers", return_buffers},
-                {"events", c.perf_events},
-                {"cache_entries", c.exec_object_cache_entries},
-                {"verbose", verbose}};
+Expected<Message> exec_request(const cache::StageOutput& so, const std::string& entry,
+                               const PreparedCall& call, std::span<const int> buffer_fds,
+                               bool return_buffers, bool verbose, ObjectSend send,
+                               RangesWanted ranges, const Config& c) {
+  ExecJob job;
+  job.key = so.storage_key;
+  job.entry = entry;
+  job.slots = call.slots;
+  job.buffer_of_param.assign(call.buffer_of_param.begin(), call.buffer_of_param.end());
+  job.return_buffers = return_buffers;
+  job.verbose = verbose;
+  job.events = c.perf_events;
+  job.cache_entries = c.exec_object_cache_entries;
   if (c.sampling.frequency_hz != 0) {
-    req.header["sampling"] = {{"events", c.sampling.events},
-                              {"frequency_hz", c.sampling.frequency_hz},
-                              {"max_samples", c.sampling.max_samples}};
+    job.sampling =
+        StageSamplingRequest{c.sampling.events, c.sampling.frequency_hz, c.sampling.max_samples};
     // The object's function ranges are the same every stage.
-    if (ranges == RangesWanted::known) req.header["function_ranges"] = false;
+    job.function_ranges = ranges == RangesWanted::ask;
   }
   if (send == ObjectSend::attached) {
-    req.header["metadata"] = metadata;
-    req.header["object_size"] = so.entry->object.size();
-    req.payload = so.entry->object;
+    job.object_size = so.entry->object.size();
+    job.metadata = so.entry->metadata;
   }
-  json buffer_list = json::array();
+  std::vector<int> fds;
+  std::string buffer_bytes;
   for (std::size_t i = 0; i < call.buffers.size(); ++i) {
     const Buffer& b = call.buffers[i];
-    json entry_json = {{"elem", std::string(to_string(b.elem))}, {"size", b.bytes.size()}};
+    ExecBufferSpec spec{b.bytes.size(), std::nullopt};
     if (i < buffer_fds.size() && buffer_fds[i] >= 0) {
-      entry_json["fd"] = req.fds.size();
-      req.fds.push_back(buffer_fds[i]);
+      spec.fd = static_cast<std::uint32_t>(fds.size());
+      fds.push_back(buffer_fds[i]);
     } else {
-      req.payload += b.bytes;
+      buffer_bytes += b.bytes;
     }
-    buffer_list.push_back(std::move(entry_json));
+    job.buffers.push_back(spec);
   }
-  req.header["buffers"] = std::move(buffer_list);
+  FDO_TRY(Message req, exec_job_message(job));
+  if (send == ObjectSend::attached) req.payload += so.entry->object;
+  req.payload += buffer_bytes;
+  req.fds = std::move(fds);
   return req;
 }
+
+// What an exec job answered: the stage, or (the pool's own answer) that the
+// program ended its worker with exit(n) from another thread.
+struct ExecResult {
+  std::optional<StageObservation> observation;
+  int exited_worker = 0; // the status, when observation is empty
+  std::string returned;  // the returned buffers' bytes
+};
 
 // Runs the stage in an exec worker: by key first when workers keep linked
 // programs (a program with writable globals too: the worker restarts it,
 // worker_jobs.h), then, if the worker that took it does not hold the key,
 // once more with the object.
-Expected<Message> run_exec(ServiceState& s, const cache::StageOutput& so, const json& metadata,
-                           RangesWanted ranges, const std::string& entry, const PreparedCall& call,
-                           std::span<const int> buffer_fds, bool return_buffers, bool verbose,
-                           const JobOptions& options, const Config& c, JobOutput* output) {
+Expected<ExecResult> run_exec(ServiceState& s, const cache::StageOutput& so, RangesWanted ranges,
+                              const std::string& entry, const PreparedCall& call,
+                              std::span<const int> buffer_fds, bool return_buffers, bool verbose,
+                              const JobOptions& options, const Config& c, JobOutput* output) {
   ObjectSend send = c.exec_object_cache_entries == 0 ? ObjectSend::attached : ObjectSend::by_key;
   for (;;) {
-    FDO_TRY(Message resp, s.exec_pool->run(exec_request(so, metadata, entry, call, buffer_fds,
-                                                        return_buffers, verbose, send, ranges, c),
-                                           options, output));
-    if (!resp.header.contains("missing_object")) return resp;
+    FDO_TRY(Message job,
+            exec_request(so, entry, call, buffer_fds, return_buffers, verbose, send, ranges, c));
+    FDO_TRY(Message resp, s.exec_pool->run(job, options, output));
+    if (auto exited = resp.header.find("exited"); exited != resp.header.end())
+      return ExecResult{std::nullopt, exited->value("status", 0), {}};
+    auto reply = exec_reply_of(resp);
+    if (!reply) return std::move(reply).error().context("exec worker sent a malformed reply");
+    if (reply->value.outcome == ExecOutcome::ran)
+      return ExecResult{std::move(reply->value.observation), 0, std::string(reply->rest)};
     if (send == ObjectSend::attached)
       return make_error(Errc::internal,
                         "exec worker asked for the object of " + so.storage_key + " it was sent");
@@ -143,15 +159,15 @@ Expected<Message> run_exec(ServiceState& s, const cache::StageOutput& so, const 
 // while it is built), base64 costs 1.34 bytes per byte.
 constexpr std::size_t kMaxArrayBufferBytes = 256 * 1024;
 
-Expected<json> returned_buffers(const Message& resp, const PreparedCall& call,
-                                BufferEncoding encoding) {
+Expected<json> returned_buffers(const StageObservation& obs, std::string_view bytes,
+                                const PreparedCall& call, BufferEncoding encoding) {
   json out = json::array();
   std::size_t off = 0;
-  std::vector<std::size_t> sizes = resp.header.value("buffer_sizes", std::vector<std::size_t>{});
+  const std::vector<std::uint64_t>& sizes = obs.buffer_sizes;
   for (std::size_t i = 0; i < sizes.size() && i < call.buffers.size(); ++i) {
-    if (off + sizes[i] > resp.payload.size())
+    if (sizes[i] > bytes.size() - off)
       return make_error(Errc::internal, "exec worker returned short buffers");
-    Buffer b{call.buffers[i].elem, resp.payload.substr(off, sizes[i])};
+    Buffer b{call.buffers[i].elem, std::string(bytes.substr(off, sizes[i]))};
     off += sizes[i];
     out.push_back(buffer_to_json(b, b.bytes.size() > kMaxArrayBufferBytes ? BufferEncoding::base64
                                                                           : encoding));
@@ -203,26 +219,58 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 // opened them, and clock samples per function (PGO names) and outside the
 // program's code. null when the stage was not sampled. Unless `verbose`, the
 // events without their reason text (capabilities.perf has it once).
-json stage_samples_summary(const StageSamples& samples, const json& reply, bool verbose) {
-  auto raw = reply.find("samples");
-  if (raw == reply.end() || !raw->is_object()) return nullptr;
-  json events = raw->value("events", json::array());
-  if (!verbose)
-    for (json& e : events)
-      if (e.is_object()) e.erase("reason");
+json stage_samples_summary(const StageSamples& samples, const StageSampleReport* raw,
+                           bool verbose) {
+  if (raw == nullptr) return nullptr;
+  json events = json::array();
+  for (const perf::SamplerEvent& e : raw->events) {
+    json j = perf::to_json(e);
+    if (!verbose) j.erase("reason");
+    events.push_back(std::move(j));
+  }
   json out = {
       {"events", std::move(events)},
-      {"recorded", raw->value("recorded", std::uint64_t{0})},
-      {"attributed", raw->value("attributed", std::uint64_t{0})},
-      {"lost_samples", raw->value("lost_samples", std::uint64_t{0})},
+      {"recorded", raw->recorded},
+      {"attributed", raw->attributed},
+      {"lost_samples", raw->lost_samples},
       {"clock_event", samples.clock_event.empty() ? json(nullptr) : json(samples.clock_event)},
       {"outside_jit", samples.clock_outside}};
   json functions = json::object();
   for (const auto& [fn, n] : samples.clock)
     functions[fn] = n;
   out["functions"] = std::move(functions);
-  if (raw->contains("error")) out["error"] = (*raw)["error"];
+  if (!raw->error.empty()) out["error"] = raw->error;
   return out;
+}
+
+// The stage's counters for the reply (stage.counters). Unless `verbose`,
+// without the per-event explanations (the same text every stage: "no PMU
+// ..."), which capabilities reports once, and an event that did not count is
+// only its name, status and errno (its counts and times are all zero).
+json measurement_json(const perf::Measurement& m, bool verbose) {
+  if (verbose) return perf::to_json(m);
+  // Built compact, not built whole and then trimmed: this is every stage's reply.
+  json events = json::array();
+  for (const perf::EventReading& e : m.events) {
+    json j = {{"name", e.name}, {"status", std::string(to_string(e.status))}, {"errno", e.error}};
+    if (e.value) {
+      j["value"] = *e.value;
+      j["raw"] = e.raw;
+      j["enabled_ns"] = e.enabled_ns;
+      j["running_ns"] = e.running_ns;
+      j["running_ratio"] = e.running_ratio;
+      j["multiplexed"] = e.multiplexed;
+    } else {
+      j["value"] = nullptr;
+    }
+    events.push_back(std::move(j));
+  }
+  return {{"events", std::move(events)},
+          {"task_clock_ns", m.task_clock_ns ? json(*m.task_clock_ns) : json(nullptr)},
+          {"thread_cpu_ns", m.thread_cpu_ns},
+          {"process_cpu_ns", m.process_cpu_ns},
+          {"wall_ns", m.wall_ns},
+          {"read_method", std::string(to_string(m.method))}};
 }
 
 namespace {
@@ -321,8 +369,8 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   JobOutput output;
   const auto started = std::chrono::steady_clock::now();
   auto resp =
-      run_exec(s, so, meta->json, known_functions ? RangesWanted::known : RangesWanted::ask,
-               entry_name, call, buffer_fds, return_buffers, verbose,
+      run_exec(s, so, known_functions ? RangesWanted::known : RangesWanted::ask, entry_name, call,
+               buffer_fds, return_buffers, verbose,
                JobOptions{exec_job_limits(c), sandbox_tenant(prog->program.scope)}, c, &output);
   const auto elapsed_ns =
       static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -350,11 +398,8 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   // the exec worker caught it and measured the stage as any other (its counts
   // read before the program ended: worker_jobs.h); from another thread it
   // ended the worker process, and with it the stage's counters.
-  std::optional<int> exit_status;
-  if (auto exited = resp->header.find("exited"); exited != resp->header.end())
-    exit_status = exited->value("status", 0);
-  if (exit_status && !resp->header.contains("measurement")) {
-    const int status = *exit_status;
+  if (!resp->observation) {
+    const int status = resp->exited_worker;
     s.orch->record_execution(so.ik, so.explain_sequence, elapsed_ns);
     stage["exec_ns"] = elapsed_ns;
     stage["counters"] = {{"wall_ns", elapsed_ns},
@@ -389,12 +434,13 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
                        : so.tier_up == cache::TierUpState::scheduled ? CompileState::under_way
                                                                      : CompileState::held_off;
   report.metadata = meta;
-  report.feedback = stage_feedback_from(resp->header, meta->cfg_hashes);
-  report.samples = stage_samples_from(resp->header, meta->pgo_names, known_functions.get());
-  if (!known_functions && report.samples.present && resp->header.contains("function_ranges"))
+  StageObservation& obs = *resp->observation;
+  std::optional<std::int32_t> exit_status = obs.exited;
+  observe(report, obs, known_functions.get());
+  if (!known_functions && report.samples.present && obs.function_ranges)
     meta->functions_with_code.set(report.samples.functions);
-  report.blocks = block_tallies_from(resp->header);
-  json samples_summary = stage_samples_summary(report.samples, resp->header, verbose);
+  json samples_summary =
+      stage_samples_summary(report.samples, obs.samples ? &*obs.samples : nullptr, verbose);
   FeedbackOutcome fo = s.feedback->fold(report, c.policy, lifecycle_config(c));
   GuardStage gs =
       s.guard->record(plan, so.profile_digest, {report.feedback.exec_ns, report.feedback.cpu_ns},
@@ -412,25 +458,21 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   precompile(s, *prog, plan.ahead);
   if (fo.rewritten) precompile(s, *prog, s.guard->ahead(prog->ik, c.guard));
 
-  json result = {
-      {"entry", entry_name},
-      {"returns", entry.return_type},
-      {"value", exit_status ? json(nullptr)
-                            : decode_return(sig.ret, resp->header.value("ret", std::uint64_t{0}))}};
+  json result = {{"entry", entry_name},
+                 {"returns", entry.return_type},
+                 {"value", exit_status ? json(nullptr) : decode_return(sig.ret, obs.ret)}};
   if (exit_status) result["exit_status"] = *exit_status;
   if (return_buffers) {
-    FDO_TRY(json buffers, returned_buffers(*resp, call, encoding));
+    FDO_TRY(json buffers, returned_buffers(obs, resp->returned, call, encoding));
     result["buffers"] = std::move(buffers);
   }
-  json measurement = json::object();
-  if (auto m = resp->header.find("measurement"); m != resp->header.end())
-    measurement = std::move(*m); // the reply is ours: no copy
+  json measurement = obs.measurement ? measurement_json(*obs.measurement, verbose) : json::object();
   json rewritten = nullptr;
   if (fo.rewritten)
     rewritten = {
         {"from", fo.rewritten->from}, {"to", fo.rewritten->to}, {"reason", fo.rewritten->reason}};
   result["output"] = output_json(output);
-  const std::uint64_t exec_ns = measurement.value("wall_ns", std::uint64_t{0});
+  const std::uint64_t exec_ns = obs.exec_ns;
   s.orch->record_execution(so.ik, so.explain_sequence, exec_ns);
   const json& ran = stage["variant"];
   s.orch->record_variant(so.ik, so.explain_sequence, ran.value("role", ""),

@@ -138,11 +138,11 @@ Expected<json> program_lease(ServiceState& s, const json& params, const CallCont
   return out;
 }
 
-// One batch of feedback.submit, checked against the lease: every count
-// belongs to an instrumented function of the leased output and has exactly
-// its number of counters.
-Expected<StageFeedback> batch_feedback(const json& b, const ProgramLease& lease,
-                                       std::size_t index) {
+// One batch of feedback.submit as the stage it observed, checked against the
+// lease: every count belongs to an instrumented function of the leased output
+// and has exactly its number of counters.
+Expected<StageObservation> batch_observation(const json& b, const ProgramLease& lease,
+                                             std::size_t index) {
   const std::string at = "batches[" + std::to_string(index) + "]";
   if (!b.is_object()) return make_error(Errc::invalid_argument, at + " must be an object");
   for (auto it = b.begin(); it != b.end(); ++it)
@@ -156,8 +156,8 @@ Expected<StageFeedback> batch_feedback(const json& b, const ProgramLease& lease,
   if (exec_ns > kMaxExecNs)
     return make_error(Errc::invalid_argument,
                       at + ".exec_ns must be at most " + std::to_string(kMaxExecNs));
-  StageFeedback fb;
-  fb.exec_ns = exec_ns;
+  StageObservation obs;
+  obs.exec_ns = exec_ns;
   FDO_TRY(json counts, optional_param<json>(b, "counts", json::object()));
   if (!counts.is_object())
     return make_error(Errc::invalid_argument, at + ".counts must be an object");
@@ -172,8 +172,8 @@ Expected<StageFeedback> batch_feedback(const json& b, const ProgramLease& lease,
       return make_error(Errc::invalid_argument, at + ".counts['" + it.key() +
                                                     "'] must be an array of " +
                                                     std::to_string(size->second) + " counts");
-    FunctionCounts fc{lease.metadata->cfg_hashes.at(it.key()), {}, {}, {}};
-    fc.counts.reserve(size->second);
+    std::vector<std::uint64_t>& fc = obs.counts[it.key()];
+    fc.reserve(size->second);
     for (const json& v : *it) {
       if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0))
         return make_error(Errc::invalid_argument, at + ".counts['" + it.key() + "'] holds " +
@@ -183,11 +183,10 @@ Expected<StageFeedback> batch_feedback(const json& b, const ProgramLease& lease,
         return make_error(Errc::invalid_argument, at + ".counts['" + it.key() + "'] holds " +
                                                       v.dump() + ", past the cap of " +
                                                       std::to_string(kMaxCount));
-      fc.counts.push_back(n);
+      fc.push_back(n);
     }
-    fb.counts[it.key()] = std::move(fc);
   }
-  return fb;
+  return obs;
 }
 
 Expected<json> feedback_submit(ServiceState& s, const json& params, const CallContext& ctx) {
@@ -199,17 +198,18 @@ Expected<json> feedback_submit(ServiceState& s, const json& params, const CallCo
                                                   std::to_string(kMaxBatchesPerSubmit) +
                                                   " batches");
   // All checked before any is folded: a rejected submit changes nothing.
-  std::vector<StageFeedback> checked;
+  std::vector<StageObservation> checked;
   checked.reserve(batches.size());
   for (std::size_t i = 0; i < batches.size(); ++i) {
-    FDO_TRY(StageFeedback fb, batch_feedback(batches[i], *lease, i));
-    checked.push_back(std::move(fb));
+    FDO_TRY(StageObservation obs, batch_observation(batches[i], *lease, i));
+    checked.push_back(std::move(obs));
   }
   std::shared_ptr<const Config> cfg = s.config.get();
   // What fdod sampled on the runtime's threads since the last submit goes
   // with this submit's last batch, as an exec worker's samples go with its
   // stage.
-  const json sampled = lease->sampling ? lease->sampling->drain() : json(nullptr);
+  std::optional<StageObservation> sampled =
+      lease->sampling ? lease->sampling->drain() : std::nullopt;
   json rewritten = nullptr;
   std::string policy;
   std::uint64_t calls = 0;
@@ -226,13 +226,14 @@ Expected<json> feedback_submit(ServiceState& s, const json& params, const CallCo
     report.run.planned_digest = lease->planned_digest;
     report.run.served_digest = lease->served_digest;
     report.run.served_mode = lease->served_mode;
-    report.feedback = std::move(checked[i]);
     report.metadata = lease->metadata;
-    if (i + 1 == checked.size() && !sampled.is_null()) {
-      report.samples = stage_samples_from(sampled, lease->metadata->pgo_names);
-      report.blocks = block_tallies_from(sampled);
-      samples = report.samples;
+    StageObservation& obs = checked[i];
+    if (i + 1 == checked.size() && sampled) {
+      obs.samples = std::move(sampled->samples);
+      obs.function_ranges = std::move(sampled->function_ranges);
     }
+    observe(report, obs);
+    if (obs.samples) samples = report.samples;
     FeedbackOutcome fo = s.feedback->fold(report, cfg->policy, lifecycle_config(*cfg));
     policy = fo.policy;
     if (fo.rewritten)
@@ -250,8 +251,8 @@ Expected<json> feedback_submit(ServiceState& s, const json& params, const CallCo
               {"stale", version != lease->profile_version},
               {"profile_rewritten", std::move(rewritten)},
               {"policy", policy},
-              {"samples",
-               sampled.is_null() ? json(nullptr) : stage_samples_summary(samples, sampled, false)}};
+              {"samples", sampled ? stage_samples_summary(samples, &*checked.back().samples, false)
+                                  : json(nullptr)}};
 }
 
 // The runtime's threads that run the leased code and where its loader put

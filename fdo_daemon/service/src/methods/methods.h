@@ -91,7 +91,9 @@ Status forget_program(ServiceState& s, const std::string& ik);
 void forget_everything(ServiceState& s);
 // What a stage's sampling saw, for a reply (execute.cpp): null when `reply`
 // (an exec worker's, or in-process samples in the same form) has no samples.
-json stage_samples_summary(const StageSamples& samples, const json& reply, bool verbose);
+json stage_samples_summary(const StageSamples& samples, const StageSampleReport* raw, bool verbose);
+// A stage's counters for its reply (stage.counters; execute.cpp).
+json measurement_json(const perf::Measurement& m, bool verbose);
 
 // A state-changing handler that leaves an audit record, allowed or refused
 // (audit.h): pin, unpin, reset and the deletes name their key or program; an

@@ -49,6 +49,7 @@ struct EventReading {
   EventStatus status = EventStatus::other;
   std::string reason; // empty when available and counted
   int error = 0;      // errno behind the status, 0 if none
+  bool operator==(const EventReading&) const = default;
 };
 
 struct Measurement {
@@ -66,6 +67,7 @@ struct Measurement {
 
   // The reading for `name`, or nullptr.
   const EventReading* find(std::string_view name) const;
+  bool operator==(const Measurement&) const = default;
 };
 nlohmann::json to_json(const EventReading& reading);
 nlohmann::json to_json(const Measurement& measurement);

@@ -47,6 +47,7 @@ struct SamplerEvent {
   int error = 0;
   std::string reason;        // why not opened, or notes (branch stack fell back)
   bool branch_stack = false; // records carry a branch stack
+  bool operator==(const SamplerEvent&) const = default;
 };
 
 nlohmann::json to_json(const SamplerEvent& event);

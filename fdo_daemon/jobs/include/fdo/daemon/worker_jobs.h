@@ -13,30 +13,28 @@
 //       -> {"metadata_bytes":n}     payload: n bytes of jit metadata JSON text
 //                                   (jit::metadata_to_json), then the object bytes
 //   exec role
-//     {"op":"exec", "key", "entry", "slots":[u64], "buffer_of_param":[int],
-//      "buffers":[{"elem","size","fd" (optional)}], "return_buffers":bool, "events":[names],
-//      "cache_entries":n, "verbose":bool,
-//      "sampling":{"events":[names], "frequency_hz", "max_samples"} (optional),
-//      "function_ranges":bool (default true: with sampling, send them),
-//      "object_size", "metadata" (both only with the object attached)}
-//                                   payload: object bytes (if attached), then each
-//                                   buffer's bytes, except buffers with "fd": those are
-//                                   the job's descriptor fds[fd] (a sealed memfd of
-//                                   exactly `size` bytes), mapped copy-on-write
-//       -> {"ret":u64, "measurement":{...}, "counts":{pgo name:[u64]},
-//           "samples":{...} and "function_ranges":[...] (stage_sampling.h; when sampling
-//           was asked for; the ranges unless "function_ranges" was false), "exited":{"status":n} (when the program called
-//           exit(n) on the entry's thread: exit_catch.h; ret is then meaningless)}
-//                                                  payload: the buffers (if asked)
-//       -> {"missing_object": key}: sent without its object, and this worker
-//          does not hold `key` linked; the daemon sends it again with the object.
+//     {"op":"exec", "body_bytes":n}   payload: the typed ExecJob (exec_messages.h), then
+//                                     the object (if attached), then each buffer's bytes,
+//                                     except buffers with a descriptor: those are the job's
+//                                     fds[fd] (a sealed memfd of exactly `size` bytes),
+//                                     mapped copy-on-write
+//       -> {"body_bytes":n}           payload: the typed ExecReply, then the buffers (if
+//                                     asked): the StageObservation (stage_observation.h) with
+//                                     the return value, the measurement, the counts and value
+//                                     profiles (instrumented outputs), the samples and (until
+//                                     the daemon knows them) the function ranges (sampled
+//                                     stages), and `exited` when the program called exit(n)
+//                                     on the entry's thread (exit_catch.h; ret is then
+//                                     meaningless); or the outcome missing_object: sent
+//                                     without its object, and this worker does not hold the
+//                                     key linked; the daemon sends it again with the object.
 //     The worker keeps up to cache_entries (default 16; 0: none) linked
 //     programs by key, least recently used dropped first; a program with
 //     writable globals is restarted before each execution after its first
 //     (jit::LoadedProgram::restart: its data back to its initial contents,
 //     constructors again) and finished after each (destructors), so every
-//     stage starts from its initial state. The measurement's per-event "reason"
-//     and "task_clock_reason" come only with verbose.
+//     stage starts from its initial state. Each event's reason text (the
+//     measurement's and the sampler's) comes only with verbose.
 //     {"op":"probe"} -> perf capabilities JSON
 #pragma once
 

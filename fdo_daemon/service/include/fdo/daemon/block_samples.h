@@ -1,11 +1,11 @@
 // Samples per IR block and per conditional branch (docs/perf.md, "Attribution
-// to IR branches"): what the exec worker's "samples" reply says about blocks
-// and branches, summed over the stages of one profile version, recorded in the
-// profile document (hardware.sampling.blocks / .branches) and turned into the
-// policy's per-branch statistics. Pure logic, no I/O.
+// to IR branches"): a stage's BlockTallies (stage_observation.h), summed over the stages of one
+// profile version, recorded in the profile document (hardware.sampling.blocks / .branches) and
+// turned into the policy's per-branch statistics. Pure logic, no I/O.
 #pragma once
 
 #include "fdo/daemon/policy.h"
+#include "fdo/daemon/stage_observation.h"
 
 #include <cstdint>
 #include <map>
@@ -15,20 +15,6 @@
 #include <vector>
 
 namespace fdo::daemon {
-
-// Functions by PGO name; blocks and branches by their index in the canonical IR.
-struct BlockTallies {
-  // event -> function -> block -> samples (every sampled event, the clock included)
-  std::map<std::string, std::map<std::string, std::map<std::uint32_t, std::uint64_t>>> blocks;
-  // function -> branch -> event -> samples
-  std::map<std::string, std::map<std::uint32_t, std::map<std::string, std::uint64_t>>> branches;
-
-  bool empty() const { return blocks.empty() && branches.empty(); }
-  void add(const BlockTallies& other);
-};
-
-// The reply's samples.blocks / samples.branches; malformed parts are skipped.
-BlockTallies block_tallies_from(const nlohmann::json& exec_reply);
 
 // Whether a sampled event counts mispredicted branches: the generic
 // `branch-misses` or a PMU event whose name says so (BR_MISP_*, *MISPREDICTED*).

@@ -20,6 +20,7 @@
 #include "fdo/daemon/lifecycle.h"
 #include "fdo/daemon/policy.h"
 #include "fdo/daemon/stage_metadata.h"
+#include "fdo/daemon/stage_observation.h"
 #include "fdo/daemon/time_share.h"
 #include "fdo/profile_store/profile_store.h"
 #include "fdo/util/expected.h"
@@ -234,10 +235,18 @@ private:
   std::atomic<std::uint64_t> rewrites_{0};
 };
 
-// The measurement fields of an exec worker's reply, as stage feedback:
-// wall time, counted events and instrumentation counts of functions whose
-// CFG hash the compile reported (anything else is ignored).
-StageFeedback stage_feedback_from(const nlohmann::json& exec_reply,
+// A stage's observation as feedback: wall time, counted events and
+// instrumentation counts (with their value profiles) of functions whose CFG
+// hash the compile reported (anything else is ignored).
+StageFeedback stage_feedback_from(const StageObservation& observation,
                                   const std::map<std::string, std::uint64_t>& cfg_hashes);
+
+// What a stage observed, into its report, the same for exec worker stages
+// and in-process batches: the feedback, the sampled time shares and the
+// block tallies, read through the report's metadata (its CFG hashes and PGO
+// names; none known: no counts and symbols as named). `known_functions`: the
+// output's functions with code when the observation has no function ranges.
+void observe(StageReport& report, const StageObservation& observation,
+             const std::set<std::string>* known_functions = nullptr);
 
 } // namespace fdo::daemon

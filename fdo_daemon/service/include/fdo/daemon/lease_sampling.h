@@ -14,6 +14,7 @@
 #pragma once
 
 #include "fdo/daemon/config.h"
+#include "fdo/daemon/stage_observation.h"
 #include "fdo/jit/compiler.h"
 #include "fdo/perf/sampler.h"
 #include "fdo/util/expected.h"
@@ -92,11 +93,11 @@ public:
   // {"available", "reason", "threads", "threads_refused", "events":[...],
   //  "frequency_hz", "ranges"}: what is sampled now.
   nlohmann::json state() const;
-  // The samples since the last drain, attributed to the ranges, as an exec
-  // worker's reply members "samples" and "function_ranges" (stage_sampling.h);
-  // null when no thread is sampled or no ranges are known. Threads that have
-  // ended are dropped.
-  nlohmann::json drain();
+  // The samples since the last drain, attributed to the ranges: an
+  // observation with only its samples and function ranges set, as an exec
+  // worker's would have them (stage_observation.h); none when no thread is
+  // sampled or no ranges are known. Threads that have ended are dropped.
+  std::optional<StageObservation> drain();
 
 private:
   std::shared_ptr<SamplingHost> host_;

@@ -1,6 +1,6 @@
 // Sampled time share per function, and the drift rule that re-profiles a
-// program whose workload moved (docs/perf.md, "Drift"). Pure logic over the
-// exec worker's "samples" reply member (stage_sampling.h); no I/O.
+// program whose workload moved (docs/perf.md, "Drift"). Pure logic over a
+// stage's sampled observation (stage_observation.h); no I/O.
 //
 // Functions are named by PGO name where the loaded symbol maps to one (the
 // name ProfileDoc::functions uses), else by symbol. The clock event (cpu-clock
@@ -9,6 +9,7 @@
 #pragma once
 
 #include "fdo/daemon/policy_config.h"
+#include "fdo/daemon/stage_observation.h"
 #include "fdo/util/profile.h"
 
 #include <chrono>
@@ -49,10 +50,11 @@ private:
   std::unordered_map<std::string, std::string> by_symbol_;
 };
 
-// A reply without usable samples gives present=false. The functions with
-// code come from the reply's "function_ranges", or, when it has none (the
-// worker was not asked for them again), from `known_functions`.
-StageSamples stage_samples_from(const nlohmann::json& exec_reply, const PgoNames& pgo_names,
+// An observation without usable samples (none, an error, no clock event
+// available) gives present=false. The functions with code come from its
+// function ranges, or, when it has none (the worker was not asked for them
+// again), from `known_functions`.
+StageSamples stage_samples_from(const StageObservation& observation, const PgoNames& pgo_names,
                                 const std::set<std::string>* known_functions = nullptr);
 
 // The most recent sampled stages of one profile version.
