@@ -184,7 +184,23 @@ Status read_exact(int fd, char* buf, std::size_t len, Deadline deadline, int pee
                                          std::to_string(got) + " of " + std::to_string(len) + " " +
                                          part + " bytes");
   };
+  // The rest of a message (its header and payload, after the prefix) is
+  // usually in the socket already: read it without polling first, and poll
+  // only when a read would block (a socket: recv with MSG_DONTWAIT).
+  bool try_first = before != 0 && fds == nullptr;
   while (got < len) {
+    if (try_first) {
+      ssize_t n = ::recv(fd, buf + got, len - got, MSG_DONTWAIT);
+      if (n > 0) {
+        got += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (n == 0) return truncated();
+      if (errno == EINTR) continue;
+      // Would block, not a socket, or an error: poll and read from now on
+      // (the read after the poll reports an error).
+      try_first = false;
+    }
     FDO_TRY(Ready r, wait_for(fd, POLLIN, deadline, peer_exit_fd));
     if (r == Ready::timed_out) {
       if (before == 0 && got == 0)

@@ -74,18 +74,23 @@ ExitInfo Child::reap() {
 }
 
 void Child::reset_output() {
-  for (const Fd* f : {&out_, &err_})
-    if (f->valid()) (void)::ftruncate(f->get(), 0);
+  if (!outputs_empty_)
+    for (const Fd* f : {&out_, &err_})
+      if (f->valid()) (void)::ftruncate(f->get(), 0);
+  outputs_empty_ = false; // a job runs now
 }
 
 namespace {
 
-// Up to `limit` bytes of a capture file; `truncated` when it holds more.
-std::string read_capture(const Fd& f, std::uint64_t limit, bool& truncated) {
+// Up to `limit` bytes of a capture file; `truncated` when it holds more;
+// `empty` false unless it held nothing.
+std::string read_capture(const Fd& f, std::uint64_t limit, bool& truncated, bool& empty) {
+  empty = false;
   if (!f.valid()) return {};
   struct stat st {};
   if (::fstat(f.get(), &st) != 0) return {};
   auto size = static_cast<std::uint64_t>(st.st_size);
+  empty = size == 0;
   if (size > limit) truncated = true;
   std::string out(std::min(size, limit), '\0');
   std::size_t got = 0;
@@ -113,8 +118,10 @@ Expected<Fd> capture_file(const char* name) {
 JobOutput Child::read_output(std::uint64_t limit) const {
   JobOutput o;
   // A bound worker's RLIMIT_FSIZE is limit + 1: a longer stream was cut.
-  o.out = read_capture(out_, limit, o.truncated);
-  o.err = read_capture(err_, limit, o.truncated);
+  bool out_empty = false, err_empty = false;
+  o.out = read_capture(out_, limit, o.truncated, out_empty);
+  o.err = read_capture(err_, limit, o.truncated, err_empty);
+  outputs_empty_ = out_empty && err_empty;
   return o;
 }
 

@@ -69,7 +69,8 @@ public:
   // worker's exit status (its real one if it had already died).
   ExitInfo reap();
 
-  // Empties the capture files before a job.
+  // Empties the capture files before a job (no system call when the last
+  // read_output found both empty: nothing runs in the worker between jobs).
   void reset_output();
   // What the last job printed, at most `limit` bytes per stream.
   JobOutput read_output(std::uint64_t limit) const;
@@ -79,6 +80,8 @@ private:
   Fd pidfd_;
   Fd sock_;
   Fd out_, err_; // capture files (memfds), shared with the worker's fds 1 and 2
+  // Both capture files were empty when last read, and no job ran since.
+  mutable bool outputs_empty_ = false;
   bool reaped_ = false;
   ExitInfo exit_;
   std::unique_ptr<Cgroup> cgroup_;

@@ -241,6 +241,30 @@ TEST_CASE("worker_pool tenancy: what a job prints comes back - bounded", "[worke
   CHECK(flood.truncated);
 }
 
+TEST_CASE("worker_pool tenancy: each job's output is its own, after silent jobs too",
+          "[worker_pool][tenancy]") {
+  PoolOptions o = tenant_options(1);
+  o.capture_output_bytes = 100;
+  auto pool = make_pool(o);
+  auto print = [&](const std::string& text, JobOutput* out) {
+    REQUIRE(pool->run(Message{{{"op", "print"}, {"out", text}}, {}}, as("t"), out));
+  };
+  // A silent job leaves the captures empty; the next one's output is only its own.
+  JobOutput silent, first, second;
+  print("", &silent);
+  CHECK(silent.out.empty());
+  print("one\n", &first);
+  CHECK(first.out == "one\n");
+  // A job whose output nobody read: the next job does not see it either.
+  print("unread\n", nullptr);
+  print("two\n", &second);
+  CHECK(second.out == "two\n");
+  JobOutput after_silent;
+  print("", &silent);
+  print("three\n", &after_silent);
+  CHECK(after_silent.out == "three\n");
+}
+
 TEST_CASE("worker_pool tenancy: exit(n) is the job's outcome - with its output",
           "[worker_pool][tenancy]") {
   PoolOptions o = tenant_options(1);
