@@ -1,6 +1,8 @@
 #include "fdo/util/hash.h"
 
 #include <llvm/Support/BLAKE3.h>
+#include <new>
+#include <type_traits>
 
 namespace fdo {
 
@@ -48,22 +50,35 @@ bool is_hex_key(std::string_view s) {
   return true;
 }
 
-struct Hasher::Impl {
-  llvm::BLAKE3 h;
-};
+static_assert(sizeof(llvm::BLAKE3) <= Hasher::kStateBytes && alignof(llvm::BLAKE3) <= 16);
+static_assert(std::is_trivially_copyable_v<llvm::BLAKE3> &&
+              std::is_trivially_destructible_v<llvm::BLAKE3>);
 
-Hasher::Hasher() : impl_(std::make_unique<Impl>()) {}
-Hasher::~Hasher() = default;
-Hasher::Hasher(Hasher&&) noexcept = default;
-Hasher& Hasher::operator=(Hasher&&) noexcept = default;
+namespace {
+llvm::BLAKE3& state(unsigned char* bytes) {
+  return *std::launder(reinterpret_cast<llvm::BLAKE3*>(bytes));
+}
+} // namespace
+
+Hasher::Hasher() {
+  new (state_) llvm::BLAKE3();
+}
+Hasher::~Hasher() = default; // trivially destructible state
+Hasher::Hasher(Hasher&& other) noexcept {
+  new (state_) llvm::BLAKE3(state(other.state_));
+}
+Hasher& Hasher::operator=(Hasher&& other) noexcept {
+  if (this != &other) new (state_) llvm::BLAKE3(state(other.state_));
+  return *this;
+}
 
 Hasher& Hasher::update(std::span<const std::uint8_t> bytes) {
-  impl_->h.update(llvm::ArrayRef<std::uint8_t>(bytes.data(), bytes.size()));
+  state(state_).update(llvm::ArrayRef<std::uint8_t>(bytes.data(), bytes.size()));
   return *this;
 }
 
 Hasher& Hasher::update(std::string_view bytes) {
-  impl_->h.update(llvm::StringRef(bytes.data(), bytes.size()));
+  state(state_).update(llvm::StringRef(bytes.data(), bytes.size()));
   return *this;
 }
 
@@ -84,7 +99,7 @@ Hasher& Hasher::update_field(std::string_view bytes) {
 }
 
 Digest256 Hasher::digest() const {
-  auto r = impl_->h.final<32>();
+  auto r = state(state_).final<32>();
   Digest256 out;
   std::copy(r.begin(), r.end(), out.begin());
   return out;

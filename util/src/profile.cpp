@@ -248,32 +248,39 @@ json to_json(const ProfileDoc& doc) {
   return out;
 }
 
+namespace {
+// The "knobs" object of a profile document.
+Expected<Knobs> get_knobs(const json& k) {
+  if (!k.is_object()) return field_error("knobs", "must be an object");
+  Knobs knobs;
+  FDO_TRY_STATUS(get_int(k, "opt_level", "knobs", knobs.opt_level, 0, 3));
+  FDO_TRY_STATUS(get_int(k, "size_level", "knobs", knobs.size_level, 0, 2));
+  FDO_TRY_STATUS(get_bool(k, "unroll", "knobs", knobs.unroll));
+  FDO_TRY_STATUS(get_bool(k, "vectorize", "knobs", knobs.vectorize));
+  if (auto t = k.find("inline_threshold"); t != k.end() && !t->is_null()) {
+    int v = 0;
+    FDO_TRY_STATUS(get_int(k, "inline_threshold", "knobs", v, -10000, 100000));
+    knobs.inline_threshold = v;
+  }
+  if (auto m = k.find("mode"); m != k.end() && !m->is_null()) {
+    if (!m->is_string()) return field_error("knobs.mode", "must be a string or null");
+    FDO_TRY(CompileMode mode, parse_compile_mode(m->get<std::string>()));
+    knobs.mode = mode;
+  }
+  FDO_TRY_STATUS(get_int(k, "text_offset", "knobs", knobs.text_offset, 0, kTextOffsetWindow - 1));
+  if (knobs.text_offset % kTextOffsetStep != 0)
+    return field_error("knobs.text_offset",
+                       "must be a multiple of " + std::to_string(kTextOffsetStep));
+  return knobs;
+}
+} // namespace
+
 Expected<ProfileDoc> profile_from_json(const json& j) {
   if (!j.is_object()) return field_error("$", "profile must be a JSON object");
   ProfileDoc doc;
   FDO_TRY_STATUS(get_int(j, "format", "$", doc.format, 1, ProfileDoc::kFormat));
   if (auto it = j.find("knobs"); it != j.end() && !it->is_null()) {
-    if (!it->is_object()) return field_error("knobs", "must be an object");
-    const json& k = *it;
-    FDO_TRY_STATUS(get_int(k, "opt_level", "knobs", doc.knobs.opt_level, 0, 3));
-    FDO_TRY_STATUS(get_int(k, "size_level", "knobs", doc.knobs.size_level, 0, 2));
-    FDO_TRY_STATUS(get_bool(k, "unroll", "knobs", doc.knobs.unroll));
-    FDO_TRY_STATUS(get_bool(k, "vectorize", "knobs", doc.knobs.vectorize));
-    if (auto t = k.find("inline_threshold"); t != k.end() && !t->is_null()) {
-      int v = 0;
-      FDO_TRY_STATUS(get_int(k, "inline_threshold", "knobs", v, -10000, 100000));
-      doc.knobs.inline_threshold = v;
-    }
-    if (auto m = k.find("mode"); m != k.end() && !m->is_null()) {
-      if (!m->is_string()) return field_error("knobs.mode", "must be a string or null");
-      FDO_TRY(CompileMode mode, parse_compile_mode(m->get<std::string>()));
-      doc.knobs.mode = mode;
-    }
-    FDO_TRY_STATUS(
-        get_int(k, "text_offset", "knobs", doc.knobs.text_offset, 0, kTextOffsetWindow - 1));
-    if (doc.knobs.text_offset % kTextOffsetStep != 0)
-      return field_error("knobs.text_offset",
-                         "must be a multiple of " + std::to_string(kTextOffsetStep));
+    FDO_TRY(doc.knobs, get_knobs(*it));
   }
   FDO_TRY_STATUS(get_functions(j, "functions", doc.functions));
   FDO_TRY_STATUS(get_functions(j, "cs_functions", doc.cs_functions));
@@ -309,8 +316,8 @@ json to_json(const Knobs& knobs) {
 }
 
 Expected<Knobs> knobs_from_json(const json& j) {
-  FDO_TRY(ProfileDoc doc, profile_from_json(json{{"knobs", j}}));
-  return doc.knobs;
+  if (j.is_null()) return Knobs{}; // as a document without knobs
+  return get_knobs(j);
 }
 
 Expected<ProfileDoc> parse_profile(std::string_view json_text) {

@@ -47,9 +47,14 @@ public:
   // The first 8 digest bytes as a little-endian integer (for 64-bit hashes).
   std::uint64_t digest64() const;
 
+  // Room for the BLAKE3 state (llvm::BLAKE3, 1,912 bytes in LLVM 16; hash.cpp
+  // checks it fits): kept in place, since a heap block of that size per hasher
+  // cost more than hashing a cache key.
+  static constexpr std::size_t kStateBytes = 1920;
+
 private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  // mutable: LLVM's final() is not const, though it leaves the state as it was.
+  alignas(16) mutable unsigned char state_[kStateBytes];
 };
 
 Digest256 blake3(std::string_view bytes);
