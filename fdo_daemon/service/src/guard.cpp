@@ -393,7 +393,7 @@ GuardStage Guard::record(const StagePlan& plan, const std::string& served_digest
     return out;
   }
   std::shared_ptr<KeyState> state = state_of(plan.pk);
-  std::lock_guard lk(state->mu);
+  std::unique_lock lk(state->mu);
   KeyState& st = *state;
   if (st.trial_id != plan.trial_id || !st.arms) {
     out.note = "the trial ended meanwhile: not counted";
@@ -421,11 +421,22 @@ GuardStage Guard::record(const StagePlan& plan, const std::string& served_digest
     const std::size_t pairs = st.trial.samples(Arm::incumbent);
     if (out.counted && config.checkpoint_pairs > 0 && pairs == st.trial.samples(Arm::candidate) &&
         pairs % static_cast<std::size_t>(config.checkpoint_pairs) == 0)
-      save_checkpoint(plan.pk, st, stage, program, owner, out.note);
+      if (auto w = prepare_checkpoint(plan.pk, st, stage, program, owner))
+        save_checkpoint(lk, st, *w, out.note);
     return out;
   }
-  VerdictWrite written = write_verdict(plan, st, r, kept_arm(r, st.arms->kind, config.trial), stage,
-                                       program, owner, out.note);
+  if (st.write_in_flight) {
+    // Another stage of this key is writing (this verdict, or a checkpoint):
+    // its outcome decides; this stage only counted.
+    out.note = "trial decided: its verdict is being recorded";
+    return out;
+  }
+  VerdictPrep prep =
+      prepare_verdict(plan, st, r, kept_arm(r, st.arms->kind, config.trial), stage, program, owner);
+  lk.unlock();
+  VerdictWrite written = write_verdict(prep, out.note);
+  lk.lock();
+  st.write_in_flight = false;
   out.verdict = std::move(written.record);
   out.ended = written.ended;
   out.version = written.version;
@@ -445,7 +456,9 @@ GuardStage Guard::record(const StagePlan& plan, const std::string& served_digest
       break;
     }
   }
-  if (out.ended) {
+  // Only the trial the verdict was written for ends (the state may have
+  // moved on while the write was out).
+  if (out.ended && st.trial_id == prep.trial_id) {
     st.trial_id.clear();
     st.arms.reset();
   }

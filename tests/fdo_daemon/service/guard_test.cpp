@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
+#include <future>
 #include <random>
 
 using namespace fdo;
@@ -444,6 +446,37 @@ TEST_CASE("guard: a verdict the store refuses is retried at the next stage", "[g
   CHECK(next.verdict->early_stop);
   CHECK(h.guard.counters().verdict_write_failures == 1);
   CHECK(h.current().doc.guard.trials.size() == 1);
+}
+
+TEST_CASE("guard: a verdict is written without the key's lock - other stages go on meanwhile",
+          "[guard]") {
+  GuardHarness h;
+  auto time = timing(1.3, 4); // clearly slower: early stop after three pairs
+  h.store.hold_writes_of = h.pk;
+  // The stage that decides writes the verdict, and waits in the store.
+  auto writer = std::async(std::launch::async, [&] { return h.run_to_verdict(time); });
+  h.store.wait_until_write_held();
+  // Meanwhile another stage of the same key is planned and recorded: it must
+  // not wait for the write (with the key's lock held across it, it would).
+  auto other = std::async(std::launch::async, [&] { return h.stage_with(time); });
+  const bool finished = other.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  h.store.release_held_write();
+  REQUIRE(finished);
+  GuardStage meanwhile = other.get().second;
+  // It counts, and leaves the verdict to the write under way.
+  CHECK_FALSE(meanwhile.verdict);
+  CHECK_FALSE(meanwhile.ended);
+  CHECK_THAT(meanwhile.note, Contains("being recorded"));
+  auto [verdict, stages] = writer.get();
+  REQUIRE(verdict);
+  CHECK(verdict->verdict == TrialVerdict::rejected);
+  // One verdict, written once; the next stage serves what it left.
+  CHECK(h.current().doc.guard.trials.size() == 1);
+  CHECK(h.guard.counters().rejected == 1);
+  CHECK(h.guard.counters().verdict_write_failures == 0);
+  auto [p, g] = h.stage_with(time);
+  CHECK(p.name == "plain O2");
+  CHECK_FALSE(g.counted);
 }
 
 TEST_CASE("guard: knob variants are tried on programs that run many stages", "[guard]") {

@@ -261,6 +261,9 @@ private:
       std::shared_ptr<const ProfileDoc> doc;
     };
     std::vector<Built> built; // most recent last, at most kBuiltKept
+    // A checkpoint or verdict of this key is being written (without the
+    // lock): no other stage starts one until it is back.
+    bool write_in_flight = false;
   };
   struct Source {
     const ProfileDoc* doc = nullptr; // what an incumbent with a version compiles from
@@ -280,10 +283,47 @@ private:
   std::optional<cache::ProfileRef> request_ahead(KeyState& st, const std::string& pk,
                                                  const profile_store::StoredProfile& sp,
                                                  const Source& source, const Arms& arms);
-  // Writes st's running trial into profile `pk` if its digest is still the
-  // trial's; true when written.
-  bool save_checkpoint(const std::string& pk, KeyState& st, std::int64_t stage,
-                       const std::string& program, std::int64_t owner, std::string& note);
+  // The guard's writes (guard_writes.cpp) in three steps, so that no lock is
+  // held across the store's I/O: what to write is taken from the key's state
+  // under its lock (prepare_*: none while another write of the key is in
+  // flight), written with the lock released (write_*), and the outcome
+  // applied under the lock again (the state may have moved on meanwhile:
+  // a checkpoint or verdict of a trial that has since ended changes nothing).
+  struct CheckpointWrite {
+    std::string pk, trial_id, trial_digest;
+    TrialCheckpoint saved;
+    std::size_t pairs = 0;
+    profile_store::WriteInfo info;
+  };
+  // A running trial's samples as a checkpoint, if their pairs are past the
+  // last one's.
+  std::optional<CheckpointWrite> prepare_checkpoint(const std::string& pk, KeyState& st,
+                                                    std::int64_t stage, const std::string& program,
+                                                    std::int64_t owner);
+  // Writes it into the profile if its digest is still the trial's; true when written.
+  bool write_checkpoint(const CheckpointWrite& w, std::string& note);
+  void apply_checkpoint(KeyState& st, const CheckpointWrite& w, bool written);
+  // Saves st's running trial (lock held on entry and on return, released
+  // during the write); true when written.
+  bool save_checkpoint(std::unique_lock<std::mutex>& lk, KeyState& st, const CheckpointWrite& w,
+                       std::string& note);
+
+  struct VerdictPrep {
+    std::string pk, trial_id, current_digest;
+    TrialRecord record;
+    Arm kept = Arm::incumbent;
+    TrialKind kind = TrialKind::profile;
+    // The incumbent the verdict leaves.
+    VariantBase base = VariantBase::plain;
+    nlohmann::json knobs;
+    std::int64_t incumbent_version = 0;
+    std::string incumbent_digest;
+    int next_tuning_step = 0;
+    profile_store::WriteInfo info;
+  };
+  VerdictPrep prepare_verdict(const StagePlan& plan, KeyState& st, const TrialResult& result,
+                              Arm kept, std::int64_t stage, const std::string& program,
+                              std::int64_t owner);
   // Writes the verdict into the profile: the record and its version, or
   // `ended` abandoned (the profile changed during the trial), or neither
   // (the write failed: the next stage retries).
@@ -292,9 +332,7 @@ private:
     std::optional<TrialEnd> ended;
     std::int64_t version = 0;
   };
-  VerdictWrite write_verdict(const StagePlan& plan, const KeyState& st, const TrialResult& result,
-                             Arm kept, std::int64_t stage, const std::string& program,
-                             std::int64_t owner, std::string& note);
+  VerdictWrite write_verdict(const VerdictPrep& prep, std::string& note);
 
   cache::KeyStore& keys_;
   FeedbackStore& store_;
