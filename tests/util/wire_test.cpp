@@ -37,7 +37,9 @@ TEST_CASE("wire: the reader checks every read and reports the first failure", "[
   // A count over its limit.
   wire::WireWriter c;
   c.count(10);
-  wire::WireReader limited(*std::move(c).take(), "limited");
+  auto counted = std::move(c).take();
+  REQUIRE(counted);
+  wire::WireReader limited(*counted, "limited"); // reads `counted`: it must outlive the reader
   CHECK(limited.count(0, 5) == 0);
   CHECK_THAT(limited.finish().error().message(), Catch::Contains("over the limit of 5"));
 }
