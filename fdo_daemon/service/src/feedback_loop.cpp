@@ -218,7 +218,7 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
                                    const LifecycleConfig& lifecycle) {
   FeedbackOutcome out;
   std::shared_ptr<KeyState> state = state_of(stage.pk);
-  std::lock_guard lk(state->mu);
+  std::unique_lock lk(state->mu);
   KeyState& st = *state;
   const auto now = std::chrono::system_clock::now();
 
@@ -302,6 +302,12 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
     if (stage.metadata && !stage.metadata->branch_weights.empty()) st.weights_from = stage.metadata;
   }
 
+  if (st.rewrite_in_flight) {
+    // Another stage's rewrite of this profile is being written (without the
+    // lock): this stage's counts are in; that write decides.
+    out.policy = "a rewrite of this profile is being written: the next stage decides";
+    return out;
+  }
   PolicyInput in;
   in.current = sp ? &sp->doc : nullptr;
   in.current_version = facts.version;
@@ -368,7 +374,13 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   info.program = stage.program;
   std::string written_digest; // the store's, so the lifecycle need not hash the profile again
   info.digest_out = &written_digest;
+  // Written with the key's lock released: the key's other stages fold
+  // meanwhile (and leave the decision to this write).
+  st.rewrite_in_flight = true;
+  lk.unlock();
   auto written = store_.write(stage.pk, in.current_version, d.profile, info);
+  lk.lock();
+  st.rewrite_in_flight = false;
   if (!written) {
     // conflict: another writer got there first; pinned: an operator pinned it
     // meanwhile. Either way this stage's view is stale; the totals are kept

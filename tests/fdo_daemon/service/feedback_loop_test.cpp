@@ -261,6 +261,37 @@ TEST_CASE("feedback loop: a stage served by an older version waits for the tier-
   CHECK(loop.pending_rows() == 1);
 }
 
+TEST_CASE("feedback loop: a rewrite is written without the key's lock - its stages go on",
+          "[service][feedback]") {
+  FakeFeedbackStore store;
+  FeedbackLoop loop(store, "h");
+  store.hold_writes_of = kPk;
+  loop.fold(stage(kPk, 0, 90, 10, 0), policy());
+  loop.fold(stage(kPk, 0, 90, 10, 1), policy());
+  // The third stage decides to rewrite and waits in the store.
+  auto slow =
+      std::async(std::launch::async, [&] { return loop.fold(stage(kPk, 0, 90, 10, 2), policy()); });
+  store.wait_until_write_held();
+  // The same key's next stage folds meanwhile (with the lock held across the
+  // write it would wait), and leaves the decision to the write under way.
+  auto next =
+      std::async(std::launch::async, [&] { return loop.fold(stage(kPk, 0, 90, 10, 3), policy()); });
+  const bool finished = next.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  store.release_held_write();
+  REQUIRE(finished);
+  FeedbackOutcome meanwhile = next.get();
+  CHECK_FALSE(meanwhile.rewritten);
+  CHECK_THAT(meanwhile.policy, Catch::Contains("being written"));
+  FeedbackOutcome o = slow.get();
+  REQUIRE(o.rewritten);
+  CHECK(o.rewritten->to == 1);
+  CHECK(store.keys[kPk].versions.size() == 1); // one rewrite, not two
+  // The next stage folds under the new version.
+  FeedbackOutcome after = loop.fold(stage(kPk, 1, 90, 10, 4), policy());
+  CHECK_FALSE(after.rewritten);
+  CHECK_THAT(after.policy, Catch::Contains("waiting for stages (1 of 3)"));
+}
+
 TEST_CASE("feedback loop: a slow write of one key does not hold up another key",
           "[service][feedback]") {
   FakeFeedbackStore store;
@@ -271,8 +302,8 @@ TEST_CASE("feedback loop: a slow write of one key does not hold up another key",
   auto slow =
       std::async(std::launch::async, [&] { return loop.fold(stage(kPk, 0, 90, 10), policy()); });
   store.wait_until_write_held();
-  // Key A's write is in progress (and its lock held); key B folds, decides,
-  // writes, and the rows flush, all meanwhile.
+  // Key A's write is in progress; key B folds, decides, writes, and the rows
+  // flush, all meanwhile.
   for (int i = 0; i < 3; ++i)
     loop.fold(stage(kOtherPk, 0, 90, 10), policy());
   CHECK(store.keys[kOtherPk].versions.size() == 1);

@@ -10,8 +10,9 @@
 // build (its digest) and restarts when another build serves.
 //
 // Concurrency: each profile key has its own state and lock, held while that
-// key's stage is folded (including its reads and its versioned write); stages
-// of other keys never wait for it. Pending rows have their own lock, never held
+// key's stage is folded (including its reads, but not its versioned write:
+// the key's other stages fold meanwhile and decide nothing until the write is
+// back); stages of other keys never wait for it. Pending rows have their own lock, never held
 // across store I/O. The store's optimistic concurrency (write v+1 only over v)
 // settles races with other writers (fdoctl, another daemon).
 #pragma once
@@ -157,6 +158,9 @@ private:
     // which of this loop's rows it holds is known exactly.
     std::optional<profile_store::FeedbackTotals> fleet;
     std::chrono::steady_clock::time_point fleet_read{};
+    // A rewrite of this key is being written (the lock released meanwhile):
+    // other stages fold their counts but decide nothing until it is back.
+    bool rewrite_in_flight = false;
   };
 
   std::shared_ptr<KeyState> state_of(const std::string& pk);
