@@ -363,7 +363,8 @@ constexpr const char* kBodyBytes = "body_bytes";
 // The body's length from the header, checked against the payload.
 Expected<std::size_t> body_length(const Message& m, Errc code, std::string_view what) {
   auto it = m.header.find(kBodyBytes);
-  if (it == m.header.end() || !it->is_number_unsigned())
+  // Decoded headers hold it unsigned; headers built in memory may hold it signed.
+  if (it == m.header.end() || !it->is_number_integer() || it->get<std::int64_t>() < 0)
     return make_error(code, std::string(what) + " has no '" + kBodyBytes + "' length");
   const std::uint64_t n = it->get<std::uint64_t>();
   if (n > m.payload.size())

@@ -101,14 +101,16 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions
       return fail_worker(idx, kind, st.error(), limits, std::nullopt);
     }
     return finish_job(idx, id, deadline, limits, collect,
-                      options.after == AfterJob::retire ? "a one-off job of the daemon's" : "");
+                      options.after == AfterJob::retire ? "a one-off job of the daemon's" : "",
+                      options.check_reply);
   }
 }
 
-Expected<Message> WorkerPool::Impl::finish_job(int idx, std::uint64_t id, Deadline deadline,
-                                               const JobLimits& limits,
-                                               const std::function<void()>& collect_output,
-                                               const std::string& retire_after) {
+Expected<Message>
+WorkerPool::Impl::finish_job(int idx, std::uint64_t id, Deadline deadline, const JobLimits& limits,
+                             const std::function<void()>& collect_output,
+                             const std::string& retire_after,
+                             const std::function<Status(const Message&)>& check_reply) {
   Child& child = *slots_[static_cast<std::size_t>(idx)].child;
 
   auto saturating_add = [](std::uint64_t a, std::uint64_t b) {
@@ -160,6 +162,9 @@ Expected<Message> WorkerPool::Impl::finish_job(int idx, std::uint64_t id, Deadli
     auto result = h.find("result");
     if (result == h.end()) return protocol_error("successful response has no 'result'");
     Message out{std::move(*result), std::move(response->payload)};
+    if (check_reply)
+      if (Status st = check_reply(out); !st)
+        return protocol_error("its reply: " + st.error().message());
     release(idx, /*succeeded=*/true, retire);
     return out;
   }

@@ -72,7 +72,8 @@ private:
   void replace_worker_locked(Slot& s);
   Expected<Message> finish_job(int idx, std::uint64_t id, Deadline deadline,
                                const JobLimits& limits, const std::function<void()>& collect_output,
-                               const std::string& retire_after);
+                               const std::string& retire_after,
+                               const std::function<Status(const Message&)>& check_reply);
   detail::SpawnOptions spawn_options() const {
     return {opts.name,
             opts.worker_path,

@@ -480,3 +480,16 @@ TEST_CASE("service: a stage's counters explain an event only when verbose", "[se
   CHECK(v["events"][1]["reason"] == "no PMU here");
   CHECK(v["events"][1]["raw"] == 0);
 }
+
+TEST_CASE("service: an exec reply whose typed body is malformed fails the stage clearly",
+          "[service][errors]") {
+  Harness h(Harness::base_config(), [](const Message&) -> Expected<Message> {
+    return Message{{{"body_bytes", 3}}, "EXR"}; // three bytes of a four-byte magic
+  });
+  auto reg = h.call("program.register", {{"ir", "program one"}});
+  REQUIRE(reg);
+  auto r = h.call("execute", {{"program", (*reg)["program"]}, {"entry", "main"}});
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error().message(), Catch::Contains("exec worker sent a malformed reply") &&
+                                      Catch::Contains("exec reply: truncated"));
+}

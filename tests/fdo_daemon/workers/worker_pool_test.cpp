@@ -302,6 +302,35 @@ TEST_CASE("worker_pool: output limits hold on both sides of the channel", "[work
   }
 }
 
+TEST_CASE("worker_pool: a reply its caller's check refuses is a protocol error - the worker goes",
+          "[worker_pool]") {
+  auto pool = make_pool(test_options());
+  long before = echo_pid(*pool);
+  JobOptions o;
+  o.limits = limits_with(20s);
+  int checked = 0;
+  o.check_reply = [&](const Message& m) -> Status {
+    ++checked;
+    if (m.payload == "good") return ok();
+    return make_error(Errc::corrupt, "exec reply: truncated: a u32 needs 4 byte(s), 2 left");
+  };
+  // A reply the check accepts: the worker stays.
+  auto fine = pool->run(job({{"op", "echo"}}, "good"), o, nullptr);
+  REQUIRE(fine);
+  CHECK(checked == 1);
+  CHECK(echo_pid(*pool) == before);
+  // One it refuses: the job fails as the worker's protocol violation, and the
+  // worker is killed and replaced, never given another job.
+  auto r = pool->run(job({{"op", "echo"}}, "bad"), o, nullptr);
+  REQUIRE_FALSE(r);
+  CHECK(checked == 2);
+  CHECK(r.error().code() == Errc::internal);
+  CHECK_THAT(r.error().message(), Catch::Contains("broke the protocol") &&
+                                      Catch::Contains("its reply: exec reply: truncated"));
+  CHECK(pool->stats().failures.protocol == 1);
+  CHECK(echo_pid(*pool) != before);
+}
+
 TEST_CASE("worker_pool: a job header too deep to encode is refused - the worker stays",
           "[worker_pool]") {
   auto pool = make_pool(test_options());

@@ -6,6 +6,8 @@
 #include "fdo/daemon/worker_stats.h"
 #include "fdo/util/expected.h"
 
+#include <functional>
+
 namespace fdo::daemon {
 
 // What a job's program printed (when the runner captures output).
@@ -28,6 +30,12 @@ struct JobOptions {
   // the daemon's own jobs (a probe).
   std::string tenant;
   AfterJob after = AfterJob::keep;
+  // Checks a successful reply before the worker goes back to the pool: an
+  // error is the worker breaking the protocol (it is killed and replaced, the
+  // job fails with what the check said). For replies whose body the pool's
+  // framing does not look into (the exec reply's typed body: exec_messages.h).
+  // A runner that does not check (a test's fake) leaves it to the caller.
+  std::function<Status(const Message&)> check_reply{};
 };
 
 class JobRunner {
