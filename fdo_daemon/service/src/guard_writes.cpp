@@ -17,6 +17,18 @@ namespace fdo::daemon {
 namespace ps = fdo::profile_store;
 using namespace guard_detail;
 
+profile_store::WriteInfo Guard::write_info(std::string reason, std::int64_t stage,
+                                           const std::string& program, std::int64_t owner) const {
+  ps::WriteInfo info;
+  info.source = ps::WriteSource::feedback;
+  info.reason = std::move(reason);
+  info.owner = owner;
+  info.host = host_;
+  info.stage = stage;
+  info.program = program;
+  return info;
+}
+
 int Guard::save_running(const GuardConfig& config) {
   if (config.checkpoint_pairs <= 0) return 0;
   std::vector<std::pair<std::string, std::shared_ptr<KeyState>>> all;
@@ -64,12 +76,8 @@ std::optional<Guard::CheckpointWrite> Guard::prepare_checkpoint(const std::strin
       to.push_back(std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(t))));
     }
   }
-  w.info.source = ps::WriteSource::feedback;
-  w.info.reason = "guard: trial saved (" + progress(st.trial, TrialConfig{}) + ")";
-  w.info.owner = owner;
-  w.info.host = host_;
-  w.info.stage = stage;
-  w.info.program = program;
+  w.info = write_info("guard: trial saved (" + progress(st.trial, TrialConfig{}) + ")", stage,
+                      program, owner);
   st.write_in_flight = true;
   return w;
 }
@@ -148,12 +156,7 @@ Guard::VerdictPrep Guard::prepare_verdict(const StagePlan& plan, KeyState& st,
   // Past the candidate's step (steps that did not apply were passed over).
   p.next_tuning_step = arms.step + 1;
 
-  p.info.source = ps::WriteSource::feedback;
-  p.info.reason = "guard: " + t.summary;
-  p.info.owner = owner;
-  p.info.host = host_;
-  p.info.stage = stage;
-  p.info.program = program;
+  p.info = write_info("guard: " + t.summary, stage, program, owner);
   st.write_in_flight = true;
   return p;
 }

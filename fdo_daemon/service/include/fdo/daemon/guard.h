@@ -289,6 +289,9 @@ private:
   // flight), written with the lock released (write_*), and the outcome
   // applied under the lock again (the state may have moved on meanwhile:
   // a checkpoint or verdict of a trial that has since ended changes nothing).
+  // What every guard write records about itself (a feedback write by this host).
+  profile_store::WriteInfo write_info(std::string reason, std::int64_t stage,
+                                      const std::string& program, std::int64_t owner) const;
   struct CheckpointWrite {
     std::string pk, trial_id, trial_digest;
     TrialCheckpoint saved;
