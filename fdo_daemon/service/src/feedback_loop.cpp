@@ -62,11 +62,11 @@ StageFeedback stage_feedback_from(const StageObservation& obs,
 
 void observe(StageReport& report, const StageObservation& obs,
              const std::set<std::string>* known_functions) {
-  static const std::map<std::string, std::uint64_t> kNoHashes;
-  static const PgoNames kNoNames;
   const StageMetadata* meta = report.metadata.get();
-  report.feedback = stage_feedback_from(obs, meta ? meta->cfg_hashes : kNoHashes);
-  report.samples = stage_samples_from(obs, meta ? meta->pgo_names : kNoNames, known_functions);
+  const std::map<std::string, std::uint64_t> no_hashes; // empty: no allocation
+  const PgoNames no_names;
+  report.feedback = stage_feedback_from(obs, meta ? meta->cfg_hashes : no_hashes);
+  report.samples = stage_samples_from(obs, meta ? meta->pgo_names : no_names, known_functions);
   report.blocks = obs.samples ? obs.samples->tallies : BlockTallies{};
 }
 

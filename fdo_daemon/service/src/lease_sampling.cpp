@@ -255,7 +255,11 @@ std::optional<StageObservation> LeaseSampling::drain() {
   }
   StageObservation out;
   out.samples = std::move(*samples);
-  out.function_ranges = ranges_;
+  // Names and extents only: the block maps stay here (what the time shares need).
+  auto& ranges = out.function_ranges.emplace();
+  ranges.reserve(ranges_.size());
+  for (const jit::FunctionRange& r : ranges_)
+    ranges.push_back({r.name, r.start, r.size});
   return out;
 }
 
