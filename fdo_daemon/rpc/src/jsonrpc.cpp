@@ -3,6 +3,7 @@
 #include "fdo/util/log.h"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 #include <mutex>
 
@@ -65,6 +66,16 @@ std::optional<Errc> parse_errc(std::string_view name) {
   return std::nullopt;
 }
 
+std::string cut(std::string_view text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  std::size_t end = max_bytes;
+  // Back to the start of a UTF-8 sequence: never half a character.
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80)
+    --end;
+  return std::string(text.substr(0, end)) + "... (" + std::to_string(text.size() - end) +
+         " more bytes)";
+}
+
 std::string result_response(const json& id, const json& result) {
   // Built by hand so a large result is serialised once, not deep-copied into
   // an envelope object first.
@@ -81,7 +92,9 @@ std::string error_response(const json& id, int code, std::string_view message,
   json data = json::object();
   if (extra.is_object()) data = extra;
   data["code"] = std::string(data_code);
-  json err = {{"code", code}, {"message", std::string(message)}, {"data", std::move(data)}};
+  json err = {{"code", code},
+              {"message", cut(message, error_message_max_bytes)},
+              {"data", std::move(data)}};
   json resp = {{"jsonrpc", "2.0"}, {"id", id}, {"error", std::move(err)}};
   return dump(resp);
 }
@@ -99,10 +112,10 @@ std::string oversized_response(std::size_t limit_bytes, std::size_t seen_bytes) 
 
 std::string deadline_response(const json& id, std::string_view method,
                               std::chrono::milliseconds timeout) {
-  std::string msg = "deadline exceeded: '" + std::string(method) + "' did not finish within " +
+  std::string msg = "deadline exceeded: '" + cut(method) + "' did not finish within " +
                     std::to_string(timeout.count()) + " ms (request_timeout_ms)";
   return error_response(id, error_code(Errc::timeout), msg, to_string(Errc::timeout),
-                        {{"timeout_ms", timeout.count()}, {"method", std::string(method)}});
+                        {{"timeout_ms", timeout.count()}, {"method", cut(method)}});
 }
 
 std::string stopping_response(const json& id) {
@@ -157,6 +170,16 @@ std::string clean_parse_message(std::string_view what) {
 
 bool valid_id(const json& id) {
   return id.is_string() || id.is_number() || id.is_null();
+}
+
+// A number id we could not echo as the same number: an integer beyond 64 bits
+// reaches us as the nearest double (2^100 would come back as
+// 1.2676506002282294e+30). Integral doubles of 2^63 and beyond are refused;
+// fractions, rare in ids, are echoed as the nearest double.
+bool id_beyond_64_bits(const json& id) {
+  if (!id.is_number_float()) return false;
+  const double v = id.get<double>();
+  return !std::isfinite(v) || (std::trunc(v) == v && std::fabs(v) >= 9223372036854775808.0);
 }
 
 ParsedLine reject(const json& id, int code, std::string message, std::string_view data_code) {
@@ -251,6 +274,11 @@ ParsedLine Dispatcher::parse(std::string_view line) const {
                     std::string("invalid request: \"id\" must be a string, number or null, got ") +
                         id_it->type_name(),
                     to_string(Errc::invalid_argument));
+    if (id_beyond_64_bits(*id_it))
+      return reject(null_id, rpc::invalid_request,
+                    "invalid request: a number \"id\" must fit in 64 bits (an integer id "
+                    "beyond that cannot be echoed as the same number; send it as a string)",
+                    to_string(Errc::invalid_argument));
     req.id = std::move(*id_it);
   }
   const json& rid = req.response_id();
@@ -296,8 +324,9 @@ std::optional<std::string> Dispatcher::invoke(const Request& req, const CallCont
   std::optional<Entry> entry = find(req.method);
   if (!entry) {
     if (req.is_notification()) return std::nullopt;
-    return rpc::error_response(rid, rpc::method_not_found, "method not found: '" + req.method + "'",
-                               to_string(Errc::not_found), {{"method", req.method}});
+    return rpc::error_response(rid, rpc::method_not_found,
+                               "method not found: '" + rpc::cut(req.method) + "'",
+                               to_string(Errc::not_found), {{"method", rpc::cut(req.method)}});
   }
   if (ctx.request_fds != nullptr && !ctx.request_fds->empty() &&
       entry->request_fds == RequestFds::refused) {
@@ -308,7 +337,7 @@ std::optional<std::string> Dispatcher::invoke(const Request& req, const CallCont
             std::to_string(ctx.request_fds->size()) +
             " came with the request (closed unread; only execute takes memfd buffers)",
         to_string(Errc::invalid_argument),
-        {{"method", req.method}, {"fds", ctx.request_fds->size()}});
+        {{"method", req.method}, {"fds", ctx.request_fds->size()}}); // a method of ours
   }
   const std::shared_ptr<const Handler>& handler = entry->handler;
   std::string failure;

@@ -411,7 +411,7 @@ void Session::refuse_call(const Request& req, const Error& why, const nlohmann::
   srv_.stats.requests_refused.fetch_add(1, std::memory_order_relaxed);
   // debug: a tenant hammering at its limit must not flood the log; the
   // counter (requests_refused) shows it.
-  log::debug(who() + ": '" + req.method + "' refused: " + why.message());
+  log::debug(who() + ": '" + rpc::cut(req.method) + "' refused: " + why.message());
   if (!req.is_notification()) queue_reply(rpc::error_response(req.response_id(), why, data));
   next();
 }
@@ -440,8 +440,9 @@ void Session::on_deadline(std::uint64_t gen, const error_code& ec) {
 
 void Session::timed_out(const char* when) {
   srv_.stats.timed_out.fetch_add(1, std::memory_order_relaxed);
-  log::warning(who() + ": '" + current_method_ + "' id " + id_text(current_id_) +
-               " exceeded request_timeout_ms (" + ms_text(current_timeout_) + ") " + when);
+  log::warning(who() + ": '" + rpc::cut(current_method_) + "' id " +
+               rpc::cut(id_text(current_id_)) + " exceeded request_timeout_ms (" +
+               ms_text(current_timeout_) + ") " + when);
   if (!current_notification_)
     queue_reply(rpc::deadline_response(current_id_, current_method_, current_timeout_));
   next();

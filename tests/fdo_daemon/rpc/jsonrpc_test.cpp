@@ -1,6 +1,7 @@
 #include "fdo/daemon/jsonrpc.h"
 
 #include <catch2/catch.hpp>
+#include <limits>
 #include <stdexcept>
 #include <unistd.h>
 
@@ -176,6 +177,60 @@ TEST_CASE("jsonrpc: -32601 names the unknown method", "[jsonrpc]") {
   REQUIRE(message_of(r).find("profile.nope") != std::string::npos);
   REQUIRE(r["error"]["data"]["method"] == "profile.nope");
   REQUIRE(data_code_of(r) == "not_found");
+}
+
+TEST_CASE("jsonrpc: ids come back as the same value, or the request is refused", "[jsonrpc][ids]") {
+  Dispatcher d;
+  add_methods(d);
+  // The extremes of 64 bits come back as the same integers.
+  json r = respond(d, R"({"jsonrpc":"2.0","id":-9223372036854775808,"method":"echo"})");
+  CHECK(r["id"].get<std::int64_t>() == std::numeric_limits<std::int64_t>::min());
+  auto line = d.handle_line(R"({"jsonrpc":"2.0","id":18446744073709551615,"method":"echo"})", {});
+  REQUIRE(line);
+  CHECK(line->find(R"("id":18446744073709551615)") != std::string::npos);
+  // 2^100 and -2^64: integers beyond 64 bits are refused, not echoed as floats.
+  for (const char* id : {"1267650600228229401496703205376", "-18446744073709551616", "1e300"}) {
+    r = respond(d, std::string(R"({"jsonrpc":"2.0","id":)") + id + R"(,"method":"echo"})");
+    INFO(id);
+    CHECK(code_of(r) == rpc::invalid_request);
+    CHECK(r["id"].is_null());
+    CHECK(message_of(r).find("64 bits") != std::string::npos);
+  }
+  // A long string id is an id: echoed whole.
+  const std::string long_id(100000, 'i');
+  r = respond(d, R"({"jsonrpc":"2.0","id":")" + long_id + R"(","method":"echo"})");
+  CHECK(r["id"] == long_id);
+}
+
+TEST_CASE("jsonrpc: error replies quote client input cut to a documented length",
+          "[jsonrpc][echo]") {
+  Dispatcher d;
+  add_methods(d);
+  const std::string method(1 << 20, 'm');
+  auto line = d.handle_line(R"({"jsonrpc":"2.0","id":1,"method":")" + method + R"("})", {});
+  REQUIRE(line);
+  CHECK(line->size() < 2 * rpc::echo_max_bytes + 512);
+  json r = json::parse(*line);
+  CHECK(code_of(r) == rpc::method_not_found);
+  const std::string quoted = r["error"]["data"]["method"];
+  CHECK(quoted.starts_with(std::string(rpc::echo_max_bytes, 'm') + "..."));
+  CHECK(quoted.find(std::to_string((1 << 20) - rpc::echo_max_bytes) + " more bytes") !=
+        std::string::npos);
+
+  // A handler's message is cut too, and never inside a UTF-8 character.
+  d.add("long", [](const json&, const CallContext&) -> Expected<json> {
+    std::string text;
+    for (int i = 0; i < 20000; ++i)
+      text += "\xc3\xa9"; // é
+    return fdo::make_error(Errc::invalid_argument, text);
+  });
+  r = respond(d, R"({"jsonrpc":"2.0","id":2,"method":"long"})");
+  const std::string msg = message_of(r);
+  CHECK(msg.size() < rpc::error_message_max_bytes + 64);
+  CHECK(msg.find("more bytes") != std::string::npos);
+  CHECK(msg.substr(0, 2) == "\xc3\xa9");
+  CHECK(rpc::cut("ab\xc3\xa9", 3) == "ab... (2 more bytes)");
+  CHECK(rpc::cut("short", 256) == "short");
 }
 
 TEST_CASE("jsonrpc: -32602 for bad params", "[jsonrpc]") {

@@ -80,6 +80,15 @@ inline constexpr int internal_error = -32603;
 // (deep documents make recursive JSON code overflow the stack).
 inline constexpr std::size_t max_nesting_depth = 128;
 
+// Error replies are bounded whatever the client sent: a piece of the request
+// quoted back (a method name) is cut to echo_max_bytes, a whole error message
+// to error_message_max_bytes, each on a UTF-8 boundary and marked with how many
+// bytes were left out (docs/fdod-protocol.md).
+inline constexpr std::size_t echo_max_bytes = 256;
+inline constexpr std::size_t error_message_max_bytes = 16384;
+// `text` cut to `max_bytes`: "<head>... (N more bytes)".
+std::string cut(std::string_view text, std::size_t max_bytes = echo_max_bytes);
+
 // The JSON-RPC error code for an fdo error code: invalid_argument -> -32602,
 // internal -> -32603, everything else a fixed code in -32001..-32016.
 int error_code(Errc code);
@@ -90,7 +99,8 @@ std::optional<Errc> errc_from_code(int code);
 std::optional<Errc> parse_errc(std::string_view name);
 
 // Response lines, without the trailing newline. `id` is echoed verbatim
-// (string, number or null).
+// (string, number or null; parse() refuses numbers it could not echo as the
+// same number). The error message is cut to error_message_max_bytes.
 std::string result_response(const nlohmann::json& id, const nlohmann::json& result);
 // error.data is {"code": <data_code>} merged with `extra` (an object or null).
 std::string error_response(const nlohmann::json& id, int code, std::string_view message,
