@@ -8,7 +8,6 @@
 #include "fdo/util/log.h"
 
 #include <atomic>
-#include <cerrno>
 #include <cstring>
 #include <fcntl.h>
 #include <string>
@@ -28,15 +27,9 @@ std::atomic<bool> bound_to_tenant{false};
 // stderr may capture the programs it runs).
 constexpr int kLogFd = 4;
 
-fdo::daemon::BindHandler binder(const std::string& writable_dir) {
-  return [writable_dir](const nlohmann::json& j) -> fdo::Expected<nlohmann::json> {
+fdo::daemon::BindHandler binder() {
+  return [](const nlohmann::json& j) -> fdo::Expected<nlohmann::json> {
     FDO_TRY(fdo::daemon::SandboxSpec spec, fdo::daemon::sandbox_spec_from_json(j));
-    if (!writable_dir.empty()) {
-      spec.writable.push_back(writable_dir);
-      // Still privileged here: hand the directory to the uid the jobs will run as.
-      if (spec.uid && ::chown(writable_dir.c_str(), *spec.uid, *spec.uid) != 0)
-        return fdo::Error::from_errno("chown " + writable_dir, errno);
-    }
     FDO_TRY(fdo::daemon::SandboxReport report, fdo::daemon::enter_sandbox(spec));
 #ifdef FDO_SANITIZER_BUILD
     bound_to_tenant.store(true);
@@ -66,14 +59,10 @@ int main(int argc, char** argv) {
   }
   fdo::daemon::WorkerLoopOptions options;
   if (role == "compile") {
-    auto jobs = fdo::daemon::CompileJobs::create();
-    if (!jobs) {
-      fdo::log::error(jobs.error().describe());
-      return 1;
-    }
-    options.bind = binder((*jobs)->temp_dir());
+    fdo::daemon::CompileJobs jobs;
+    options.bind = binder();
     return fdo::daemon::run_worker_loop(
-        *fd, [&](const fdo::daemon::Message& req) { return (*jobs)->handle(req); }, options);
+        *fd, [&](const fdo::daemon::Message& req) { return jobs.handle(req); }, options);
   }
   if (role == "exec") {
     auto jobs = fdo::daemon::ExecJobs::create();
@@ -81,7 +70,7 @@ int main(int argc, char** argv) {
       fdo::log::error(jobs.error().describe());
       return 1;
     }
-    options.bind = binder("");
+    options.bind = binder();
     return fdo::daemon::run_worker_loop(
         *fd, [&](const fdo::daemon::Message& req) { return (*jobs)->handle(req); }, options);
   }

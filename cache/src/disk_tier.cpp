@@ -268,7 +268,7 @@ struct DiskTier::Impl {
            f.increment(ec2)) {
         std::string name = f->path().filename().string();
         std::string path = f->path().string();
-        if (name.starts_with(".tmp.")) {
+        if (name.starts_with(kAtomicTempPrefix)) {
           // Left by a writer that died before its rename: never a valid entry.
           if (::unlink(path.c_str()) == 0) stats.stray_files_removed++;
           continue;

@@ -351,7 +351,7 @@ AnnotatedFunction annotate_function(const llvm::Function& f, llvm::ModuleSlotTra
 } // namespace
 
 Expected<Annotation> annotate(std::string_view program_bytes, const fdo::ProfileDoc& profile,
-                              const Limits& limits, const std::string& temp_dir) {
+                              const Limits& limits) {
   ensure_llvm_initialized();
   llvm::LLVMContext ctx;
   DiagnosticCollector diagnostics(ctx);
@@ -367,7 +367,7 @@ Expected<Annotation> annotate(std::string_view program_bytes, const fdo::Profile
   std::vector<std::string> problems;
   std::optional<Tallies> tallies = read_tallies(profile.hardware, problems);
 
-  auto file = ProfileFile::write(profile, temp_dir);
+  auto file = ProfileFile::write(profile);
   if (!file) return to_fdo_error(file.takeError(), Errc::internal, "profile use");
   if (!*file)
     return make_error(Errc::invalid_argument,

@@ -131,8 +131,6 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
   if (uses_profile && !request.profile)
     return make_error(Errc::invalid_argument,
                       std::string(to_string(request.mode)) + " mode needs a profile");
-  if (uses_profile && !request.temp_dir.empty() && !llvm::sys::fs::is_directory(request.temp_dir))
-    return make_error(Errc::io, "temp dir '" + request.temp_dir + "' is not a directory");
   const fdo::Knobs knobs = request.profile ? request.profile->knobs : fdo::Knobs{};
 
   CompileResult result;
@@ -171,7 +169,7 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
   // the inliner (pgo_setup.h). The profile is read from a file (all LLVM 16
   // takes), removed when `pgo` goes.
   std::vector<std::string> pgo_warnings;
-  auto pgo = pgo_setup(request.mode, request.profile, request.temp_dir, pgo_warnings);
+  auto pgo = pgo_setup(request.mode, request.profile, pgo_warnings);
   if (!pgo) return to_fdo_error(pgo.takeError(), Errc::compile, "profile use");
   for (std::string& w : pgo_warnings)
     diagnostics.add_warning(std::move(w));

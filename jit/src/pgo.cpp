@@ -3,6 +3,8 @@
 #include "llvm_support.h"
 
 #include <array>
+#include <cerrno>
+#include <cstring>
 #include <llvm/ADT/DenseMap.h>
 #include <llvm/ADT/SmallPtrSet.h>
 #include <llvm/IR/Constants.h>
@@ -20,6 +22,8 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace fdo::jit::detail {
 
@@ -206,39 +210,24 @@ write_indexed_profile(const fdo::ProfileDoc& profile, RecordNames names) {
   return indexed;
 }
 
-llvm::Expected<std::optional<ProfileFile>> ProfileFile::write(const fdo::ProfileDoc& profile,
-                                                              const std::string& temp_dir) {
+llvm::Expected<std::optional<ProfileFile>> ProfileFile::write(const fdo::ProfileDoc& profile) {
   auto indexed = write_indexed_profile(profile, RecordNames::canonical);
   if (!indexed) return indexed.takeError();
   if (!*indexed) return std::nullopt;
-  int fd = -1;
-  llvm::SmallString<256> path;
-  std::error_code ec;
-  if (temp_dir.empty()) {
-    ec = llvm::sys::fs::createTemporaryFile("fdo-profile", "profdata", fd, path);
-  } else {
-    llvm::SmallString<256> model(temp_dir);
-    llvm::sys::path::append(model, "fdo-profile-%%%%%%%%%%%%.profdata");
-    ec = llvm::sys::fs::createUniqueFile(model, fd, path);
-  }
-  if (ec)
-    return llvm::createStringError(ec, "cannot create the indexed profile file in '" +
-                                           (temp_dir.empty() ? std::string("temp dir") : temp_dir) +
-                                           "': " + ec.message());
-  ProfileFile file(path.str().str()); // removes the file from here on
-  llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
-  os << (*indexed)->getBuffer();
-  os.close();
-  if (os.has_error()) {
-    ec = os.error();
-    os.clear_error();
-    return llvm::createStringError(ec, "cannot write " + file.path() + ": " + ec.message());
-  }
-  return std::optional<ProfileFile>(std::move(file));
-}
-
-ProfileFile::~ProfileFile() {
-  if (!path_.empty()) llvm::sys::fs::remove(path_);
+  auto fail = [](const std::string& what, int err) {
+    return llvm::createStringError(std::error_code(err, std::generic_category()),
+                                   "indexed profile: " + what + ": " + std::strerror(err));
+  };
+  fdo::Fd fd(::memfd_create("fdo-profile.profdata", MFD_CLOEXEC));
+  if (!fd.valid()) return fail("memfd_create", errno);
+  llvm::StringRef bytes = (*indexed)->getBuffer();
+  if (auto st = fdo::write_all(fd.get(), std::string_view(bytes.data(), bytes.size())); !st)
+    return llvm::createStringError(std::make_error_code(std::errc::io_error),
+                                   "indexed profile: " + st.error().describe());
+  std::string path = "/proc/self/fd/" + std::to_string(fd.get());
+  // LLVM opens the path itself: /proc must be mounted (it is wherever fdod runs).
+  if (::access(path.c_str(), R_OK) != 0) return fail("cannot reopen it as " + path, errno);
+  return std::optional<ProfileFile>(ProfileFile(std::move(fd), std::move(path)));
 }
 
 std::vector<llvm::BranchInst*> conditional_branches(llvm::Function& f) {

@@ -9,6 +9,7 @@
 
 #include "fdo/jit/profdata.h"
 #include "fdo/jit/types.h"
+#include "fdo/util/fd.h"
 #include "fdo/util/profile.h"
 
 #include <llvm/IR/Instructions.h>
@@ -48,21 +49,23 @@ inline constexpr const char* kOutsideRecordPrefix = "fdo.outside:";
 llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
 write_indexed_profile(const fdo::ProfileDoc& profile, RecordNames names);
 
-// An indexed profile on disk for PGOInstrumentationUse (LLVM 16 reads only
-// files): a unique file, removed when this is destroyed.
+// An indexed profile for PGOInstrumentationUse, which in LLVM 16 reads only
+// a named file: the bytes live in a memory file (memfd) named to LLVM as
+// /proc/self/fd/N. Nothing is written to any directory, so nothing is left
+// behind by a compile that is killed, and a sandboxed compile worker needs no
+// writable directory. The memory file closes when this is destroyed.
 class ProfileFile {
 public:
-  // Writes `profile` to a unique file in `temp_dir` (system temp dir when
-  // empty). nullopt when the profile holds no counts.
-  static llvm::Expected<std::optional<ProfileFile>> write(const fdo::ProfileDoc& profile,
-                                                          const std::string& temp_dir);
-  ProfileFile(ProfileFile&& o) noexcept : path_(std::move(o.path_)) { o.path_.clear(); }
+  // nullopt when the profile holds no counts.
+  static llvm::Expected<std::optional<ProfileFile>> write(const fdo::ProfileDoc& profile);
+  ProfileFile(ProfileFile&& o) noexcept = default;
   ProfileFile& operator=(ProfileFile&&) = delete;
-  ~ProfileFile();
+  ~ProfileFile() = default;
   const std::string& path() const { return path_; }
 
 private:
-  explicit ProfileFile(std::string path) : path_(std::move(path)) {}
+  ProfileFile(fdo::Fd fd, std::string path) : fd_(std::move(fd)), path_(std::move(path)) {}
+  fdo::Fd fd_;
   std::string path_;
 };
 

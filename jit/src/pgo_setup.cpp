@@ -31,7 +31,6 @@ bool has_cs_counts(const ProfileDoc& profile) {
 }
 
 llvm::Expected<PgoSetup> pgo_setup(CompileMode mode, const ProfileDoc* profile,
-                                   const std::string& temp_dir,
                                    std::vector<std::string>& warnings) {
   PgoSetup setup;
   switch (mode) {
@@ -44,7 +43,7 @@ llvm::Expected<PgoSetup> pgo_setup(CompileMode mode, const ProfileDoc* profile,
   case CompileMode::cs_instrumented:
     break;
   }
-  auto file = ProfileFile::write(*profile, temp_dir);
+  auto file = ProfileFile::write(*profile);
   if (!file) return file.takeError();
   if (*file) setup.file.emplace(std::move(**file));
   const bool cs_gen = mode == CompileMode::cs_instrumented;

@@ -28,7 +28,7 @@ struct PgoSetup {
 // `profile` may be null only for plain and instrumented. Notes for the
 // compile's diagnostics (a profile without counts, ...) go to `warnings`.
 llvm::Expected<PgoSetup> pgo_setup(CompileMode mode, const ProfileDoc* profile,
-                                   const std::string& temp_dir, std::vector<std::string>& warnings);
+                                   std::vector<std::string>& warnings);
 
 // Whether `mode` adds counters the exec worker reads back.
 bool instruments(CompileMode mode);

@@ -3,8 +3,11 @@
 #include "fdo/jit/compiler.h"
 #include "fdo/util/hash.h"
 #include "jit_test_util.h"
+#include "support/temp_dir.h"
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 using namespace fdo;
@@ -423,15 +426,24 @@ TEST_CASE("thread-local variables are refused as unsupported", "[jit][errors]") 
   CHECK(contains(r.error().message(), "'t'"));
 }
 
-TEST_CASE("a missing temp dir for the indexed profile is an I/O error", "[jit][errors]") {
+TEST_CASE("a compile with a profile writes no file: the indexed profile is a memory file",
+          "[jit][compile][files]") {
+  // Where LLVM's temp files would go, and a scratch directory: both stay empty.
+  fdo::test_support::TempDir tmp("fdo-jit-nofile");
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old ? old : "";
+  ::setenv("TMPDIR", tmp.path().c_str(), 1);
   ProfileDoc profile;
   profile.functions["run"] = FunctionProfile{.cfg_hash = 1, .counts = {1, 2, 3, 4}};
-  CompileRequest req = request(CompileMode::optimized, &profile);
-  req.temp_dir = "/nonexistent/fdo-jit-test";
-  auto r = compile(fixture("loop_branch.ll"), req);
-  REQUIRE_FALSE(r.has_value());
-  CHECK(r.error().code() == Errc::io);
-  CHECK(contains(r.error().message(), "/nonexistent/fdo-jit-test"));
+  auto optimized = compile(fixture("loop_branch.ll"), request(CompileMode::optimized, &profile));
+  auto cs = compile(fixture("loop_branch.ll"), request(CompileMode::cs_instrumented, &profile));
+  if (old)
+    ::setenv("TMPDIR", saved.c_str(), 1);
+  else
+    ::unsetenv("TMPDIR");
+  REQUIRE(optimized.has_value());
+  REQUIRE(cs.has_value());
+  CHECK(std::filesystem::is_empty(tmp.path()));
 }
 
 TEST_CASE("concurrent compiles are independent and deterministic", "[jit][compile][determinism]") {

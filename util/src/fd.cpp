@@ -111,7 +111,7 @@ Status write_file_atomic(const std::string& path, std::string_view bytes, Durabi
   static std::atomic<unsigned> counter{0};
   std::filesystem::path target(path);
   std::filesystem::path dir = target.parent_path().empty() ? "." : target.parent_path();
-  std::string tmp = (dir / (".tmp." + target.filename().string() + "." +
+  std::string tmp = (dir / (std::string(kAtomicTempPrefix) + target.filename().string() + "." +
                             std::to_string(::getpid()) + "." + std::to_string(counter++)))
                         .string();
   {

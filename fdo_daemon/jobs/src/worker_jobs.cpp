@@ -141,21 +141,6 @@ Expected<std::string> header_string(const json& header, const char* key) {
 }
 } // namespace
 
-Expected<std::unique_ptr<CompileJobs>> CompileJobs::create() {
-  std::string base = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
-  std::string tmpl = base + "/fdo-compile-XXXXXX";
-  if (::mkdtemp(tmpl.data()) == nullptr)
-    return Error::from_errno("create compile worker temp dir under " + base, errno);
-  std::unique_ptr<CompileJobs> jobs(new CompileJobs());
-  jobs->temp_dir_ = tmpl;
-  return jobs;
-}
-
-CompileJobs::~CompileJobs() {
-  std::error_code ec;
-  if (!temp_dir_.empty()) std::filesystem::remove_all(temp_dir_, ec);
-}
-
 Expected<Message> CompileJobs::handle(const Message& request) {
   FDO_TRY(std::string op, header_string(request.header, "op"));
   jit::Limits limits = limits_from(request.header);
@@ -179,7 +164,6 @@ Expected<Message> CompileJobs::handle(const Message& request) {
     req.mode = mode;
     req.profile = doc ? &*doc : nullptr;
     req.limits = limits;
-    req.temp_dir = temp_dir_;
     FDO_TRY(jit::CompileResult result, jit::compile(request.payload, req));
     // The metadata travels as the JSON text the daemon stores beside the
     // object, ahead of it in the payload: no header codec on either side

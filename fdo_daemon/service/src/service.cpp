@@ -207,6 +207,10 @@ Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
   FDO_TRY_STATUS(prepare_state_dir(c.state_dir, store_ || c.profile_store != kSqliteStore
                                                     ? StoreLocation::elsewhere
                                                     : StoreLocation::state_dir));
+  FDO_TRY(std::size_t swept, sweep_interrupted_writes(c.state_dir));
+  if (swept > 0)
+    log::info("removed " + std::to_string(swept) +
+              " temp file(s) of writes interrupted when fdod last stopped");
   SandboxSupport host = sandbox_probe_ ? sandbox_probe_() : probe_sandbox_support();
   if (!host.seccomp)
     return make_error(Errc::unsupported,

@@ -1,12 +1,15 @@
 #include "fdo/daemon/state_dir.h"
 
+#include "fdo/util/fd.h"
 #include "fdo/util/log.h"
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <sys/stat.h>
 #include <system_error>
+#include <unistd.h>
 
 namespace fdo::daemon {
 
@@ -97,6 +100,30 @@ Status prepare_state_dir(const std::string& state_dir, StoreLocation store) {
   }
   if (store == StoreLocation::state_dir) return check_state_dir(state_dir);
   return ok();
+}
+
+Expected<std::size_t> sweep_interrupted_writes(const std::string& state_dir) {
+  const fs::path root(state_dir);
+  const fs::path objects = root / "cache" / "objects"; // swept by the disk tier itself
+  std::size_t removed = 0;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(root, fs::directory_options::none, ec), end;
+  if (ec == std::errc::no_such_file_or_directory) return removed;
+  for (; !ec && it != end; it.increment(ec)) {
+    std::error_code type_ec;
+    if (it->is_directory(type_ec)) {
+      if (it->path() == objects) it.disable_recursion_pending();
+      continue;
+    }
+    if (!it->path().filename().string().starts_with(kAtomicTempPrefix)) continue;
+    if (::unlink(it->path().c_str()) == 0)
+      ++removed;
+    else if (errno != ENOENT)
+      log::warning("cannot remove " + it->path().string() +
+                   ", left by an interrupted write: " + std::strerror(errno));
+  }
+  if (ec) return make_error(Errc::io, "list " + state_dir + ": " + ec.message());
+  return removed;
 }
 
 Status check_state_dir(const std::string& state_dir) {

@@ -25,7 +25,7 @@ for want in 'Type=notify' 'ListenStream=/run/fdod/fdod.sock' 'SocketMode=0660' \
             'RestrictAddressFamilies=AF_UNIX' 'SystemCallArchitectures=native' \
             'PrivateNetwork=yes' 'SystemCallErrorNumber=EPERM' \
             'SystemCallFilter=~@clock @cpu-emulation @module @mount @obsolete @raw-io @reboot @swap' \
-            'AmbientCapabilities=CAP_SETUID CAP_SETGID CAP_CHOWN CAP_PERFMON'; do
+            'AmbientCapabilities=CAP_SETUID CAP_SETGID CAP_PERFMON'; do
   grep -qF -- "$want" "$tmp/fdod.service" "$tmp/fdod.socket" ||
     { echo "FAIL: units lack '$want'"; exit 1; }
 done

@@ -92,6 +92,6 @@ struct Annotation {
 // Fails like compile() on IR that does not parse or verify, and with
 // Errc::invalid_argument when the profile holds no counts at all.
 Expected<Annotation> annotate(std::string_view program_bytes, const fdo::ProfileDoc& profile,
-                              const Limits& limits = {}, const std::string& temp_dir = {});
+                              const Limits& limits = {});
 
 } // namespace fdo::jit

@@ -74,9 +74,6 @@ struct CompileRequest {
   // (optimized mode also applies the profile's context-sensitive counts).
   const fdo::ProfileDoc* profile = nullptr;
   Limits limits;
-  // Private directory for the indexed profile file PGOInstrumentationUse
-  // reads (LLVM 16 takes only a file name). Empty: the system temp dir.
-  std::string temp_dir;
   // Return the final optimised IR text in CompileResult::ir.
   bool keep_ir = false;
   BlockLocations block_locations = BlockLocations::on;

@@ -89,7 +89,8 @@ Expected<std::string> read_file(const std::string& path, std::size_t max_bytes =
 enum class Durability { none, fsync };
 // Replaces `path` atomically: write a unique temp file beside it, (fsync it), rename
 // over `path`, (fsync the directory). A crash leaves the old file or the new
-// file, never a partial one; stray temp files start with ".tmp.".
+// file, never a partial one; stray temp files start with kAtomicTempPrefix.
+inline constexpr std::string_view kAtomicTempPrefix = ".tmp.";
 Status write_file_atomic(const std::string& path, std::string_view bytes,
                          Durability durability = Durability::fsync, mode_t mode = 0644);
 

@@ -46,18 +46,12 @@
 
 namespace fdo::daemon {
 
+// Compile jobs need no directory: the indexed profile a compile reads lives
+// in a memory file (jit/src/pgo.h), so a compile worker writes no file at all
+// and one killed mid-compile leaves nothing behind.
 class CompileJobs {
 public:
-  // Creates a private temp directory for indexed profile files (removed on destruction).
-  static Expected<std::unique_ptr<CompileJobs>> create();
-  ~CompileJobs();
   Expected<Message> handle(const Message& request);
-  // The private directory the sandbox must leave writable.
-  const std::string& temp_dir() const { return temp_dir_; }
-
-private:
-  CompileJobs() = default;
-  std::string temp_dir_;
 };
 
 class ExecJobs {

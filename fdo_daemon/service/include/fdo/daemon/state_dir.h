@@ -34,6 +34,11 @@ Status prepare_state_dir(const std::string& state_dir, StoreLocation store);
 // database holds is the store's to judge when it opens it.
 Status check_state_dir(const std::string& state_dir);
 
+// Removes the temp files of atomic writes (write_file_atomic) that a killed
+// fdod left in the state dir (programs/, the cache's identity records); the
+// disk tier sweeps its own objects/ when it opens. Returns how many went.
+Expected<std::size_t> sweep_interrupted_writes(const std::string& state_dir);
+
 // Creates `path` and each missing parent with mode 0700 whatever the umask;
 // an existing directory is left as it is. io when a component is not a
 // directory or cannot be created.
