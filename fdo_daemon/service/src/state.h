@@ -21,6 +21,7 @@
 #include "fdo/daemon/tenant.h"
 #include "fdo/jit/compiler.h"
 #include "fdo/profile_store/profile_store.h"
+#include "tenant_stats.h"
 
 #include <atomic>
 #include <chrono>
@@ -59,6 +60,7 @@ struct ServiceCounters {
   std::atomic<std::uint64_t> stages{0};
   std::atomic<std::uint64_t> stage_failures{0};
   std::atomic<std::uint64_t> inprocess_batches{0}; // feedback.submit batches folded
+  TenantStats tenants;                             // the same, per uid (tenant_stats.h)
 };
 
 struct ServiceState {

@@ -44,7 +44,7 @@ TEST_CASE("service: stages through fake workers fold into a profile rewrite and 
   auto prof = h.call("profile.get", {{"profile_key", pk}});
   REQUIRE(prof);
   CHECK((*prof)["profile"]["functions"]["main"]["counts"] == json{1800, 200});
-  auto metrics = h.call("metrics", json::object());
+  auto metrics = h.call("metrics", json::object(), 0); // the host's: an operator
   REQUIRE(metrics);
   CHECK_THAT((*metrics)["text"].get<std::string>(),
              Catch::Contains("fdo_stages_total 3") &&
@@ -217,7 +217,7 @@ TEST_CASE("service: metrics carry latency histograms - outcomes - decisions and 
   std::string id = (*reg)["program"];
   for (int i = 0; i < 3; ++i)
     REQUIRE(h.call("execute", {{"program", id}, {"entry", "main"}}));
-  auto metrics = h.call("metrics", json::object());
+  auto metrics = h.call("metrics", json::object(), 0); // the host's: an operator
   REQUIRE(metrics);
   std::string text = (*metrics)["text"];
   INFO(text);
@@ -238,10 +238,55 @@ TEST_CASE("service: metrics carry latency histograms - outcomes - decisions and 
   CHECK_THAT(text, Catch::Contains("fdo_tier_ups_total{result=\"installed\"} 0"));
   CHECK_THAT(text, Catch::Contains("fdo_worker_restarts_total{pool=\"exec\"} 0"));
   // One source of truth: the totals are the same figures cache.stats reports.
-  auto stats = h.call("cache.stats", json::object());
+  auto stats = h.call("cache.stats", json::object(), 0);
   REQUIRE(stats);
   CHECK_THAT(text, Catch::Contains("fdo_cache_compiles_total " +
                                    std::to_string((*stats)["compiles"].get<std::uint64_t>())));
+}
+
+TEST_CASE("service: a tenant's cache.stats and metrics carry its own figures only",
+          "[service][tenancy]") {
+  Config c = Harness::base_config();
+  c.guard.mode = GuardMode::off;
+  Harness h(c);
+  auto mine = h.call("program.register", {{"ir", "tenant a's program"}}, 1000);
+  auto theirs = h.call("program.register", {{"ir", "tenant b's program"}}, 1001);
+  REQUIRE((mine && theirs));
+  for (int i = 0; i < 3; ++i)
+    REQUIRE(h.call("execute", {{"program", (*mine)["program"]}, {"entry", "main"}}, 1000));
+  REQUIRE(h.call("execute", {{"program", (*theirs)["program"]}, {"entry", "main"}}, 1001));
+
+  auto a = h.call("cache.stats", json::object(), 1000);
+  auto b = h.call("cache.stats", json::object(), 1001);
+  REQUIRE((a && b));
+  CHECK((*a)["scope"] == "tenant");
+  CHECK((*a)["uid"] == 1000);
+  CHECK((*a)["prepares"] == 3);
+  CHECK((*a)["compiles"] == 2); // instrumented, then optimized (tier_up = sync)
+  CHECK((*a)["memory"]["hits"] == 1);
+  CHECK((*b)["prepares"] == 1);
+  CHECK((*b)["compiles"] == 1);
+  CHECK_FALSE(a->contains("workers")); // no pids, no pool figures
+  CHECK_FALSE((*a)["memory"].contains("entries"));
+  auto nobody = h.call("cache.stats", json::object(), 1002);
+  REQUIRE(nobody);
+  CHECK((*nobody)["prepares"] == 0);
+
+  auto host = h.call("cache.stats", json::object(), 0);
+  REQUIRE(host);
+  CHECK((*host)["scope"] == "host");
+  CHECK((*host)["compiles"] == 3);
+  CHECK((*host)["workers"]["exec"].contains("workers"));
+
+  auto text_a = h.call("metrics", json::object(), 1000);
+  REQUIRE(text_a);
+  CHECK((*text_a)["scope"] == "tenant");
+  const std::string ta = (*text_a)["text"];
+  CHECK_THAT(ta, Catch::Contains("fdo_tenant_stages_total{uid=\"1000\"} 3"));
+  CHECK_THAT(ta, Catch::Contains("fdo_tenant_compiles_total{uid=\"1000\"} 2"));
+  CHECK(ta.find("1001") == std::string::npos);
+  CHECK(ta.find("fdo_stages_total") == std::string::npos);
+  CHECK(ta.find("fdo_workers_live") == std::string::npos);
 }
 
 TEST_CASE("service: programs and profiles are listed and deleted by their owner only",

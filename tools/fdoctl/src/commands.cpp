@@ -555,7 +555,34 @@ Status cmd_profile_import(Context& ctx, const std::string& file) {
 
 namespace {
 
+// cache.stats of a tenant (scope "tenant"): its own stages and compiles.
+std::string tenant_cache_stats_text(const json& s) {
+  std::uint64_t prepares = unum(s, "prepares");
+  auto share = [&](std::uint64_t n) {
+    return prepares == 0 ? std::string("-")
+                         : format_percent(static_cast<double>(n) / static_cast<double>(prepares));
+  };
+  const std::uint64_t mem = unum(s.value("memory", json::object()), "hits");
+  const std::uint64_t disk = unum(s.value("disk", json::object()), "hits");
+  const std::uint64_t remote = unum(s.value("remote", json::object()), "hits");
+  std::vector<std::pair<std::string, std::string>> f = {
+      {"your stages", format_count(prepares) + " (" + format_count(unum(s, "failures")) +
+                          " got no code, " + format_count(unum(s, "stage_failures")) +
+                          " failed to run)"},
+      {"served from", format_count(mem) + " memory (" + share(mem) + "), " + format_count(disk) +
+                          " disk (" + share(disk) + "), " + format_count(remote) + " remote"},
+      {"compiles", format_count(unum(s, "compiles")) + " (" + format_count(unum(s, "joined")) +
+                       " stages joined one), " + format_ms(s.value("compile_ms_total", 0.0)) +
+                       " ms in total"},
+      {"tier-up", format_count(unum(s.value("tier_up", json::object()), "stale_serves")) +
+                      " stages served older code"},
+      {"note", "your uid's figures only; the host's are shown to root and fdod's user"},
+  };
+  return render_fields(f);
+}
+
 std::string cache_stats_text(const json& s) {
+  if (s.value("scope", "host") == "tenant") return tenant_cache_stats_text(s);
   const json& m = s.value("memory", json::object());
   const json& d = s.value("disk", json::object());
   const json& tu = s.value("tier_up", json::object());

@@ -7,8 +7,12 @@ namespace fdo::daemon::methods {
 
 namespace {
 
-Expected<json> cache_stats(ServiceState& s, const json&, const CallContext&) {
+// The host's figures (every tenant's activity, the workers and their pids)
+// for operators; a tenant sees its own (tenant_stats.h).
+Expected<json> cache_stats(ServiceState& s, const json&, const CallContext& ctx) {
+  if (!is_operator(ctx)) return tenant_cache_stats(ctx.uid, s.counters.tenants.of(ctx.uid));
   json j = cache::to_json(s.orch->stats());
+  j["scope"] = "host";
   j["workers"] = {{"compile", to_json(s.compile_pool->stats())},
                   {"exec", to_json(s.exec_pool->stats())}};
   return j;

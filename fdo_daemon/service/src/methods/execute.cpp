@@ -372,11 +372,17 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   // The program's lifecycle says what the stage does; the guard picks the
   // variant where it may (docs/lifecycle.md, docs/guard.md); the orchestrator
   // looks it up or compiles it like any profile.
-  FDO_TRY(StageStart start, start_stage(s, *prog, stage_shape(entry_name, call), c));
+  auto started_stage = start_stage(s, *prog, stage_shape(entry_name, call), c);
+  if (!started_stage) {
+    s.counters.tenants.prepare_failed(ctx.uid);
+    return std::move(started_stage).error();
+  }
+  StageStart& start = *started_stage;
   const StagePlan& plan = start.plan;
   cache::StageOutput& so = start.so;
   std::int64_t stage_number = prog->stages.fetch_add(1);
   ++s.counters.stages;
+  s.counters.tenants.stage(ctx.uid, so.outcome, so.compile_ms);
   // Decoded once per cached output and kept with it (stage_metadata.h).
   FDO_TRY(StageMetadataRef meta, stage_metadata_of(*so.entry));
 
@@ -394,6 +400,7 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
                                      .count());
   if (!resp) {
     ++s.counters.stage_failures;
+    s.counters.tenants.stage_failed(ctx.uid);
     stage_record(log::Level::info, "failed: " + resp.error().message(), so, stage_number, ctx);
     return std::move(resp).error().context("execute " + entry_name);
   }

@@ -79,8 +79,13 @@ Expected<json> capabilities(ServiceState& s, const json&, const CallContext&) {
       {"host", s.host}};
 }
 
-Expected<json> metrics(ServiceState& s, const json&, const CallContext&) {
-  return json{{"text", s.metrics->text()}};
+// The host's metrics for operators (as the Prometheus endpoint, which the
+// operator controls); a tenant gets its own figures.
+Expected<json> metrics(ServiceState& s, const json&, const CallContext& ctx) {
+  if (!is_operator(ctx))
+    return json{{"text", tenant_metrics_text(ctx.uid, s.counters.tenants.of(ctx.uid))},
+                {"scope", "tenant"}};
+  return json{{"text", s.metrics->text()}, {"scope", "host"}};
 }
 
 // The effective configuration, for operators: the daemon's own uid and root.
