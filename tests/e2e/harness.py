@@ -125,8 +125,8 @@ class Daemon:
                 time.sleep(0.05)
         raise RuntimeError("fdod did not become ready:\n" + self.log_text())
 
-    def client(self):
-        return Client(self.socket)
+    def client(self, timeout=120):
+        return Client(self.socket, timeout=timeout)
 
     def log_text(self):
         try:

@@ -379,6 +379,60 @@ class Fairness(unittest.TestCase):
         self.assertEqual(errors, [])
 
 
+class CompileFairness(unittest.TestCase):
+    """A tenant flooding fdod with slow compiles does not hold up another
+    tenant's small program (handler threads and compile workers are shared in
+    turns, with per-uid caps: docs/security.md)."""
+
+    BOUND_S = 6.0
+
+    @unittest.skipUnless(IS_ROOT, "needs a second uid: run as root (CI does)")
+    def test_small_program_of_one_tenant_while_another_floods_compiles(self):
+        t = Tenant({"compile_workers": 2, "compile_timeout_ms": 120000})
+        big = subprocess.run([str(BUILD / "bench" / "jit" / "fdo_gen_module"), "300"],
+                             capture_output=True, text=True, check=True).stdout
+        stop = threading.Event()
+        errors = []
+        started = []
+
+        def flood(i):
+            c = t.d.client(timeout=300)
+            n = 0
+            while not stop.is_set():
+                n += 1
+                try:
+                    started.append(time.time())
+                    c.call("execute", {"ir": big + f"\n@fdo_unique_{i}_{n} = global i64 {n}\n",
+                                       "entry": "bench_run", "args": [1]})
+                except RpcError as e:
+                    if e.errc not in ("timeout", "resource_exhausted"):
+                        errors.append(repr(e))
+            c.close()
+
+        threads = [threading.Thread(target=flood, args=(i,)) for i in range(8)]
+        try:
+            for th in threads:
+                th.start()
+            wait_for_flood = time.time() + 30
+            while len(started) < 8 and time.time() < wait_for_flood:
+                time.sleep(0.05)
+            time.sleep(1.0)  # the flood's compiles hold the workers by now
+            t0 = time.perf_counter()
+            out = as_other_uid(t.d, [("program.register", {"ir": hostile_ir()}),
+                                     ("execute", {"program": "$0", "entry": "add", "args": [5, 6]})])
+            took = time.perf_counter() - t0
+            print(f"small program of another tenant while 8 connections compile: register + first "
+                  f"stage {took:.2f} s (bound {self.BOUND_S} s)", file=sys.stderr)
+            self.assertEqual(out[1].get("result", {}).get("value"), 11, out)
+            self.assertLess(took, self.BOUND_S)
+        finally:
+            stop.set()
+            for th in threads:
+                th.join()
+            t.close()
+        self.assertEqual(errors, [])
+
+
 if __name__ == "__main__":
     runner = unittest.TextTestRunner(verbosity=2)
     prog = unittest.main(exit=False, testRunner=runner)

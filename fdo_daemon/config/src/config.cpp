@@ -76,6 +76,11 @@ unsigned Config::effective_handler_threads() const {
   return std::max(4u, 2 * std::thread::hardware_concurrency());
 }
 
+unsigned Config::effective_max_running_compiles_per_uid() const {
+  if (max_running_compiles_per_uid != 0) return max_running_compiles_per_uid;
+  return std::max(1u, compile_workers - 1);
+}
+
 const std::vector<ConfigKeyInfo>& Config::keys() {
   static const std::vector<ConfigKeyInfo> infos = [] {
     std::vector<ConfigKeyInfo> v;

@@ -120,6 +120,11 @@ const std::vector<KeyDef>& key_defs() {
     v.push_back(uint_key<unsigned>(
         "exec_workers", X, "Exec worker processes.",
         [](Config& c) -> unsigned& { return c.exec_workers; }, 1, 256));
+    v.push_back(uint_key<unsigned>(
+        "max_running_compiles_per_uid", X,
+        "Compile jobs one uid may have running at once; its further ones wait while other uids' "
+        "compiles take the free workers (0 = compile_workers - 1, at least 1).",
+        [](Config& c) -> unsigned& { return c.max_running_compiles_per_uid; }, 0, 256));
     v.push_back(ms_key(
         "compile_timeout_ms", R, "Wall-time limit of one compile job.",
         [](Config& c) -> milliseconds& { return c.compile_timeout; }, 1, kDay));

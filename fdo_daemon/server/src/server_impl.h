@@ -5,6 +5,7 @@
 #include "fdo/daemon/server.h"
 #include "fdo/daemon/tenant_limits.h"
 #include "fdo/util/fd.h"
+#include "handler_turns.h"
 
 #include <algorithm>
 #include <atomic>
@@ -52,7 +53,8 @@ struct Server::Impl {
         acceptor(io), signals(io), watchdog_timer(io), drain_timer(io), accept_retry_timer(io),
         threads(opts.handler_threads != 0 ? opts.handler_threads
                                           : std::max(4u, 2 * std::thread::hardware_concurrency())),
-        handlers(threads), control(opts.control_threads), background(1) {}
+        handlers(threads), control(opts.control_threads), background(1),
+        turns(handlers, threads, threads > 1 ? threads - 1 : 1) {}
 
   ~Impl() {
     // Handlers may still be running after a drain timeout: wait for them
@@ -121,6 +123,9 @@ struct Server::Impl {
   asio::thread_pool handlers;
   asio::thread_pool control;
   asio::thread_pool background;
+  // Work requests reach `handlers` through here: uids in turn, each holding
+  // at most all threads but one (handler_turns.h).
+  HandlerTurns turns;
 };
 
 } // namespace fdo::daemon

@@ -296,8 +296,7 @@ void Session::start_parse(std::string line, Clock::time_point received) {
     return;
   }
   // Parsing a large request takes milliseconds; keep it off the io thread.
-  asio::thread_pool& pool = line.size() <= kControlParseMaxBytes ? srv_.control : srv_.handlers;
-  asio::post(pool, [self = shared_from_this(), line = std::move(line), received]() {
+  auto parse = [self = shared_from_this(), line = std::move(line), received]() {
     ParsedLine parsed;
     try {
       parsed = self->srv_.dispatcher.parse(line);
@@ -312,7 +311,11 @@ void Session::start_parse(std::string line, Clock::time_point received) {
     asio::post(self->srv_.io, [self, parsed = std::move(parsed), received]() mutable {
       self->on_parsed(std::move(parsed), received);
     });
-  });
+  };
+  if (line.size() <= kControlParseMaxBytes)
+    asio::post(srv_.control, std::move(parse));
+  else
+    srv_.turns.post(peer_.uid, std::move(parse));
 }
 
 void Session::on_parsed(ParsedLine parsed, Clock::time_point received) {
@@ -376,9 +379,8 @@ void Session::start_call(Request req, Clock::time_point received) {
   CallContext ctx = peer_;
   ctx.deadline = deadline;
   ctx.connection = id_;
-  asio::thread_pool& pool = cls == MethodClass::control ? srv_.control : srv_.handlers;
-  asio::post(pool, [self = shared_from_this(), gen, req = std::move(req), ctx,
-                    slot = std::move(slot), request_fds = std::move(fds)]() mutable {
+  auto call = [self = shared_from_this(), gen, req = std::move(req), ctx, slot = std::move(slot),
+               request_fds = std::move(fds)]() mutable {
     std::optional<std::string> response;
     std::vector<Fd> fds;
     ctx.reply_fds = &fds;
@@ -393,7 +395,11 @@ void Session::start_call(Request req, Clock::time_point received) {
                [self, gen, response = std::move(response), fds = std::move(fds)]() mutable {
                  self->on_call_done(gen, std::move(response), std::move(fds));
                });
-  });
+  };
+  if (cls == MethodClass::control)
+    asio::post(srv_.control, std::move(call));
+  else
+    srv_.turns.post(peer_.uid, std::move(call));
 }
 
 void Session::call_now(const Request& req, Clock::time_point deadline,

@@ -169,6 +169,8 @@ ServiceBuilder::worker_pool(const std::string& worker_path, WorkerRole role, con
   o.size = static_cast<int>(role == WorkerRole::compile ? c.compile_workers : c.exec_workers);
   o.defaults = role == WorkerRole::compile ? compile_job_limits(c) : exec_job_limits(c);
   o.max_waiting_per_tenant = c.max_queued_jobs_per_uid;
+  if (role == WorkerRole::compile)
+    o.max_running_per_tenant = c.effective_max_running_compiles_per_uid();
   o.bind_spec = [role, isolation,
                  live_config](const std::string& tenant) -> Expected<nlohmann::json> {
     return isolation->bind_request(role, tenant, *live_config());

@@ -160,6 +160,12 @@ std::string WorkerPool::Impl::last_spawn_error_locked() const {
   return "unknown error";
 }
 
+std::size_t WorkerPool::Impl::running_locked(const std::string& tenant) const {
+  return static_cast<std::size_t>(std::count_if(slots_.begin(), slots_.end(), [&](const Slot& s) {
+    return (s.state == WorkerState::busy || s.reserved_for) && s.job_tenant == tenant;
+  }));
+}
+
 // A slot `tenant` can use now: idle, not reserved for another waiter, and
 // bound to this tenant (preferred) or to none. -1 if there is none.
 int WorkerPool::Impl::usable_slot_locked(const std::string& tenant) const {
@@ -206,10 +212,15 @@ void WorkerPool::Impl::dispatch_locked() {
     s.reserved_for.reset();
     s.state = WorkerState::busy;
     assigned_[ticket] = static_cast<int>(i);
+    queue_.serve(ticket, s.job_tenant);
     changed = true;
   }
+  // A tenant with max_running_per_tenant jobs running is passed over (it
+  // keeps its place in the rotation): the rest of the pool stays for others.
+  const std::size_t cap = opts.max_running_per_tenant;
+  auto below_cap = [&](const std::string& t) { return cap == 0 || running_locked(t) < cap; };
   for (std::size_t guard = 0; guard <= slots_.size() + queue_.size(); ++guard) {
-    auto next = queue_.next();
+    auto next = queue_.next_where(below_cap);
     if (!next) break;
     if (assigned_.count(next->id)) {
       queue_.remove(next->id, next->tenant);
@@ -222,8 +233,9 @@ void WorkerPool::Impl::dispatch_locked() {
     int idx = usable_slot_locked(next->tenant);
     if (idx >= 0) {
       slots_[static_cast<std::size_t>(idx)].state = WorkerState::busy;
+      slots_[static_cast<std::size_t>(idx)].job_tenant = next->tenant;
       assigned_[next->id] = idx;
-      queue_.remove(next->id, next->tenant);
+      queue_.serve(next->id, next->tenant);
       changed = true;
       continue;
     }
@@ -234,6 +246,7 @@ void WorkerPool::Impl::dispatch_locked() {
       v.state = WorkerState::dead;
       v.next_spawn = Clock::now();
       v.reserved_for = next->id;
+      v.job_tenant = next->tenant;
       v.jobs = 0;
       ++recycled_;
       cv_super_.notify_all();
@@ -287,6 +300,7 @@ Expected<int> WorkerPool::Impl::acquire(const std::string& tenant) {
     if (auto it = assigned_.find(ticket); it != assigned_.end()) {
       int idx = it->second;
       assigned_.erase(it);
+      queue_.remove(ticket, tenant); // gone already unless served out of turn
       Slot& s = slots_[static_cast<std::size_t>(idx)];
       // Bound now, so no other tenant is ever handed this process.
       if (opts.bind_spec && !s.tenant) s.tenant = tenant;

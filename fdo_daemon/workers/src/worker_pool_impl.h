@@ -5,8 +5,8 @@
 // one job on a worker (send, await, the reply or the worker's failure).
 #pragma once
 
-#include "fair_queue.h"
 #include "fdo/daemon/worker_pool.h"
+#include "fdo/util/fair_queue.h"
 #include "worker_failure.h"
 #include "worker_process.h"
 
@@ -50,6 +50,9 @@ private:
     // The tenant the process is bound to; none until its first job binds it
     // (the daemon's own jobs have the empty tenant, which is bound too).
     std::optional<std::string> tenant;
+    // The tenant of the job a busy slot runs (or is starting for): what
+    // max_running_per_tenant counts. Meaningful only while busy or reserved.
+    std::string job_tenant;
     // The waiter this slot's next process is started for (a recycle).
     std::optional<std::uint64_t> reserved_for;
     int consecutive_spawn_failures = 0;
@@ -62,6 +65,8 @@ private:
   Expected<int> acquire(const std::string& tenant);
   void dispatch_locked();
   int usable_slot_locked(const std::string& tenant) const;
+  // Jobs of `tenant` running or about to (busy slots, workers starting for it).
+  std::size_t running_locked(const std::string& tenant) const;
   int recyclable_slot_locked(const std::string& tenant) const;
   void release(int idx, bool succeeded, const std::string& retire);
   void give_back_unused(int idx);
@@ -94,7 +99,7 @@ private:
   std::condition_variable cv_free_;  // a slot changed state; waiters re-check
   std::condition_variable cv_super_; // the supervisor has work or must stop
   std::vector<Slot> slots_;
-  detail::FairQueue queue_;               // callers waiting for a worker
+  FairQueue<> queue_;                     // callers waiting for a worker
   std::map<std::uint64_t, int> assigned_; // ticket -> slot handed to it
   std::size_t max_waiting_per_tenant_ = 0;
   bool stopping_ = false;        // no new jobs, no new processes

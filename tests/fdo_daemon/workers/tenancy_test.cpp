@@ -2,8 +2,8 @@
 // tenant per process, fair turns between tenants, per-tenant queue limits,
 // captured output, exit(n) as an outcome, and workers retired when a job
 // leaves something behind.
-#include "fair_queue.h"
 #include "fdo/daemon/worker_pool.h"
+#include "fdo/util/fair_queue.h"
 
 #include <catch2/catch.hpp>
 #include <future>
@@ -61,7 +61,7 @@ Who whoami(WorkerPool& pool, const std::string& tenant) {
 } // namespace
 
 TEST_CASE("fair queue: tenants take turns - each tenant's waiters in order", "[fair_queue]") {
-  detail::FairQueue q;
+  FairQueue<> q;
   auto a1 = q.push("a");
   auto a2 = q.push("a");
   auto a3 = q.push("a");

@@ -76,6 +76,7 @@ struct Config {
   std::chrono::milliseconds drain_timeout{30000};
   unsigned compile_workers = 2;
   unsigned exec_workers = 2;
+  unsigned max_running_compiles_per_uid = 0; // 0 = compile_workers - 1, at least 1
   std::chrono::milliseconds compile_timeout{60000};
   std::chrono::milliseconds exec_timeout{10000};
   std::uint64_t compile_memory_mb = 2048;
@@ -154,6 +155,7 @@ struct Config {
 
   // Effective handler thread count (resolves 0 = auto).
   unsigned effective_handler_threads() const;
+  unsigned effective_max_running_compiles_per_uid() const;
 
   // All keys in documentation order.
   static const std::vector<ConfigKeyInfo>& keys();

@@ -61,6 +61,10 @@ struct PoolOptions {
   ExitOutcome exit_outcome = ExitOutcome::failure;
   // Callers of one tenant that may wait at once (set_max_waiting_per_tenant).
   std::size_t max_waiting_per_tenant = 1024;
+  // Jobs of one tenant running at once (0: no cap). A tenant at its cap waits
+  // while other tenants' jobs take the free workers: with a cap below `size`,
+  // one tenant flooding the pool cannot hold every worker.
+  std::size_t max_running_per_tenant = 0;
   // cgroup v2 (cgroup.h): each worker gets a group of its own under this
   // tree; at its first job the group gets memory.max (what the worker holds
   // + the job's address_space_bytes) and pids.max = cgroup_pids_max (0: none).
