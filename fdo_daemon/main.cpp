@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <malloc.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -56,7 +57,15 @@ std::string version_text() {
 }
 } // namespace
 
+// Large buffers (request lines, replies, IR and objects of big programs) are
+// mapped on their own and unmapped when freed. glibc would otherwise raise its
+// mmap threshold after the first such free and keep later ones in its heaps,
+// so a burst of 16 MiB requests would leave fdod's RSS at its peak for good
+// (docs/fdod.md, "Memory").
+constexpr int kMmapThresholdBytes = 1 << 20;
+
 int main(int argc, char** argv) {
+  ::mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
   CLI::App app{"fdod: feedback-directed optimization daemon (fdod(8))"};
   std::string socket, state_dir, config_path, log_level;
   bool no_config = false, print = false;

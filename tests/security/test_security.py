@@ -433,6 +433,84 @@ class CompileFairness(unittest.TestCase):
         self.assertEqual(errors, [])
 
 
+def rss_kib(pid):
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+class Memory(unittest.TestCase):
+    """Connections holding huge unfinished request lines stay within the
+    uid's byte budget (max_buffered_bytes_per_uid), and fdod gives the memory
+    back when they close."""
+
+    BUDGET = 128 << 20
+
+    def test_partial_lines_stay_within_the_budget_and_memory_comes_back(self):
+        d = Daemon({"max_buffered_bytes_per_uid": self.BUDGET, "max_connections_per_uid": 100},
+                   prefix="fdo-sec-").start()
+        try:
+            c = d.client()
+            pid = c.call("health")["pid"]
+            prog = c.call("program.register", {"ir": hostile_ir()})["program"]
+            for _ in range(3):
+                c.call("execute", {"program": prog, "entry": "add", "args": [1, 2]})
+            time.sleep(0.5)
+            baseline = rss_kib(pid)
+            line = b'{"jsonrpc":"2.0","id":1,"method":"health","params":{"pad":"' + b"x" * ((16 << 20) - 100)
+            refused, kept, socks = 0, 0, []
+            for _ in range(64):
+                sk = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sk.settimeout(30)
+                sk.connect(d.socket)
+                socks.append(sk)
+                try:
+                    sk.sendall(line)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+            time.sleep(1.0)
+            peak = rss_kib(pid)
+            for sk in socks:
+                sk.setblocking(False)
+                try:
+                    got = sk.recv(4096)
+                except BlockingIOError:
+                    got = None
+                except ConnectionResetError:
+                    got = b""
+                if got:
+                    reply = json.loads(got.split(b"\n")[0])
+                    self.assertEqual(reply["error"]["data"]["code"], "resource_exhausted", reply)
+                    self.assertEqual(reply["error"]["data"]["limit"], "max_buffered_bytes_per_uid")
+                    refused += 1
+                else:
+                    kept += 1
+            # fdod still answers this uid on a connection that holds nothing.
+            self.assertEqual(c.call("health")["pid"], pid)
+            for sk in socks:
+                sk.close()
+            after = None
+            deadline = time.time() + 10
+            while time.time() < deadline:
+                time.sleep(0.25)
+                after = rss_kib(pid)
+                if after <= baseline * 1.10:
+                    break
+            print(f"64 connections x 16 MiB partial lines, budget {self.BUDGET >> 20} MiB: "
+                  f"{kept} kept, {refused} refused; fdod RSS baseline {baseline / 1024:.1f} MiB, "
+                  f"with them {peak / 1024:.1f} MiB, after close {after / 1024:.1f} MiB "
+                  f"({after / baseline:.2f}x)", file=sys.stderr)
+            self.assertGreater(refused, 0)
+            self.assertLessEqual(kept * 16, self.BUDGET >> 20)
+            self.assertLess((peak - baseline) * 1024, self.BUDGET + (32 << 20))
+            self.assertLessEqual(after, baseline * 1.10)
+            self.assertEqual(c.call("execute", {"program": prog, "entry": "add", "args": [2, 40]})["value"], 42)
+            c.close()
+        finally:
+            d.cleanup()
+
+
 if __name__ == "__main__":
     runner = unittest.TextTestRunner(verbosity=2)
     prog = unittest.main(exit=False, testRunner=runner)

@@ -432,6 +432,12 @@ const std::vector<KeyDef>& key_defs() {
         "Reply bytes a connection may have waiting to be sent before its further requests are "
         "no longer read (0 = one reply at a time).",
         [](Config& c) -> std::uint64_t& { return c.max_unsent_bytes; }, 0, kGiB));
+    v.push_back(uint_key<std::uint64_t>(
+        "max_buffered_bytes_per_uid", R,
+        "Bytes one uid's connections may hold at once (request lines being read, replies not yet "
+        "sent); a read past it gets a resource_exhausted line and its connection is closed "
+        "(0 = no limit). Keep it at least max_request_bytes.",
+        [](Config& c) -> std::uint64_t& { return c.max_buffered_bytes_per_uid; }, 0, 64 * kGiB));
     {
       KeyDef d{"metrics_listen", X,
                "Prometheus HTTP endpoint (GET /metrics): empty = off; PORT = 127.0.0.1:PORT "

@@ -29,6 +29,7 @@ ServerLimits server_limits(const Config& config) {
   l.idle_timeout = config.idle_timeout;
   l.write_timeout = config.write_timeout;
   l.max_unsent_bytes = static_cast<std::size_t>(config.max_unsent_bytes);
+  l.max_buffered_bytes_per_uid = config.max_buffered_bytes_per_uid;
   return l;
 }
 
@@ -461,7 +462,8 @@ void Server::every(std::string name, std::chrono::milliseconds interval,
 
 void Server::set_limits(const ServerLimits& limits) {
   Impl* s = impl_.get();
-  s->tenants.set_quota({limits.max_connections_per_uid, limits.max_inflight_per_uid});
+  s->tenants.set_quota({limits.max_connections_per_uid, limits.max_inflight_per_uid,
+                        limits.max_buffered_bytes_per_uid});
   asio::post(s->io, [s, limits] { s->limits = limits; });
 }
 
@@ -480,6 +482,7 @@ ServerStats Server::stats() const {
   out.closed_idle_timeout = a.idle_timeouts.load(std::memory_order_relaxed);
   out.closed_write_timeout = a.write_timeouts.load(std::memory_order_relaxed);
   out.reads_paused = a.reads_paused.load(std::memory_order_relaxed);
+  out.closed_over_byte_budget = a.buffer_refusals.load(std::memory_order_relaxed);
   return out;
 }
 

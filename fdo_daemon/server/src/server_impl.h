@@ -49,7 +49,8 @@ struct Periodic {
 struct Server::Impl {
   Impl(ServerOptions o, Dispatcher& d)
       : opts(std::move(o)), dispatcher(d), limits(opts.limits),
-        tenants(TenantQuota{limits.max_connections_per_uid, limits.max_inflight_per_uid}),
+        tenants(TenantQuota{limits.max_connections_per_uid, limits.max_inflight_per_uid,
+                            limits.max_buffered_bytes_per_uid}),
         acceptor(io), signals(io), watchdog_timer(io), drain_timer(io), accept_retry_timer(io),
         threads(opts.handler_threads != 0 ? opts.handler_threads
                                           : std::max(4u, 2 * std::thread::hardware_concurrency())),
@@ -115,7 +116,7 @@ struct Server::Impl {
   struct AtomicStats {
     std::atomic<std::uint64_t> accepted{0}, open{0}, requests{0}, timed_out{0}, oversized{0},
         running{0}, connections_refused{0}, requests_refused{0}, read_timeouts{0}, idle_timeouts{0},
-        write_timeouts{0}, reads_paused{0};
+        write_timeouts{0}, reads_paused{0}, buffer_refusals{0};
   } stats;
 
   unsigned threads;

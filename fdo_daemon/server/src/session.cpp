@@ -232,6 +232,10 @@ void Session::on_read(const error_code& ec, std::size_t n, std::vector<Fd> fds,
     }
     attach_fds(first_new, read_buf_[n - 1] == '\n', std::move(fds), fds_truncated);
     if (parser_.discarding()) line_fds_.clear(); // an oversized line: already answered
+    if (auto st = account_bytes(TenantLimits::Admission::check); !st) {
+      over_byte_budget(st.error());
+      return;
+    }
   }
   if (ec) {
     if (ec == asio::error::eof) {
@@ -251,6 +255,28 @@ void Session::on_read(const error_code& ec, std::size_t n, std::vector<Fd> fds,
     }
   }
   next();
+}
+
+Status Session::account_bytes(TenantLimits::Admission admission) {
+  const std::uint64_t holds = parser_.buffered_bytes() + unsent_bytes_;
+  if (holds > charged_bytes_) {
+    FDO_TRY_STATUS(srv_.tenants.charge_bytes(peer_.uid, holds - charged_bytes_, admission));
+  } else if (holds < charged_bytes_) {
+    srv_.tenants.release_bytes(peer_.uid, charged_bytes_ - holds);
+  }
+  charged_bytes_ = holds;
+  return ok();
+}
+
+void Session::over_byte_budget(const Error& why) {
+  srv_.stats.buffer_refusals.fetch_add(1, std::memory_order_relaxed);
+  if (outbox_.empty())
+    send_now(socket_.native_handle(),
+             rpc::error_response(nullptr, why,
+                                 {{"limit", "max_buffered_bytes_per_uid"},
+                                  {"max", srv_.tenants.quota().max_buffered_bytes}}) +
+                 "\n");
+  close(why.message() + "; connection closed", log::Level::info);
 }
 
 void Session::on_read_timer(std::uint64_t gen, const error_code& ec) {
@@ -458,6 +484,7 @@ void Session::queue_reply(std::string response, std::vector<Fd> fds) {
   response.push_back('\n');
   unsent_bytes_ += response.size();
   outbox_.push_back({std::move(response), std::move(fds)});
+  (void)account_bytes(TenantLimits::Admission::always); // a reply is kept whatever it costs
   if (!writing_) start_write();
 }
 
@@ -529,6 +556,7 @@ void Session::on_written(const error_code& ec) {
   }
   unsent_bytes_ -= outbox_.front().line.size();
   outbox_.pop_front();
+  (void)account_bytes(TenantLimits::Admission::always); // gives the reply's bytes back
   if (!outbox_.empty()) start_write();
   if (stage_ == Stage::waiting_for_writes) {
     if (close_reason_.empty())
@@ -579,6 +607,8 @@ void Session::close(const std::string& why, log::Level level) {
   unsent_bytes_ = 0;
   // Given back here, on the io thread, rather than whenever the last
   // callback drops the session.
+  srv_.tenants.release_bytes(peer_.uid, std::exchange(charged_bytes_, 0));
+  parser_.reset();
   connection_.reset();
   srv_.remove_session(this);
 }

@@ -87,6 +87,14 @@ private:
   // Closes now if nothing waits to be sent, else once the outbox is empty.
   void close_when_sent(std::string why);
   void close(const std::string& why, log::Level level);
+  // Brings this connection's charge in its uid's byte budget
+  // (max_buffered_bytes_per_uid) to what it holds now: the line being read
+  // and the replies not yet sent. With Admission::check, growth past the
+  // budget is refused and nothing is charged.
+  Status account_bytes(TenantLimits::Admission admission);
+  // A read took the uid past its byte budget: the client is told in one
+  // best-effort line and the connection closed (its buffers freed).
+  void over_byte_budget(const Error& why);
   std::string who() const; // "connection 7 (uid 1000)"
 
   Server::Impl& srv_;
@@ -128,6 +136,7 @@ private:
   };
   std::deque<Outgoing> outbox_;
   std::size_t unsent_bytes_ = 0;
+  std::uint64_t charged_bytes_ = 0; // this connection's share of its uid's byte budget
   bool writing_ = false;
   std::uint64_t write_gen_ = 0;
 

@@ -1,5 +1,6 @@
 #include "fdo/daemon/tenant_limits.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -53,7 +54,41 @@ void TenantLimits::release(uid_t uid, TenantResource r) {
   if (it == held_.end()) return;
   unsigned& n = it->second.of(r);
   if (n > 0) --n;
-  if (it->second.connections == 0 && it->second.inflight == 0) held_.erase(it);
+  if (it->second.empty()) held_.erase(it);
+}
+
+Status TenantLimits::charge_bytes(uid_t uid, std::uint64_t bytes, Admission admission) {
+  std::uint64_t limit = 0, held_now = 0;
+  {
+    std::lock_guard lk(mu_);
+    limit = quota_.max_buffered_bytes;
+    Held& h = held_[uid];
+    if (admission == Admission::always || limit == 0 || h.bytes + bytes <= limit) {
+      h.bytes += bytes;
+      return ok();
+    }
+    held_now = h.bytes;
+    if (h.empty()) held_.erase(uid);
+  }
+  return make_error(
+      Errc::resource_exhausted,
+      "uid " + std::to_string(uid) + "'s connections already hold " + std::to_string(held_now) +
+          " bytes of unfinished requests and unsent replies; " + std::to_string(bytes) +
+          " more would pass max_buffered_bytes_per_uid (" + std::to_string(limit) + ")");
+}
+
+void TenantLimits::release_bytes(uid_t uid, std::uint64_t bytes) {
+  std::lock_guard lk(mu_);
+  auto it = held_.find(uid);
+  if (it == held_.end()) return;
+  it->second.bytes -= std::min(bytes, it->second.bytes);
+  if (it->second.empty()) held_.erase(it);
+}
+
+std::uint64_t TenantLimits::bytes_held(uid_t uid) const {
+  std::lock_guard lk(mu_);
+  auto it = held_.find(uid);
+  return it == held_.end() ? 0 : it->second.bytes;
 }
 
 void TenantLimits::set_quota(TenantQuota quota) {

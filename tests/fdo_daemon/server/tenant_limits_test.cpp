@@ -138,3 +138,26 @@ TEST_CASE("tenant limits: concurrent acquire and release never exceed the quota"
   REQUIRE(limits.held(42, TenantResource::inflight_request) == 0);
   REQUIRE(limits.tenants() == 0);
 }
+
+TEST_CASE("tenant limits: bytes held per uid stay within max_buffered_bytes", "[tenant_limits]") {
+  TenantLimits limits({0, 0, 1000});
+  using A = TenantLimits::Admission;
+  REQUIRE(limits.charge_bytes(7, 600, A::check));
+  REQUIRE(limits.charge_bytes(7, 400, A::check)); // exactly the budget
+  auto over = limits.charge_bytes(7, 1, A::check);
+  REQUIRE_FALSE(over);
+  CHECK(over.error().code() == fdo::Errc::resource_exhausted);
+  CHECK(over.error().message().find("max_buffered_bytes_per_uid (1000)") != std::string::npos);
+  CHECK(limits.bytes_held(7) == 1000); // a refusal charges nothing
+  // Another uid has a budget of its own.
+  REQUIRE(limits.charge_bytes(8, 1000, A::check));
+  // A reply is kept whatever it costs; it counts against later reads.
+  REQUIRE(limits.charge_bytes(7, 50, A::always));
+  CHECK(limits.bytes_held(7) == 1050);
+  limits.release_bytes(7, 500);
+  REQUIRE(limits.charge_bytes(7, 400, A::check));
+  limits.release_bytes(7, 5000); // never below zero
+  limits.release_bytes(8, 1000);
+  CHECK(limits.bytes_held(7) == 0);
+  CHECK(limits.tenants() == 0); // nothing held: the entries go
+}

@@ -119,6 +119,7 @@ struct Config {
   std::chrono::milliseconds idle_timeout{600000};
   std::chrono::milliseconds write_timeout{30000};
   std::uint64_t max_unsent_bytes = 4u << 20;
+  std::uint64_t max_buffered_bytes_per_uid = 128u << 20;
   // Prometheus HTTP endpoint: "" = off; "PORT" = 127.0.0.1:PORT; "HOST:PORT".
   std::string metrics_listen;
   // Linked programs an exec worker keeps by storage key (the object travels

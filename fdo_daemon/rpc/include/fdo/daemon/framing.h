@@ -45,6 +45,12 @@ public:
     if (buf_.empty() && !discarding_) max_ = max_line_bytes;
   }
   std::size_t max_line_bytes() const { return max_; }
+  // Drops the line in progress and frees its buffer (the connection closed).
+  void reset() {
+    std::string().swap(buf_);
+    discarding_ = false;
+    begin_line();
+  }
   std::size_t buffered_bytes() const { return buf_.size(); }
   bool discarding() const { return discarding_; }
   // A line has begun and its terminator has not arrived yet (bytes buffered,

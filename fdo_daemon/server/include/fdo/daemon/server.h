@@ -72,6 +72,11 @@ struct ServerLimits {
   // While more reply bytes than this wait to be sent on a connection, its
   // further requests are neither read nor started (0: one reply at a time).
   std::size_t max_unsent_bytes = 4u << 20;
+  // Bytes one uid's connections may hold at once: request lines being read
+  // and replies not yet sent. A read that would pass it gets a
+  // resource_exhausted line and its connection is closed. 0 = no limit (the
+  // library's default; fdod sets max_buffered_bytes_per_uid).
+  std::uint64_t max_buffered_bytes_per_uid = 0;
 };
 
 struct ServerOptions {
@@ -95,17 +100,18 @@ ServerLimits server_limits(const Config& config);
 struct ServerStats {
   std::uint64_t connections_accepted = 0;
   std::uint64_t connections_open = 0;
-  std::uint64_t requests = 0;             // lines handed to the dispatcher
-  std::uint64_t requests_timed_out = 0;   // answered with the deadline error
-  std::uint64_t requests_oversized = 0;   // lines over max_request_bytes
-  std::uint64_t handlers_running = 0;     // including ones whose client already timed out
-  std::uint64_t connections_refused = 0;  // over max_connections_per_uid (told, then closed)
-  std::uint64_t requests_refused = 0;     // over max_inflight_per_uid (answered with an error)
-  std::uint64_t closed_read_timeout = 0;  // a request line incomplete after read_timeout
-  std::uint64_t closed_idle_timeout = 0;  // nothing from the client for idle_timeout
-  std::uint64_t closed_write_timeout = 0; // a reply not taken within write_timeout
-  std::uint64_t reads_paused = 0;         // times a connection stopped reading: unsent replies
-                                          // over max_unsent_bytes
+  std::uint64_t requests = 0;                // lines handed to the dispatcher
+  std::uint64_t requests_timed_out = 0;      // answered with the deadline error
+  std::uint64_t requests_oversized = 0;      // lines over max_request_bytes
+  std::uint64_t handlers_running = 0;        // including ones whose client already timed out
+  std::uint64_t connections_refused = 0;     // over max_connections_per_uid (told, then closed)
+  std::uint64_t requests_refused = 0;        // over max_inflight_per_uid (answered with an error)
+  std::uint64_t closed_read_timeout = 0;     // a request line incomplete after read_timeout
+  std::uint64_t closed_idle_timeout = 0;     // nothing from the client for idle_timeout
+  std::uint64_t closed_write_timeout = 0;    // a reply not taken within write_timeout
+  std::uint64_t reads_paused = 0;            // times a connection stopped reading: unsent replies
+                                             // over max_unsent_bytes
+  std::uint64_t closed_over_byte_budget = 0; // a read took its uid past max_buffered_bytes_per_uid
 };
 
 class Server {

@@ -1,6 +1,8 @@
 // Per-tenant admission for the socket server: how many connections and how
-// many work requests in flight each peer uid may hold at once, so one tenant
-// cannot take every fd or every handler thread from the others.
+// many work requests in flight each peer uid may hold at once, and how many
+// bytes its connections may hold (unfinished request lines, replies not yet
+// sent), so one tenant cannot take every fd, every handler thread or the
+// daemon's memory from the others.
 //
 // Thread-safe: the server admits on its io thread while handler threads give
 // their slot back the moment a handler returns. The lock covers a map lookup
@@ -10,6 +12,7 @@
 #include "fdo/util/expected.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <string_view>
 #include <sys/types.h>
@@ -29,6 +32,7 @@ std::string_view limit_key(TenantResource r);
 struct TenantQuota {
   unsigned max_connections = 64;
   unsigned max_inflight = 16;
+  std::uint64_t max_buffered_bytes = 0; // max_buffered_bytes_per_uid
 
   unsigned limit(TenantResource r) const {
     return r == TenantResource::connection ? max_connections : max_inflight;
@@ -78,6 +82,15 @@ public:
   void set_quota(TenantQuota quota);
   TenantQuota quota() const;
 
+  // Bytes held by `uid`'s connections. charge_bytes() with Admission::check
+  // refuses (charging nothing) when the uid would pass max_buffered_bytes:
+  // Errc::resource_exhausted naming the uid, the key and the figures;
+  // Admission::always charges regardless (a reply, which must be kept).
+  enum class Admission { check, always };
+  Status charge_bytes(uid_t uid, std::uint64_t bytes, Admission admission);
+  void release_bytes(uid_t uid, std::uint64_t bytes);
+  std::uint64_t bytes_held(uid_t uid) const;
+
   // Units of `r` that `uid` holds now.
   unsigned held(uid_t uid, TenantResource r) const;
   // Uids holding anything (an entry is dropped when its last unit is given back).
@@ -87,6 +100,8 @@ private:
   struct Held {
     unsigned connections = 0;
     unsigned inflight = 0;
+    std::uint64_t bytes = 0;
+    bool empty() const { return connections == 0 && inflight == 0 && bytes == 0; }
     unsigned& of(TenantResource r) {
       return r == TenantResource::connection ? connections : inflight;
     }
