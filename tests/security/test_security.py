@@ -16,6 +16,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -509,6 +510,89 @@ class Memory(unittest.TestCase):
             c.close()
         finally:
             d.cleanup()
+
+
+class Leftovers(unittest.TestCase):
+    """No tenant data outlives its job: compiles write no file (their profile
+    is a memory file), a compile worker killed mid-compile leaves nothing, and
+    temp files of writes a killed fdod interrupted go at the next start."""
+
+    def test_killed_compiles_and_a_killed_daemon_leave_nothing_behind(self):
+        scratch = tempfile.mkdtemp(prefix="fdo-sec-tmpdir-")
+        old_tmpdir = os.environ.get("TMPDIR")
+        os.environ["TMPDIR"] = scratch  # fdod and its workers inherit it
+        try:
+            d = Daemon({"compile_timeout_ms": 120000, "tier_up": "sync", "policy.min_stages": 2},
+                       prefix="fdo-sec-").start()
+        finally:
+            if old_tmpdir is None:
+                del os.environ["TMPDIR"]
+            else:
+                os.environ["TMPDIR"] = old_tmpdir
+        try:
+            c = d.client(timeout=300)
+            big = subprocess.run([str(BUILD / "bench" / "jit" / "fdo_gen_module"), "300"],
+                                 capture_output=True, text=True, check=True).stdout
+            prog = c.call("program.register", {"ir": big})["program"]
+            run = {"program": prog, "entry": "bench_run", "args": [1]}
+            modes = [c.call("execute", run)["stage"]["mode"] for _ in range(2)]
+            self.assertEqual(modes, ["instrumented", "instrumented"])
+            # The next compile uses the profile (the stage's own, or one the policy started
+            # ahead of it): kill its compile worker mid-compile.
+            result = {}
+
+            def third_stage():
+                try:
+                    result["ok"] = d.client(timeout=300).call("execute", run)
+                except RpcError as e:
+                    result["error"] = e
+
+            th = threading.Thread(target=third_stage)
+            th.start()
+            killed = None
+            deadline = time.time() + 60
+            while killed is None and time.time() < deadline and th.is_alive():
+                for w in c.call("cache.stats")["workers"]["compile"]["workers"]:
+                    if w["state"] == "busy" and w["pid"] > 0:
+                        time.sleep(0.3)  # well into the compile
+                        os.kill(w["pid"], signal.SIGKILL)
+                        killed = w["pid"]
+                        break
+                time.sleep(0.02)
+            th.join()
+            self.assertIsNotNone(killed, "never saw the optimized compile running")
+            pool = c.call("cache.stats")["workers"]["compile"]
+            self.assertGreaterEqual(pool["restarts"], 1, pool)
+            if "error" in result:  # the stage's own compile was the one killed
+                self.assertEqual(result["error"].errc, "crashed", result)
+            # Compiled again with the profile, it runs.
+            self.assertEqual(c.call("execute", run)["stage"]["mode"], "optimized")
+            self.assertEqual(os.listdir(scratch), [])
+            c.close()
+
+            # Writes interrupted by a killed daemon: their temp files go at the next start.
+            planted = [pathlib.Path(d.state_dir) / "programs" / f".tmp.{prog}.prog.4242.0",
+                       pathlib.Path(d.state_dir) / "cache" / ".tmp.identity.4242.1",
+                       pathlib.Path(d.state_dir) / "cache" / "objects" / "ab" / ".tmp.ab00.obj.4242.2"]
+            for f in planted:
+                f.parent.mkdir(parents=True, exist_ok=True)
+                f.write_bytes(b"half a tenant's file")
+            d.stop(signal.SIGKILL)
+            t0 = time.perf_counter()
+            d.start()
+            took = time.perf_counter() - t0
+            print(f"restart after SIGKILL to a health answer: {took:.2f} s", file=sys.stderr)
+            for f in planted:
+                self.assertFalse(f.exists(), f)
+            left = [str(p) for p in pathlib.Path(d.state_dir).rglob(".tmp.*")]
+            self.assertEqual(left, [])
+            c = d.client()
+            self.assertEqual(c.call("execute", run)["stage"]["mode"], "optimized")
+            c.close()
+            self.assertEqual(os.listdir(scratch), [])
+        finally:
+            d.cleanup()
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -236,7 +236,10 @@ Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
   auto live_config = [raw] { return raw->config.get(); };
   FDO_TRY(s->compile_pool, runners(WorkerRole::compile, c, s->isolation, live_config));
   FDO_TRY(s->exec_pool, runners(WorkerRole::exec, c, s->isolation, live_config));
-  s->perf_caps = perf_probe_ ? perf_probe_(c, *s->exec_pool) : probe_in_worker(c, *s->exec_pool);
+  s->perf_caps =
+      std::async(std::launch::async, [probe = perf_probe_, c, exec = s->exec_pool.get()] {
+        return probe ? probe(c, *exec) : probe_in_worker(c, *exec);
+      }).share();
 
   s->store_keys = std::make_unique<StoreKeys>(*s->store);
   s->store_feedback = std::make_unique<StoreFeedback>(*s->store);

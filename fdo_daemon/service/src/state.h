@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -70,7 +71,6 @@ struct ServiceState {
   std::string host;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   jit::CompilerIdentity identity;
-  nlohmann::json perf_caps;
   std::shared_ptr<const Isolation> isolation;
   ServiceCounters counters;
   std::shared_ptr<AuditSink> audit; // never null once built
@@ -78,6 +78,11 @@ struct ServiceState {
   std::unique_ptr<profile_store::ProfileStore> store;
   std::unique_ptr<JobRunner> compile_pool;
   std::unique_ptr<JobRunner> exec_pool;
+  // What a sandboxed exec worker can measure (capabilities.perf): probed in
+  // an exec worker while fdod already serves, so the probe's one-off worker
+  // does not delay start-up. Declared after exec_pool: destroyed first, it
+  // waits for a probe still running.
+  std::shared_future<nlohmann::json> perf_caps;
   // The adapters over `store`, and (a shared store only) the layer that
   // serves through its outages (store_fallback.h).
   std::unique_ptr<StoreKeys> store_keys;

@@ -72,7 +72,7 @@ Expected<json> capabilities(ServiceState& s, const json&, const CallContext&) {
       {"compile_modes", {"plain", "instrumented", "optimized", "cs_instrumented"}},
       {"tier_up", std::string(cache::to_string(c->tier_up))},
       {"share_profiles_across_tenants", c->share_profiles_across_tenants},
-      {"perf", s.perf_caps},
+      {"perf", s.perf_caps.get()}, // probed at start-up: waits for it the first time
       {"sandbox", s.isolation->to_json()},
       {"object_cache_remote", remote_tier_state(s, true)},
       {"profile_store", profile_store_state(s, true)},
