@@ -342,6 +342,7 @@ class ConfigReload(unittest.TestCase):
         "guard.rank_p": 0.004, "guard.clock": "wall",
         "profile_store": "postgresql://fdo:pw@127.0.0.1:1/fdo", "host_name": "host-b",
         "profile_store_spool_max_bytes": 2097152,
+        "max_running_compiles_per_uid": 1, "max_buffered_bytes_per_uid": 67108864,
     }
 
     def test_sighup_applies_runtime_keys_and_keeps_restart_keys(self):

@@ -219,16 +219,18 @@ void open_socket_to_other_uid(const TempDir& dir, const std::string& socket_path
 
 } // namespace
 
-TEST_CASE("limits: control methods answer while every work thread is blocked", "[server]") {
+TEST_CASE("limits: control methods answer while every work thread a uid may hold is blocked",
+          "[server]") {
   TempDir dir;
   Running srv(options_for(dir));
-  // Four blocked handlers fill the work pool; two more wait in its queue.
+  // One uid holds at most three of the four work threads (handler_turns.h):
+  // three blocked handlers take them; three more wait for this uid's turn.
   std::vector<RawClient> busy;
   for (int i = 0; i < 6; ++i) {
     busy.push_back(srv.client());
     REQUIRE(busy.back().send(request("block", json::object(), i)));
   }
-  REQUIRE(srv.gate.entered_at_least(4));
+  REQUIRE(srv.gate.entered_at_least(3));
   REQUIRE(eventually([&] { return srv.server->stats().handlers_running == 6; }));
 
   RawClient c = srv.client();
@@ -240,11 +242,12 @@ TEST_CASE("limits: control methods answer while every work thread is blocked", "
     INFO("health took " << took.count() << " ms");
     REQUIRE(took < milliseconds(1000));
   }
-  // A work request on a fresh connection waits: the pool really is full.
+  // A work request of the same uid on a fresh connection waits: the uid's
+  // share of the pool really is full (the fourth thread stays free for others).
   RawClient w = srv.client();
   REQUIRE(w.send(request("echo", json{{"n", 1}}, "w")));
   REQUIRE(next_reply(w, milliseconds(300)).is_null());
-  REQUIRE(srv.gate.entered() == 4);
+  REQUIRE(srv.gate.entered() == 3);
 
   srv.gate.open();
   for (auto& b : busy)
@@ -258,23 +261,23 @@ TEST_CASE("limits: immediate methods answer while every handler and control thre
           "[server]") {
   TempDir dir;
   ServerOptions o = options_for(dir);
-  o.limits.max_inflight_per_uid = 4;
+  // One work thread, which a single uid may hold (handler_turns.h).
+  o.handler_threads = 1;
+  o.limits.max_inflight_per_uid = 1;
   Running srv(o);
-  // Four blocked work handlers (the uid's whole in-flight allowance) and two
-  // blocked control handlers: no pool thread is free.
+  // One blocked work handler (the uid's whole in-flight allowance, the whole
+  // work pool) and two blocked control handlers: no pool thread is free.
   std::vector<RawClient> busy;
-  for (int i = 0; i < 4; ++i) {
-    busy.push_back(srv.client());
-    REQUIRE(busy.back().send(request("block", json::object(), i)));
-  }
+  busy.push_back(srv.client());
+  REQUIRE(busy.back().send(request("block", json::object(), 0)));
   for (int i = 0; i < 2; ++i) {
     busy.push_back(srv.client());
     REQUIRE(busy.back().send(request("block_control", json::object(), 10 + i)));
   }
-  REQUIRE(srv.gate.entered_at_least(6));
+  REQUIRE(srv.gate.entered_at_least(3));
   // A work request is refused now: the limit really is reached.
   RawClient c = srv.client();
-  require_limit_error(c.call("echo", json::object(), 1), "max_inflight_per_uid", 4);
+  require_limit_error(c.call("echo", json::object(), 1), "max_inflight_per_uid", 1);
   for (int i = 0; i < 5; ++i) {
     json r = c.call("ping", json::object(), 100 + i);
     require_ok(r);
