@@ -1,5 +1,9 @@
 #include "tenant_stats.h"
 
+#include "fdo/daemon/metrics.h"
+
+#include <prometheus/text_serializer.h>
+
 namespace fdo::daemon {
 
 void TenantStats::stage(uid_t uid, cache::Outcome outcome, double compile_ms) {
@@ -64,31 +68,29 @@ nlohmann::json tenant_cache_stats(uid_t uid, const TenantFigures& f) {
 }
 
 std::string tenant_metrics_text(uid_t uid, const TenantFigures& f) {
-  const std::string label = "{uid=\"" + std::to_string(uid) + "\"}";
-  std::string out;
-  auto add = [&](const char* name, const char* help, const char* type, double v) {
-    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
-           name + label + " " + nlohmann::json(v).dump() + "\n";
+  const std::string label = std::to_string(uid);
+  auto counter = [&](const char* name, const char* help, double v) {
+    return metric_family(name, help, prometheus::MetricType::Counter, {{label, v}}, "uid");
   };
   auto d = [](std::uint64_t v) { return static_cast<double>(v); };
-  add("fdo_tenant_stages_total", "Stages of this uid that got their code.", "counter", d(f.stages));
-  add("fdo_tenant_stage_failures_total", "Stages of this uid that failed to run.", "counter",
-      d(f.stage_failures));
-  add("fdo_tenant_prepare_failures_total", "Stages of this uid that got no code.", "counter",
-      d(f.prepare_failures));
-  add("fdo_tenant_cache_memory_hits_total", "Stages of this uid served from memory.", "counter",
-      d(f.memory_hits));
-  add("fdo_tenant_cache_disk_hits_total", "Stages of this uid served from disk.", "counter",
-      d(f.disk_hits));
-  add("fdo_tenant_cache_remote_hits_total", "Stages of this uid served by the remote tier.",
-      "counter", d(f.remote_hits));
-  add("fdo_tenant_compiles_total", "Compiles run for stages of this uid.", "counter",
-      d(f.compiles));
-  add("fdo_tenant_compile_ms_total", "Milliseconds those compiles took.", "counter",
-      f.compile_ms_total);
-  add("fdo_tenant_stale_serves_total", "Stages of this uid served older code during a tier-up.",
-      "counter", d(f.stale_serves));
-  return out;
+  return prometheus::TextSerializer().Serialize({
+      counter("fdo_tenant_stages_total", "Stages of this uid that got their code.", d(f.stages)),
+      counter("fdo_tenant_stage_failures_total", "Stages of this uid that failed to run.",
+              d(f.stage_failures)),
+      counter("fdo_tenant_prepare_failures_total", "Stages of this uid that got no code.",
+              d(f.prepare_failures)),
+      counter("fdo_tenant_cache_memory_hits_total", "Stages of this uid served from memory.",
+              d(f.memory_hits)),
+      counter("fdo_tenant_cache_disk_hits_total", "Stages of this uid served from disk.",
+              d(f.disk_hits)),
+      counter("fdo_tenant_cache_remote_hits_total", "Stages of this uid served by the remote tier.",
+              d(f.remote_hits)),
+      counter("fdo_tenant_compiles_total", "Compiles run for stages of this uid.", d(f.compiles)),
+      counter("fdo_tenant_compile_ms_total", "Milliseconds those compiles took.",
+              f.compile_ms_total),
+      counter("fdo_tenant_stale_serves_total",
+              "Stages of this uid served older code during a tier-up.", d(f.stale_serves)),
+  });
 }
 
 } // namespace fdo::daemon
