@@ -163,7 +163,8 @@ void FeedbackLoop::queue_row(const StageReport& stage, std::int64_t version, Cou
 
 // The totals recorded for the stage's version before this daemon saw the key
 // (earlier runs, other processes), so thresholds count every stage.
-void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage, std::int64_t version) {
+void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage, std::int64_t version,
+                               ReadAhead& ahead) {
   st.acc = FeedbackAccumulator();
   st.blocks = {};
   st.weights_from.reset();
@@ -174,8 +175,15 @@ void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage, std::int6
   st.fleet_read = {};
   st.version = version;
   if (version <= 0) return;
-  const std::optional<std::uint64_t> epoch = quiet_flush_epoch();
-  auto totals = store_.feedback(stage.pk, version);
+  if (ahead.version != version || !ahead.totals) {
+    // The version moved under every read ahead (fold tried three times): read here.
+    ahead.epoch = quiet_flush_epoch();
+    ahead.totals = store_.feedback(stage.pk, version);
+    ahead.version = version;
+    ahead.read_at = std::chrono::steady_clock::now();
+  }
+  const std::optional<std::uint64_t> epoch = ahead.epoch;
+  const auto& totals = *ahead.totals;
   if (!totals) {
     log::warning("feedback: totals of " + stage.pk.substr(0, 12) + " v" + std::to_string(version) +
                  " unreadable, counting from this stage: " + totals.error().describe());
@@ -183,8 +191,7 @@ void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage, std::int6
   }
   // A read that a flush overlapped is not kept as the fleet's totals (it may
   // hold rows still counted in flight); the next stage reads again.
-  if (adopt_fleet(st, {stage.pk, version}, *totals, epoch))
-    st.fleet_read = std::chrono::steady_clock::now();
+  if (adopt_fleet(st, {stage.pk, version}, *totals, epoch)) st.fleet_read = ahead.read_at;
   if (!*totals) return;
   FeedbackAccumulator loaded;
   for (const auto& [name, counts] : (*totals)->function_counts)
@@ -206,6 +213,55 @@ void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage, std::int6
   st.acc.merge(loaded);
 }
 
+FeedbackLoop::ReadAhead FeedbackLoop::read_ahead(KeyState& st, LifecycleTable::Entry& life,
+                                                 const StageReport& stage, const StageRun& run) {
+  ReadAhead out;
+  {
+    std::lock_guard l(life.mu);
+    if (life.lc.started() && !life.lc.use_of(run).current) return out; // counts for nothing
+  }
+  out.counts = true;
+  auto current = store_.current(stage.pk);
+  if (!current || !*current) return out;
+  const std::int64_t version = (*current)->version;
+  const std::int64_t reprofiled = (*current)->doc.reprofile_of;
+  const auto now = std::chrono::steady_clock::now();
+  bool load = false, refresh = false, earlier = false;
+  {
+    std::lock_guard l(st.mu);
+    load = st.version != version;
+    refresh = !load && now - st.fleet_read >= kFleetRefresh;
+    earlier = reprofiled > 0 && st.earlier_of != reprofiled;
+  }
+  if (version > 0 && (load || refresh)) {
+    // While a flush is in flight a read may or may not hold its rows: it is
+    // not kept as the fleet's snapshot (adopt_fleet), so a refresh waits.
+    out.epoch = quiet_flush_epoch();
+    if (load || out.epoch) {
+      out.version = version;
+      out.totals = store_.feedback(stage.pk, version);
+      out.read_at = now;
+    }
+  }
+  if (earlier) {
+    auto got = earlier_versions(stage.pk, reprofiled);
+    if (got) {
+      out.earlier_of = reprofiled;
+      out.earlier = std::move(*got);
+    }
+  }
+  return out;
+}
+
+bool FeedbackLoop::holds_reads(const KeyState& st, const ReadAhead& ahead,
+                               const ps::StoredProfile* current) {
+  if (current == nullptr) return true;
+  if (current->version > 0 && st.version != current->version && ahead.version != current->version)
+    return false;
+  const std::int64_t reprofiled = current->doc.reprofile_of;
+  return reprofiled == 0 || st.earlier_of == reprofiled || ahead.earlier_of == reprofiled;
+}
+
 FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig& policy) {
   LifecycleConfig lifecycle;
   lifecycle.guard = false;
@@ -218,16 +274,26 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
                                    const LifecycleConfig& lifecycle) {
   FeedbackOutcome out;
   std::shared_ptr<KeyState> state = state_of(stage.pk);
-  std::unique_lock lk(state->mu);
   KeyState& st = *state;
-  const auto now = std::chrono::system_clock::now();
-
   // What the stage counts for. The lifecycle took in the stored profile at
   // the stage's start (execute: start_stage); a stage that ran an earlier
   // build and counts for nothing now costs no store read.
   std::shared_ptr<LifecycleTable::Entry> life = lifecycles_.of(stage.pk);
   StageRun run = stage.run;
   run.stage = stage.stage;
+  // The store reads the fold needs, done without the key's lock; again if
+  // the profile moved before the lock was taken (a rewrite landed meanwhile).
+  ReadAhead ahead;
+  std::unique_lock lk(st.mu, std::defer_lock);
+  for (int attempt = 0;; ++attempt) {
+    ahead = read_ahead(st, *life, stage, run);
+    lk.lock();
+    if (attempt == 2 || !ahead.counts) break;
+    auto now_current = store_.current(stage.pk); // the read view: no I/O once read ahead
+    if (!now_current || holds_reads(st, ahead, now_current->get())) break;
+    lk.unlock();
+  }
+  const auto now = std::chrono::system_clock::now();
   bool counts_for_nothing = false;
   {
     std::lock_guard l(life->mu);
@@ -267,7 +333,14 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   const StageUse& use = out.use;
   if (!use.current) return earlier_build();
   // The stage counts for the current version, whichever it ran.
-  if (st.version != facts.version) load_totals(st, stage, facts.version);
+  if (st.version != facts.version) load_totals(st, stage, facts.version, ahead);
+  if (sp != nullptr && sp->doc.reprofile_of > 0 && ahead.earlier_of == sp->doc.reprofile_of) {
+    st.earlier_of = ahead.earlier_of;
+    st.earlier = std::move(ahead.earlier);
+  } else if (sp == nullptr || sp->doc.reprofile_of == 0) {
+    st.earlier_of = 0;
+    st.earlier.clear();
+  }
   // Queued only after load_totals read the store: a flush landing in between
   // would otherwise put this stage in the loaded totals and in acc twice.
   const CountsPart counts = use.counts ? CountsPart::taken : CountsPart::left;
@@ -314,7 +387,7 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
   in.pinned = facts.pinned;
   FeedbackAccumulator fleet_scratch;
   std::map<std::string, std::uint64_t> hosts;
-  in.feedback = &fleet_view(st, stage, facts.version, fleet_scratch, hosts);
+  in.feedback = &fleet_view(st, stage, facts.version, ahead, fleet_scratch, hosts);
   in.now = now;
   const std::map<std::string, std::vector<BranchStat>> no_weights;
   const StageMetadataRef weights_from = st.weights_from; // held: `weights` points into it
@@ -340,7 +413,7 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
     consider_reprofile(policy, in, st, own_build, d);
   if (d.action == PolicyAction::rewrite && d.kind == RewriteKind::counts && sp != nullptr &&
       sp->doc.reprofile_of > 0)
-    recognise_reprofile(stage, policy, in, *in.feedback, d);
+    recognise_reprofile(st, policy, in, *in.feedback, d);
   out.policy = d.reason;
   if (d.action != PolicyAction::rewrite) return out;
   {
@@ -422,21 +495,17 @@ FeedbackOutcome FeedbackLoop::fold(const StageReport& stage, const PolicyConfig&
 }
 
 const FeedbackAccumulator& FeedbackLoop::fleet_view(KeyState& st, const StageReport& stage,
-                                                    std::int64_t version,
+                                                    std::int64_t version, const ReadAhead& ahead,
                                                     FeedbackAccumulator& scratch,
                                                     std::map<std::string, std::uint64_t>& hosts) {
   hosts = {{host_, static_cast<std::uint64_t>(st.acc.stages())}};
   if (version <= 0) return st.acc; // no rows before version 1: local only
   const RowKey key{stage.pk, version};
-  const auto now = std::chrono::steady_clock::now();
-  if (now - st.fleet_read >= kFleetRefresh) {
-    // While a flush is in flight a read may or may not hold its rows: keep
-    // the snapshot there is, read again at a later stage.
-    if (const std::optional<std::uint64_t> epoch = quiet_flush_epoch()) {
-      auto totals = store_.feedback(stage.pk, version);
-      if (totals && adopt_fleet(st, key, *totals, epoch)) st.fleet_read = now;
-    }
-  }
+  // Refreshed from the read ahead of the lock, when there is one of this
+  // version that no flush overlapped (else a later stage reads again).
+  if (ahead.read_at - st.fleet_read >= kFleetRefresh && ahead.version == version && ahead.totals &&
+      *ahead.totals && ahead.epoch && adopt_fleet(st, key, **ahead.totals, ahead.epoch))
+    st.fleet_read = ahead.read_at;
   if (!st.fleet) return st.acc;
   std::uint64_t stages = st.fleet->stages, exec_ns = st.fleet->exec_ns;
   std::map<std::string, std::vector<std::uint64_t>> counts = st.fleet->function_counts;

@@ -9,6 +9,8 @@
 
 namespace fdo::daemon {
 
+namespace ps = fdo::profile_store;
+
 void FeedbackLoop::consider_reprofile(const PolicyConfig& policy, const PolicyInput& in,
                                       KeyState& st, bool own_build, PolicyDecision& d) {
   if (in.current == nullptr || in.pinned) return;
@@ -41,23 +43,36 @@ void FeedbackLoop::consider_reprofile(const PolicyConfig& policy, const PolicyIn
   d.reason = r.reason;
 }
 
-void FeedbackLoop::recognise_reprofile(const StageReport& stage, const PolicyConfig& policy,
-                                       const PolicyInput& in, const FeedbackAccumulator& counted,
-                                       PolicyDecision& d) {
+Expected<std::vector<ps::SharedProfile>> FeedbackLoop::earlier_versions(const std::string& pk,
+                                                                        std::int64_t reprofiled) {
   // The versions the re-profile could be counting again, newest first: the
   // one it re-profiled and the finished profiles before it (a workload that
   // went back to an earlier phase finds that phase's profile).
   constexpr int kLookback = 16;
-  std::int64_t v = in.current->reprofile_of;
+  std::vector<ps::SharedProfile> out;
   std::set<std::string> checked; // a verdict or a checkpoint repeats its version's digest
+  std::int64_t v = reprofiled;
   for (int looked = 0; v > 0 && looked < kLookback; ++looked, --v) {
-    auto got = store_.version(stage.pk, v);
-    if (!got || !*got || !checked.insert((*got)->digest).second) continue;
-    const ProfileDoc& earlier = (*got)->doc;
+    FDO_TRY(std::optional<ps::StoredProfile> got, store_.version(pk, v));
+    if (!got || !checked.insert(got->digest).second) continue; // pruned, or a repeat
+    const ProfileDoc& earlier = got->doc;
     // Only a finished profile: counts, optimized, not itself a re-profile.
     if (earlier.knobs.mode || choose_mode(&earlier) != CompileMode::optimized ||
         earlier.reprofile_of > 0)
       continue;
+    out.push_back(std::make_shared<const ps::StoredProfile>(std::move(*got)));
+  }
+  return out;
+}
+
+void FeedbackLoop::recognise_reprofile(const KeyState& st, const PolicyConfig& policy,
+                                       const PolicyInput& in, const FeedbackAccumulator& counted,
+                                       PolicyDecision& d) {
+  // Read ahead of the key's lock (read_ahead); none held: recognised at a later stage.
+  if (st.earlier_of != in.current->reprofile_of) return;
+  for (const ps::SharedProfile& got : st.earlier) {
+    const ProfileDoc& earlier = got->doc;
+    const std::int64_t v = got->version;
     const double distance = counts_distance(earlier.functions, counted.counts());
     if (distance >= policy.drift_threshold) continue;
     // That profile's compile-affecting part (its digest, so its build is the

@@ -2,6 +2,7 @@
 #include "fdo/daemon/feedback_loop.h"
 
 #include <catch2/catch.hpp>
+#include <condition_variable>
 #include <functional>
 #include <future>
 #include <utility>
@@ -290,6 +291,49 @@ TEST_CASE("feedback loop: a rewrite is written without the key's lock - its stag
   FeedbackOutcome after = loop.fold(stage(kPk, 1, 90, 10, 4), policy());
   CHECK_FALSE(after.rewritten);
   CHECK_THAT(after.policy, Catch::Contains("waiting for stages (1 of 3)"));
+}
+
+TEST_CASE("feedback loop: a slow read of a version's totals does not hold up the key's stages",
+          "[service][feedback]") {
+  FakeFeedbackStore store;
+  seed_v1_with_totals(store); // two stages stored for v1
+  FeedbackLoop loop(store, "h");
+  PolicyConfig p = policy();
+  p.min_stages = 10;
+  // The first totals read waits until released; later ones answer at once.
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  bool held = false, released = false;
+  int totals_reads = 0;
+  store.on_feedback_read = [&] {
+    std::unique_lock lk(gate_mu);
+    if (totals_reads++ != 0) return;
+    held = true;
+    gate_cv.notify_all();
+    gate_cv.wait(lk, [&] { return released; });
+  };
+  auto slow =
+      std::async(std::launch::async, [&] { return loop.fold(stage(kPk, 1, 90, 10, 0), p); });
+  {
+    std::unique_lock lk(gate_mu);
+    gate_cv.wait(lk, [&] { return held; });
+  }
+  // With the key's lock held across that read, this stage would wait for it.
+  auto next =
+      std::async(std::launch::async, [&] { return loop.fold(stage(kPk, 1, 90, 10, 1), p); });
+  const bool finished = next.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  {
+    std::lock_guard lk(gate_mu);
+    released = true;
+  }
+  gate_cv.notify_all();
+  REQUIRE(finished);
+  // The stored two stages and this one; then the slow stage adds itself to
+  // them (the totals it read are not loaded over the key's running totals).
+  CHECK_THAT(next.get().policy, Catch::Contains("(3 of 10)"));
+  CHECK_THAT(slow.get().policy, Catch::Contains("(4 of 10)"));
+  store.on_feedback_read = nullptr;
+  CHECK_THAT(loop.fold(stage(kPk, 1, 90, 10, 2), p).policy, Catch::Contains("(5 of 10)"));
 }
 
 TEST_CASE("feedback loop: a slow write of one key does not hold up another key",

@@ -161,14 +161,46 @@ private:
     // A rewrite of this key is being written (the lock released meanwhile):
     // other stages fold their counts but decide nothing until it is back.
     bool rewrite_in_flight = false;
+    // While the current version re-profiles version `earlier_of`: the
+    // finished profiles among the versions before it (newest first, one per
+    // digest) that its counts may turn out to equal (recognise_reprofile).
+    // Read once per re-profile, ahead of the lock; versions never change.
+    std::int64_t earlier_of = 0;
+    std::vector<profile_store::SharedProfile> earlier;
   };
+
+  // What a fold reads from the store, read before it takes the key's lock so
+  // that no fold holds it across store I/O: the current version's totals when
+  // the key's state lacks them (or its fleet view is due for a refresh), and
+  // a re-profile's earlier versions. Empty when the stage counts for nothing.
+  struct ReadAhead {
+    bool counts = false;                // false: the stage counted for nothing, nothing was read
+    std::int64_t version = 0;           // of `totals` (0: none read)
+    std::optional<std::uint64_t> epoch; // quiet_flush_epoch() before the read
+    std::optional<Expected<std::optional<profile_store::FeedbackTotals>>> totals;
+    std::chrono::steady_clock::time_point read_at{};
+    std::int64_t earlier_of = 0; // `earlier` read for this re-profiled version (0: none)
+    std::vector<profile_store::SharedProfile> earlier;
+  };
+  ReadAhead read_ahead(KeyState& st, LifecycleTable::Entry& life, const StageReport& stage,
+                       const StageRun& run);
+  // Under st.mu: `ahead` holds what the fold of a stage whose current profile
+  // is `current` needs from the store (nothing needed counts as held).
+  static bool holds_reads(const KeyState& st, const ReadAhead& ahead,
+                          const profile_store::StoredProfile* current);
+  // The finished profiles among the kLookback versions up to `reprofiled`
+  // (an error when one cannot be read: read again at the next stage).
+  Expected<std::vector<profile_store::SharedProfile>> earlier_versions(const std::string& pk,
+                                                                       std::int64_t reprofiled);
 
   std::shared_ptr<KeyState> state_of(const std::string& pk);
   // Queues the stage's row under `version` (what the stage counts for), with
   // its counts and its samples only where the lifecycle let it give them.
   void queue_row(const StageReport& stage, std::int64_t version, CountsPart counts,
                  CountersPart counters);
-  void load_totals(KeyState& st, const StageReport& stage, std::int64_t version);
+  // Resets the key's state for `version` and loads the version's stored
+  // totals from `ahead` (read again only if the read ahead missed it).
+  void load_totals(KeyState& st, const StageReport& stage, std::int64_t version, ReadAhead& ahead);
   // Before a store read of fleet totals: the number of flushes done, or
   // nullopt while one is in flight (a read now may or may not see its rows).
   std::optional<std::uint64_t> quiet_flush_epoch() const;
@@ -184,8 +216,10 @@ private:
   // plus this host's rows not yet in the store, when that is at least what
   // this host saw itself (else, e.g. while the store is down, its own view).
   // `hosts`: stages per contributing host of the view returned.
+  // The snapshot is refreshed from `ahead` (never read under the lock).
   const FeedbackAccumulator& fleet_view(KeyState& st, const StageReport& stage,
-                                        std::int64_t version, FeedbackAccumulator& scratch,
+                                        std::int64_t version, const ReadAhead& ahead,
+                                        FeedbackAccumulator& scratch,
                                         std::map<std::string, std::uint64_t>& hosts);
   // Drift re-profiling when the policy kept the profile (time_share.h);
   // `own_build`: the profile's own build served the window.
@@ -193,9 +227,8 @@ private:
                           bool own_build, PolicyDecision& d);
   // A re-profile's counts that equal a finished profile among the versions
   // it re-profiled (docs/lifecycle.md): that profile again.
-  void recognise_reprofile(const StageReport& stage, const PolicyConfig& policy,
-                           const PolicyInput& in, const FeedbackAccumulator& counted,
-                           PolicyDecision& d);
+  void recognise_reprofile(const KeyState& st, const PolicyConfig& policy, const PolicyInput& in,
+                           const FeedbackAccumulator& counted, PolicyDecision& d);
 
   FeedbackStore& store_;
   std::string host_;
