@@ -130,6 +130,9 @@ public:
 
 private:
   using RowKey = std::pair<std::string, std::int64_t>; // (pk, version)
+  // How often a key's fleet totals are read again (other hosts' rows arrive at
+  // their flush interval anyway; this bounds the store reads to one a second per key).
+  static constexpr std::chrono::seconds kFleetRefresh{1};
   struct KeyState {
     std::mutex mu;
     std::int64_t version = -1; // the profile version `acc` belongs to
