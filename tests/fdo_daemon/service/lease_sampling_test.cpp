@@ -260,6 +260,12 @@ TEST_CASE("in-process sampling end to end: a thread's cpu-clock samples land in 
   CHECK(started.result["sampling"]["threads"] == 1);
   go = true;
   spinner.join();
+  // join() returns once the thread cleared its tid, a moment before the
+  // kernel removes its /proc/<pid>/task entry (what the drain looks at).
+  const std::string task = "/proc/self/task/" + std::to_string(tid.load());
+  for (int i = 0; i < 500 && ::access(task.c_str(), F_OK) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(::access(task.c_str(), F_OK) != 0);
   CHECK(sink != 0);
 
   Reply submitted = call_as_process(
