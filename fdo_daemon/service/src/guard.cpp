@@ -155,9 +155,33 @@ cache::ProfileRef Guard::built_ref(KeyState& st, const std::string& pk, std::int
   return ref;
 }
 
+bool Guard::needs_source_read(KeyState& st, const std::string& pk, const ProfileDoc& current,
+                              const std::string& current_digest) {
+  const GuardRecord& record = current.guard;
+  if (record.incumbent_base != VariantBase::profiled || record.incumbent_version == 0) return false;
+  const Variant v = recorded_incumbent(record, current);
+  if (built_ref(st, pk, 0, v, current, current_digest).digest == record.incumbent_digest)
+    return false;
+  return !st.source || st.source_version != record.incumbent_version;
+}
+
+std::unique_lock<std::mutex> Guard::lock_with_source(KeyState& st, const std::string& pk,
+                                                     const ProfileDoc& current,
+                                                     const std::string& current_digest,
+                                                     VersionRead& read) {
+  std::unique_lock lk(st.mu);
+  // Once per incumbent version (kept in st.source afterwards).
+  while (!read && needs_source_read(st, pk, current, current_digest)) {
+    lk.unlock();
+    read = store_.version(pk, current.guard.incumbent_version);
+    lk.lock();
+  }
+  return lk;
+}
+
 Guard::Source Guard::incumbent_source(KeyState& st, const std::string& pk, GuardRecord& record,
-                                      const ProfileDoc& current,
-                                      const std::string& current_digest) {
+                                      const ProfileDoc& current, const std::string& current_digest,
+                                      VersionRead& read) {
   Source out;
   if (record.incumbent_base != VariantBase::profiled || record.incumbent_version == 0) return out;
   const Variant v = recorded_incumbent(record, current);
@@ -170,7 +194,10 @@ Guard::Source Guard::incumbent_source(KeyState& st, const std::string& pk, Guard
   }
   if (!st.source || st.source_version != record.incumbent_version) {
     st.source.reset();
-    auto got = store_.version(pk, record.incumbent_version);
+    // lock_with_source read it unless another stage's source was this version
+    // then; should it have changed since, the version is read here.
+    if (!read) read = store_.version(pk, record.incumbent_version);
+    auto& got = *read;
     const std::string which =
         "the incumbent's profile v" + std::to_string(record.incumbent_version);
     if (!got)
@@ -232,10 +259,11 @@ std::optional<cache::ProfileRef> Guard::ahead(const std::string& ik, const Guard
   if (!current || !*current || !not_guarded(**current).empty()) return std::nullopt;
   const ps::StoredProfile& sp = **current;
   std::shared_ptr<KeyState> state = state_of(**pk);
-  std::lock_guard lk(state->mu);
-  GuardRecord record = sp.doc.guard;
   const std::string digest = digest_of(sp);
-  const Source source = incumbent_source(*state, **pk, record, sp.doc, digest);
+  VersionRead read;
+  std::unique_lock lk = lock_with_source(*state, **pk, sp.doc, digest, read);
+  GuardRecord record = sp.doc.guard;
+  const Source source = incumbent_source(*state, **pk, record, sp.doc, digest, read);
   Arms arms = arms_of(record, sp.doc, digest, state->stages_seen, config);
   return request_ahead(*state, **pk, sp, source, arms);
 }
@@ -279,16 +307,17 @@ StagePlan Guard::plan(const std::string& pk, const ps::StoredProfile* current,
   }
 
   std::shared_ptr<KeyState> state = state_of(p.pk);
-  std::lock_guard lk(state->mu);
+  const std::string digest = digest_of(sp);
+  VersionRead read;
+  std::unique_lock lk = lock_with_source(*state, p.pk, sp.doc, digest, read);
   KeyState& st = *state;
   ++st.stages_seen;
-  const std::string digest = digest_of(sp);
   // Variants of profiles this key no longer serves from go.
   std::erase_if(st.built, [&](const KeyState::Built& b) {
     return b.from_digest != digest && b.from_digest != st.source_digest;
   });
   GuardRecord record = sp.doc.guard;
-  const Source source = incumbent_source(st, p.pk, record, sp.doc, digest);
+  const Source source = incumbent_source(st, p.pk, record, sp.doc, digest, read);
   Arms arms = arms_of(record, sp.doc, digest, st.stages_seen, config);
   p.ahead = request_ahead(st, p.pk, sp, source, arms);
   const std::string fallback =

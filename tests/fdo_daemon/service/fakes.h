@@ -109,6 +109,7 @@ public:
   }
   Expected<std::optional<ps::StoredProfile>> version(std::string_view pk,
                                                      std::int64_t version) override {
+    if (on_version_read) on_version_read(); // e.g. held while another stage goes on
     std::lock_guard lk(mu);
     ++reads;
     auto it = keys.find(std::string(pk));
@@ -209,6 +210,7 @@ public:
   int append_failures_to_inject = 0;
   std::set<std::int64_t> forget_versions; // version() finds none (pruned by retention)
   std::function<void()> on_feedback_read; // runs at the start of each feedback() call
+  std::function<void()> on_version_read;  // runs at the start of each version() call
 
   std::mutex hold_mu;
   std::condition_variable hold_cv;

@@ -9,7 +9,9 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <future>
+#include <mutex>
 #include <random>
 
 using namespace fdo;
@@ -982,6 +984,52 @@ TEST_CASE("guard: a new profile is tried against the incumbent that won, not the
   CHECK_THAT(fallback.reason, Contains("v1 is no longer in the history"));
   CHECK(fallback.name == "plain O2");
   CHECK_FALSE(fallback.trial_id.empty()); // the current profile is tried against it afresh
+}
+
+TEST_CASE("guard: the incumbent's earlier version is read without the key's lock", "[guard]") {
+  GuardHarness h;
+  REQUIRE(until_verdict(h, timing(1 / 1.3, 7))); // v1's profiled build is the incumbent
+  rewrite_counts(h, {100, 1900});                // v3 is tried against it
+  // A restarted daemon reads v1 back from the history; the first such read
+  // waits in the store until released.
+  Guard restarted(h.keys, h.store, "testhost");
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  bool held = false, released = false;
+  int version_reads = 0;
+  h.store.on_version_read = [&] {
+    std::unique_lock lk(gate_mu);
+    if (version_reads++ != 0) return;
+    held = true;
+    gate_cv.notify_all();
+    gate_cv.wait(lk, [&] { return released; });
+  };
+  auto slow =
+      std::async(std::launch::async, [&] { return restarted.plan(h.ik, h.shape, h.config); });
+  {
+    std::unique_lock lk(gate_mu);
+    gate_cv.wait(lk, [&] { return held; });
+  }
+  // The same key's next stage plans meanwhile (with the key's lock held
+  // across that read, it would wait for it).
+  auto next =
+      std::async(std::launch::async, [&] { return restarted.plan(h.ik, h.shape, h.config); });
+  const bool finished = next.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  {
+    std::lock_guard lk(gate_mu);
+    released = true;
+  }
+  gate_cv.notify_all();
+  REQUIRE(finished);
+  h.store.on_version_read = nullptr;
+  const StagePlan a = next.get(), b = slow.get();
+  CHECK_THAT(a.reason + " | " + b.reason, Contains("against v1 profiled O2"));
+  CHECK(a.reason.find("stands in") == std::string::npos);
+  CHECK(b.reason.find("stands in") == std::string::npos);
+  // Read once per incumbent version: later stages read nothing.
+  const int reads = version_reads;
+  restarted.plan(h.ik, h.shape, h.config);
+  CHECK(version_reads == reads);
 }
 
 TEST_CASE("guard: a running trial's samples survive a restart", "[guard]") {

@@ -278,8 +278,22 @@ private:
   static cache::ProfileRef built_ref(KeyState& st, const std::string& pk, std::int64_t version,
                                      const Variant& v, const ProfileDoc& from,
                                      const std::string& from_digest);
+  // The earlier version a recorded incumbent compiles from, read from the
+  // store with the key's lock released (null: not read).
+  using VersionRead = std::optional<Expected<std::optional<profile_store::StoredProfile>>>;
+  // Under st.mu: incumbent_source would need to read that version.
+  bool needs_source_read(KeyState& st, const std::string& pk, const ProfileDoc& current,
+                         const std::string& current_digest);
+  // Takes the key's lock, having read the version incumbent_source needs
+  // (into `read`) without it.
+  std::unique_lock<std::mutex> lock_with_source(KeyState& st, const std::string& pk,
+                                                const ProfileDoc& current,
+                                                const std::string& current_digest,
+                                                VersionRead& read);
+  // Under st.mu, after lock_with_source.
   Source incumbent_source(KeyState& st, const std::string& pk, GuardRecord& record,
-                          const ProfileDoc& current, const std::string& current_digest);
+                          const ProfileDoc& current, const std::string& current_digest,
+                          VersionRead& read);
   std::optional<cache::ProfileRef> request_ahead(KeyState& st, const std::string& pk,
                                                  const profile_store::StoredProfile& sp,
                                                  const Source& source, const Arms& arms);
