@@ -93,14 +93,15 @@ private:
   template <class Call>
   Status put(SpoolKind kind, const std::string& key, const std::string& value,
              Remembered<std::string>& memory, Call call) {
-    auto spool = [&]() -> Status {
+    auto spool = [&]() -> Status { // under order_mu_
       FDO_TRY_STATUS(f_.spool(kind, key, json{{"key", key}, {"value", value}}));
+      std::lock_guard lk(f_.mu_);
       memory.put(key, value);
       return ok();
     };
     {
-      std::lock_guard lk(f_.mu_);
-      if (f_.routes_to_spool()) return spool();
+      std::lock_guard order(f_.order_mu_);
+      if (f_.spooling()) return spool();
     }
     Status st = call();
     if (st) {
@@ -110,7 +111,7 @@ private:
     }
     if (!is_unavailable(st.error())) return st;
     f_.went_down(st.error());
-    std::lock_guard lk(f_.mu_);
+    std::lock_guard order(f_.order_mu_);
     return spool();
   }
 
@@ -174,8 +175,8 @@ public:
   Expected<std::int64_t> write(std::string_view pk, std::int64_t expected_version,
                                const ProfileDoc& doc, const ps::WriteInfo& info) override {
     {
-      std::lock_guard lk(f_.mu_);
-      if (f_.routes_to_spool()) return spool_write(pk, expected_version, doc, info);
+      std::lock_guard order(f_.order_mu_);
+      if (f_.spooling()) return spool_write(pk, expected_version, doc, info);
     }
     // The store's digest of what it wrote: the provisional copy below is
     // not hashed again.
@@ -193,7 +194,7 @@ public:
     }
     if (!is_unavailable(r.error())) return r;
     f_.went_down(r.error());
-    std::lock_guard lk(f_.mu_);
+    std::lock_guard order(f_.order_mu_);
     return spool_write(pk, expected_version, doc, info);
   }
 
@@ -201,18 +202,18 @@ public:
                          std::string_view batch_id) override {
     const std::string id = batch_id.empty() ? new_batch_id() : std::string(batch_id);
     {
-      std::lock_guard lk(f_.mu_);
-      if (f_.routes_to_spool()) return spool_rows(rows, id);
+      std::lock_guard order(f_.order_mu_);
+      if (f_.spooling()) return spool_rows(rows, id);
     }
     Status st = f_.inner_feedback_.append_feedback(rows, id);
     if (st || !is_unavailable(st.error())) return st;
     f_.went_down(st.error());
-    std::lock_guard lk(f_.mu_);
+    std::lock_guard order(f_.order_mu_);
     return spool_rows(rows, id);
   }
 
 private:
-  // Under mu_.
+  // Under order_mu_ (the spool's order), not mu_: reads are answered meanwhile.
   Expected<std::int64_t> spool_write(std::string_view pk, std::int64_t expected,
                                      const ProfileDoc& doc, const ps::WriteInfo& info) {
     json body = {{"pk", std::string(pk)},
@@ -220,8 +221,10 @@ private:
                  {"doc", to_json(doc)},
                  {"info", info_to_json(info)}};
     FDO_TRY_STATUS(f_.spool(SpoolKind::profile_write, pk, body));
-    ps::StoredProfile& p = f_.overlay_[std::string(pk)] = provisional(pk, expected + 1, doc, info);
+    ps::StoredProfile p = provisional(pk, expected + 1, doc, info);
     if (info.digest_out != nullptr) *info.digest_out = p.digest;
+    std::lock_guard lk(f_.mu_);
+    f_.overlay_[std::string(pk)] = std::move(p);
     return expected + 1;
   }
   Status spool_rows(std::span<const ps::FeedbackRow> rows, const std::string& id) {
@@ -239,11 +242,9 @@ public:
   explicit Programs(StoreFallback& f) : f_(f) {}
 
   Status add(const ps::ProgramInfo& info) override {
-    bool known;
     {
-      std::lock_guard lk(f_.mu_);
-      known = f_.program_rows_.find(info.ik) != nullptr;
-      if (f_.routes_to_spool()) return spool_add(info, known);
+      std::lock_guard order(f_.order_mu_);
+      if (f_.spooling()) return spool_add(info);
     }
     Status st = f_.inner_programs_.add(info);
     if (st) {
@@ -253,8 +254,8 @@ public:
     }
     if (!is_unavailable(st.error())) return st;
     f_.went_down(st.error());
-    std::lock_guard lk(f_.mu_);
-    return spool_add(info, known);
+    std::lock_guard order(f_.order_mu_);
+    return spool_add(info);
   }
 
   Expected<std::optional<ps::ProgramInfo>> find(std::string_view ik) override {
@@ -319,11 +320,12 @@ public:
   }
 
 private:
-  // Under mu_.
-  Status spool_add(const ps::ProgramInfo& info, bool known) {
+  // Under order_mu_.
+  Status spool_add(const ps::ProgramInfo& info) {
     FDO_TRY_STATUS(f_.spool(SpoolKind::program, info.ik, program_to_json(info)));
+    std::lock_guard lk(f_.mu_);
+    if (f_.program_rows_.find(info.ik) == nullptr) ++f_.owned_[info.owner];
     f_.program_rows_.put(info.ik, info);
-    if (!known) ++f_.owned_[info.owner];
     return ok();
   }
 
@@ -400,6 +402,11 @@ bool StoreFallback::routes_to_spool() const {
   return state_ == StoreState::down;
 }
 
+bool StoreFallback::spooling() const {
+  std::lock_guard lk(mu_);
+  return routes_to_spool();
+}
+
 void StoreFallback::answered() {
   if (state_ != StoreState::connecting) return;
   state_ = StoreState::up;
@@ -438,32 +445,59 @@ Status StoreFallback::spool(SpoolKind kind, std::string_view key, const json& bo
   }
   for (const SpoolEntry& e : *dropped)
     handle_dropped(e);
+  // The replayer may have found the store up between this write's failed
+  // call and its append: down again, so the entry is replayed before any
+  // later write goes straight to the store.
+  bool reopened = false;
+  {
+    std::lock_guard lk(mu_);
+    reopened = state_ != StoreState::down;
+    state_ = StoreState::down;
+  }
+  if (reopened) {
+    {
+      std::lock_guard lk(replay_mu_);
+      next_attempt_ = std::chrono::steady_clock::now();
+    }
+    wake_.notify_all();
+  }
   return ok();
 }
 
-// Under mu_: an entry the cap dropped.
+// Under order_mu_: an entry the cap dropped.
 void StoreFallback::handle_dropped(const SpoolEntry& e) {
-  std::lock_guard slk(stats_mu_);
   switch (e.kind) {
   case SpoolKind::profile_write: {
-    ++counters_.dropped_cap_writes;
     const std::int64_t version = e.body.at("expected_version").get<std::int64_t>() + 1;
     // Nothing may build on a version that will never be written.
     if (auto st = spool_.mark_dead(e.key, version); !st) log::error(st.error().describe());
-    if (auto it = overlay_.find(e.key); it != overlay_.end() && it->second.version == version)
-      overlay_.erase(it);
+    {
+      std::lock_guard lk(mu_);
+      if (auto it = overlay_.find(e.key); it != overlay_.end() && it->second.version == version)
+        overlay_.erase(it);
+    }
+    {
+      std::lock_guard slk(stats_mu_);
+      ++counters_.dropped_cap_writes;
+    }
     log::warning("profile store spool full: dropped the spooled write of profile " +
                  e.key.substr(0, 12) + " v" + std::to_string(version));
     break;
   }
-  case SpoolKind::feedback:
-    ++counters_.dropped_cap_feedback;
-    counters_.dropped_rows += e.body.at("rows").size();
+  case SpoolKind::feedback: {
+    {
+      std::lock_guard slk(stats_mu_);
+      ++counters_.dropped_cap_feedback;
+      counters_.dropped_rows += e.body.at("rows").size();
+    }
     log::error("profile store spool full of feedback: dropped the oldest batch (" +
                std::to_string(e.body.at("rows").size()) + " rows)");
     break;
-  default:
+  }
+  default: {
+    std::lock_guard slk(stats_mu_);
     ++counters_.dropped_cap_other;
+  }
     log::warning("profile store spool full: dropped a spooled " + std::string(to_string(e.kind)));
     break;
   }

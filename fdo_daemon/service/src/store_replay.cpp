@@ -193,9 +193,12 @@ Status StoreFallback::replay_now() {
           return std::move(r).error();
         }
       }
-      std::lock_guard lk(mu_);
+      // Under the spool's order lock: no write decided to spool and not yet
+      // appended, so once up, nothing goes straight to the store ahead of it.
+      std::lock_guard order(order_mu_);
       if (spool_.counts().entries() != 0) continue;
       if (auto st = spool_.clear_dead(); !st) log::error(st.error().describe());
+      std::lock_guard lk(mu_);
       if (state_ != StoreState::up)
         log::record(log::Level::notice,
                     "profile store " + options_.location + " is up" +

@@ -4,6 +4,7 @@
 #include "fdo/util/fd.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fcntl.h>
 #include <unistd.h>
@@ -17,6 +18,8 @@ namespace {
 
 // PRAGMA application_id of a spool: "FDOS".
 constexpr std::int64_t kSpoolApplicationId = 0x46444f53;
+// How long an append waits for the file's write lock.
+constexpr std::chrono::seconds kBusyTimeout{10};
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS spool (
@@ -134,6 +137,9 @@ Expected<StoreSpool> StoreSpool::open(const std::string& path, std::uint64_t max
   impl->path = path;
   impl->max_bytes = max_bytes;
   FDO_TRY(impl->db, sq::Connection::open(path, sq::Access::read_write));
+  // Only fdod writes the spool; another connection holding its write lock
+  // (an operator's sqlite3 shell) delays an append rather than failing it.
+  impl->db.set_busy_timeout(kBusyTimeout);
   FDO_TRY(std::int64_t app, impl->db.query_int("PRAGMA application_id"));
   FDO_TRY(std::int64_t tables,
           impl->db.query_int("SELECT count(*) FROM sqlite_master WHERE type = 'table'"));

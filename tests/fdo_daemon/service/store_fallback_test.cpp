@@ -3,9 +3,11 @@
 // replay, the cap, a restart with a spool, and conflicts on replay.
 #include "fakes.h"
 #include "fdo/daemon/store_fallback.h"
+#include "fdo/profile_store/sqlite.h"
 #include "support/temp_dir.h"
 
 #include <catch2/catch.hpp>
+#include <future>
 #include <thread>
 
 using namespace fdo;
@@ -252,6 +254,44 @@ TEST_CASE("store fallback: down, serves last known values and spools writes in o
   // Up again: writes go straight to the store.
   REQUIRE(f->feedback().write(kPk, 2, doc_with(40), info_from("a")).value() == 3);
   REQUIRE(s.fb.keys[kPk].versions.size() == 3);
+}
+
+TEST_CASE("store fallback: reads are answered while a spool append waits for the disk",
+          "[fleet][fallback]") {
+  TempDir dir;
+  FlakyStore s;
+  auto f = make(s, options(dir));
+  REQUIRE(f->keys().put_profile_key("ik1", kPk));
+  REQUIRE(f->feedback().write(kPk, 0, doc_with(5), info_from("a")).value() == 1);
+  s.down = true;
+  REQUIRE(f->keys().lookup_profile_key("ik1").value() == kPk); // now down
+  // Another connection holds the spool file's write lock: an append waits.
+  auto other =
+      ps::sqlite::Connection::open(options(dir).spool_path, ps::sqlite::Access::read_write);
+  REQUIRE(other);
+  REQUIRE(other->exec("BEGIN IMMEDIATE"));
+  std::vector<ps::FeedbackRow> rows = {row(kPk, 1, 10)};
+  auto append =
+      std::async(std::launch::async, [&] { return f->feedback().append_feedback(rows, {}); });
+  CHECK(append.wait_for(std::chrono::milliseconds(300)) == std::future_status::timeout);
+  // Meanwhile reads come from memory at once (with the state lock held
+  // across the append they would wait for it).
+  auto reads = std::async(std::launch::async, [&] {
+    return f->keys().lookup_profile_key("ik1").value() == kPk &&
+           f->feedback().current(kPk).value()->version == 1 &&
+           f->health().state == StoreState::down;
+  });
+  const bool answered = reads.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  CHECK(append.wait_for(std::chrono::milliseconds(0)) == std::future_status::timeout);
+  REQUIRE(other->exec("ROLLBACK"));
+  REQUIRE(answered);
+  CHECK(reads.get());
+  REQUIRE(append.get());
+  CHECK(f->health().spool.feedback_batches == 1);
+  // Replayed in order once the store is back.
+  s.down = false;
+  REQUIRE(f->replay_now());
+  CHECK(s.fb.totals[{kPk, 1}].stages == 1);
 }
 
 TEST_CASE("store fallback: a reply lost after the commit never duplicates on replay",

@@ -133,9 +133,10 @@ private:
   friend class Programs;
 
   bool routes_to_spool() const; // under mu_
+  bool spooling() const;        // the same, taking mu_
   void answered();              // under mu_: a direct call succeeded
   void went_down(const Error& error);
-  // Spools an entry (under mu_), counting and logging what the cap dropped.
+  // Spools an entry (under order_mu_), counting and logging what the cap dropped.
   Status spool(SpoolKind kind, std::string_view key, const nlohmann::json& body);
   void handle_dropped(const SpoolEntry& entry);
   Expected<profile_store::SharedProfile> current(std::string_view pk);
@@ -158,8 +159,13 @@ private:
   std::unique_ptr<Feedback> feedback_;
   std::unique_ptr<Programs> programs_;
 
-  // Routing and the memories; held across spool pushes (so nothing goes
-  // straight to the store while an earlier write waits in the spool).
+  // The spool's order: held by a write from its decision to spool until
+  // its entry is appended, and by the replayer while it finds the spool
+  // empty and turns the store up, so nothing goes straight to the store
+  // while an earlier write waits in the spool. Taken before mu_.
+  std::mutex order_mu_;
+  // Routing and the memories; never held across store or spool I/O (reads
+  // answered from memory while the store is down do not wait for appends).
   mutable std::mutex mu_;
   std::atomic<StoreState> state_{StoreState::connecting}; // written under mu_
   mutable std::mutex stats_mu_; // last_error_, counters_: never held across I/O
