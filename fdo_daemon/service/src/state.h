@@ -21,6 +21,7 @@
 #include "fdo/daemon/tenant.h"
 #include "fdo/jit/compiler.h"
 #include "fdo/profile_store/profile_store.h"
+#include "profile_service.h"
 #include "tenant_stats.h"
 
 #include <atomic>
@@ -103,7 +104,10 @@ struct ServiceState {
   std::unique_ptr<LeaseTable> leases = std::make_unique<LeaseTable>(); // in-process leases
   std::shared_ptr<SamplingHost> sampling_host;                         // never null once built
   std::unique_ptr<cache::Orchestrator> orch; // its tier-up threads use the parts above
-  std::unique_ptr<ServiceMetrics> metrics;   // its live figures read the parts above
+  // What changes the store behind the stage path, and what each change makes
+  // stale (profile_service.h): the method handlers' only way to change it.
+  std::unique_ptr<ProfileService> profiles;
+  std::unique_ptr<ServiceMetrics> metrics; // its live figures read the parts above
   // The HTTP endpoint (metrics_listen), or null; its threads read `metrics`.
   std::unique_ptr<prometheus::Exposer> exposer;
 

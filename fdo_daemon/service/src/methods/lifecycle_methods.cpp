@@ -14,7 +14,7 @@ namespace ps = fdo::profile_store;
 namespace {
 
 Expected<json> program_list(ServiceState& s, const json&, const CallContext& ctx) {
-  FDO_TRY(std::vector<ps::ProgramInfo> all, s.store->programs(static_cast<std::int64_t>(ctx.uid)));
+  FDO_TRY(std::vector<ps::ProgramInfo> all, s.profiles->store().programs(static_cast<std::int64_t>(ctx.uid)));
   json out = json::array();
   for (const auto& p : all)
     out.push_back(ps::program_to_json(p));
@@ -25,14 +25,11 @@ Expected<json> program_delete(ServiceState& s, const json& p, const CallContext&
   FDO_TRY(std::string ik, require_param<std::string>(p, "program"));
   if (!is_hex_key(ik))
     return make_error(Errc::invalid_argument, "program must be 64 lower-case hex digits");
-  FDO_TRY(std::optional<ps::ProgramInfo> row, s.store->program(ik));
+  FDO_TRY(std::optional<ps::ProgramInfo> row, s.profiles->store().program(ik));
   // Only the program's owner deletes it (also while profiles are shared).
   if (!row || row->owner != static_cast<std::int64_t>(ctx.uid))
     return make_error(Errc::not_found, "no program " + ik);
-  FDO_TRY(ps::MappingRemoval mappings, s.store->remove_mappings(ik));
-  FDO_TRY(bool removed, s.store->remove_program(ik));
-  FDO_TRY_STATUS(forget_program(s, ik));
-  (void)mappings;
+  FDO_TRY(bool removed, s.profiles->remove_program(ik));
   return json{{"program", ik}, {"removed", removed}};
 }
 
@@ -42,8 +39,7 @@ Expected<json> profile_delete(ServiceState& s, const json& p, const CallContext&
     return make_error(Errc::invalid_argument, "profile_key must be 64 lower-case hex digits");
   std::optional<std::int64_t> acting;
   if (s.sharing() != ProfileSharing::shared) acting = static_cast<std::int64_t>(ctx.uid);
-  FDO_TRY(ps::RemoveSummary r, s.store->remove(pk, acting));
-  forget_profile(s, pk);
+  FDO_TRY(ps::RemoveSummary r, s.profiles->remove_profile(pk, acting));
   return json{{"profile_key", pk},
               {"removed",
                {{"versions", r.versions},

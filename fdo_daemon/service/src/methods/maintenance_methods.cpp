@@ -48,10 +48,10 @@ std::vector<std::string> orphaned_objects(ServiceState& s, const std::set<std::s
   return out;
 }
 
+// gc's audit records, and the errors it reports.
 struct Collector {
   ServiceState& s;
   std::uint32_t tenant;
-  std::int64_t cutoff_ms;
   json errors = json::array();
 
   void audit(std::string program, std::string pk, const Status& st, std::string detail) {
@@ -64,27 +64,6 @@ struct Collector {
     rec.detail = st ? std::move(detail) : detail + ": " + st.error().message();
     if (!st) errors.push_back(rec.detail);
     s.audit->record(rec);
-  }
-
-  // Re-checked just before deleting: a program used since the plan was made stays.
-  Expected<bool> program(const ps::ProgramInfo& p) {
-    FDO_TRY(std::optional<ps::ProgramInfo> now, s.store->program(p.ik));
-    if (!now || now->last_used >= cutoff_ms) return false;
-    FDO_TRY(ps::MappingRemoval mappings, s.store->remove_mappings(p.ik));
-    (void)mappings;
-    FDO_TRY(bool removed, s.store->remove_program(p.ik));
-    FDO_TRY_STATUS(forget_program(s, p.ik)); // with its compiled objects, from both tiers
-    return removed;
-  }
-
-  // Likewise a profile pinned or written since the plan was made stays.
-  Expected<bool> profile(const ps::ProfileSummary& p) {
-    FDO_TRY(std::optional<ps::ProfileSummary> now, s.store->summary(p.pk));
-    if (!now || now->pinned || now->updated_at >= cutoff_ms) return false;
-    FDO_TRY(ps::RemoveSummary r, s.store->remove(p.pk));
-    (void)r;
-    forget_profile(s, p.pk);
-    return true;
   }
 };
 
@@ -100,13 +79,14 @@ Expected<json> gc(ServiceState& s, const json& p, const CallContext& ctx) {
   criteria.max_age = std::chrono::seconds(max_age_s);
   criteria.now_ms = unix_ms_now();
   if (reach == Reach::own) criteria.owner = static_cast<std::int64_t>(ctx.uid);
-  FDO_TRY(ps::GcPlan plan, ps::plan_gc(*s.store, criteria));
+  FDO_TRY(ps::GcPlan plan, ps::plan_gc(s.profiles->store(), criteria));
 
-  Collector collect{s, static_cast<std::uint32_t>(ctx.uid), plan.cutoff_ms, json::array()};
+  Collector collect{s, static_cast<std::uint32_t>(ctx.uid), json::array()};
   json programs = json::array();
   for (const ps::ProgramInfo& prog : plan.programs) {
     if (!dry_run) {
-      auto removed = collect.program(prog);
+      // Re-checked just before deleting: a program used since the plan was made stays.
+      auto removed = s.profiles->collect_program(prog.ik, plan.cutoff_ms);
       collect.audit(prog.ik, prog.pk, removed ? ok() : Status(removed.error()),
                     "program unused since " + rfc3339_ms(prog.last_used));
       if (!removed || !*removed) continue;
@@ -117,7 +97,8 @@ Expected<json> gc(ServiceState& s, const json& p, const CallContext& ctx) {
   json profiles = json::array();
   for (const ps::ProfileSummary& prof : plan.profiles) {
     if (!dry_run) {
-      auto removed = collect.profile(prof);
+      // Likewise a profile pinned or written since.
+      auto removed = s.profiles->collect_profile(prof.pk, plan.cutoff_ms);
       collect.audit("", prof.pk, removed ? ok() : Status(removed.error()),
                     "profile unchanged since " + rfc3339_ms(prof.updated_at));
       if (!removed || !*removed) continue;
@@ -130,7 +111,7 @@ Expected<json> gc(ServiceState& s, const json& p, const CallContext& ctx) {
   if (reach == Reach::everyone) {
     for (std::string& key : orphaned_objects(s, plan.kept_programs)) {
       if (!dry_run) {
-        std::size_t gone = s.orch->evict(key);
+        std::size_t gone = s.profiles->evict_object(key);
         collect.audit(key.substr(0, cache::kInitialKeyLength), "", ok(),
                       "orphaned cache object " + key + (gone == 0 ? " (already gone)" : ""));
       }
@@ -155,10 +136,7 @@ Expected<json> restore(ServiceState& s, const json& p, const CallContext& ctx) {
   FDO_TRY(std::string file, require_param<std::string>(p, "file"));
   if (!file.starts_with("/"))
     return make_error(Errc::invalid_argument, "file must be an absolute path fdod can read");
-  // Rows batched before the restore belong to the old store's versions.
-  FDO_TRY_STATUS(s.feedback->flush());
-  FDO_TRY(ps::BackupSummary r, s.store->restore_from(file));
-  forget_everything(s);
+  FDO_TRY(ps::BackupSummary r, s.profiles->restore(file));
   return json{{"file", file}, {"pages", r.pages}, {"bytes", r.bytes}};
 }
 

@@ -78,17 +78,6 @@ Expected<StageStart> start_stage(ServiceState& s, const ProgramRecord& prog,
 // The execute method (execute.cpp): one stage.
 Expected<json> execute(ServiceState& s, const json& params, const CallContext& ctx);
 
-// What the daemon forgets when a call changes the store behind the stage
-// path, in one place (store_changes.cpp). A profile rewritten or removed by
-// an operator (profile.reset, profile.import, profile.delete, gc): its
-// feedback window and counts, the guard's trial and record, the program's
-// lifecycle (the store's read view forgets the key by itself).
-void forget_profile(ServiceState& s, const std::string& pk);
-// A program removed (program.delete, gc): its registry record and its
-// compiled objects in every tier.
-Status forget_program(ServiceState& s, const std::string& ik);
-// The whole store replaced (store.restore): all of the above, for every key.
-void forget_everything(ServiceState& s);
 // What a stage's sampling saw, for a reply (execute.cpp): null when `reply`
 // (an exec worker's, or in-process samples in the same form) has no samples.
 json stage_samples_summary(const StageSamples& samples, const StageSampleReport* raw, bool verbose);

@@ -36,17 +36,17 @@ Expected<std::string> profile_key_param(const json& p, std::string_view name = "
 
 // The caller may read `pk`: it exists and (unless shared) the caller owns it.
 Status check_owner(ServiceState& s, const std::string& pk, const CallContext& ctx) {
-  FDO_TRY(std::optional<std::int64_t> owner, s.store->owner(pk));
+  FDO_TRY(std::optional<std::int64_t> owner, s.profiles->store().owner(pk));
   if (!owner) return no_profile(pk);
   if (auto uid = acting_owner(s, ctx); uid && *owner != *uid) return no_profile(pk);
   return ok();
 }
 
 Expected<json> profile_list(ServiceState& s, const json&, const CallContext& ctx) {
-  FDO_TRY(std::vector<ps::ProfileSummary> list, s.store->list(acting_owner(s, ctx)));
+  FDO_TRY(std::vector<ps::ProfileSummary> list, s.profiles->store().list(acting_owner(s, ctx)));
   // The names of the caller's programs with each profile key.
   FDO_TRY(std::vector<ps::ProgramInfo> programs,
-          s.store->programs(static_cast<std::int64_t>(ctx.uid)));
+          s.profiles->store().programs(static_cast<std::int64_t>(ctx.uid)));
   std::map<std::string, std::vector<std::string>> names;
   for (const auto& prog : programs)
     if (!prog.pk.empty()) names[prog.pk].push_back(prog.name);
@@ -64,7 +64,7 @@ Expected<json> profile_get(ServiceState& s, const json& p, const CallContext& ct
   FDO_TRY(std::int64_t version, optional_param<std::int64_t>(p, "version", 0));
   FDO_TRY_STATUS(check_owner(s, pk, ctx));
   FDO_TRY(std::optional<ps::StoredProfile> sp,
-          version > 0 ? s.store->get(pk, version) : s.store->current(pk));
+          version > 0 ? s.profiles->store().get(pk, version) : s.profiles->store().current(pk));
   if (!sp)
     return make_error(Errc::not_found,
                       version > 0 ? "profile " + pk + " has no version " + std::to_string(version)
@@ -77,7 +77,7 @@ Expected<json> profile_get(ServiceState& s, const json& p, const CallContext& ct
 
 // The profile's pin state and current version, as pin/unpin/reset reply.
 Expected<json> pin_state(ServiceState& s, const std::string& pk) {
-  FDO_TRY(std::optional<ps::ProfileSummary> sum, s.store->summary(pk));
+  FDO_TRY(std::optional<ps::ProfileSummary> sum, s.profiles->store().summary(pk));
   if (!sum) return no_profile(pk);
   return json{{"profile_key", pk}, {"pinned", sum->pinned}, {"version", sum->version}};
 }
@@ -85,8 +85,8 @@ Expected<json> pin_state(ServiceState& s, const std::string& pk) {
 Expected<json> profile_history(ServiceState& s, const json& p, const CallContext& ctx) {
   FDO_TRY(std::string pk, profile_key_param(p));
   FDO_TRY_STATUS(check_owner(s, pk, ctx));
-  FDO_TRY(std::vector<ps::StoredProfile> hist, s.store->history(pk));
-  FDO_TRY(std::optional<ps::ProfileSummary> sum, s.store->summary(pk));
+  FDO_TRY(std::vector<ps::StoredProfile> hist, s.profiles->store().history(pk));
+  FDO_TRY(std::optional<ps::ProfileSummary> sum, s.profiles->store().summary(pk));
   if (!sum) return no_profile(pk);
   json versions = json::array();
   for (const auto& v : hist)
@@ -99,20 +99,19 @@ Expected<json> profile_history(ServiceState& s, const json& p, const CallContext
 
 Expected<json> profile_pin(ServiceState& s, const json& p, const CallContext& ctx) {
   FDO_TRY(std::string pk, profile_key_param(p));
-  FDO_TRY_STATUS(s.store->pin(pk, acting_owner(s, ctx)));
+  FDO_TRY_STATUS(s.profiles->pin(pk, acting_owner(s, ctx)));
   return pin_state(s, pk);
 }
 
 Expected<json> profile_unpin(ServiceState& s, const json& p, const CallContext& ctx) {
   FDO_TRY(std::string pk, profile_key_param(p));
-  FDO_TRY_STATUS(s.store->unpin(pk, acting_owner(s, ctx)));
+  FDO_TRY_STATUS(s.profiles->unpin(pk, acting_owner(s, ctx)));
   return pin_state(s, pk);
 }
 
 Expected<json> profile_reset(ServiceState& s, const json& p, const CallContext& ctx) {
   FDO_TRY(std::string pk, profile_key_param(p));
-  FDO_TRY_STATUS(s.store->reset(pk, acting_owner(s, ctx)));
-  forget_profile(s, pk);
+  FDO_TRY_STATUS(s.profiles->reset(pk, acting_owner(s, ctx)));
   return pin_state(s, pk);
 }
 
@@ -132,18 +131,18 @@ Expected<json> profile_export(ServiceState& s, const json& p, const CallContext&
       pks.push_back(k.get<std::string>());
     }
   } else {
-    FDO_TRY(std::vector<ps::ProfileSummary> list, s.store->list(acting_owner(s, ctx)));
+    FDO_TRY(std::vector<ps::ProfileSummary> list, s.profiles->store().list(acting_owner(s, ctx)));
     for (const auto& sum : list)
       pks.push_back(sum.pk);
   }
   if (format == "json") {
-    FDO_TRY(json bundle, s.store->export_bundle(pks));
+    FDO_TRY(json bundle, s.profiles->store().export_bundle(pks));
     return json{{"format", "json"}, {"bundle", std::move(bundle)}};
   }
   if (pks.size() != 1)
     return make_error(Errc::invalid_argument,
                       "profdata export takes exactly one profile key in profile_keys");
-  FDO_TRY(std::optional<ps::StoredProfile> cur, s.store->current(pks[0]));
+  FDO_TRY(std::optional<ps::StoredProfile> cur, s.profiles->store().current(pks[0]));
   if (!cur) return make_error(Errc::not_found, "profile " + pks[0] + " has no current version");
   FDO_TRY(std::string bytes, jit::indexed_profile(cur->doc));
   return json{
@@ -161,15 +160,11 @@ Expected<json> profile_import(ServiceState& s, const json& p, const CallContext&
   std::optional<std::int64_t> acting = acting_owner(s, ctx);
   FDO_TRY(
       std::vector<ps::ImportedProfile> imported,
-      s.store->import_bundle(bundle, ctx.uid, ps::ImportConflict::overwrite, acting,
-                             acting ? ps::ImportNewKeys::own_programs : ps::ImportNewKeys::any));
+      s.profiles->import_bundle(bundle, ctx.uid, acting,
+                                acting ? ps::ImportNewKeys::own_programs : ps::ImportNewKeys::any));
   json out = json::array();
-  for (const auto& i : imported) {
-    // The import rewrote it behind the feedback loop.
-    if (i.action == ps::ImportAction::created || i.action == ps::ImportAction::updated)
-      forget_profile(s, i.pk);
+  for (const auto& i : imported)
     out.push_back({{"profile_key", i.pk}, {"version", i.version}});
-  }
   return json{{"imported", std::move(out)}};
 }
 
