@@ -22,7 +22,7 @@ void ReadViewBackend::keep_profile(const std::string& pk, std::uint64_t epoch,
                                    const Shared& value) const {
   const std::size_t bytes = pk.size() + (value ? value->body.size() : 0);
   std::lock_guard lk(mu_);
-  if (epoch != epoch_ || bytes > budget_ / 4) return;
+  if (epoch != epoch_ || changes_in_flight_ != 0 || bytes > budget_ / 4) return;
   if (auto it = profiles_.find(pk); it != profiles_.end()) drop(it->second);
   lru_.push_front(ProfileSlot{pk, value, bytes});
   profiles_[pk] = lru_.begin();
@@ -57,7 +57,7 @@ Expected<std::optional<StoredProfile>> ReadViewBackend::current(std::string_view
 void ReadViewBackend::keep_mapping(Mapping& m, const std::string& key, std::uint64_t epoch,
                                    const std::optional<std::string>& value) const {
   std::lock_guard lk(mu_);
-  if (epoch != epoch_) return;
+  if (epoch != epoch_ || changes_in_flight_ != 0) return;
   if (m.size() >= kMaxMappings) m.clear();
   m[key] = value;
 }
@@ -89,28 +89,11 @@ ReadViewBackend::lookup_virtual_key(std::string_view ck) const {
 
 // --- changes: each forgets what it may have changed, whatever it returned ---
 
-void ReadViewBackend::forget_profile(std::string_view pk) {
-  std::lock_guard lk(mu_);
-  ++epoch_;
+void ReadViewBackend::forget_profile_locked(std::string_view pk) const {
   if (auto it = profiles_.find(std::string(pk)); it != profiles_.end()) drop(it->second);
 }
 
-void ReadViewBackend::forget_mapping(Mapping& m, std::string_view key) {
-  std::lock_guard lk(mu_);
-  ++epoch_;
-  m.erase(std::string(key));
-}
-
-void ReadViewBackend::forget_mappings() {
-  std::lock_guard lk(mu_);
-  ++epoch_;
-  profile_keys_.clear();
-  virtual_keys_.clear();
-}
-
-void ReadViewBackend::forget_all() {
-  std::lock_guard lk(mu_);
-  ++epoch_;
+void ReadViewBackend::forget_all_locked() const {
   profile_keys_.clear();
   virtual_keys_.clear();
   profiles_.clear();
@@ -118,88 +101,122 @@ void ReadViewBackend::forget_all() {
   bytes_ = 0;
 }
 
+// What a change may change is forgotten before the inner call (reads meanwhile
+// ask the inner back end) and again after it; while any change is in flight
+// no read keeps what it read: a read may see the new row before the change
+// returns, another one the old row, and the old one must not be kept after a
+// reader has been given the new one.
+ReadViewBackend::Change::Change(const ReadViewBackend& view, std::function<void()> forget)
+    : view_(view), forget_(std::move(forget)) {
+  std::lock_guard lk(view_.mu_);
+  ++view_.changes_in_flight_;
+  ++view_.epoch_;
+  forget_();
+}
+
+ReadViewBackend::Change::~Change() {
+  std::lock_guard lk(view_.mu_);
+  forget_();
+  --view_.changes_in_flight_;
+  ++view_.epoch_;
+}
+
+ReadViewBackend::Change ReadViewBackend::profile_change(std::string_view pk) const {
+  return Change(*this, [this, key = std::string(pk)] { forget_profile_locked(key); });
+}
+
+ReadViewBackend::Change ReadViewBackend::mapping_change(Mapping& m, std::string_view key) const {
+  return Change(*this, [&m, k = std::string(key)] { m.erase(k); });
+}
+
+ReadViewBackend::Change ReadViewBackend::mappings_change() const {
+  return Change(*this, [this] {
+    profile_keys_.clear();
+    virtual_keys_.clear();
+  });
+}
+
+ReadViewBackend::Change ReadViewBackend::whole_change() const {
+  return Change(*this, [this] { forget_all_locked(); });
+}
+
 Expected<BackupSummary> ReadViewBackend::restore_from(const std::string& from_path) {
-  auto out = inner_->restore_from(from_path);
-  forget_all();
-  return out;
+  Change change = whole_change();
+  return inner_->restore_from(from_path);
 }
 
 Expected<std::int64_t> ReadViewBackend::write(std::string_view pk, std::int64_t expected_version,
                                               const ProfileDoc& doc, const WriteInfo& info) {
-  auto out = inner_->write(pk, expected_version, doc, info);
-  forget_profile(pk);
-  return out;
+  Change change = profile_change(pk);
+  return inner_->write(pk, expected_version, doc, info);
 }
 
 Expected<std::vector<std::int64_t>>
 ReadViewBackend::write_batch(std::span<const WriteRequest> requests) {
-  auto out = inner_->write_batch(requests);
+  std::vector<std::string> pks;
   for (const WriteRequest& r : requests)
-    forget_profile(r.pk);
-  return out;
+    pks.push_back(r.pk);
+  Change change(*this, [this, pks] {
+    for (const std::string& pk : pks)
+      forget_profile_locked(pk);
+  });
+  return inner_->write_batch(requests);
 }
 
 Status ReadViewBackend::pin(std::string_view pk, ActingOwner acting_owner) {
-  auto out = inner_->pin(pk, acting_owner);
-  forget_profile(pk);
-  return out;
+  Change change = profile_change(pk);
+  return inner_->pin(pk, acting_owner);
 }
 
 Status ReadViewBackend::unpin(std::string_view pk, ActingOwner acting_owner) {
-  auto out = inner_->unpin(pk, acting_owner);
-  forget_profile(pk);
-  return out;
+  Change change = profile_change(pk);
+  return inner_->unpin(pk, acting_owner);
 }
 
 Status ReadViewBackend::reset(std::string_view pk, ActingOwner acting_owner) {
-  auto out = inner_->reset(pk, acting_owner);
-  forget_profile(pk);
-  return out;
+  Change change = profile_change(pk);
+  return inner_->reset(pk, acting_owner);
 }
 
 Expected<RemoveSummary> ReadViewBackend::remove(std::string_view pk, ActingOwner acting_owner) {
-  auto out = inner_->remove(pk, acting_owner);
-  // The mappings to the key and those of its programs went with it.
-  forget_profile(pk);
-  forget_mappings();
-  return out;
+  // The mappings to the key and those of its programs go with it.
+  Change change(*this, [this, key = std::string(pk)] {
+    forget_profile_locked(key);
+    profile_keys_.clear();
+    virtual_keys_.clear();
+  });
+  return inner_->remove(pk, acting_owner);
 }
 
 Expected<MappingResult> ReadViewBackend::put_profile_key(std::string_view ik, std::string_view pk) {
-  auto out = inner_->put_profile_key(ik, pk);
-  forget_mapping(profile_keys_, ik);
-  return out;
+  Change change = mapping_change(profile_keys_, ik);
+  return inner_->put_profile_key(ik, pk);
 }
 
 Expected<bool> ReadViewBackend::remove_profile_key(std::string_view ik) {
-  auto out = inner_->remove_profile_key(ik);
-  forget_mapping(profile_keys_, ik);
-  return out;
+  Change change = mapping_change(profile_keys_, ik);
+  return inner_->remove_profile_key(ik);
 }
 
 Expected<MappingResult> ReadViewBackend::put_virtual_key(std::string_view ck, std::string_view vk,
                                                          std::string_view ik) {
-  auto out = inner_->put_virtual_key(ck, vk, ik);
-  forget_mapping(virtual_keys_, ck);
-  return out;
+  Change change = mapping_change(virtual_keys_, ck);
+  return inner_->put_virtual_key(ck, vk, ik);
 }
 
 Expected<bool> ReadViewBackend::remove_virtual_key(std::string_view ck) {
-  auto out = inner_->remove_virtual_key(ck);
-  forget_mapping(virtual_keys_, ck);
-  return out;
+  Change change = mapping_change(virtual_keys_, ck);
+  return inner_->remove_virtual_key(ck);
 }
 
 Expected<MappingRemoval> ReadViewBackend::remove_mappings(std::string_view ik) {
-  auto out = inner_->remove_mappings(ik);
-  forget_mappings(); // the CK -> VK mappings recorded for ik are not known here
-  return out;
+  Change change = mappings_change(); // the CK -> VK mappings recorded for ik are not known here
+  return inner_->remove_mappings(ik);
 }
 
 Expected<bool> ReadViewBackend::remove_program(std::string_view ik) {
-  auto out = inner_->remove_program(ik);
-  forget_mappings();
-  return out;
+  Change change = mappings_change();
+  return inner_->remove_program(ik);
 }
 
 Expected<std::vector<ImportedProfile>> ReadViewBackend::import_bundle(const nlohmann::json& bundle,
@@ -207,9 +224,8 @@ Expected<std::vector<ImportedProfile>> ReadViewBackend::import_bundle(const nloh
                                                                       ImportConflict policy,
                                                                       ActingOwner acting_owner,
                                                                       ImportNewKeys new_keys) {
-  auto out = inner_->import_bundle(bundle, owner, policy, acting_owner, new_keys);
-  forget_all();
-  return out;
+  Change change = whole_change();
+  return inner_->import_bundle(bundle, owner, policy, acting_owner, new_keys);
 }
 
 } // namespace fdo::profile_store

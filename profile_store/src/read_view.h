@@ -5,12 +5,14 @@
 //
 // Coherence: the opening process is the store's only writer (fdod holds its
 // state directory's lock), so every change goes through this object. Each
-// change forgets what it may have changed after the inner call returns (also
-// on failure: a failed transaction may still have been committed by a retry
-// inside it); a whole-store change (import, restore) forgets everything. A
-// read that raced with a change does not keep what it read: reads take the
-// view's epoch before asking the inner back end and store only if no change
-// happened since.
+// change forgets what it may have changed before the inner call and again
+// after it returns (also on failure: a failed transaction may still have been
+// committed by a retry inside it); a whole-store change (import, restore)
+// forgets everything. A read that raced with a change does not keep what it
+// read: reads take the view's epoch before asking the inner back end and
+// keep only if no change began or ended since and none is in flight (a read
+// during a change may see the new row or the old one; the old one kept after
+// another reader was given the new one would take a version back).
 //
 // Bounded: profiles by the bytes of their bodies (least recently used go
 // first; a body over a quarter of the budget is served but not kept), mappings
@@ -19,6 +21,7 @@
 
 #include "fdo/profile_store/backend.h"
 
+#include <functional>
 #include <list>
 #include <mutex>
 #include <unordered_map>
@@ -134,17 +137,32 @@ private:
                     const std::optional<std::string>& value) const;
   Expected<std::optional<std::string>> lookup(Mapping& m, std::string_view key,
                                               bool profile_key) const;
-  // After a change (mu_ not held): forget one profile, one mapping, or all.
-  void forget_profile(std::string_view pk);
-  void forget_mapping(Mapping& m, std::string_view key);
-  void forget_mappings();
-  void forget_all();
+  // A change in flight (read_view.cpp): `forget` (run under mu_) before the
+  // inner call and again after it; reads keep nothing meanwhile.
+  class Change {
+  public:
+    Change(const ReadViewBackend& view, std::function<void()> forget);
+    ~Change();
+    Change(const Change&) = delete;
+    Change& operator=(const Change&) = delete;
+
+  private:
+    const ReadViewBackend& view_;
+    std::function<void()> forget_;
+  };
+  Change profile_change(std::string_view pk) const;
+  Change mapping_change(Mapping& m, std::string_view key) const;
+  Change mappings_change() const; // every mapping
+  Change whole_change() const;    // everything
+  void forget_profile_locked(std::string_view pk) const;
+  void forget_all_locked() const;
   void drop(std::list<ProfileSlot>::iterator it) const; // mu_ held
 
   std::unique_ptr<Backend> inner_;
   const std::size_t budget_;
   mutable std::mutex mu_;
-  mutable std::uint64_t epoch_ = 0; // bumped by every change
+  mutable std::uint64_t epoch_ = 0; // bumped as every change begins and ends
+  mutable int changes_in_flight_ = 0;
   mutable std::size_t bytes_ = 0;
   mutable std::list<ProfileSlot> lru_; // most recently used first
   mutable std::unordered_map<std::string, std::list<ProfileSlot>::iterator> profiles_;
