@@ -9,6 +9,7 @@
 #include "fdo/cache/orchestrator.h"
 #include "fdo/cache/redis_tier.h"
 #include "support/redis_server.h"
+#include "support/skip.h"
 
 #include <catch2/catch.hpp>
 #include <hiredis/hiredis.h>
@@ -27,8 +28,7 @@ const std::string kIdentity = "llvm-16.0.6;fdo-0.1;passes-1;x86_64-pc-linux-gnu;
 
 #define SKIP_WITHOUT_REDIS()                                                                       \
   if (!RedisServer::available()) {                                                                 \
-    WARN(RedisServer::skip_reason());                                                              \
-    return;                                                                                        \
+    FDO_SKIP(RedisServer::skip_reason());                                                          \
   }
 
 std::unique_ptr<RedisTier> tier_for(const std::string& url,

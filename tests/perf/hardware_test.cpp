@@ -1,6 +1,7 @@
 // Hardware counter checks that need a PMU. Where there is none (this
 // development machine, most VMs) they print why and skip.
 #include "fdo/perf/counters.h"
+#include "support/skip.h"
 
 #include <catch2/catch.hpp>
 #include <iostream>
@@ -49,15 +50,12 @@ __attribute__((noinline)) std::uint64_t branchy(const std::vector<std::uint8_t>&
 
 TEST_CASE("instructions for a known loop are within 5% of expectation", "[perf][hardware]") {
 #if !defined(__x86_64__)
-  WARN("skipped: the known-instruction-count loop is written for x86-64");
-  return;
+  FDO_SKIP("skipped: the known-instruction-count loop is written for x86-64");
 #else
   auto g = CounterGroup::open({"instructions"});
   REQUIRE(g);
   if (auto why = unavailable(*g, "instructions"); !why.empty()) {
-    WARN("skipped: no hardware instruction counter here: " + why);
-    SUCCEED("skipped");
-    return;
+    FDO_SKIP("skipped: no hardware instruction counter here: " + why);
   }
   constexpr std::uint64_t n = 10'000'000;
   Measurement m = measure(*g, [] { known_loop(n); });
@@ -75,15 +73,12 @@ TEST_CASE("instructions for a known loop are within 5% of expectation", "[perf][
 TEST_CASE("branch misses are higher for a random branch than a predictable one",
           "[perf][hardware]") {
 #if !defined(__x86_64__)
-  WARN("skipped: the branch kernel is written for x86-64");
-  return;
+  FDO_SKIP("skipped: the branch kernel is written for x86-64");
 #else
   auto g = CounterGroup::open({"branch-misses"});
   REQUIRE(g);
   if (auto why = unavailable(*g, "branch-misses"); !why.empty()) {
-    WARN("skipped: no hardware branch-miss counter here: " + why);
-    SUCCEED("skipped");
-    return;
+    FDO_SKIP("skipped: no hardware branch-miss counter here: " + why);
   }
   constexpr std::size_t n = 2'000'000;
   std::vector<std::uint8_t> random_bits(n), steady(n, 1);

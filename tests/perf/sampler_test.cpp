@@ -3,6 +3,7 @@
 #include "fdo/perf/attribution.h"
 #include "fdo/perf/sampler.h"
 #include "perf_fixtures.h"
+#include "support/skip.h"
 #include "support/spin_section.h"
 
 #include <atomic>
@@ -195,8 +196,7 @@ TEST_CASE("real cpu-clock sampling attributes a spin loop to its address range",
   auto s = Sampler::open(c);
   REQUIRE(s);
   if (s->active_events() == 0) {
-    WARN("skipped: cpu-clock sampling unavailable here: " + s->events()[0].reason);
-    return;
+    FDO_SKIP("skipped: cpu-clock sampling unavailable here: " + s->events()[0].reason);
   }
   // Software events have no branch stack: the sampler fell back and said so.
   CHECK_FALSE(s->events()[0].branch_stack);
@@ -260,9 +260,8 @@ TEST_CASE("real cpu-clock sampling of another thread lands in its code", "[perf]
   if (s->active_events() == 0) {
     go = true;
     spinner.join();
-    WARN("skipped: cpu-clock sampling of another thread unavailable here: " +
-         s->events()[0].reason);
-    return;
+    FDO_SKIP("skipped: cpu-clock sampling of another thread unavailable here: " +
+             s->events()[0].reason);
   }
   s->start();
   go = true;

@@ -9,6 +9,7 @@
 #include "fdo/profile_store/profile_store.h"
 #include "fdo/profile_store/sqlite.h"
 #include "support/postgres_server.h"
+#include "support/skip.h"
 #include "test_util.h"
 
 #include <catch2/catch.hpp>
@@ -62,13 +63,13 @@ inline std::string database_of(const std::string& uri) {
 inline std::vector<StoreKind> store_kinds() {
   static const std::vector<StoreKind> kinds = [] {
     std::vector<StoreKind> k{StoreKind::sqlite};
-    if (fdo::test_support::PostgresServer::available())
-      k.push_back(StoreKind::postgresql);
-    else
-      std::cerr << "profile store conformance: PostgreSQL runs "
-                << fdo::test_support::PostgresServer::skip_reason() << "\n";
+    if (fdo::test_support::PostgresServer::available()) k.push_back(StoreKind::postgresql);
     return k;
   }();
+  // The SQLite part runs; the case reads as skipped, not passed.
+  if (kinds.size() == 1)
+    fdo::test_support::note_skip("profile store conformance: PostgreSQL runs " +
+                                 fdo::test_support::PostgresServer::skip_reason());
   return kinds;
 }
 

@@ -4,6 +4,7 @@
 // where no PostgreSQL server can be started.
 #include "backends.h"
 #include "fdo/profile_store/profile_store.h"
+#include "support/skip.h"
 #include "test_util.h"
 
 #include <atomic>
@@ -23,8 +24,7 @@ const std::string kPk = std::string(64, 'a');
 
 #define SKIP_WITHOUT_POSTGRES()                                                                    \
   if (!fdo::test_support::PostgresServer::available()) {                                           \
-    WARN(fdo::test_support::PostgresServer::skip_reason());                                        \
-    return;                                                                                        \
+    FDO_SKIP(fdo::test_support::PostgresServer::skip_reason());                                    \
   }
 
 ProfileStore open_pg(const std::string& uri, Options o = {}) {

@@ -2,6 +2,7 @@
 // answers a real client (hiredis, libpq), and is gone after stop().
 #include "support/postgres_server.h"
 #include "support/redis_server.h"
+#include "support/skip.h"
 
 #include <catch2/catch.hpp>
 #include <hiredis/hiredis.h>
@@ -52,8 +53,7 @@ PgResult exec(PGconn* c, const char* sql) {
 TEST_CASE("redis fixture: serves on a unix socket and loopback TCP - stops and restarts empty",
           "[fixture][redis]") {
   if (!RedisServer::available()) {
-    WARN(RedisServer::skip_reason());
-    return;
+    FDO_SKIP(RedisServer::skip_reason());
   }
   std::string socket;
   {
@@ -87,8 +87,7 @@ TEST_CASE("redis fixture: serves on a unix socket and loopback TCP - stops and r
 TEST_CASE("postgres fixture: a fresh cluster on a unix socket answers SQL and stops",
           "[fixture][postgres]") {
   if (!PostgresServer::available()) {
-    WARN(PostgresServer::skip_reason());
-    return;
+    FDO_SKIP(PostgresServer::skip_reason());
   }
   std::string conninfo;
   {

@@ -7,6 +7,7 @@
 #include "fdo/profile_store/sqlite.h"
 #include "fdo/util/base64.h"
 #include "support/postgres_server.h"
+#include "support/skip.h"
 
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -671,8 +672,7 @@ TEST_CASE("cli: --store reads a PostgreSQL profile store offline - errors hide t
   }
   SECTION("postgresql://") {
     if (!fdo::test_support::PostgresServer::available()) {
-      WARN(fdo::test_support::PostgresServer::skip_reason());
-      return;
+      FDO_SKIP(fdo::test_support::PostgresServer::skip_reason());
     }
     fdo::test_support::PostgresServer server;
     const std::string uri = "postgresql:///postgres?host=" + server.socket_dir() + "&user=postgres";

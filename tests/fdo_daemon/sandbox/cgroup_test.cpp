@@ -2,6 +2,7 @@
 // (what is written where), and the same operations on the host's real cgroup
 // v2 hierarchy where this process may create groups in it.
 #include "fdo/daemon/cgroup.h"
+#include "support/skip.h"
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -209,20 +210,16 @@ TEST_CASE("cgroup: on the host's cgroup v2 hierarchy a worker group holds and ki
           "[sandbox][cgroup]") {
   auto where = own_cgroup();
   if (!where) {
-    WARN("skipped: " << where.error().message());
-    return;
+    FDO_SKIP("skipped: " + where.error().message());
   }
   const std::string base = where->directory + "/fdo-cgroup-test." + std::to_string(::getpid());
   if (::mkdir(base.c_str(), 0755) != 0) {
-    WARN("skipped: cannot create a cgroup under " << where->directory << " ("
-                                                  << std::strerror(errno)
-                                                  << "): needs root or a delegated cgroup");
-    return;
+    FDO_SKIP("skipped: cannot create a cgroup under " + where->directory + " (" +
+             std::strerror(errno) + "): needs root or a delegated cgroup");
   }
   if (::access((base + "/cgroup.kill").c_str(), F_OK) != 0) {
     ::rmdir(base.c_str());
-    WARN("skipped: this kernel has no cgroup.kill (Linux 5.14+)");
-    return;
+    FDO_SKIP("skipped: this kernel has no cgroup.kill (Linux 5.14+)");
   }
   auto sleeper = [] {
     pid_t p = ::fork();

@@ -1,6 +1,7 @@
 #include "fdo/daemon/sandbox.h"
 #include "fdo/daemon/seccomp_policy.h"
 #include "support/sanitizer.h"
+#include "support/skip.h"
 #include "support/temp_dir.h"
 
 #include <catch2/catch.hpp>
@@ -45,8 +46,10 @@ struct ChildResult {
 // the sanitizer's own thread (tests/support/sanitizer.h).
 bool skipped_under_tsan() {
   if (!fdo::test_support::thread_sanitizer_build()) return false;
-  WARN("ThreadSanitizer build: a forked child is not single-threaded, so the sandbox cannot be "
-       "entered there; checked in the other builds");
+  const std::string why = "skipped: ThreadSanitizer build: a forked child is not single-threaded, "
+                          "so the sandbox cannot be entered there; checked in the other builds";
+  fdo::test_support::note_skip(why);
+  WARN(why);
   return true;
 }
 
@@ -182,8 +185,7 @@ TEST_CASE("sandbox: Landlock leaves readable paths readable and nothing else",
   if (skipped_under_tsan()) return;
   auto support = probe_sandbox_support();
   if (support.landlock_abi == 0) {
-    WARN("skipped: this kernel has no Landlock");
-    return;
+    FDO_SKIP("skipped: this kernel has no Landlock");
   }
   TempDir state("fdo-state");
   TempDir scratch("fdo-scratch");
@@ -219,8 +221,8 @@ TEST_CASE("sandbox: a mount namespace hides the state dir", "[sandbox][security]
   if (skipped_under_tsan()) return;
   auto support = probe_sandbox_support();
   if (!support.mount_namespace) {
-    WARN("skipped: this process can create no mount namespace (not root and no user "
-         "namespaces)");
+    FDO_SKIP("skipped: this process can create no mount namespace (not root and no user "
+             "namespaces)");
     return;
   }
   TempDir state("fdo-state");
@@ -245,8 +247,7 @@ TEST_CASE("sandbox: a mount namespace hides the state dir", "[sandbox][security]
 TEST_CASE("sandbox: jobs run as their own uid with no way back", "[sandbox][security]") {
   if (skipped_under_tsan()) return;
   if (!root()) {
-    WARN("skipped: switching uids needs root (CI runs as root)");
-    return;
+    FDO_SKIP("skipped: switching uids needs root (CI runs as root)");
   }
   TempDir dir("fdo-private");
   std::string secret = dir.file("secret");

@@ -5,6 +5,7 @@
 // state the test holds, not a race it hopes for.
 #include "fdo/daemon/server.h"
 #include "server_test_support.h"
+#include "support/skip.h"
 #include "support/temp_dir.h"
 
 #include <catch2/catch.hpp>
@@ -390,8 +391,7 @@ TEST_CASE("limits: connections are capped per uid - the refused one is told why"
 
 TEST_CASE("limits: another uid is not held back by one at its limits", "[server]") {
   if (::geteuid() != 0) {
-    WARN("skipped: needs root to connect as a second uid (setuid in a forked child)");
-    return;
+    FDO_SKIP("skipped: needs root to connect as a second uid (setuid in a forked child)");
   }
   TempDir dir;
   ServerOptions o = options_for(dir);

@@ -3,6 +3,7 @@
 #include "fdo/daemon/server.h"
 #include "running_server.h"
 #include "server_test_support.h"
+#include "support/skip.h"
 #include "support/temp_dir.h"
 
 #include <catch2/catch.hpp>
@@ -436,8 +437,7 @@ TEST_CASE("server: sd_notify READY - WATCHDOG and STOPPING when NOTIFY_SOCKET is
 TEST_CASE("server: another uid is identified by SO_PEERCRED - mode 0660 keeps strangers out",
           "[server]") {
   if (::geteuid() != 0) {
-    WARN("skipped: needs root to connect as a second uid");
-    return;
+    FDO_SKIP("skipped: needs root to connect as a second uid");
   }
   TempDir dir;
   REQUIRE(::chmod(dir.str().c_str(), 0755) == 0);

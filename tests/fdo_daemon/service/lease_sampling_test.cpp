@@ -8,6 +8,7 @@
 #include "../../perf/perf_fixtures.h"
 #include "fdo/daemon/lease_sampling.h"
 #include "rpc_call.h"
+#include "support/skip.h"
 #include "support/spin_section.h"
 
 #include <atomic>
@@ -213,8 +214,7 @@ TEST_CASE("in-process sampling end to end: a thread's cpu-clock samples land in 
   REQUIRE(lease.error.is_null());
   const json& sampling = lease.result["sampling"];
   if (sampling["available"] != true) {
-    WARN("skipped: fdod may not sample this process here: " << sampling["reason"]);
-    return;
+    FDO_SKIP("skipped: fdod may not sample this process here: " + sampling["reason"].dump());
   }
   const std::uint64_t id = lease.result["lease"];
 
@@ -253,9 +253,8 @@ TEST_CASE("in-process sampling end to end: a thread's cpu-clock samples land in 
   if (started.result["sampling"]["available"] != true) {
     go = true;
     spinner.join();
-    WARN("skipped: cpu-clock sampling of another thread unavailable: "
-         << started.result["sampling"].dump());
-    return;
+    FDO_SKIP("skipped: cpu-clock sampling of another thread unavailable: " +
+             started.result["sampling"].dump());
   }
   CHECK(started.result["sampling"]["threads"] == 1);
   go = true;

@@ -7,6 +7,7 @@
 #include "fdo/profile_store/backup.h"
 #include "service_harness.h"
 #include "support/postgres_server.h"
+#include "support/skip.h"
 
 #include <catch2/catch.hpp>
 #include <iostream>
@@ -50,13 +51,13 @@ std::string fresh_postgres_database() {
 std::vector<StoreKind> store_kinds() {
   static const std::vector<StoreKind> kinds = [] {
     std::vector<StoreKind> k{StoreKind::sqlite};
-    if (test_support::PostgresServer::available())
-      k.push_back(StoreKind::postgresql);
-    else
-      std::cerr << "stage path over PostgreSQL " << test_support::PostgresServer::skip_reason()
-                << "\n";
+    if (test_support::PostgresServer::available()) k.push_back(StoreKind::postgresql);
     return k;
   }();
+  // The SQLite part runs; the case reads as skipped, not passed.
+  if (kinds.size() == 1)
+    test_support::note_skip("stage path over PostgreSQL " +
+                            test_support::PostgresServer::skip_reason());
   return kinds;
 }
 

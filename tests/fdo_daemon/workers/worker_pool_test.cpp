@@ -3,6 +3,7 @@
 // replaces dead workers and keeps serving, and nothing is left behind.
 #include "fdo/daemon/worker_pool.h"
 #include "support/sanitizer.h"
+#include "support/skip.h"
 #include "support/temp_dir.h"
 
 #include <atomic>
@@ -220,8 +221,7 @@ TEST_CASE("worker_pool: memory-hungry jobs report the memory limit", "[worker_po
   if (fdo::test_support::sanitizer_build()) {
     // RLIMIT_AS cannot limit a sanitizer build: its shadow memory reserves
     // terabytes of address space, and its allocator aborts instead of failing.
-    WARN("skipped in a sanitizer build: RLIMIT_AS memory limits do not apply there");
-    return;
+    FDO_SKIP("skipped in a sanitizer build: RLIMIT_AS memory limits do not apply there");
   }
   auto pool = make_pool(test_options());
   SECTION("allocation failure caught in the worker: the worker survives") {
