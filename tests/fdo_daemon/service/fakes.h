@@ -89,6 +89,40 @@ public:
   int touches = 0;
 };
 
+// Holds the first call that passes through it until release(); later calls
+// pass at once (a store read held open while another stage goes on).
+class FirstCallGate {
+public:
+  void operator()() {
+    std::unique_lock lk(mu_);
+    if (calls_++ != 0) return;
+    held_ = true;
+    cv_.notify_all();
+    cv_.wait(lk, [&] { return released_; });
+  }
+  void wait_until_held() {
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return held_; });
+  }
+  void release() {
+    {
+      std::lock_guard lk(mu_);
+      released_ = true;
+    }
+    cv_.notify_all();
+  }
+  int calls() {
+    std::lock_guard lk(mu_);
+    return calls_;
+  }
+
+private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = false, released_ = false;
+  int calls_ = 0;
+};
+
 // Profiles and feedback in memory, with the store's versioned-write and pin
 // semantics, and switches to inject failures and to hold a write open.
 class FakeFeedbackStore final : public FeedbackStore {

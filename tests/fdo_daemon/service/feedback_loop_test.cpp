@@ -301,32 +301,16 @@ TEST_CASE("feedback loop: a slow read of a version's totals does not hold up the
   PolicyConfig p = policy();
   p.min_stages = 10;
   // The first totals read waits until released; later ones answer at once.
-  std::mutex gate_mu;
-  std::condition_variable gate_cv;
-  bool held = false, released = false;
-  int totals_reads = 0;
-  store.on_feedback_read = [&] {
-    std::unique_lock lk(gate_mu);
-    if (totals_reads++ != 0) return;
-    held = true;
-    gate_cv.notify_all();
-    gate_cv.wait(lk, [&] { return released; });
-  };
+  FirstCallGate gate;
+  store.on_feedback_read = [&] { gate(); };
   auto slow =
       std::async(std::launch::async, [&] { return loop.fold(stage(kPk, 1, 90, 10, 0), p); });
-  {
-    std::unique_lock lk(gate_mu);
-    gate_cv.wait(lk, [&] { return held; });
-  }
+  gate.wait_until_held();
   // With the key's lock held across that read, this stage would wait for it.
   auto next =
       std::async(std::launch::async, [&] { return loop.fold(stage(kPk, 1, 90, 10, 1), p); });
   const bool finished = next.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
-  {
-    std::lock_guard lk(gate_mu);
-    released = true;
-  }
-  gate_cv.notify_all();
+  gate.release();
   REQUIRE(finished);
   // The stored two stages and this one; then the slow stage adds itself to
   // them (the totals it read are not loaded over the key's running totals).

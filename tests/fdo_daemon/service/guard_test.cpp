@@ -993,43 +993,27 @@ TEST_CASE("guard: the incumbent's earlier version is read without the key's lock
   // A restarted daemon reads v1 back from the history; the first such read
   // waits in the store until released.
   Guard restarted(h.keys, h.store, "testhost");
-  std::mutex gate_mu;
-  std::condition_variable gate_cv;
-  bool held = false, released = false;
-  int version_reads = 0;
-  h.store.on_version_read = [&] {
-    std::unique_lock lk(gate_mu);
-    if (version_reads++ != 0) return;
-    held = true;
-    gate_cv.notify_all();
-    gate_cv.wait(lk, [&] { return released; });
-  };
+  FirstCallGate gate;
+  h.store.on_version_read = [&] { gate(); };
   auto slow =
       std::async(std::launch::async, [&] { return restarted.plan(h.ik, h.shape, h.config); });
-  {
-    std::unique_lock lk(gate_mu);
-    gate_cv.wait(lk, [&] { return held; });
-  }
+  gate.wait_until_held();
   // The same key's next stage plans meanwhile (with the key's lock held
   // across that read, it would wait for it).
   auto next =
       std::async(std::launch::async, [&] { return restarted.plan(h.ik, h.shape, h.config); });
   const bool finished = next.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
-  {
-    std::lock_guard lk(gate_mu);
-    released = true;
-  }
-  gate_cv.notify_all();
+  gate.release();
   REQUIRE(finished);
-  h.store.on_version_read = nullptr;
   const StagePlan a = next.get(), b = slow.get();
   CHECK_THAT(a.reason + " | " + b.reason, Contains("against v1 profiled O2"));
   CHECK(a.reason.find("stands in") == std::string::npos);
   CHECK(b.reason.find("stands in") == std::string::npos);
   // Read once per incumbent version: later stages read nothing.
-  const int reads = version_reads;
+  const int reads = gate.calls();
   restarted.plan(h.ik, h.shape, h.config);
-  CHECK(version_reads == reads);
+  CHECK(gate.calls() == reads);
+  h.store.on_version_read = nullptr;
 }
 
 TEST_CASE("guard: a running trial's samples survive a restart", "[guard]") {
