@@ -194,8 +194,9 @@ Guard::Source Guard::incumbent_source(KeyState& st, const std::string& pk, Guard
   }
   if (!st.source || st.source_version != record.incumbent_version) {
     st.source.reset();
-    // lock_with_source read it unless another stage's source was this version
-    // then; should it have changed since, the version is read here.
+    // lock_with_source read it, in this same hold of the key's lock, since
+    // the check above is needs_source_read's. Read here only by a caller
+    // that did not go through lock_with_source.
     if (!read) read = store_.version(pk, record.incumbent_version);
     auto& got = *read;
     const std::string which =
