@@ -301,6 +301,53 @@ class Containment(unittest.TestCase):
             d.cleanup()
 
 
+    def test_worker_cgroups_cap_tasks_on_this_host(self):
+        # Where fdod can give each worker a cgroup (cgroup v2, or the v1 memory and pids
+        # hierarchies of a legacy or hybrid host such as CI's), a program that starts threads
+        # past job_max_tasks is refused them while other programs carry on. The memory side
+        # (page cache past the limit, killed by the kernel) is in worker_pool_test.
+        if os.geteuid() != 0:
+            self.skipTest("worker cgroups on this host need root")
+        d = Daemon({"job_max_tasks": 12, "exec_memory_mb": 1024}).start()
+        try:
+            c = d.client()
+            sandbox = c.call("capabilities")["sandbox"]
+            cg = sandbox.get("cgroup")
+            if cg is None or not cg["pids"]:
+                self.skipTest("no pids limit for workers here: " +
+                              (sandbox.get("cgroup_unavailable") or str(cg)))
+            self.assertIn(cg["pids_version"], ("v1", "v2"))
+            self.assertEqual(cg["pids_limit"], "pids.max")
+            if cg["memory"]:
+                self.assertIn(cg["memory_version"], ("v1", "v2"))
+            pid = c.call("health")["pid"]
+            threads = c.call("program.register", {"ir": ir("threads.ll")})["program"]
+            good = c.call("program.register", {"ir": ir("branchy.ll")})["program"]
+            expected = c.call("execute", {"program": good, "entry": "run"})["value"]
+            for _ in range(3):
+                started = c.call("execute", {"program": threads, "entry": "spawn",
+                                             "args": [40]})["value"]
+                self.assertGreater(started, 0)
+                self.assertLess(started, 12)
+                self.assertEqual(c.call("execute", {"program": good, "entry": "run"})["value"],
+                                 expected)
+            # Below the cap nothing is refused.
+            self.assertEqual(c.call("execute", {"program": threads, "entry": "spawn",
+                                                "args": [2]})["value"], 2)
+            self.assertEqual(c.call("health")["pid"], pid)
+        finally:
+            d.cleanup()
+        # The cap is the cgroup's: without worker cgroups the same call starts all 40.
+        d = Daemon({"job_max_tasks": 12, "exec_memory_mb": 1024, "sandbox_cgroup": "off"}).start()
+        try:
+            c = d.client()
+            threads = c.call("program.register", {"ir": ir("threads.ll")})["program"]
+            self.assertEqual(c.call("execute", {"program": threads, "entry": "spawn",
+                                                "args": [40]})["value"], 40)
+        finally:
+            d.cleanup()
+
+
 class ConfigReload(unittest.TestCase):
     """SIGHUP re-reads --config: every key the table marks runtime takes effect, restart-only
     keys keep their running values, and each class of key is seen working."""

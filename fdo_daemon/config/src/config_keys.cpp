@@ -256,12 +256,14 @@ const std::vector<KeyDef>& key_defs() {
         [](Config& c) -> std::uint32_t& { return c.sandbox_uid_count; }, 2, 100000000u));
     v.push_back(enum_key(
         "sandbox_cgroup", X,
-        "cgroup v2 group per worker (memory.max, pids.max, killed as one): auto (when "
-        "fdod's cgroup is delegated to it, e.g. Delegate=yes), off, or required.",
+        "cgroup per worker (memory and task limits, killed as one; cgroup v2, or the v1 "
+        "memory and pids hierarchies of legacy and hybrid hosts): auto (when fdod's cgroup "
+        "is delegated to it, e.g. Delegate=yes, or is a container's root), off, or required.",
         kSandboxCgroupNames, [](Config& c) -> SandboxCgroup& { return c.sandbox_cgroup; }));
     v.push_back(uint_key<std::uint64_t>(
         "job_max_tasks", X,
-        "pids.max of a worker's cgroup: threads a job may have at once (with sandbox_cgroup).",
+        "pids.max of a worker's cgroup (v2 or v1): threads a job may have at once (with "
+        "sandbox_cgroup).",
         [](Config& c) -> std::uint64_t& { return c.job_max_tasks; }, 1, 1u << 22));
     v.push_back(uint_key<std::uint64_t>(
         "job_output_bytes", X,

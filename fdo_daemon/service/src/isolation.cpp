@@ -148,16 +148,17 @@ Status Isolation::open_cgroups(const Config& c) {
   };
   auto where = own_cgroup();
   if (!where) return without(where.error());
-  if (c.sandbox_cgroup == SandboxCgroup::automatic && !where->namespace_root &&
-      !cgroup_delegated(where->directory))
-    return without(make_error(Errc::unavailable, "fdod's cgroup " + where->directory +
-                                                     " is not delegated to it (Delegate=yes)"));
+  if (c.sandbox_cgroup == SandboxCgroup::automatic && !cgroup_is_ours(*where))
+    return without(
+        make_error(Errc::unavailable, "fdod's cgroup " +
+                                          (!where->directory.empty() ? where->directory
+                                           : where->systemd_v1       ? where->systemd_v1->directory
+                                                                     : std::string("(cgroup v1)")) +
+                                          " is not delegated to it (Delegate=yes)"));
   auto tree = CgroupTree::open(*where, system_cgroup_fs(), ::getpid());
   if (!tree) return without(tree.error());
   cgroups_ = std::move(*tree);
-  log::info("workers are placed in cgroups under " + cgroups_->directory() + " (memory.max " +
-            (cgroups_->memory_controller() ? "on" : "off: no memory controller") + ", pids.max " +
-            (cgroups_->pids_controller() ? "on" : "off: no pids controller") + ")");
+  log::info("workers are placed in cgroups: " + cgroups_->summary());
   return ok();
 }
 
@@ -170,8 +171,8 @@ std::string Isolation::describe() const {
   std::string uids = switch_uids_ ? "jobs run as uids " + std::to_string(uid_base_) + ".." +
                                         std::to_string(uid_base_ + uid_count_ - 1)
                                   : std::string("jobs run as fdod's uid (it cannot switch uids)");
-  std::string groups =
-      cgroups_ ? ", a cgroup per worker" : ", no cgroups (" + cgroup_unavailable_ + ")";
+  std::string groups = cgroups_ ? ", a cgroup per worker (" + cgroups_->summary() + ")"
+                                : ", no cgroups (" + cgroup_unavailable_ + ")";
   return "sandbox: one worker per tenant, seccomp, " + fsys + ", " + uids + groups;
 }
 

@@ -108,7 +108,7 @@ ClassifiedFailure classify_failure(const FailureContext& ctx) {
       return {make_error(Errc::resource_exhausted,
                          "program exceeded the memory limit of " +
                              format_bytes(ctx.limits.address_space_bytes) + where +
-                             ": the kernel killed it at its cgroup's memory.max"),
+                             ": the kernel killed it at its cgroup's memory limit"),
               &FailureCounts::memory};
     }
     const bool memory_signal = sig == SIGSEGV || sig == SIGBUS || sig == SIGABRT || sig == SIGILL ||

@@ -4,12 +4,13 @@
 //
 // Job header: {"op": "<name>", ...}. Ops: echo, fail, throw, segv, abort, fpe,
 // trap, loop, alloc, exit, big_output, sleep_ms, fds, limits, lie, garbage, fork,
-// whoami, print, leave_thread, leak.
+// whoami, print, leave_thread, leak, page_cache, threads.
 //
 // Binding (a pool with a bind_spec) only records the tenant it was given (the
 // real sandbox is tested in tests/fdo_daemon/sandbox); a spec for tenant
 // "refuse" fails, as a sandbox the host cannot provide would.
 #include "fdo/daemon/worker_loop.h"
+#include "fdo/util/fd.h"
 #include "fdo/util/log.h"
 
 #include <algorithm>
@@ -23,7 +24,9 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <pthread.h>
 #include <stdexcept>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <thread>
@@ -165,6 +168,46 @@ Expected<Message> handle(int sock, const std::string& role, const Message& req,
     for (std::size_t i = 0; i < bytes; i += 4096)
       p[i] = 1;
     return Message{{{"leaked", bytes}}, {}};
+  }
+  if (op == "page_cache") {
+    // Pages of an unmapped memory file: charged to the worker's cgroup, never
+    // counted by RLIMIT_AS, so only a cgroup memory limit stops them.
+    const std::size_t bytes = h.value("bytes", std::size_t{0});
+    Fd f(static_cast<int>(::memfd_create("fdo-test-page-cache", MFD_CLOEXEC)));
+    if (!f.valid()) return Error::from_errno("memfd_create", errno);
+    const std::string chunk(1 << 20, 'x');
+    std::size_t done = 0;
+    while (done < bytes) {
+      ssize_t n = ::write(f.get(), chunk.data(), chunk.size());
+      if (n < 0) return Error::from_errno("write to a memory file", errno);
+      done += static_cast<std::size_t>(n);
+    }
+    return Message{{{"written", done}}, {}};
+  }
+  if (op == "threads") {
+    // Starts up to `count` threads at once; reports how many the host allowed.
+    const int count = h.value("count", 0);
+    std::vector<pthread_t> started;
+    int refused = 0;
+    for (int i = 0; i < count; ++i) {
+      pthread_t t;
+      int rc = ::pthread_create(
+          &t, nullptr,
+          [](void*) -> void* {
+            ::usleep(200 * 1000);
+            return nullptr;
+          },
+          nullptr);
+      if (rc != 0) {
+        refused = rc;
+        break;
+      }
+      started.push_back(t);
+    }
+    for (pthread_t t : started)
+      ::pthread_join(t, nullptr);
+    return Message{
+        {{"started", started.size()}, {"refused", refused != 0 ? std::strerror(refused) : ""}}, {}};
   }
   if (op == "limits") {
     rlimit as{}, cpu{}, core{};

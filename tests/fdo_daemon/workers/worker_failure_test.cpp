@@ -85,7 +85,7 @@ TEST_CASE("memory: a cgroup OOM kill, or a fatal signal near the address-space l
   ctx.ended.oom_kills = 1;
   auto oom = classify_failure(ctx);
   CHECK(oom.error.code() == Errc::resource_exhausted);
-  CHECK_THAT(oom.error.message(), Catch::Contains("memory.max"));
+  CHECK_THAT(oom.error.message(), Catch::Contains("cgroup's memory limit"));
   CHECK(counts(oom, &FailureCounts::memory));
 
   auto near = context(Failure::broken, killed_by(SIGSEGV));

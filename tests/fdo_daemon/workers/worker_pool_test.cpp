@@ -9,6 +9,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -665,4 +666,51 @@ TEST_CASE("worker_pool: stats serialise to JSON", "[worker_pool]") {
   CHECK(j["workers"][0]["pid"].get<long>() > 0);
   CHECK(describe_signal(SIGBUS) == "SIGBUS (bus error)");
   CHECK_THAT(describe_signal(SIGUSR1), Catch::StartsWith("SIGUSR1 ("));
+}
+
+// The host's own cgroups, as fdod takes them (v2, or the v1 memory and pids
+// hierarchies of a legacy or hybrid host): a job whose pages pass its memory
+// limit without touching its address-space limit is killed by the kernel and
+// reported as a memory failure, a job that starts threads past its task cap is
+// refused them, and the pool carries on with a fresh worker.
+TEST_CASE("worker_pool: on this host's cgroups, jobs past their memory or task limit are stopped",
+          "[worker_pool][cgroup]") {
+  if (::geteuid() != 0) FDO_SKIP("skipped: creating worker cgroups on this host needs root");
+  auto where = own_cgroup();
+  if (!where) FDO_SKIP("skipped: " + where.error().message());
+  if (!where->directory.empty() && !where->namespace_root)
+    FDO_SKIP("skipped: this process's cgroup v2 " + where->directory +
+             " is not a container root; taking it over would move the test into a leaf");
+  auto tree = CgroupTree::open(*where, system_cgroup_fs(), ::getpid());
+  if (!tree) FDO_SKIP("skipped: no worker cgroups here: " + tree.error().message());
+  if (!(*tree)->memory_controller() || !(*tree)->pids_controller())
+    FDO_SKIP("skipped: no memory or pids controller for worker groups here (" + (*tree)->summary() +
+             ")");
+  PoolOptions o = test_options();
+  o.cgroups = *tree;
+  o.cgroup_pids_max = 16;
+  auto pool = make_pool(o);
+
+  // 256 MiB of page cache in a memory file, against a 64 MiB limit.
+  auto r =
+      pool->run(job({{"op", "page_cache"}, {"bytes", 256 * kMiB}}), limits_with(20s, 64 * kMiB));
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code() == Errc::resource_exhausted);
+  CHECK_THAT(r.error().message(),
+             Catch::Contains("program exceeded the memory limit of 64 MiB in the exec worker"));
+  CHECK_THAT(r.error().message(), Catch::Contains("cgroup's memory limit"));
+  CHECK(pool->stats().failures.memory == 1);
+
+  // 40 threads at once, against a cap of 16 tasks: refused, the job reports it.
+  auto t = pool->run(job({{"op", "threads"}, {"count", 40}}), limits_with(20s, 1024 * kMiB));
+  REQUIRE(t);
+  CHECK(t->header["started"].get<int>() < 16);
+  CHECK(t->header["started"].get<int>() > 0);
+  CHECK(t->header["refused"] == std::strerror(EAGAIN));
+
+  // Below its limits, a job of the same worker runs as usual.
+  auto small = pool->run(job({{"op", "page_cache"}, {"bytes", 8 * kMiB}}));
+  REQUIRE(small);
+  CHECK(small->header["written"] == 8 * kMiB);
+  echo_pid(*pool);
 }

@@ -65,7 +65,7 @@ struct PoolOptions {
   // while other tenants' jobs take the free workers: with a cap below `size`,
   // one tenant flooding the pool cannot hold every worker.
   std::size_t max_running_per_tenant = 0;
-  // cgroup v2 (cgroup.h): each worker gets a group of its own under this
+  // cgroups (cgroup.h, v2 or v1): each worker gets a group of its own under this
   // tree; at its first job the group gets memory.max (what the worker holds
   // + the job's address_space_bytes) and pids.max = cgroup_pids_max (0: none).
   // A job the kernel kills at memory.max is reported as exceeding its memory
