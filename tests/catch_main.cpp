@@ -3,6 +3,7 @@
 #include "support/skip.h"
 
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 
 namespace fdo::test_support {
@@ -16,7 +17,15 @@ int& skips() {
 
 void note_skip(const std::string& reason) {
   ++skips();
-  std::cerr << "SKIPPED: " << reason << "\n";
+  const std::string name = Catch::getResultCapture().getCurrentTestName();
+  std::cerr << "SKIPPED: " << name << ": " << reason << "\n";
+  // tools/test.sh lists the skips of a whole run from this file.
+  if (const char* log = std::getenv("FDO_SKIP_LOG"); log != nullptr && *log != '\0') {
+    std::string line = name + ": " + reason;
+    for (char& c : line)
+      if (c == '\n') c = ' ';
+    std::ofstream(log, std::ios::app) << line << "\n";
+  }
 }
 } // namespace fdo::test_support
 

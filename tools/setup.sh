@@ -28,6 +28,8 @@ PACKAGES=(
   man-db groff-base dpkg-dev
   # the Python package (python/): pip installs it offline, without build isolation
   python3-pip python3-setuptools python3-wheel
+  # its buffer protocol test with numpy arrays (tests/python)
+  python3-numpy
 )
 
 log() { printf '[setup] %s\n' "$*"; }

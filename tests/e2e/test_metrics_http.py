@@ -6,6 +6,7 @@ Also: a bad metrics_listen exits 2, a port in use exits 1.
 
 Run through CTest (tests/e2e/CMakeLists.txt) or directly:
   FDO_BUILD_DIR=build python3 tests/e2e/test_metrics_http.py [-v]"""
+import sys
 import json
 import math
 import os
@@ -185,4 +186,8 @@ class MetricsHttp(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    # A missing prerequisite reads as skipped (tests/support/fdo_unittest.py).
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+    import fdo_unittest  # noqa: E402
+
+    fdo_unittest.main("metrics http")

@@ -22,6 +22,8 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+import fdo_unittest  # noqa: E402
 import harness  # noqa: E402
 
 
@@ -91,7 +93,7 @@ def check_inproc(calc, daemon, env):
 def main():
     for tool in ("cc", "pkg-config", "cmake"):
         if shutil.which(tool) is None:
-            print(f"skipped: {tool} is not installed")
+            fdo_unittest.report_skip("libfdo install", f"{tool} is not installed")
             return 77
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="fdo-libfdo-install-"))
     daemon = None

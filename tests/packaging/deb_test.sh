@@ -5,12 +5,13 @@
 # the host's) to see what they would do on install, removal and purge.
 # Usage: deb_test.sh BUILD_DIR SOURCE_DIR. Exit 77 = skipped.
 set -uo pipefail
+. "$(dirname "$0")/../support/skip.sh"
 build=$1
 src=$2
 fail() { echo "FAIL: $*"; exit 1; }
 for tool in cpack dpkg-deb dpkg-shlibdeps; do
   command -v "$tool" >/dev/null 2>&1 ||
-    { echo "SKIP: $tool is not installed (packages cmake, dpkg, dpkg-dev)"; exit 77; }
+    fdo_skip "packaging: .deb" "$tool is not installed (packages cmake, dpkg, dpkg-dev)"
 done
 tmp=$(mktemp -d /tmp/fdo-deb-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT

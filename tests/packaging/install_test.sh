@@ -6,6 +6,7 @@
 # through man -l and groff's warnings, the sample config, the completion.
 # Usage: install_test.sh BUILD_DIR SOURCE_DIR. Exit 77 = skipped.
 set -uo pipefail
+. "$(dirname "$0")/../support/skip.sh"
 build=$1
 src=$2
 tmp=$(mktemp -d /tmp/fdo-install-XXXXXX)
@@ -141,8 +142,7 @@ if command -v man >/dev/null 2>&1 && command -v groff >/dev/null 2>&1; then
     echo "man page $page: $(wc -l <<<"$text") lines, no warnings"
   done
 else
-  echo "SKIP: man or groff is not installed (packages man-db, groff-base)"
-  exit 77
+  fdo_skip "packaging: install" "man or groff is not installed (packages man-db, groff-base)"
 fi
 
 # Completion: commands and subcommands complete; they exist in fdoctl.

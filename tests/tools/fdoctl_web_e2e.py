@@ -28,7 +28,9 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("FDO_BUILD_DIR", ROOT / "build")).resolve()
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 os.environ.setdefault("FDO_BUILD_DIR", str(BUILD))
+import fdo_unittest  # noqa: E402
 import harness  # noqa: E402
 from fdoctl_e2e import lcg_values  # noqa: E402  (the data fdoctl_e2e makes a second version with)
 
@@ -138,7 +140,7 @@ def fmt_int(n):
 def main():
     for f in (FDOCTL, BUILD / "fdod", EXAMPLES / "sort.ll", EXAMPLES / "interp.ll"):
         if not f.exists():
-            print(f"SKIP: {f} is not built")
+            fdo_unittest.report_skip("fdoctl web", f"{f} is not built")
             return SKIP
     daemon = harness.Daemon(config={"exec_timeout_ms": 20000, "sampling.frequency_hz": 20000}, prefix="fdoctl-web-e2e-").start()
     webs = []
@@ -216,8 +218,9 @@ def main():
         # --- the views in a browser ----------------------------------------
         exe = find_chromium()
         if exe is None:
-            print("SKIPPED: the browser views (no chromium on PATH: apt-get install chromium, "
-                  "as tools/setup.sh does); the HTTP checks above passed")
+            fdo_unittest.report_skip("fdoctl web", "the browser views: no chromium on PATH (apt-get "
+                                     "install chromium, as tools/setup.sh does); the HTTP "
+                                     "checks passed")
             return SKIP
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         browser = Browser(exe, daemon.tmp)

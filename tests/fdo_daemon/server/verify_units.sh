@@ -3,11 +3,11 @@
 # ExecStart pointed at a built binary (verify checks the program exists).
 # Usage: verify_units.sh UNIT_DIR EXECUTABLE. Exit 77 = skipped.
 set -euo pipefail
+. "$(dirname "$0")/../../support/skip.sh"
 unit_dir=$1
 exe=$2
 if ! command -v systemd-analyze >/dev/null 2>&1; then
-  echo "SKIP: systemd-analyze is not installed (package systemd)"
-  exit 77
+  fdo_skip "systemd units" "systemd-analyze is not installed (package systemd)"
 fi
 [[ -x $exe ]] || { echo "FAIL: $exe is not an executable"; exit 1; }
 tmp=$(mktemp -d /tmp/fdod-units-XXXXXX)
