@@ -133,44 +133,84 @@ const jit::BlockRange* range_of_branch(const jit::FunctionRange& f, std::int32_t
     if (b.function == "run" && b.branch == branch) return &b;
   return nullptr;
 }
+// The program compiled optimized with the mixed run's profile and loaded:
+// its branch weights and where each block of `run` lies.
+struct Optimized {
+  ProfileDoc profile;
+  jit::CompileRequest request;
+  jit::CompileResult compiled;
+  std::map<std::string, std::vector<BranchStat>> weights;
+  std::unique_ptr<jit::Loader> loader;
+  std::unique_ptr<jit::LoadedProgram> program;
+  const jit::FunctionRange* run = nullptr;
+  const jit::BlockRange* b0 = nullptr; // the unpredictable branch's block
+  const jit::BlockRange* b1 = nullptr; // the latch's
+};
+
+std::unique_ptr<Optimized> optimized_program() {
+  auto o = std::make_unique<Optimized>();
+  o->profile = profile_from_a_mixed_run();
+  o->request.mode = CompileMode::optimized;
+  o->request.profile = &o->profile;
+  auto optimized = jit::compile(kProgram, o->request);
+  REQUIRE(optimized);
+  o->compiled = std::move(*optimized);
+  REQUIRE(o->compiled.branch_weights.count("run") == 1);
+  for (const auto& w : o->compiled.branch_weights.at("run"))
+    o->weights["run"].push_back({w.index, w.taken, w.not_taken});
+  auto loader = jit::Loader::create();
+  REQUIRE(loader);
+  o->loader = std::move(*loader);
+  auto program = o->loader->load(o->compiled.object, o->compiled);
+  REQUIRE(program);
+  o->program = std::move(*program);
+  const auto& ranges = o->program->function_ranges();
+  auto run = std::find_if(ranges.begin(), ranges.end(),
+                          [](const jit::FunctionRange& f) { return f.name == "run"; });
+  REQUIRE(run != ranges.end());
+  o->run = &*run;
+  o->b0 = range_of_branch(*run, 0);
+  o->b1 = range_of_branch(*run, 1);
+  REQUIRE(o->b0 != nullptr);
+  REQUIRE(o->b1 != nullptr);
+  return o;
+}
+
+// The policy on one optimized stage that sampled `tallies`.
+PolicyDecision decide_on(const Optimized& o, const BlockTallies& tallies, PolicyConfig cfg = {}) {
+  const auto stats = branch_stats(o.weights, tallies);
+  cfg.min_stages = 1;
+  ProfileDoc current = o.profile;
+  FeedbackAccumulator fb;
+  fb.add(
+      StageFeedback{{}, 1000, {}, std::nullopt}); // an optimized stage: no counts, no PMU counters
+  PolicyInput in;
+  in.current = &current;
+  in.current_version = 1;
+  in.feedback = &fb;
+  in.branch_stats = &stats;
+  in.now = std::chrono::system_clock::now();
+  return decide(cfg, in);
+}
 } // namespace
 
 TEST_CASE("branch-miss samples on one branch mark exactly it !unpredictable and change its code",
           "[jobs][sampling][blocks]") {
-  const ProfileDoc profile = profile_from_a_mixed_run();
-  jit::CompileRequest req;
-  req.mode = CompileMode::optimized;
-  req.profile = &profile;
-  auto optimized = jit::compile(kProgram, req);
-  REQUIRE(optimized);
-
+  const auto o = optimized_program();
   // The optimized compile reports the profile's weights by branch index.
-  REQUIRE(optimized->branch_weights.count("run") == 1);
-  std::map<std::string, std::vector<BranchStat>> weights;
-  for (const auto& w : optimized->branch_weights.at("run"))
-    weights["run"].push_back({w.index, w.taken, w.not_taken});
-  REQUIRE(weights["run"].size() == 2);
-  const BranchStat& even = weights["run"][0];
+  REQUIRE(o->weights["run"].size() == 2);
+  const BranchStat& even = o->weights["run"][0];
   CHECK(even.index == 0);
   CHECK(std::min(even.taken, even.not_taken) * 10 > (even.taken + even.not_taken) * 3);
-
-  auto loader = jit::Loader::create();
-  REQUIRE(loader);
-  auto program = (*loader)->load(optimized->object, *optimized);
-  REQUIRE(program);
-  const auto& ranges = (*program)->function_ranges();
-  auto run = std::find_if(ranges.begin(), ranges.end(),
-                          [](const jit::FunctionRange& f) { return f.name == "run"; });
-  REQUIRE(run != ranges.end());
-  const jit::BlockRange* b0 = range_of_branch(*run, 0);
-  const jit::BlockRange* b1 = range_of_branch(*run, 1);
-  REQUIRE(b0 != nullptr);
-  REQUIRE(b1 != nullptr);
+  const jit::FunctionRange* run = o->run;
+  const jit::BlockRange* b0 = o->b0;
+  const jit::BlockRange* b1 = o->b1;
 
   // A recorded stream, as the kernel would write it: the sampler reads it out
   // of its rings through the syscall seam, exactly as in the exec worker.
-  const StageObservation reply =
-      recorded_stage({"cpu-clock", "branch-misses"}, ranges, [&](std::vector<RingWriter>& rings) {
+  const StageObservation reply = recorded_stage(
+      {"cpu-clock", "branch-misses"}, o->program->function_ranges(),
+      [&](std::vector<RingWriter>& rings) {
         for (int i = 0; i < 40; ++i)
           rings[1].append(sample_record(run->start + b0->offset + (i % b0->size), 100));
         for (int i = 0; i < 5; ++i) // the latch: too few to matter
@@ -185,37 +225,69 @@ TEST_CASE("branch-miss samples on one branch mark exactly it !unpredictable and 
   CHECK(tallies.branches.at("run").at(0).at("branch-misses") == 40);
   CHECK(tallies.branches.at("run").at(1).at("branch-misses") == 5);
   CHECK(tallies.blocks.at("cpu-clock").at("run").at(b0->block) == 30);
-  const auto stats = branch_stats(weights, tallies);
 
-  PolicyConfig cfg;
-  cfg.min_stages = 1;
-  ProfileDoc current = profile;
-  FeedbackAccumulator fb;
-  fb.add(
-      StageFeedback{{}, 1000, {}, std::nullopt}); // an optimized stage: no counts, no PMU counters
-  PolicyInput in;
-  in.current = &current;
-  in.current_version = 1;
-  in.feedback = &fb;
-  in.branch_stats = &stats;
-  in.now = std::chrono::system_clock::now();
-  PolicyDecision d = decide(cfg, in);
+  PolicyDecision d = decide_on(*o, tallies);
   INFO(d.reason);
   REQUIRE(d.action == PolicyAction::rewrite);
   CHECK(d.profile.functions.at("run").unpredictable == std::vector<std::uint32_t>{0});
   CHECK_THAT(d.reason, Catch::Contains("run branch 0 (40 miss samples"));
 
   // Fewer samples than the threshold: nothing is marked.
-  cfg.branch_miss_min_samples = 41;
-  CHECK(decide(cfg, in).action == PolicyAction::keep);
+  PolicyConfig strict;
+  strict.branch_miss_min_samples = 41;
+  CHECK(decide_on(*o, tallies, strict).action == PolicyAction::keep);
 
   // The next compile carries the mark, and the branch's code changed: one
   // conditional jump on the combined condition instead of two.
+  jit::CompileRequest req = o->request;
   req.profile = &d.profile;
   auto marked = jit::compile(kProgram, req);
   REQUIRE(marked);
-  const int before = conditional_jumps(optimized->object, "run");
+  const int before = conditional_jumps(o->compiled.object, "run");
   const int after = conditional_jumps(marked->object, "run");
   INFO("conditional jumps before " << before << ", after " << after);
   CHECK(after == before - 1);
+}
+
+// A host with a branch stack (LBR): each branch-miss sample's IP has skidded
+// past the branch into the latch, but its records name the mispredicted
+// branch (the newest mispredicted entry's source), so the misses are
+// attributed to branch 0 and it, not the latch, is marked.
+TEST_CASE("branch-stack records carry skidded miss samples back to their branch and mark it",
+          "[jobs][sampling][blocks]") {
+  const auto o = optimized_program();
+  const std::uint64_t base = o->run->start;
+  const std::uint64_t branch0 = base + o->b0->offset + o->b0->size - 1; // its last instruction
+  const std::uint64_t latch = base + o->b1->offset;
+  std::vector<bool> stacks;
+  const StageObservation reply = recorded_stage(
+      {"cpu-clock", "branch-misses"}, o->program->function_ranges(),
+      [&](std::vector<RingWriter>& rings) {
+        for (int i = 0; i < 40; ++i) {
+          // Newest first, as the kernel writes them: the latch's jump
+          // (predicted), then branch 0 (mispredicted), then an older latch.
+          const std::vector<FixtureBranch> lbr{
+              {latch + o->b1->size - 1, base + o->b0->offset, false},
+              {branch0, latch, true},
+              {latch + o->b1->size - 1, base + o->b0->offset, false}};
+          rings[1].append(sample_record(latch + (i % o->b1->size), 100, &lbr));
+        }
+        for (int i = 0; i < 30; ++i)
+          rings[0].append(sample_record(base + o->b0->offset, 1000000));
+      },
+      BranchStackHost::hardware_events, &stacks);
+  // cpu-clock was opened without a branch stack, branch-misses with one.
+  CHECK(stacks == std::vector<bool>{false, true});
+  REQUIRE(reply.samples);
+  const BlockTallies& tallies = reply.samples->tallies;
+  // By IP the misses are in the latch's block; by branch stack, on branch 0.
+  CHECK(tallies.blocks.at("branch-misses").at("run").at(o->b1->block) == 40);
+  CHECK(tallies.branches.at("run").at(0).at("branch-misses") == 40);
+  CHECK(tallies.branches.at("run").count(1) == 0);
+
+  PolicyDecision d = decide_on(*o, tallies);
+  INFO(d.reason);
+  REQUIRE(d.action == PolicyAction::rewrite);
+  CHECK(d.profile.functions.at("run").unpredictable == std::vector<std::uint32_t>{0});
+  CHECK_THAT(d.reason, Catch::Contains("run branch 0 (40 miss samples"));
 }

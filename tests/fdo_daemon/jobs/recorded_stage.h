@@ -38,14 +38,26 @@ inline ProfileDoc profile_from_a_run(const std::string& program,
   return doc;
 }
 
+// Whether the recorded host has a branch stack (LBR): where it has, the
+// kernel takes PERF_SAMPLE_BRANCH_STACK on hardware events and refuses it on
+// software ones (cpu-clock), and the hardware events' records carry one.
+enum class BranchStackHost { none, hardware_events };
+
 // What a stage sampled for `events` over the program at `ranges` observed:
 // `write` appends the recorded samples, one ring per event in order.
-inline StageObservation
-recorded_stage(const std::vector<std::string>& events,
-               const std::vector<jit::FunctionRange>& ranges,
-               const std::function<void(std::vector<perf::testing::RingWriter>&)>& write) {
+inline StageObservation recorded_stage(
+    const std::vector<std::string>& events, const std::vector<jit::FunctionRange>& ranges,
+    const std::function<void(std::vector<perf::testing::RingWriter>&)>& write,
+    BranchStackHost host = BranchStackHost::none, std::vector<bool>* branch_stacks = nullptr) {
   perf::testing::FakeSyscalls fake;
-  fake.fail_branch_stack(EOPNOTSUPP);
+  if (host == BranchStackHost::none) {
+    fake.fail_branch_stack(EOPNOTSUPP);
+  } else {
+    fake.open_rules.push_back([](const perf_event_attr& a, int) {
+      return a.type == PERF_TYPE_SOFTWARE && (a.sample_type & PERF_SAMPLE_BRANCH_STACK) ? EOPNOTSUPP
+                                                                                        : 0;
+    });
+  }
   StageSampler stage_sampler(fake);
   StageSamplingRequest request{events, 1000, 4000};
   auto sampler = stage_sampler.get(request);
@@ -58,6 +70,9 @@ recorded_stage(const std::vector<std::string>& events,
     rings.emplace_back(fake.mapping_for(fake.opened[i].fd), perf::page_size());
   write(rings);
   (*sampler)->stop();
+  if (branch_stacks != nullptr)
+    for (const auto& e : (*sampler)->events())
+      branch_stacks->push_back(e.branch_stack);
   auto samples = stage_sample_report((*sampler)->events(), request, (*sampler)->drain(), ranges);
   REQUIRE(samples);
   StageObservation obs;
