@@ -173,6 +173,30 @@ class Fdoctl(unittest.TestCase):
         self.assertEqual(s["health"]["pid"], self.proc.pid)
         self.assertIn("fdod:", self.fdoctl("status").stdout)
 
+    def test_02a_doctor_self_test(self):
+        # A private fdod of its own (not the class's): every link of the hardware chain passes
+        # or says why it could not be tested here; none fails. On this project's hosts (no PMU)
+        # the software clock's links pass and the hardware events' are untested.
+        d = self.json_of("doctor", "--self-test", "--fdod", FDOD, "--stages", 16, timeout=300)
+        links = {l["link"]: l for l in d["links"]}
+        self.assertEqual(links["a private fdod starts"]["status"], "pass")
+        for l in d["links"]:
+            self.assertIn(l["status"], ("pass", "untested"), l)
+            self.assertTrue(l["detail"], l)
+        opens = links["branch-misses opens"]
+        if opens["status"] == "untested":
+            self.assertEqual(links["branch-miss samples arrive"]["detail"],
+                             "needs: branch-misses opens")
+        if links["software clock samples arrive"]["status"] == "pass":
+            self.assertEqual(links["clock samples land in the program's function"]["status"], "pass")
+        human = self.fdoctl("doctor", "--self-test", "--fdod", FDOD, "--stages", 8, timeout=300)
+        self.assertIn("fdo hardware self-test\nhost: ", human.stdout)
+        self.assertRegex(human.stdout, r"\n\d+ passed, 0 failed, \d+ untested\n$")
+        # A self-test that cannot start its daemon fails with the reason.
+        bad = self.fdoctl("doctor", "--self-test", "--fdod", "/nonexistent/fdod", expect=1)
+        self.assertIn("[fail]     a private fdod starts:", bad.stdout)
+        self.assertIn("self-test: 1 of 1 links failed", bad.stderr)
+
     def test_02b_version_and_malformed_ir(self):
         r = self.fdoctl("--version")
         self.assertRegex(r.stdout, r"^fdoctl \(fdo\) \d+\.\d+\.\d+\n")

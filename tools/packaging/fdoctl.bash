@@ -9,7 +9,7 @@ _fdoctl() {
   local globals="--socket --state-dir --store --offline --json --timeout --help --version"
   local commands="run programs program profiles profile backup restore gc cache explain status doctor metrics config web"
   case $prev in
-    --socket|--state-dir|--store)
+    --socket|--state-dir|--store|--fdod)
       mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
     --timeout|--stages|-n|--arg|-a|--buffer|-b|--name|--entry|-e|-v|--threshold|-t|--limit|-l|--wait-timeout|--max-age|--listen)
       return ;;
@@ -54,6 +54,7 @@ _fdoctl() {
     explain) [[ $cur != -* ]] && { mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return; }
              words="--limit $globals" ;;
     web) words="--listen --allow-remote --chartjs-dir $globals" ;;
+    doctor) words="--self-test --fdod --stages $globals" ;;
     *) words="$globals" ;;
   esac
   mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")

@@ -324,7 +324,18 @@ int run_cli(const std::vector<std::string>& args, Io& io) {
   auto* doctor = app.add_subcommand(
       "doctor", "What this host can measure (hardware counters, paranoid level, PMU) and how to "
                 "enable what is missing");
-  doctor->callback([&] { action = [](Context& c) { return cmd_doctor(c); }; });
+  DoctorOptions doctor_options;
+  doctor->add_flag("--self-test", doctor_options.self_test,
+                   "run known programs through a private fdod with sampling on and check each "
+                   "link of the hardware feedback chain (events, samples, attribution, the "
+                   "rewrite, its effect); prints a report to paste into a bug");
+  doctor->add_option("--fdod", doctor_options.fdod,
+                     "the fdod the self-test starts (default: beside fdoctl, else installed)");
+  doctor
+      ->add_option("--stages", doctor_options.max_stages,
+                   "stages per self-test program at most (default 40)")
+      ->check(CLI::Range(4, 1000));
+  doctor->callback([&] { action = [&](Context& c) { return cmd_doctor(c, doctor_options); }; });
 
   auto* metrics = app.add_subcommand("metrics", "fdod's Prometheus metrics text");
   metrics->callback([&] { action = [](Context& c) { return cmd_metrics(c); }; });

@@ -6,6 +6,7 @@
 #include "fdo/ctl/doctor.h"
 #include "fdo/ctl/hot_functions.h"
 #include "fdo/ctl/lifecycle_view.h"
+#include "fdo/ctl/self_test.h"
 #include "fdo/ctl/table.h"
 #include "fdo/perf/capabilities.h"
 #include "fdo/profile_store/profile_store.h"
@@ -834,7 +835,21 @@ Status cmd_status(Context& ctx) {
   return ok();
 }
 
-Status cmd_doctor(Context& ctx) {
+Status cmd_doctor(Context& ctx, const DoctorOptions& options) {
+  if (options.self_test) {
+    const SelfTestRun run = run_self_test(options.fdod, options.max_stages);
+    const std::vector<Link> links = evaluate_self_test(run);
+    if (ctx.json_output())
+      ctx.emit(self_test_json(run, links));
+    else
+      ctx.io().out << render_self_test(run, links);
+    const auto failed = std::count_if(links.begin(), links.end(),
+                                      [](const Link& l) { return l.status == LinkStatus::fail; });
+    if (failed > 0)
+      return make_error(Errc::unsupported, "self-test: " + std::to_string(failed) + " of " +
+                                               std::to_string(links.size()) + " links failed");
+    return ok();
+  }
   json perf;
   json daemon = {{"socket", ctx.globals().socket}};
   json caps;

@@ -111,7 +111,12 @@ Expected<nlohmann::json> gc_state_dir(const std::string& state_dir, bool dry_run
 Status cmd_cache_stats(Context& ctx);
 Status cmd_explain(Context& ctx, const std::string& program, std::uint64_t limit);
 Status cmd_status(Context& ctx);
-Status cmd_doctor(Context& ctx);
+struct DoctorOptions {
+  bool self_test = false; // --self-test: self_test.h
+  std::string fdod;       // --fdod
+  int max_stages = 40;    // --stages
+};
+Status cmd_doctor(Context& ctx, const DoctorOptions& options);
 Status cmd_metrics(Context& ctx);
 Status cmd_config(Context& ctx);
 struct AnnotateRequest;
