@@ -28,7 +28,10 @@ namespace {
 
 // What the private daemon runs with: sampling often enough that a stage of
 // tens of milliseconds gives tens of samples, decisions after few stages,
-// no context-sensitive round and no guard (neither is under test here).
+// no context-sensitive round and no guard (neither is under test here). The
+// i-cache gates are opened (any counted MPKI, a tenth of the misses makes a
+// function hot): the test is whether the chain works, not whether this CPU's
+// prefetchers leave the program enough misses to pass the production gates.
 constexpr const char* kConfig = R"(compile_workers = 1
 exec_workers = 1
 exec_timeout_ms = 30000
@@ -39,6 +42,8 @@ policy.cs_pgo_stages = 0
 policy.min_stages = 2
 sampling.events = cpu-clock,branch-misses,L1-icache-load-misses
 sampling.frequency_hz = 2000
+policy.icache_mpki_size_threshold = 0
+policy.icache_hot_share = 0.1
 )";
 
 std::string find_fdod(const std::string& given) {
