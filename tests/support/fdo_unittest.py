@@ -31,9 +31,9 @@ def exit_status(failed, skipped):
     return 0
 
 
-def main(label=None, argv=None, verbosity=2, runner=None):
+def main(label=None, argv=None, verbosity=2):
     """unittest.main with the exit status above. `label` names the suite in the summary."""
-    prog = unittest.main(argv=argv, exit=False, verbosity=verbosity, testRunner=runner)
+    prog = unittest.main(argv=argv, exit=False, verbosity=verbosity)
     r = prog.result
     failed = len(r.failures) + len(r.errors) + len(getattr(r, "unexpectedSuccesses", []))
     for test, reason in r.skipped:

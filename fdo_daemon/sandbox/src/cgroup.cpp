@@ -43,7 +43,10 @@ Expected<std::string> make_subtree(CgroupFs& fs, const std::string& own, pid_t s
   const std::string dir = own + "/" + kSubtreePrefix + std::to_string(self);
   FDO_TRY_STATUS(fs.make_dir(dir));
   const std::string probe = dir + "/probe";
-  FDO_TRY_STATUS(fs.make_dir(probe));
+  if (auto st = fs.make_dir(probe); !st) {
+    (void)fs.remove_dir(dir);
+    return std::move(st).error();
+  }
   Status moved = fs.write(probe + "/cgroup.procs", std::to_string(self));
   Status back = moved ? fs.write(own + "/cgroup.procs", std::to_string(self)) : ok();
   (void)fs.remove_dir(probe);

@@ -371,10 +371,7 @@ void branch_links(const SelfTestRun& run, std::vector<Link>& out) {
                        " of " + std::to_string(top->of) + " (expected branch " + want + ")"
                  : "no miss sample was attributed to a branch of run"});
 
-  const std::int64_t marked = first_version(p, [](const json& doc) {
-    const json& u = member(member(member(doc, "functions"), "run"), "unpredictable");
-    return u.is_array() && std::find(u.begin(), u.end(), json(kSelfTestBranch)) != u.end();
-  });
+  const std::int64_t marked = first_version(p, self_test_branch_marked);
   chain.add({"the rewrite marks the branch !unpredictable",
              marked > 0 ? LinkStatus::pass : LinkStatus::fail,
              marked > 0 ? "profile v" + std::to_string(marked)
@@ -398,12 +395,7 @@ void icache_links(const SelfTestRun& run, std::vector<Link>& out) {
   chain.add({"miss samples land in the hot functions",
              share >= 0.8 ? LinkStatus::pass : LinkStatus::fail,
              "hot0..hot" + std::to_string(kSelfTestHotFunctions - 1) + " hold " + percent(share)});
-  const std::int64_t laid_out = first_version(p, [](const json& doc) {
-    for (int h = 0; h < kSelfTestHotFunctions; ++h)
-      if (member(member(member(doc, "functions"), "hot" + std::to_string(h)), "layout") == "hot")
-        return true;
-    return false;
-  });
+  const std::int64_t laid_out = first_version(p, self_test_hot_laid_out);
   chain.add({"the rewrite lays the hot functions out together",
              laid_out > 0 ? LinkStatus::pass : LinkStatus::fail,
              laid_out > 0 ? "profile v" + std::to_string(laid_out)
@@ -412,6 +404,18 @@ void icache_links(const SelfTestRun& run, std::vector<Link>& out) {
 }
 
 } // namespace
+
+bool self_test_branch_marked(const json& profile) {
+  const json& u = member(member(member(profile, "functions"), "run"), "unpredictable");
+  return u.is_array() && std::find(u.begin(), u.end(), json(kSelfTestBranch)) != u.end();
+}
+
+bool self_test_hot_laid_out(const json& profile) {
+  for (int h = 0; h < kSelfTestHotFunctions; ++h)
+    if (member(member(member(profile, "functions"), "hot" + std::to_string(h)), "layout") == "hot")
+      return true;
+  return false;
+}
 
 std::vector<Link> evaluate_self_test(const SelfTestRun& run) {
   std::vector<Link> out;

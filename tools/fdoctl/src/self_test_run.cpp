@@ -63,6 +63,8 @@ std::string find_fdod(const std::string& given) {
 class PrivateDaemon {
 public:
   static Expected<std::unique_ptr<PrivateDaemon>> start(const std::string& fdod) {
+    // mkdtemp's template. Under /tmp rather than $TMPDIR: the socket's path
+    // inside it must stay within sun_path's 108 bytes.
     char tmpl[] = "/tmp/fdoctl-self-test-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) return Error::from_errno("mkdtemp", errno);
     auto d = std::unique_ptr<PrivateDaemon>(new PrivateDaemon(tmpl));
@@ -131,22 +133,6 @@ private:
   std::optional<RpcClient> client_;
 };
 
-bool marked(const json& doc) {
-  const json& fns = doc.value("functions", json::object());
-  if (!fns.contains("run")) return false;
-  const json& u = fns["run"].value("unpredictable", json::array());
-  return std::find(u.begin(), u.end(), json(kSelfTestBranch)) != u.end();
-}
-
-bool laid_out(const json& doc) {
-  const json& fns = doc.value("functions", json::object());
-  for (int h = 0; h < kSelfTestHotFunctions; ++h) {
-    const std::string name = "hot" + std::to_string(h);
-    if (fns.contains(name) && fns[name].value("layout", "") == "hot") return true;
-  }
-  return false;
-}
-
 // Runs `run(n)` stage by stage: at most `max_stages`, and no longer than
 // four optimized stages after `done` first held for the current profile (or,
 // when the hardware event never opened, six optimized stages).
@@ -212,9 +198,10 @@ SelfTestRun run_self_test(const std::string& fdod_path, int max_stages) {
   }
   RpcClient& c = (*daemon)->client();
   if (auto caps = c.call("capabilities")) run.capabilities = std::move(*caps);
-  run.branch = run_program(c, kSelfTestBranchIr, 3'000'000, max_stages, "branch-misses", marked);
-  run.icache =
-      run_program(c, self_test_icache_ir(), 1500, max_stages, "L1-icache-load-misses", laid_out);
+  run.branch = run_program(c, kSelfTestBranchIr, 3'000'000, max_stages, "branch-misses",
+                           self_test_branch_marked);
+  run.icache = run_program(c, self_test_icache_ir(), 1500, max_stages, "L1-icache-load-misses",
+                           self_test_hot_laid_out);
   return run;
 }
 

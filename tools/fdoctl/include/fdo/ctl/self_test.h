@@ -54,6 +54,12 @@ constexpr std::uint32_t kSelfTestBranch = 0;
 constexpr int kSelfTestHotFunctions = 4;
 std::string self_test_icache_ir();
 
+// What the rewrites under test write into a profile document: the branch
+// program's run marked at kSelfTestBranch, a hot function of the i-cache
+// program laid out hot. The driver stops on them; the verdicts look for them.
+bool self_test_branch_marked(const nlohmann::json& profile);
+bool self_test_hot_laid_out(const nlohmann::json& profile);
+
 std::vector<Link> evaluate_self_test(const SelfTestRun& run);
 // The report a user can paste into a bug: the host, then one line per link.
 std::string render_self_test(const SelfTestRun& run, const std::vector<Link>& links);
