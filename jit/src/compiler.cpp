@@ -90,7 +90,7 @@ Expected<Prepared> prepare(std::string_view bytes, const Limits& limits, llvm::L
 std::string CompilerIdentity::canonical() const {
   return "fdo-identity-v1;llvm=" + llvm_version + ";fdo=" + fdo_version +
          ";pipeline=" + std::to_string(pipeline_version) + ";triple=" + triple + ";cpu=" + cpu +
-         ";features=" + features;
+         ";features=" + features + (driver.empty() ? "" : ";driver=" + driver);
 }
 
 CompilerIdentity host_identity() {

@@ -38,6 +38,9 @@ struct CompilerIdentity {
   std::string triple;
   std::string cpu;
   std::string features; // sorted, comma-separated "+avx2,+bmi,-avx512f,..."
+  // GPU targets only (nvptx.h): the driver's version, which JIT-compiles the
+  // PTX. Empty for the host CPU, and then not part of canonical().
+  std::string driver;
 
   // Stable serialisation hashed into the initial key.
   std::string canonical() const;
