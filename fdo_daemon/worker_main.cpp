@@ -1,7 +1,8 @@
 // fdo-worker: one compile or exec worker process, started by fdod's worker
-// pools (`fdo-worker --role compile|exec --fd N`). Its first job binds it to a
+// pools (`fdo-worker --role compile|exec|gpu --fd N`). Its first job binds it to a
 // tenant: it enters that tenant's sandbox (sandbox.h) before touching the
 // tenant's program, and serves only that tenant until the pool retires it.
+#include "fdo/daemon/gpu_jobs.h"
 #include "fdo/daemon/sandbox.h"
 #include "fdo/daemon/worker_jobs.h"
 #include "fdo/daemon/worker_loop.h"
@@ -74,6 +75,19 @@ int main(int argc, char** argv) {
     return fdo::daemon::run_worker_loop(
         *fd, [&](const fdo::daemon::Message& req) { return (*jobs)->handle(req); }, options);
   }
-  fdo::log::error("usage: fdo-worker --role compile|exec --fd N");
+  if (role == "gpu") {
+    // The driver is loaded on the first job, inside the tenant's sandbox
+    // (which refuses a process that already runs the driver's threads).
+    fdo::daemon::GpuJobs jobs(
+        [](const std::string& path) { return fdo::gpu::load_cuda_driver(path); });
+    options.bind = binder();
+    options.leftover_threads = fdo::daemon::LeftoverThreads::expected;
+    options.retire_after = [&]() -> std::string {
+      return jobs.broken() ? "the GPU context was lost to a kernel fault" : "";
+    };
+    return fdo::daemon::run_worker_loop(
+        *fd, [&](const fdo::daemon::Message& req) { return jobs.handle(req); }, options);
+  }
+  fdo::log::error("usage: fdo-worker --role compile|exec|gpu --fd N");
   return 64;
 }

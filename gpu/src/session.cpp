@@ -233,6 +233,18 @@ DeviceBuffers::~DeviceBuffers() {
     driver_->mem_free(p);
 }
 
+DeviceBuffers& DeviceBuffers::operator=(DeviceBuffers&& o) noexcept {
+  if (this != &o) {
+    for (CuDevicePtr p : pointers_)
+      driver_->mem_free(p);
+    driver_ = o.driver_;
+    pointers_ = std::move(o.pointers_);
+    sizes_ = std::move(o.sizes_);
+    o.pointers_.clear();
+  }
+  return *this;
+}
+
 Expected<DeviceBuffers> Session::upload(const std::vector<std::string>& buffers) {
   if (broken_) return make_error(Errc::unavailable, "the GPU context was lost to an earlier fault");
   DeviceBuffers device;

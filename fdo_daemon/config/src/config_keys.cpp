@@ -25,6 +25,9 @@ constexpr EnumNames<SandboxCgroup, 3> kSandboxCgroupNames{
       {SandboxCgroup::off, "off"},
       {SandboxCgroup::required, "required"}}}};
 
+constexpr EnumNames<GpuUse, 3> kGpuUseNames{
+    {{{GpuUse::automatic, "auto"}, {GpuUse::on, "on"}, {GpuUse::off, "off"}}}};
+
 constexpr EnumNames<GuardMode, 2> kGuardModeNames{
     {{{GuardMode::on, "on"}, {GuardMode::off, "off"}}}};
 
@@ -120,6 +123,31 @@ const std::vector<KeyDef>& key_defs() {
     v.push_back(uint_key<unsigned>(
         "exec_workers", X, "Exec worker processes.",
         [](Config& c) -> unsigned& { return c.exec_workers; }, 1, 256));
+    v.push_back(enum_key("gpu", X,
+                         "Run NVPTX programs on the host's GPU (docs/gpu.md): auto (when "
+                         "an NVIDIA device node /dev/nvidia* exists), on, or off.",
+                         kGpuUseNames, [](Config& c) -> GpuUse& { return c.gpu; }));
+    {
+      KeyDef d{"gpu_driver", X,
+               "The NVIDIA driver library GPU workers load with dlopen (a name the dynamic "
+               "loader finds, or a path).",
+               nullptr, nullptr};
+      d.set = [](Config& c, std::string_view s) -> std::optional<std::string> {
+        if (s.empty()) return std::string("must name a library");
+        c.gpu_driver = std::string(s);
+        return std::nullopt;
+      };
+      d.get = [](const Config& c) { return c.gpu_driver; };
+      v.push_back(std::move(d));
+    }
+    v.push_back(uint_key<unsigned>(
+        "gpu_workers", X, "GPU worker processes (each holds a context on GPU 0).",
+        [](Config& c) -> unsigned& { return c.gpu_workers; }, 1, 64));
+    v.push_back(ms_key(
+        "gpu_kernel_timeout_ms", R,
+        "A kernel launch not finished by then is abandoned: the stage fails and its GPU worker "
+        "is replaced.",
+        [](Config& c) -> milliseconds& { return c.gpu_kernel_timeout; }, 1, kHour));
     v.push_back(uint_key<unsigned>(
         "max_running_compiles_per_uid", X,
         "Compile jobs one uid may have running at once; its further ones wait while other uids' "
@@ -521,6 +549,10 @@ std::string_view to_string(GuardClock c) {
 
 std::string_view to_string(SandboxCgroup c) {
   return kSandboxCgroupNames.name(c);
+}
+
+std::string_view to_string(GpuUse g) {
+  return kGpuUseNames.name(g);
 }
 
 std::string_view to_string(ReloadBehavior r) {

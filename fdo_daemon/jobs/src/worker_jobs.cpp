@@ -6,6 +6,7 @@
 #include "fdo/daemon/worker_loop.h"
 #include "fdo/jit/compiler.h"
 #include "fdo/jit/loader.h"
+#include "fdo/jit/nvptx.h"
 #include "fdo/perf/capabilities.h"
 #include "fdo/perf/counters.h"
 #include "fdo/perf/sampler.h"
@@ -141,9 +142,58 @@ Expected<std::string> header_string(const json& header, const char* key) {
 }
 } // namespace
 
+namespace {
+
+// An NVPTX program (docs/gpu.md): its kernels are its entries, and it
+// compiles to PTX for the GPU the daemon names in the job.
+Expected<Message> handle_gpu(const std::string& op, const Message& request,
+                             const jit::Limits& limits) {
+  if (op == "analyze") {
+    FDO_TRY(jit::GpuAnalysis a, jit::analyze_gpu(request.payload, limits));
+    json entries = json::array();
+    for (const jit::GpuKernel& k : a.kernels)
+      entries.push_back({{"name", k.name}, {"returns", "void"}, {"params", k.param_types}});
+    Message out;
+    out.header = {{"profile_key", a.profile_key},
+                  {"entries", std::move(entries)},
+                  {"function_fingerprints", json::object()},
+                  {"target", "nvptx"}};
+    return out;
+  }
+  auto gpu = request.header.find("gpu");
+  if (gpu == request.header.end() || !gpu->is_object())
+    return make_error(Errc::unsupported,
+                      "the program targets NVPTX and fdod runs no GPU on this host (docs/gpu.md)");
+  jit::GpuCompileRequest req;
+  req.target.sm = gpu->value("sm", 0);
+  req.target.driver_version = gpu->value("driver", 0);
+  req.limits = limits;
+  FDO_TRY(jit::GpuCompileResult r, jit::compile_gpu(request.payload, req));
+  json kernels = json::array();
+  for (const jit::GpuKernel& k : r.kernels)
+    kernels.push_back({{"name", k.name}, {"params", k.param_types}});
+  const std::string metadata = json{
+      {"target", "nvptx"},
+      {"sm", r.sm},
+      {"ptx_isa", r.ptx_isa},
+      {"kernels", std::move(kernels)},
+      {"times_us",
+       {{"parse", r.times.parse}, {"optimize", r.times.optimize}, {"codegen", r.times.codegen}}},
+      {"diagnostics",
+       r.diagnostics}}.dump();
+  Message out;
+  out.header = {{"metadata_bytes", metadata.size()}};
+  out.payload = metadata + r.ptx;
+  return out;
+}
+
+} // namespace
+
 Expected<Message> CompileJobs::handle(const Message& request) {
   FDO_TRY(std::string op, header_string(request.header, "op"));
   jit::Limits limits = limits_from(request.header);
+  if ((op == "analyze" || op == "compile") && jit::is_nvptx_program(request.payload))
+    return handle_gpu(op, request, limits);
   if (op == "analyze") {
     FDO_TRY(jit::Analysis a, jit::analyze(request.payload, limits));
     Message out;

@@ -164,6 +164,10 @@ Expected<ProgramAnalysis> RemoteCompiler::analyze(std::string_view program_bytes
   if (a.profile_key.empty())
     return make_error(Errc::internal, "compile worker analysed the program without a profile key");
   a.entries = entries_from_json(resp.header.value("entries", json::array()));
+  const std::string target = resp.header.value("target", "host");
+  if (target != "host" && target != "nvptx")
+    return make_error(Errc::internal, "compile worker named an unknown target '" + target + "'");
+  a.target = target == "nvptx" ? ProgramTarget::nvptx : ProgramTarget::host;
   return a;
 }
 
@@ -181,6 +185,8 @@ Expected<cache::CompiledOutput> RemoteCompiler::compile(const cache::Program& pr
                 {"mode", std::string(to_string(mode))},
                 {"profile", profile.doc ? to_json(*profile.doc) : json(nullptr)},
                 {"limits", {{"max_program_bytes", l.max_program_bytes}}}};
+  // Used only when the program targets NVPTX (the worker tells by its triple).
+  if (gpu_) req.header["gpu"] = {{"sm", gpu_->sm}, {"driver", gpu_->driver_version}};
   req.payload = program.bytes;
   FDO_TRY(Message resp,
           run_compile_job(pool_, req, JobOptions{l.job, sandbox_tenant(program.scope)},

@@ -9,6 +9,7 @@
 #include "fdo/daemon/job_runner.h"
 #include "fdo/daemon/program_registry.h"
 #include "fdo/daemon/tenant.h"
+#include "fdo/jit/nvptx.h"
 #include "fdo/profile_store/profile_store.h"
 
 #include <functional>
@@ -72,8 +73,11 @@ struct CompileJobLimits {
 
 class RemoteCompiler final : public cache::Compiler, public ProgramAnalyzer {
 public:
-  RemoteCompiler(std::string identity, JobRunner& pool, std::function<CompileJobLimits()> limits)
-      : identity_(std::move(identity)), pool_(pool), limits_(std::move(limits)) {}
+  // `gpu`: the host GPU NVPTX programs are compiled for (docs/gpu.md); its
+  // identity is part of `identity`. None: they are analysed but not compiled.
+  RemoteCompiler(std::string identity, JobRunner& pool, std::function<CompileJobLimits()> limits,
+                 std::optional<jit::GpuTarget> gpu = std::nullopt)
+      : identity_(std::move(identity)), pool_(pool), limits_(std::move(limits)), gpu_(gpu) {}
 
   std::string identity() const override { return identity_; }
   // The profile key is scoped to the program's tenant (tenant.h). Every job
@@ -89,6 +93,7 @@ private:
   std::string identity_;
   JobRunner& pool_;
   std::function<CompileJobLimits()> limits_;
+  std::optional<jit::GpuTarget> gpu_;
 };
 
 } // namespace fdo::daemon

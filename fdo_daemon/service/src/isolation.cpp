@@ -3,6 +3,7 @@
 #include "fdo/daemon/ipc.h"
 #include "fdo/util/log.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <unistd.h>
 
@@ -11,7 +12,7 @@ namespace fdo::daemon {
 namespace fs = std::filesystem;
 
 std::string_view to_string(WorkerRole role) {
-  return role == WorkerRole::compile ? "compile" : "exec";
+  return role == WorkerRole::compile ? "compile" : role == WorkerRole::exec ? "exec" : "gpu";
 }
 
 std::string sandbox_tenant(std::string_view scope) {
@@ -27,6 +28,18 @@ const std::vector<std::string>& Isolation::readable_paths() {
       "/etc",          "/sys",      "/proc/self",   "/proc/sys/kernel", "/proc/cpuinfo",
       "/proc/meminfo", "/dev/zero", "/dev/urandom", "/dev/random"};
   return paths;
+}
+
+std::vector<std::string> gpu_device_nodes() {
+  // /dev/nvidiactl, /dev/nvidia0.., /dev/nvidia-uvm(-tools), /dev/nvidia-caps/...
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/dev", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("nvidia", 0) == 0) out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 namespace {
@@ -125,6 +138,16 @@ nlohmann::json Isolation::bind_request(WorkerRole role, const std::string& tenan
   if (role == WorkerRole::exec) {
     spec.address_space_bytes = c.exec_memory_mb * kMiB;
     // One byte over the capture limit, so a cut stream shows as longer than it.
+    spec.file_size_bytes = c.job_output_bytes + 1;
+  } else if (role == WorkerRole::gpu) {
+    // The device nodes the driver opens, and what it reads about them; no
+    // address-space limit (the driver reserves terabytes of virtual address
+    // space for unified addressing): the worker's cgroup bounds its memory.
+    for (const std::string& node : gpu_device_nodes())
+      spec.writable.push_back(node);
+    for (const char* p : {"/proc/driver/nvidia", "/proc/devices", "/proc/self/task"})
+      spec.readable.push_back(p);
+    if (c.gpu_driver.find('/') != std::string::npos) spec.readable.push_back(c.gpu_driver);
     spec.file_size_bytes = c.job_output_bytes + 1;
   } else {
     spec.address_space_bytes = c.compile_memory_mb * kMiB;

@@ -100,6 +100,7 @@ Expected<ProgramRef> ProgramRegistry::add(std::string_view bytes, std::string na
   rec->pk = scope.profile_key(analysis.profile_key);
   rec->owner = uid;
   rec->entries = std::move(analysis.entries);
+  rec->target = analysis.target;
   FDO_TRY_STATUS(create_private_dirs(dir_));
   FDO_TRY_STATUS(write_file_atomic(path_of(rec->ik), encode_file(rec->program), Durability::fsync,
                                    kProgramFileMode));
@@ -187,6 +188,7 @@ Expected<ProgramRef> ProgramRegistry::load(const std::string& ik, std::int64_t u
   rec->pk = rec->scope().profile_key(analysis.profile_key);
   rec->owner = info->owner;
   rec->entries = std::move(analysis.entries);
+  rec->target = analysis.target;
   if (info->program_hash.empty() || info->pk != rec->pk) {
     ps::ProgramInfo row = *info;
     row.size = static_cast<std::int64_t>(rec->program.bytes.size());

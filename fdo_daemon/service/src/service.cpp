@@ -166,8 +166,12 @@ ServiceBuilder::worker_pool(const std::string& worker_path, WorkerRole role, con
   o.worker_path = worker_path;
   o.worker_args = {"--role", std::string(to_string(role))};
   o.name = std::string(to_string(role));
-  o.size = static_cast<int>(role == WorkerRole::compile ? c.compile_workers : c.exec_workers);
-  o.defaults = role == WorkerRole::compile ? compile_job_limits(c) : exec_job_limits(c);
+  o.size = static_cast<int>(role == WorkerRole::compile ? c.compile_workers
+                            : role == WorkerRole::exec  ? c.exec_workers
+                                                        : c.gpu_workers);
+  o.defaults = role == WorkerRole::compile ? compile_job_limits(c)
+               : role == WorkerRole::exec  ? exec_job_limits(c)
+                                           : gpu_job_limits(c);
   o.max_waiting_per_tenant = c.max_queued_jobs_per_uid;
   if (role == WorkerRole::compile)
     o.max_running_per_tenant = c.effective_max_running_compiles_per_uid();
@@ -241,6 +245,25 @@ Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
         return probe ? probe(c, *exec) : probe_in_worker(c, *exec);
       }).share();
 
+  // The GPU is part of the compiler identity, so it is known before the
+  // first program is keyed: probed now, in a GPU worker (fdod never loads
+  // the driver itself).
+  if (gpu_wanted(c)) {
+    FDO_TRY(s->gpu_pool, runners(WorkerRole::gpu, c, s->isolation, live_config));
+    s->gpu = probe_gpu_host(c, *s->gpu_pool);
+  } else {
+    s->gpu = no_gpu(c.gpu == GpuUse::off ? "gpu = off"
+                                         : "no NVIDIA device node (/dev/nvidia*) on this host");
+  }
+  if (s->gpu.usable()) {
+    const gpu::GpuInfo& g = s->gpu.gpus.front();
+    log::info("GPU: " + g.name + ", " + jit::sm_name(g.sm) + ", driver " +
+              std::to_string(g.driver_version) + ": NVPTX programs run on it");
+  } else {
+    if (s->gpu_pool) log::warning("GPU: NVPTX programs will be refused: " + s->gpu.reason);
+    s->gpu_pool.reset();
+  }
+
   s->store_keys = std::make_unique<StoreKeys>(*s->store);
   s->store_feedback = std::make_unique<StoreFeedback>(*s->store);
   s->store_programs = std::make_unique<StorePrograms>(*s->store);
@@ -259,10 +282,18 @@ Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
     s->feedback_store = &s->fallback->feedback();
     s->program_index = &s->fallback->programs();
   }
-  s->compiler = std::make_unique<RemoteCompiler>(s->identity.canonical(), *s->compile_pool, [raw] {
-    auto cfg = raw->config.get();
-    return CompileJobLimits{compile_job_limits(*cfg), cfg->max_program_bytes};
-  });
+  // On a GPU host the identity names the GPU too: an output is never served
+  // to another GPU or driver (nor, after a driver upgrade, a CPU program's:
+  // it is recompiled once).
+  const std::string identity =
+      s->identity.canonical() + (s->gpu.usable() ? ";gpu=" + s->gpu.identity : "");
+  s->compiler = std::make_unique<RemoteCompiler>(
+      identity, *s->compile_pool,
+      [raw] {
+        auto cfg = raw->config.get();
+        return CompileJobLimits{compile_job_limits(*cfg), cfg->max_program_bytes};
+      },
+      s->gpu.target);
   cache::Config cc;
   cc.state_dir = c.state_dir;
   cc.memory_budget_bytes = c.memory_cache_bytes;

@@ -9,6 +9,7 @@
 #include "fdo/daemon/audit.h"
 #include "fdo/daemon/config.h"
 #include "fdo/daemon/feedback_loop.h"
+#include "fdo/daemon/gpu_host.h"
 #include "fdo/daemon/guard.h"
 #include "fdo/daemon/isolation.h"
 #include "fdo/daemon/job_runner.h"
@@ -84,6 +85,11 @@ struct ServiceState {
   // does not delay start-up. Declared after exec_pool: destroyed first, it
   // waits for a probe still running.
   std::shared_future<nlohmann::json> perf_caps;
+  // The host's GPU (gpu_host.h): its workers, or none, and what the probe
+  // found or why fdod runs no GPU programs.
+  std::unique_ptr<JobRunner> gpu_pool;
+  GpuHost gpu;
+  GpuTunings gpu_tunings;
   // The adapters over `store`, and (a shared store only) the layer that
   // serves through its outages (store_fallback.h).
   std::unique_ptr<StoreKeys> store_keys;

@@ -285,8 +285,9 @@ struct ReplyExtras {
 // A worker is reusable for its tenant's next job only if the job left nothing
 // running and did not keep memory it cannot account for.
 std::string hygiene_problem(const Fd& task_dir, std::uint64_t vm_at_bind,
-                            std::uint64_t retire_growth) {
-  if (std::size_t n = process_thread_count(task_dir.get()); n > 1)
+                            std::uint64_t retire_growth, LeftoverThreads threads) {
+  if (std::size_t n = process_thread_count(task_dir.get());
+      n > 1 && threads == LeftoverThreads::retire)
     return "the job left " + std::to_string(n - 1) + " thread(s) running";
   if (retire_growth != 0 && vm_at_bind != 0) {
     std::uint64_t vm = read_vm_bytes();
@@ -450,7 +451,10 @@ int run_worker_loop(int fd, ContextJobHandler handler, WorkerLoopOptions options
     // What the job printed is in the capture files before the reply leaves.
     std::fflush(stdout);
     std::fflush(stderr);
-    if (bound) extras.retire = hygiene_problem(task_dir, vm_at_bind, retire_growth);
+    if (bound)
+      extras.retire =
+          hygiene_problem(task_dir, vm_at_bind, retire_growth, options.leftover_threads);
+    if (extras.retire.empty() && options.retire_after) extras.retire = options.retire_after();
     if (auto st = send_result(fd, ctx.id, std::move(result), ctx.limits, extras); !st)
       return channel_broken(st.error());
   }

@@ -46,6 +46,8 @@ Expected<ScalarType> scalar_of(const std::string& text) {
   return make_error(Errc::internal, "unknown ABI kind for '" + text + "'");
 }
 
+} // namespace
+
 Expected<Signature> signature_of(const jit::EntryInfo& e) {
   Signature sig;
   sig.name = e.name;
@@ -63,6 +65,8 @@ Expected<BufferEncoding> buffer_encoding_param(const json& params) {
   if (encoding == "base64") return BufferEncoding::base64;
   return make_error(Errc::invalid_argument, "buffer_encoding must be \"array\" or \"base64\"");
 }
+
+namespace {
 
 // Whether an exec job carries the compiled object (and its metadata) or only
 // names it by storage key for a worker that holds it linked.
@@ -225,6 +229,14 @@ std::string as_text(std::string_view bytes) {
   return out;
 }
 
+} // namespace
+
+json output_json(const JobOutput& o) {
+  return {{"stdout", as_text(o.out)}, {"stderr", as_text(o.err)}, {"truncated", o.truncated}};
+}
+
+namespace {
+
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -300,10 +312,6 @@ json variant_json(const StagePlan& plan) {
           {"trial", nullptr}};
 }
 
-json output_json(const JobOutput& o) {
-  return {{"stdout", as_text(o.out)}, {"stderr", as_text(o.err)}, {"truncated", o.truncated}};
-}
-
 // One stage in fdod's log (journald fields under systemd): finished stages at
 // debug, failed ones at info, each naming its program, profile and tenant.
 void stage_record(log::Level level, const std::string& what, const cache::StageOutput& so,
@@ -341,6 +349,7 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   FDO_TRY(ProgramRef prog, program_param(s, params, ctx));
   FDO_TRY(jit::EntryInfo entry, find_entry(*prog, entry_name));
   FDO_TRY(Signature sig, signature_of(entry));
+  if (prog->target == ProgramTarget::nvptx) return execute_gpu(s, params, ctx, *prog, sig);
   std::shared_ptr<const Config> cfg = s.config.get();
   const Config& c = *cfg;
   json buffers_param = params.contains("buffers") ? params["buffers"] : json(nullptr);

@@ -77,6 +77,16 @@ Expected<StageStart> start_stage(ServiceState& s, const ProgramRecord& prog,
 
 // The execute method (execute.cpp): one stage.
 Expected<json> execute(ServiceState& s, const json& params, const CallContext& ctx);
+// One stage of an NVPTX program (execute_gpu.cpp, docs/gpu.md): `entry` is a
+// kernel, launched on the host's GPU.
+Expected<json> execute_gpu(ServiceState& s, const json& params, const CallContext& ctx,
+                           const ProgramRecord& prog, const Signature& kernel);
+// An entry's ABI types as the call's (execute.cpp).
+Expected<Signature> signature_of(const jit::EntryInfo& e);
+// "buffer_encoding": how returned buffers are written (execute.cpp).
+Expected<BufferEncoding> buffer_encoding_param(const json& params);
+// What a job printed, for a reply's "output" (execute.cpp).
+json output_json(const JobOutput& o);
 
 // What a stage's sampling saw, for a reply (execute.cpp): null when `reply`
 // (an exec worker's, or in-process samples in the same form) has no samples.

@@ -68,12 +68,13 @@ Expected<json> capabilities(ServiceState& s, const json&, const CallContext&) {
       {"llvm_version", s.identity.llvm_version},
       {"target",
        {{"triple", s.identity.triple}, {"cpu", s.identity.cpu}, {"features", s.identity.features}}},
-      {"compiler_identity", s.identity.canonical()},
+      {"compiler_identity", s.compiler->identity()},
       {"compile_modes", {"plain", "instrumented", "optimized", "cs_instrumented"}},
       {"tier_up", std::string(cache::to_string(c->tier_up))},
       {"share_profiles_across_tenants", c->share_profiles_across_tenants},
       {"perf", s.perf_caps.get()}, // probed at start-up: waits for it the first time
       {"sandbox", s.isolation->to_json()},
+      {"gpu", to_json(s.gpu)},
       {"object_cache_remote", remote_tier_state(s, true)},
       {"profile_store", profile_store_state(s, true)},
       {"host", s.host}};

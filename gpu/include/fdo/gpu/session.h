@@ -102,7 +102,7 @@ public:
       : driver_(o.driver_), pointers_(std::move(o.pointers_)), sizes_(std::move(o.sizes_)) {
     o.pointers_.clear();
   }
-  DeviceBuffers& operator=(DeviceBuffers&&) = delete;
+  DeviceBuffers& operator=(DeviceBuffers&& o) noexcept;
   DeviceBuffers(const DeviceBuffers&) = delete;
   DeviceBuffers& operator=(const DeviceBuffers&) = delete;
   std::size_t size() const { return pointers_.size(); }

@@ -38,6 +38,14 @@ enum class SandboxCgroup {
 };
 std::string_view to_string(SandboxCgroup c);
 
+// Whether fdod runs NVPTX programs on the host's GPU (docs/gpu.md).
+enum class GpuUse {
+  automatic, // when the host has NVIDIA device nodes (/dev/nvidia*)
+  on,        // always try (the driver's answer says why not); for gpu_driver fakes in tests
+  off,       // never: NVPTX programs are refused
+};
+std::string_view to_string(GpuUse g);
+
 // Whether a changed key takes effect on SIGHUP or only after a restart.
 enum class ReloadBehavior { runtime, restart };
 std::string_view to_string(ReloadBehavior r); // "runtime", "restart"
@@ -75,6 +83,10 @@ struct Config {
   unsigned handler_threads = 0; // 0 = 2 x hardware threads, at least 4
   std::chrono::milliseconds drain_timeout{30000};
   unsigned compile_workers = 2;
+  GpuUse gpu = GpuUse::automatic;
+  std::string gpu_driver = "libcuda.so.1";
+  unsigned gpu_workers = 1;
+  std::chrono::milliseconds gpu_kernel_timeout{10'000};
   unsigned exec_workers = 2;
   unsigned max_running_compiles_per_uid = 0; // 0 = compile_workers - 1, at least 1
   std::chrono::milliseconds compile_timeout{60000};

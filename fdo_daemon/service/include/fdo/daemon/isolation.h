@@ -13,15 +13,20 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace fdo::daemon {
 
-enum class WorkerRole { compile, exec };
+enum class WorkerRole { compile, exec, gpu };
 std::string_view to_string(WorkerRole role);
 
 // The sandbox tenant of a program scope: "uid:N" per tenant, "shared" for
 // shared profiles, "system" for the daemon's own jobs (empty scope and tenant).
 std::string sandbox_tenant(std::string_view scope);
+
+// The host's NVIDIA device nodes (/dev/nvidia*), which a GPU worker may open
+// and nothing else may.
+std::vector<std::string> gpu_device_nodes();
 
 class Isolation {
 public:

@@ -29,9 +29,14 @@
 namespace fdo::daemon {
 
 // What the compile worker reports about a program without compiling it.
+// What a program's code runs on: the host CPU, or the host's GPU (a module
+// that targets NVPTX, whose entries are its kernels; docs/gpu.md).
+enum class ProgramTarget { host, nvptx };
+
 struct ProgramAnalysis {
   std::string profile_key; // from the canonical IR, before tenant scoping
   std::vector<jit::EntryInfo> entries;
+  ProgramTarget target = ProgramTarget::host;
 };
 
 class ProgramAnalyzer {
@@ -63,6 +68,7 @@ struct ProgramRecord {
   std::string pk;         // the tenant-scoped profile key
   std::int64_t owner = 0;
   std::vector<jit::EntryInfo> entries;
+  ProgramTarget target = ProgramTarget::host;
   mutable std::atomic<std::int64_t> stages{0}; // stages run since this daemon loaded it
 
   TenantScope scope() const { return TenantScope::from_string(program.scope); }

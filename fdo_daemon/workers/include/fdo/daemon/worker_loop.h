@@ -33,11 +33,20 @@ using BindHandler = std::function<Expected<nlohmann::json>(const nlohmann::json&
 using ContextJobHandler =
     std::function<Expected<Message>(const Message& request, const JobContext& context)>;
 
+// Whether threads still running after a job mean the job left client code
+// running (retire the worker) or are the worker's own (a GPU worker's driver
+// keeps threads for its context; no client code runs on its host side).
+enum class LeftoverThreads { retire, expected };
+
 struct WorkerLoopOptions {
   // Requests come from the daemon (trusted), but still never allocate blindly.
   FrameLimits request_limits{64 * kMiB, 4 * kGiB, UINT64_MAX};
   // Without one, a bind request is refused (the pool then retires the worker).
   BindHandler bind;
+  LeftoverThreads leftover_threads = LeftoverThreads::retire;
+  // Asked after each job: a non-empty reason retires the worker (a GPU
+  // worker whose context a kernel fault lost).
+  std::function<std::string()> retire_after;
 };
 
 // Runs until the daemon closes the channel; returns the process exit status:
