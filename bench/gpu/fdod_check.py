@@ -109,11 +109,16 @@ def main():
     ap.add_argument("--kernels", required=True)
     ap.add_argument("--json")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--config", action="append", default=[], help="KEY=VALUE for fdod.conf")
+    ap.add_argument("--probe-only", action="store_true")
     args = ap.parse_args()
     bin_dir = os.environ.get("FDO_BIN_DIR", "build")
     state = tempfile.mkdtemp(prefix="fdo-gpu-state-")
     config = {"gpu_kernel_timeout_ms": 2000, "max_request_bytes": 1 << 29,
               "max_output_bytes": 1 << 29, "log_level": "info", "tier_up": "sync"}
+    for kv in args.config:
+        k, _, v = kv.partition("=")
+        config[k] = v
     report = {}
     ok = True
     d = Fdod(bin_dir, state, config)
@@ -122,13 +127,13 @@ def main():
         report["gpu"] = caps["gpu"]
         report["sandbox"] = caps["sandbox"]
         print("capabilities.gpu:", json.dumps(caps["gpu"]))
-        if not caps["gpu"]["available"]:
+        if args.probe_only or not caps["gpu"]["available"]:
             print("fdod runs no GPU programs here:", caps["gpu"].get("reason"))
             print(d.log_text())
             return 1
         program = d.call("program.register", {"ir": pathlib.Path(args.kernels).read_text()})["program"]
         rng = np.random.default_rng(5)
-        n = 1 << 22
+        n = int(os.environ.get("FDO_GPU_CHECK_N", 1 << 22))
         x = rng.uniform(-1, 1, n).astype(np.float32)
         y = rng.uniform(-1, 1, n).astype(np.float32)
         stages = {}

@@ -34,7 +34,9 @@ echo "== gpu_check (a new process: the disk tier)"
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 if [ -x "$B/bin/fdod" ] && [ -f bench/gpu/fdod_check.py ]; then
   echo "== through fdod"
-  FDO_BIN_DIR=$B/bin timeout 240 python3 bench/gpu/fdod_check.py --kernels "$B/fixtures/gpu_kernels.ll" \
+  PY=python3
+  $PY -c 'import numpy' 2>/dev/null || PY=/opt/torch/.venv/bin/python3
+  FDO_BIN_DIR=$B/bin timeout 300 $PY bench/gpu/fdod_check.py --kernels "$B/fixtures/gpu_kernels.ll" \
     --json "$OUT/fdod.json" 2>&1 | tee "$OUT/fdod.txt"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi

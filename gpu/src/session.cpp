@@ -170,8 +170,11 @@ Expected<std::unique_ptr<Session>> Session::open(Driver& d, int ordinal) {
   return s;
 }
 
+// After a fault or a kernel that never ended, nothing is released: the
+// driver would wait for the device (forever, for a kernel still running);
+// the process is about to be replaced, and its end frees it all.
 Session::~Session() {
-  driver_.primary_ctx_release(device_);
+  if (!broken_) driver_.primary_ctx_release(device_);
 }
 
 Error Session::fail(std::string_view call, CuResult r) {
@@ -187,7 +190,7 @@ Status Session::check(std::string_view call, CuResult r) {
 }
 
 Module::~Module() {
-  session_.driver_.module_unload(module_);
+  if (!session_.broken_) session_.driver_.module_unload(module_);
 }
 
 Expected<std::shared_ptr<Module>> Session::load(std::string_view image, ImageKind kind) {
@@ -229,15 +232,18 @@ Expected<std::string> Session::link_cubin(std::string_view ptx) {
 }
 
 DeviceBuffers::~DeviceBuffers() {
+  if (broken_ != nullptr && *broken_) return;
   for (CuDevicePtr p : pointers_)
     driver_->mem_free(p);
 }
 
 DeviceBuffers& DeviceBuffers::operator=(DeviceBuffers&& o) noexcept {
   if (this != &o) {
-    for (CuDevicePtr p : pointers_)
-      driver_->mem_free(p);
+    if (broken_ == nullptr || !*broken_)
+      for (CuDevicePtr p : pointers_)
+        driver_->mem_free(p);
     driver_ = o.driver_;
+    broken_ = o.broken_;
     pointers_ = std::move(o.pointers_);
     sizes_ = std::move(o.sizes_);
     o.pointers_.clear();
@@ -249,6 +255,7 @@ Expected<DeviceBuffers> Session::upload(const std::vector<std::string>& buffers)
   if (broken_) return make_error(Errc::unavailable, "the GPU context was lost to an earlier fault");
   DeviceBuffers device;
   device.driver_ = &driver_;
+  device.broken_ = &broken_;
   for (const std::string& b : buffers) {
     CuDevicePtr p = 0;
     FDO_TRY_STATUS(check("cuMemAlloc", driver_.mem_alloc(&p, b.empty() ? 1 : b.size())));

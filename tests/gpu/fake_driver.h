@@ -64,6 +64,8 @@ public:
   int module_loads = 0;
   int live_modules = 0;
   int retained_contexts = 0;
+  // Calls that would block on a real GPU while a kernel never ends.
+  int waits_on_running_kernel = 0;
   std::size_t live_bytes() const {
     std::size_t n = 0;
     for (const auto& [p, m] : memory_)
@@ -126,6 +128,7 @@ public:
     return cu::success;
   }
   CuResult primary_ctx_release(CuDevice) override {
+    if (hanging_) ++waits_on_running_kernel;
     --retained_contexts;
     return cu::success;
   }
@@ -154,6 +157,7 @@ public:
     return cu::success;
   }
   CuResult module_unload(CuModule) override {
+    if (hanging_) ++waits_on_running_kernel;
     --live_modules;
     return cu::success;
   }
@@ -187,6 +191,7 @@ public:
     return cu::success;
   }
   CuResult mem_free(CuDevicePtr p) override {
+    if (hanging_) ++waits_on_running_kernel;
     memory_.erase(p);
     return cu::success;
   }

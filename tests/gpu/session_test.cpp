@@ -249,6 +249,7 @@ TEST_CASE("gpu session: a kernel fault loses the context for good", "[gpu]") {
 
 TEST_CASE("gpu session: a kernel that never ends is abandoned at its time limit", "[gpu]") {
   FakeDriver d;
+  d.kernels["saxpy"] = saxpy;
   d.kernels["wild"] = [](const FakeLaunch&) {
     FakeOutcome o;
     o.hangs = true;
@@ -258,18 +259,25 @@ TEST_CASE("gpu session: a kernel that never ends is abandoned at its time limit"
   REQUIRE(s);
   auto m = (*s)->load(kPtx, ImageKind::ptx);
   REQUIRE(m);
-  std::vector<std::string> none;
+  std::vector<std::string> flag{bytes_of(std::vector<int>(1, 0))};
   LaunchSpec spec;
   spec.kernel = "wild";
+  spec.args = {KernelArg::buf(0)};
   spec.time_limit = std::chrono::milliseconds(50);
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = (*s)->launch(**m, spec, none);
+  auto r = (*s)->launch(**m, spec, flag);
   REQUIRE_FALSE(r);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
   CHECK(r.error().code() == Errc::timeout);
   CHECK_THAT(r.error().message(), Catch::Contains("did not finish within 50 ms"));
   CHECK((*s)->broken());
   CHECK((*s)->last_error() == GpuErrc::launch_timeout);
+  // Nothing waits on the running kernel afterwards: not the launch's
+  // buffers, not the module, not the session (on an H200 a cuMemFree here
+  // held the worker until the pool's wall limit killed it).
+  m->reset();
+  s->reset();
+  CHECK(d.waits_on_running_kernel == 0);
 }
 
 TEST_CASE("gpu driver: the real loader names what is missing", "[gpu]") {

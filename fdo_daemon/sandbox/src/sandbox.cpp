@@ -126,7 +126,8 @@ json to_json(const SandboxSpec& s) {
             {"writable", s.writable},
             {"hidden", s.hidden},
             {"address_space_bytes", s.address_space_bytes},
-            {"file_size_bytes", s.file_size_bytes}};
+            {"file_size_bytes", s.file_size_bytes},
+            {"seccomp", std::string(to_string(s.seccomp))}};
   j["uid"] = s.uid ? json(*s.uid) : json(nullptr);
   return j;
 }
@@ -145,6 +146,12 @@ Expected<SandboxSpec> sandbox_spec_from_json(const json& j) {
     s.hidden = j.at("hidden").get<std::vector<std::string>>();
     s.address_space_bytes = j.at("address_space_bytes").get<std::uint64_t>();
     s.file_size_bytes = j.at("file_size_bytes").get<std::uint64_t>();
+    // Absent in a spec from before the profiles: the worker filter.
+    const std::string profile = j.value("seccomp", "worker");
+    if (profile == "gpu_worker")
+      s.seccomp = SeccompProfile::gpu_worker;
+    else if (profile != "worker")
+      return make_error(Errc::invalid_argument, "sandbox spec: unknown seccomp profile");
     if (s.tenant.empty()) return make_error(Errc::invalid_argument, "sandbox spec: no tenant");
     return s;
   } catch (const json::exception& e) {
@@ -203,7 +210,7 @@ Expected<SandboxReport> enter_sandbox(const SandboxSpec& spec) {
   }
   if (spec.filesystem == FilesystemIsolation::none) report.filesystem = "none";
 
-  FDO_TRY_STATUS(install_seccomp_filter());
+  FDO_TRY_STATUS(install_seccomp_filter(spec.seccomp));
   report.seccomp = true;
   return report;
 }

@@ -5,6 +5,7 @@
 #include <linux/sched.h>
 #include <seccomp.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 namespace fdo::daemon {
@@ -18,8 +19,8 @@ constexpr const char* kAlwaysDenied[] = {
     "pidfd_send_signal", "tkill",
     // new programs and processes
     "execve", "execveat", "fork", "vfork",
-    // sockets
-    "socket", "socketpair",
+    // sockets (socket itself: per profile, below)
+    "socketpair",
     // namespaces and mounts
     "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree", "move_mount",
     "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
@@ -78,7 +79,11 @@ Status deny(Filter& f, const char* name, unsigned argc = 0, const scmp_arg_cmp* 
 
 } // namespace
 
-Status install_seccomp_filter() {
+std::string_view to_string(SeccompProfile p) {
+  return p == SeccompProfile::worker ? "worker" : "gpu_worker";
+}
+
+Status install_seccomp_filter(SeccompProfile profile) {
   Filter f;
   if (f.get() == nullptr) return make_error(Errc::unsupported, "seccomp: cannot create a filter");
   // Another architecture's syscall table (int 0x80 on x86-64) would bypass
@@ -91,6 +96,13 @@ Status install_seccomp_filter() {
 
   for (const char* name : kAlwaysDenied)
     FDO_TRY_STATUS(deny(f, name));
+
+  if (profile == SeccompProfile::gpu_worker) {
+    scmp_arg_cmp not_unix = SCMP_A0_32(SCMP_CMP_NE, AF_UNIX);
+    FDO_TRY_STATUS(deny(f, "socket", 1, &not_unix));
+  } else {
+    FDO_TRY_STATUS(deny(f, "socket"));
+  }
 
   // clone: threads (CLONE_THREAD) yes, processes no.
   scmp_arg_cmp no_thread = SCMP_A0_64(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0);
@@ -120,6 +132,7 @@ Status install_seccomp_filter() {
 
 std::vector<std::string> seccomp_denied_syscalls() {
   std::vector<std::string> out(std::begin(kAlwaysDenied), std::end(kAlwaysDenied));
+  out.push_back("socket");
   for (const char* conditional : {"clone", "clone3", "kill", "tgkill", "rt_sigqueueinfo",
                                   "rt_tgsigqueueinfo", "perf_event_open", "prctl"})
     out.emplace_back(conditional);

@@ -145,15 +145,22 @@ nlohmann::json Isolation::bind_request(WorkerRole role, const std::string& tenan
     // space for unified addressing): the worker's cgroup bounds its memory.
     for (const std::string& node : gpu_device_nodes())
       spec.writable.push_back(node);
-    for (const char* p : {"/proc/driver/nvidia", "/proc/devices", "/proc/self/task"})
+    for (const char* p : {"/proc/driver/nvidia", "/proc/devices"})
       spec.readable.push_back(p);
+    // The driver names its threads (/proc/self/task/<tid>/comm): cuInit
+    // fails with CUDA_ERROR_OPERATING_SYSTEM if it cannot (seen on an H200
+    // host, driver 580). Only the worker's own threads.
+    spec.writable.push_back("/proc/self/task");
     if (c.gpu_driver.find('/') != std::string::npos) spec.readable.push_back(c.gpu_driver);
     spec.file_size_bytes = c.job_output_bytes + 1;
+    spec.seccomp = SeccompProfile::gpu_worker;
   } else {
     spec.address_space_bytes = c.compile_memory_mb * kMiB;
   }
+  // The driver maps what it maps (100+ MiB for a context): a GPU worker is
+  // not retired for that.
   return {{"spec", daemon::to_json(spec)},
-          {"retire_growth_bytes", c.worker_retire_growth_mb * kMiB}};
+          {"retire_growth_bytes", role == WorkerRole::gpu ? 0 : c.worker_retire_growth_mb * kMiB}};
 }
 
 Status Isolation::open_cgroups(const Config& c) {

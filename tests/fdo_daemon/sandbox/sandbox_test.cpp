@@ -172,6 +172,42 @@ TEST_CASE("sandbox: seccomp denies escapes and keeps what programs and measureme
   CHECK(r.has("dumpable now 0"));
 }
 
+TEST_CASE("sandbox: GPU workers' filter lets the driver open an AF_UNIX socket, nothing more",
+          "[sandbox][security]") {
+  if (skipped_under_tsan()) return;
+  auto r = in_child([&](FILE* out) {
+    SandboxSpec spec = base_spec();
+    spec.seccomp = SeccompProfile::gpu_worker;
+    // The profile travels in the bind spec.
+    auto back = sandbox_spec_from_json(to_json(spec));
+    if (!back || back->seccomp != SeccompProfile::gpu_worker) {
+      std::fprintf(out, "spec lost the profile\n");
+      ::_exit(4);
+    }
+    enter_or_die(out, *back);
+    report(out, "unix socket", ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    report(out, "inet socket", ::socket(AF_INET, SOCK_STREAM, 0));
+    report(out, "netlink socket", ::socket(AF_NETLINK, SOCK_RAW, 0));
+    int sv[2];
+    report(out, "socketpair", ::socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
+    report(out, "fork", ::fork());
+    report(out, "execve", ::execve("/bin/true", nullptr, nullptr));
+  });
+  INFO(Catch::Detail::stringify(r.lines));
+  REQUIRE(r.exited_ok());
+  CHECK(r.has("unix socket ok"));
+  for (const char* denied : {"inet socket", "netlink socket", "socketpair", "fork", "execve"})
+    CHECK(r.has(std::string(denied) + " errno=EPERM"));
+  // A spec without a profile (an older daemon's) gets the worker filter.
+  nlohmann::json old = to_json(base_spec());
+  old.erase("seccomp");
+  auto parsed = sandbox_spec_from_json(old);
+  REQUIRE(parsed);
+  CHECK(parsed->seccomp == SeccompProfile::worker);
+  old["seccomp"] = "anything";
+  CHECK_FALSE(sandbox_spec_from_json(old));
+}
+
 TEST_CASE("sandbox: the filter's deny list is what the docs say", "[sandbox][security]") {
   auto names = seccomp_denied_syscalls();
   for (const char* must :

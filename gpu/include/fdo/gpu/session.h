@@ -99,7 +99,8 @@ public:
   DeviceBuffers() = default;
   ~DeviceBuffers();
   DeviceBuffers(DeviceBuffers&& o) noexcept
-      : driver_(o.driver_), pointers_(std::move(o.pointers_)), sizes_(std::move(o.sizes_)) {
+      : driver_(o.driver_), broken_(o.broken_), pointers_(std::move(o.pointers_)),
+        sizes_(std::move(o.sizes_)) {
     o.pointers_.clear();
   }
   DeviceBuffers& operator=(DeviceBuffers&& o) noexcept;
@@ -110,6 +111,9 @@ public:
 private:
   friend class Session;
   Driver* driver_ = nullptr;
+  // The session's: once it is broken nothing is freed (cuMemFree waits for
+  // the device, and a kernel that never ends would hold it forever).
+  const bool* broken_ = nullptr;
   std::vector<CuDevicePtr> pointers_;
   std::vector<std::size_t> sizes_;
 };

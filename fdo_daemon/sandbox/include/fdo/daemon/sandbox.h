@@ -16,6 +16,7 @@
 //      namespaces, mounts, kernel keyrings, SysV IPC and the like.
 #pragma once
 
+#include "fdo/daemon/seccomp_policy.h"
 #include "fdo/util/expected.h"
 
 #include <cstdint>
@@ -46,6 +47,9 @@ struct SandboxSpec {
   // Hard RLIMIT_FSIZE (bounds what a program can write to its captured
   // stdout/stderr); 0 leaves it.
   std::uint64_t file_size_bytes = 0;
+  // The seccomp filter (seccomp_policy.h): GPU workers' lets the driver
+  // open an AF_UNIX socket.
+  SeccompProfile seccomp = SeccompProfile::worker;
 };
 
 nlohmann::json to_json(const SandboxSpec& spec);

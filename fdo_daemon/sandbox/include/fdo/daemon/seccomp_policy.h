@@ -9,7 +9,7 @@
 //   - new programs and processes: execve, execveat, fork, vfork, clone
 //     without CLONE_THREAD (threads stay allowed), clone3 (ENOSYS: glibc then
 //     uses clone, which is filtered)
-//   - sockets: socket, socketpair
+//   - sockets: socket (GPU workers: AF_UNIX allowed), socketpair
 //   - namespaces and mounts: unshare, setns, mount and the new mount API,
 //     umount2, pivot_root, chroot
 //   - identity and privilege: set*uid/set*gid/setgroups, capset,
@@ -25,13 +25,22 @@
 #include "fdo/util/expected.h"
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace fdo::daemon {
 
 // Loads the filter into this process (all threads). Needs PR_SET_NO_NEW_PRIVS
 // (or CAP_SYS_ADMIN) first.
-Status install_seccomp_filter();
+// Which workers the filter is for. gpu_worker: the same, except that
+// socket(AF_UNIX, ...) is allowed: the NVIDIA driver's cuInit fails with
+// CUDA_ERROR_OPERATING_SYSTEM without it (seen on an H200 host, driver 580).
+// A GPU worker runs no client code on the host (docs/gpu.md); socketpair and
+// every other address family stay denied.
+enum class SeccompProfile { worker, gpu_worker };
+std::string_view to_string(SeccompProfile p);
+
+Status install_seccomp_filter(SeccompProfile profile = SeccompProfile::worker);
 
 // The names of the syscalls the filter denies outright or conditionally (for
 // docs and tests).
