@@ -49,6 +49,25 @@ std::string trial_id_of(const Arms& a, const std::string& digest, GuardClock clo
          (clock == GuardClock::cpu ? " cpu" : "");
 }
 
+// The seed of a trial's block orders (trial.h): FNV-1a of the profile key,
+// the trial id and the version it started under, all of which a checkpoint
+// keeps, so a resumed trial plans the orders it would have.
+std::uint64_t trial_seed(const std::string& pk, const std::string& id, std::int64_t version) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  auto eat = [&](std::string_view s) {
+    for (unsigned char c : s) {
+      h ^= c;
+      h *= 0x100000001b3ull;
+    }
+    h ^= 0xff; // a separator no string holds
+    h *= 0x100000001b3ull;
+  };
+  eat(pk);
+  eat(id);
+  eat(std::to_string(version));
+  return h;
+}
+
 // Why the guard leaves this profile alone (it is served as it is); empty: guarded.
 std::string not_guarded(const ps::StoredProfile& sp) {
   if (sp.pinned) return "profile pinned: served as it is";
@@ -354,7 +373,7 @@ StagePlan Guard::plan(const std::string& pk, const ps::StoredProfile* current,
   p.kind = GuardPlanKind::trial;
   std::string id = trial_id_of(arms, digest, config.clock);
   auto restart = [&] {
-    st.trial = Trial();
+    st.trial = Trial(trial_seed(p.pk, id, sp.version));
     st.trial_id = id;
     st.shape = shape;
     st.since_sample = 0;
@@ -371,6 +390,7 @@ StagePlan Guard::plan(const std::string& pk, const ps::StoredProfile* current,
     const std::optional<TrialCheckpoint>& saved = sp.doc.guard.running;
     std::lock_guard c(counters_mu_);
     if (saved && saved->id == id) {
+      if (saved->version > 0) st.trial = Trial(trial_seed(p.pk, id, saved->version));
       for (std::uint64_t ns : saved->incumbent_ns)
         st.trial.add(Arm::incumbent, static_cast<double>(ns));
       for (std::uint64_t ns : saved->candidate_ns)
@@ -461,8 +481,7 @@ GuardStage Guard::record(const StagePlan& plan, const std::string& served_digest
     out.note = "trial decided: its verdict is being recorded";
     return out;
   }
-  VerdictPrep prep =
-      prepare_verdict(plan, st, r, kept_arm(r, st.arms->kind, config.trial), stage, program, owner);
+  VerdictPrep prep = prepare_verdict(plan, st, r, kept_arm(r), stage, program, owner);
   lk.unlock();
   VerdictWrite written = write_verdict(prep, out.note);
   lk.lock();
