@@ -1090,6 +1090,41 @@ TEST_CASE("guard: a running trial's samples survive a restart", "[guard]") {
   CHECK(after.counters().trials_started == 1);
 }
 
+TEST_CASE("guard: a resumed trial plans the block orders it would have", "[guard]") {
+  // The orders come from a seed of the profile key, the trial id and the
+  // version it began under: a daemon that resumes a checkpoint plans, stage
+  // by stage, what the daemon that saved it goes on planning.
+  GuardHarness h;
+  h.config.checkpoint_pairs = 4;
+  auto time = timing(1.0, 13);
+  for (int i = 0; i < 8; ++i) // two blocks, saved at 4+4
+    REQUIRE(h.stage_with(time).second.counted);
+  REQUIRE(h.current().doc.guard.running);
+  Guard restarted(h.keys, h.store, "testhost");
+  GuardConfig quiet = h.config;
+  quiet.checkpoint_pairs = 0; // both go on in memory: no write between them
+  std::vector<VariantRole> roles;
+  for (int i = 0; i < 8; ++i) { // two more blocks: still below min_pairs
+    StagePlan a = h.guard.plan(h.ik, h.shape, quiet);
+    StagePlan b = restarted.plan(h.ik, h.shape, quiet);
+    REQUIRE(a.variant);
+    REQUIRE(b.variant);
+    CHECK(a.role == b.role);
+    CHECK(a.variant->digest == b.variant->digest);
+    const StageTimes t = both(time(a.role));
+    CHECK(h.guard.record(a, a.variant->digest, t, h.stage, h.ik, 0, quiet).counted);
+    CHECK(restarted.record(b, b.variant->digest, t, h.stage++, h.ik, 0, quiet).counted);
+    roles.push_back(a.role);
+  }
+  CHECK(restarted.counters().resumed == 1);
+  // Its blocks are I C C I or C I I C.
+  for (std::size_t b = 0; b < roles.size(); b += 4) {
+    CHECK(roles[b] == roles[b + 3]);
+    CHECK(roles[b + 1] == roles[b + 2]);
+    CHECK(roles[b] != roles[b + 1]);
+  }
+}
+
 TEST_CASE("guard: a clean shutdown saves the pairs since the last checkpoint", "[guard]") {
   GuardHarness h;
   h.config.checkpoint_pairs = 100; // no periodic save within this test
