@@ -42,11 +42,12 @@ std::string id_name(const Variant& v) {
 }
 
 // Samples on one clock are never compared with the other's: the id names a
-// CPU-time trial's clock (a wall-time trial keeps the form ids had before
-// there was a choice, so its saved checkpoints still resume).
+// CPU-time trial's clock. " blocks": the trial runs randomized blocks
+// (trial.h); a checkpoint saved before them, in the fixed I C C I order,
+// does not match and its trial starts over.
 std::string trial_id_of(const Arms& a, const std::string& digest, GuardClock clock) {
   return id_name(a.incumbent) + " vs " + id_name(*a.candidate) + " @" + short_digest(digest) +
-         (clock == GuardClock::cpu ? " cpu" : "");
+         " blocks" + (clock == GuardClock::cpu ? " cpu" : "");
 }
 
 // The seed of a trial's block orders (trial.h): FNV-1a of the profile key,

@@ -383,9 +383,10 @@ TEST_CASE("guard: a trial compares the clock guard.clock names, never both", "[g
   auto [on_wall, wall_id] = run(GuardClock::wall);
   CHECK(on_wall.verdict == TrialVerdict::rejected);
   CHECK(on_wall.ratio == Approx(1.5).epsilon(0.02));
-  // The clock is part of the trial: a CPU-time trial's id says so, and a
-  // wall-time one keeps the form that saved checkpoints had before.
-  CHECK_THAT(cpu_id, Catch::EndsWith(" cpu"));
+  // The clock is part of the trial: a CPU-time trial's id says so. Both
+  // name the randomized blocks, so a checkpoint saved before them (in the
+  // fixed order) is not resumed.
+  CHECK_THAT(cpu_id, Catch::EndsWith(" blocks cpu"));
   CHECK(wall_id + " cpu" == cpu_id);
 
   // A stage without a CPU time is not counted on that clock.
