@@ -208,6 +208,9 @@ TrialResult Trial::evaluate(const TrialConfig& config) const {
     }
   }
   if (r.pairs < config.max_pairs) return r;
+  // The budget's blocks only: a trial evaluated again past its budget (its
+  // verdict's write failed and a stage came meanwhile) looks at the same test.
+  faster.resize(std::min(faster.size(), static_cast<std::size_t>(config.max_pairs / 2)));
   r.final_p = signed_rank_p(faster);
   r.verdict = r.final_p <= config.keep_alpha * (1.0 - kSequentialShare) ? Verdict::accepted
                                                                         : Verdict::no_difference;

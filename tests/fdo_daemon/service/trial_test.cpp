@@ -316,6 +316,13 @@ TEST_CASE("the budget's signed-rank test keeps what the processes could not", "[
   CHECK(r.keep_e < 2 / c.keep_alpha);
   CHECK(r.final_p == Approx(2.0 / 1024));
   CHECK(r.verdict == Verdict::accepted);
+  // Evaluated again past the budget (a verdict whose write failed), the
+  // final test still looks at the budget's ten blocks, once.
+  for (int k = 0; k < 2; ++k) {
+    t.add(Arm::incumbent, 1000.0);
+    t.add(Arm::candidate, 1100.0);
+  }
+  CHECK(t.evaluate(c).final_p == Approx(2.0 / 1024));
 }
 
 TEST_CASE("times that are not positive and finite are ignored", "[trial]") {
