@@ -38,9 +38,10 @@ def settings(min_stages: int, quick: bool) -> Dict[str, object]:
         "guard.min_stages": 0,
         "guard.tune_min_stages": 4,
         "guard.tune_max_variants": 1 if quick else 4,
-        # A large effect is decided in about six pairs (the rank test,
-        # guard.rank_p); a full run keeps the daemon's default budget (24).
-        "guard.max_pairs": 10 if quick else 24,
+        # A large effect is kept after six blocks of four stages (12 pairs:
+        # docs/guard.md, "The test"), no sooner; --quick leaves room for two
+        # blocks more, a full run keeps the daemon's default budget (64).
+        "guard.max_pairs": 16 if quick else 64,
         "guard.clock": "cpu",
         # fdod's default: the context-sensitive round, judged by the guard
         # (its -cs knob step); named here so the runner counts its stages.

@@ -4,7 +4,8 @@ slower than its plain build on the workload it is served (fixtures/pgo_loses.c:
 trained on one input distribution, then served another). The guard trials the
 profiled build against the plain build on live stages, rejects it, records the
 verdict in the profile, and later stages (across a restart too) run the plain
-build.
+build. And one whose profiled build is faster (fixtures/pgo_wins.c: a hot
+indirect call the profile promotes and inlines): kept, and served from then on.
 
 Run through CTest (tests/e2e/CMakeLists.txt) or directly:
   FDO_BUILD_DIR=build python3 tests/e2e/test_guard.py [-v]"""
@@ -38,9 +39,10 @@ class GuardRevertsSlowerProfile(unittest.TestCase):
             self.assertTrue(st["profile_rewritten"], st["policy"])
             pk = st["profile_key"]
 
-            # Serve mode 1: the guard alternates plain and profiled until it decides.
+            # Serve mode 1: the guard runs blocks of plain and profiled stages
+            # (I C C I or C I I C) until it decides.
             stages, verdict = [], None
-            for _ in range(60):
+            for _ in range(100):
                 r = c.call("execute", {"program": prog, "entry": "run", "args": SERVE})
                 st = r["stage"]
                 stages.append(st)
@@ -57,8 +59,17 @@ class GuardRevertsSlowerProfile(unittest.TestCase):
                 if s["variant"]["counted"]:
                     want = "optimized" if s["variant"]["role"] == "candidate" else "plain"
                     self.assertEqual(s["mode"], want, s)
-            # Stopped early: the loser ran a bounded number of stages.
-            self.assertLessEqual(roles.count("candidate"), 12, roles)
+            # Decided at one of the first looks: a clearly slower build is
+            # rejected after five blocks of four stages (reject_alpha 0.05),
+            # not at the end of the budget (64 pairs).
+            self.assertGreaterEqual(roles.count("candidate"), 10, roles)
+            self.assertLessEqual(roles.count("candidate"), 24, roles)
+            counted = [s["variant"]["role"] for s in stages if s["variant"]["counted"]]
+            for b in range(0, len(counted) - 3, 4):  # blocks: I C C I or C I I C
+                blk = counted[b:b + 4]
+                self.assertEqual(blk[0], blk[3], counted)
+                self.assertEqual(blk[1], blk[2], counted)
+                self.assertNotEqual(blk[0], blk[1], counted)
 
             # Later stages run the plain build, from the cache.
             for _ in range(3):
@@ -77,8 +88,11 @@ class GuardRevertsSlowerProfile(unittest.TestCase):
             self.assertEqual(trial["verdict"], "rejected")
             self.assertGreater(trial["ratio"], 1.2)
             self.assertEqual(trial["candidate"], "v1 profiled O2")
+            # v2 onwards: a checkpoint every guard.checkpoint_pairs (4) pairs
+            # before the verdict's, then the verdict.
+            pairs = int(re.search(r"over (\d+)\+", verdict).group(1))
             hist = c.call("profile.history", {"profile_key": pk})
-            self.assertEqual(hist["current_version"], 2)
+            self.assertEqual(hist["current_version"], 2 + (pairs - 1) // 4, hist)
             explain = c.call("cache.explain", {"program": prog})
             self.assertEqual(explain["guard"]["trials"][-1]["verdict"], "rejected")
             metrics = c.call("metrics", {})["text"]
@@ -107,10 +121,55 @@ class GuardRevertsSlowerProfile(unittest.TestCase):
             d.cleanup()
 
 
-def train(test, c, prog):
+class GuardKeepsFasterProfile(unittest.TestCase):
+    def test_faster_profiled_build_is_kept_and_served(self):
+        d = Daemon({"guard.min_stages": 0, "exec_timeout_ms": 20000}).start()
+        try:
+            c = d.client()
+            prog = c.call("program.register", {"ir": ir("pgo_wins.ll"), "name": "pgo_wins"})
+            prog = prog["program"]
+            pk = train(self, c, prog, [0])["profile_key"]
+
+            stages, verdict = [], None
+            for _ in range(100):
+                st = c.call("execute", {"program": prog, "entry": "run", "args": [0]})["stage"]
+                stages.append(st)
+                trial = st["variant"]["trial"] or ""
+                if "accepted" in trial or "rejected" in trial or "not taken" in trial:
+                    verdict = trial
+                    break
+            seen = [(s["variant"], s["mode"]) for s in stages]
+            self.assertIsNotNone(verdict, seen)
+            self.assertIn("v1 profiled O2 accepted: ", verdict, seen)
+            self.assertIn("x faster than plain O2 over ", verdict)
+            for s in stages:  # each arm ran what it says
+                if s["variant"]["counted"]:
+                    want = "optimized" if s["variant"]["role"] == "candidate" else "plain"
+                    self.assertEqual(s["mode"], want, s)
+
+            # From now on the profiled build is the incumbent, served without a trial.
+            for _ in range(3):
+                st = c.call("execute", {"program": prog, "entry": "run", "args": [0]})["stage"]
+                self.assertEqual(st["variant"]["role"], "incumbent", st["variant"])
+                self.assertEqual(st["variant"]["name"], "v1 profiled O2")
+                self.assertEqual(st["mode"], "optimized")
+                self.assertFalse(st["variant"]["counted"])
+            guard = c.call("profile.get", {"profile_key": pk})["profile"]["guard"]
+            self.assertEqual(guard["incumbent"]["base"], "profiled")
+            trial = guard["trials"][-1]
+            self.assertEqual(trial["verdict"], "accepted")
+            self.assertLess(trial["ratio"], 1 / 1.2)
+            metrics = c.call("metrics", {})["text"]
+            self.assertIn('fdo_guard_trials_total{verdict="accepted"} 1', metrics)
+            c.close()
+        finally:
+            d.cleanup()
+
+
+def train(test, c, prog, args=TRAIN):
     """Instrumented stages on the training input until the profile is written."""
     for _ in range(6):
-        st = c.call("execute", {"program": prog, "entry": "run", "args": TRAIN})["stage"]
+        st = c.call("execute", {"program": prog, "entry": "run", "args": args})["stage"]
         if st["profile_rewritten"]:
             return st
     test.fail(st["policy"])
@@ -122,7 +181,7 @@ def serve(c, prog):
 
 def two_pairs(test, c, prog):
     """Served stages until two pairs of the trial are counted (no verdict yet:
-    the early stop needs three). Returns the counted stages."""
+    the test decides from guard.min_pairs, 10, on). Returns the counted stages."""
     counted = []
     for _ in range(20):
         st = serve(c, prog)
@@ -164,11 +223,14 @@ class PlainBuildAheadOfTrial(unittest.TestCase):
 
             # Stages before the trial (guard.min_stages counts the stage that
             # starts it) serve the profile; the trial's first plain stage
-            # finds its build in the cache.
+            # finds its build in the cache (the first block may start with the
+            # candidate: then the plain arm runs second).
             for _ in range(2):
                 st = serve(c, prog)
                 self.assertEqual(st["variant"]["role"], "current", st["variant"])
             first = serve(c, prog)
+            if first["variant"]["role"] == "candidate":
+                first = serve(c, prog)
             self.assertEqual(first["variant"]["role"], "incumbent", first["variant"])
             self.assertEqual(first["variant"]["name"], "plain O2")
             self.assertEqual(first["mode"], "plain")
@@ -214,7 +276,7 @@ class TrialSurvivesRestart(unittest.TestCase):
             self.assertIn("2+2 stages", st["variant"]["reason"], st["variant"])
             verdict, seen = None, [st["variant"]]
             after = 0  # stages counted since the restart
-            for _ in range(60):
+            for _ in range(100):
                 after += st["variant"]["counted"]
                 if "rejected" in (st["variant"]["trial"] or ""):
                     verdict = st["variant"]["trial"]

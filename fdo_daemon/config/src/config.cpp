@@ -31,6 +31,11 @@ Error bad_value(std::string_view where, const KeyDef& d, std::string_view value,
 
 Status set_at(Config& c, std::string_view where, std::string_view key, std::string_view value) {
   const KeyDef* d = find_key(key);
+  if (!d && config_detail::retired_key(key)) {
+    log::warning(std::string(where) + ": '" + std::string(key) + "' is retired and ignored (" +
+                 config_detail::retired_key(key) + ")");
+    return ok();
+  }
   if (!d)
     return make_error(Errc::invalid_argument,
                       std::string(where) + ": unknown key '" + std::string(key) + "'");

@@ -390,26 +390,30 @@ const std::vector<KeyDef>& key_defs() {
         "guard.tune_max_variants", R, "Knob variants tried per profile version (0 = no tuning).",
         [](Config& c) -> int& { return c.guard.tune_max_variants; }, 0, 16));
     v.push_back(uint_key<int>(
-        "guard.min_pairs", R, "Stage pairs (incumbent + candidate) before a trial can decide.",
+        "guard.min_pairs", R,
+        "Stage pairs (incumbent + candidate) before a trial can decide (two pairs make a "
+        "block; the test looks after each block).",
         [](Config& c) -> int& { return c.guard.trial.min_pairs; }, 2, 10'000));
     v.push_back(uint_key<int>(
         "guard.max_pairs", R,
-        "Stage pairs after which a trial ends with no difference (what it keeps: docs/guard.md).",
+        "Stage pairs after which a trial ends with no difference: the incumbent stays (a keep "
+        "needs six blocks of two pairs at the default guard.keep_alpha).",
         [](Config& c) -> int& { return c.guard.trial.max_pairs; }, 2, 10'000));
     v.push_back(double_key(
-        "guard.accept_z", R, "Signed-rank |z| needed to switch to a faster candidate.",
-        [](Config& c) -> double& { return c.guard.trial.accept_z; }, 0.5, 10.0));
-    v.push_back(double_key(
-        "guard.reject_z", R, "Signed-rank |z| needed to reject a slower candidate.",
-        [](Config& c) -> double& { return c.guard.trial.reject_z; }, 0.5, 10.0));
-    v.push_back(double_key(
-        "guard.min_effect", R, "Smallest median time ratio change (0.01 = 1%) a trial acts on.",
+        "guard.min_effect", R,
+        "Smallest time ratio change (0.01 = 1%) a trial acts on: a candidate is kept only when "
+        "shown faster than this, rejected only when shown slower than this.",
         [](Config& c) -> double& { return c.guard.trial.min_effect; }, 0.0, 0.5));
     v.push_back(double_key(
-        "guard.early_margin", R,
-        "A candidate slower than the incumbent by more than this in each of its first pairs is "
-        "rejected at once (early stop).",
-        [](Config& c) -> double& { return c.guard.trial.early_margin; }, 0.0, 10.0));
+        "guard.keep_alpha", R,
+        "Bound on the probability that a trial keeps a candidate that is not faster by more "
+        "than guard.min_effect, over all its looks, whatever the stage noise (docs/guard.md).",
+        [](Config& c) -> double& { return c.guard.trial.keep_alpha; }, 0.0001, 0.5));
+    v.push_back(double_key(
+        "guard.reject_alpha", R,
+        "Bound on the probability that a trial rejects a candidate that is not slower by more "
+        "than guard.min_effect (a rejection ends the trial early; the incumbent stays).",
+        [](Config& c) -> double& { return c.guard.trial.reject_alpha; }, 0.0001, 0.5));
     v.push_back(uint_key<int>(
         "guard.checkpoint_pairs", R,
         "A running trial's samples are saved in the profile after every this many pairs, so a "
@@ -421,12 +425,6 @@ const std::vector<KeyDef>& key_defs() {
         "of it; what other processes take is left out) or wall (its wall time). A change starts "
         "running trials over.",
         kGuardClockNames, [](Config& c) -> GuardClock& { return c.guard.clock; }));
-    v.push_back(double_key(
-        "guard.rank_p", R,
-        "One-sided p-value at which the two-sample rank test (every candidate stage against "
-        "every incumbent stage, beyond guard.min_effect) ends a trial at once: a large effect is "
-        "decided within a few pairs (0 = off: only the signed-rank test decides).",
-        [](Config& c) -> double& { return c.guard.trial.rank_p; }, 0.0, 0.1));
     v.push_back(uint_key<unsigned>(
         "control_threads", X,
         "Threads running control methods (health, capabilities, metrics, config) apart from the "
@@ -530,6 +528,17 @@ const std::vector<KeyDef>& key_defs() {
 const KeyDef* find_key(std::string_view name) {
   for (const KeyDef& d : key_defs())
     if (name == d.name) return &d;
+  return nullptr;
+}
+
+const char* retired_key(std::string_view name) {
+  // The guard's tests before its sequential test (docs/guard.md, "The test").
+  constexpr const char* kGuardTests =
+      "the guard's sequential test replaced the signed-rank and rank tests and the early stop; "
+      "its error bounds are guard.keep_alpha and guard.reject_alpha (docs/guard.md)";
+  for (const char* retired :
+       {"guard.accept_z", "guard.reject_z", "guard.rank_p", "guard.early_margin"})
+    if (name == retired) return kGuardTests;
   return nullptr;
 }
 

@@ -33,6 +33,11 @@ const std::vector<KeyDef>& key_defs();
 // The key called `name`, or null.
 const KeyDef* find_key(std::string_view name);
 
+// A key fdod no longer reads: why it went, or null for any other name. A
+// configuration that still sets one parses, with a warning (config.cpp), so
+// an upgrade does not stop a daemon over a key that no longer matters.
+const char* retired_key(std::string_view name);
+
 // `value` as `d` shows it (a password hidden where the key may carry one).
 std::string shown(const KeyDef& d, std::string_view value);
 

@@ -42,11 +42,31 @@ std::string id_name(const Variant& v) {
 }
 
 // Samples on one clock are never compared with the other's: the id names a
-// CPU-time trial's clock (a wall-time trial keeps the form ids had before
-// there was a choice, so its saved checkpoints still resume).
+// CPU-time trial's clock. " blocks": the trial runs randomized blocks
+// (trial.h); a checkpoint saved before them, in the fixed I C C I order,
+// does not match and its trial starts over.
 std::string trial_id_of(const Arms& a, const std::string& digest, GuardClock clock) {
   return id_name(a.incumbent) + " vs " + id_name(*a.candidate) + " @" + short_digest(digest) +
-         (clock == GuardClock::cpu ? " cpu" : "");
+         " blocks" + (clock == GuardClock::cpu ? " cpu" : "");
+}
+
+// The seed of a trial's block orders (trial.h): FNV-1a of the profile key,
+// the trial id and the version it started under, all of which a checkpoint
+// keeps, so a resumed trial plans the orders it would have.
+std::uint64_t trial_seed(const std::string& pk, const std::string& id, std::int64_t version) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  auto eat = [&](std::string_view s) {
+    for (unsigned char c : s) {
+      h ^= c;
+      h *= 0x100000001b3ull;
+    }
+    h ^= 0xff; // a separator no string holds
+    h *= 0x100000001b3ull;
+  };
+  eat(pk);
+  eat(id);
+  eat(std::to_string(version));
+  return h;
 }
 
 // Why the guard leaves this profile alone (it is served as it is); empty: guarded.
@@ -354,7 +374,7 @@ StagePlan Guard::plan(const std::string& pk, const ps::StoredProfile* current,
   p.kind = GuardPlanKind::trial;
   std::string id = trial_id_of(arms, digest, config.clock);
   auto restart = [&] {
-    st.trial = Trial();
+    st.trial = Trial(trial_seed(p.pk, id, sp.version));
     st.trial_id = id;
     st.shape = shape;
     st.since_sample = 0;
@@ -371,6 +391,7 @@ StagePlan Guard::plan(const std::string& pk, const ps::StoredProfile* current,
     const std::optional<TrialCheckpoint>& saved = sp.doc.guard.running;
     std::lock_guard c(counters_mu_);
     if (saved && saved->id == id) {
+      if (saved->version > 0) st.trial = Trial(trial_seed(p.pk, id, saved->version));
       for (std::uint64_t ns : saved->incumbent_ns)
         st.trial.add(Arm::incumbent, static_cast<double>(ns));
       for (std::uint64_t ns : saved->candidate_ns)
@@ -461,8 +482,7 @@ GuardStage Guard::record(const StagePlan& plan, const std::string& served_digest
     out.note = "trial decided: its verdict is being recorded";
     return out;
   }
-  VerdictPrep prep =
-      prepare_verdict(plan, st, r, kept_arm(r, st.arms->kind, config.trial), stage, program, owner);
+  VerdictPrep prep = prepare_verdict(plan, st, r, kept_arm(r), stage, program, owner);
   lk.unlock();
   VerdictWrite written = write_verdict(prep, out.note);
   lk.lock();

@@ -254,22 +254,11 @@ std::string stage_shape(const std::string& entry, const PreparedCall& call) {
   return s + ")";
 }
 
-Arm kept_arm(const TrialResult& result, TrialKind kind, const TrialConfig& config) {
-  switch (result.verdict) {
-  case Verdict::accepted:
-    return Arm::candidate;
-  case Verdict::no_difference:
-    // The profiled build is what fdo serves without the guard; a trial that
-    // could not tell the builds apart is no evidence against it when its
-    // stages ran faster by the smallest effect acted on.
-    return kind == TrialKind::profile && result.ratio < 1.0 / (1.0 + config.min_effect)
-               ? Arm::candidate
-               : Arm::incumbent;
-  case Verdict::rejected:
-  case Verdict::undecided:
-    break;
-  }
-  return Arm::incumbent;
+Arm kept_arm(const TrialResult& result) {
+  // Only a candidate shown faster is kept: a trial that could not tell the
+  // builds apart keeps what was served (docs/guard.md, "What no difference
+  // keeps").
+  return result.verdict == Verdict::accepted ? Arm::candidate : Arm::incumbent;
 }
 
 } // namespace fdo::daemon

@@ -132,16 +132,15 @@ Guard::VerdictPrep Guard::prepare_verdict(const StagePlan& plan, KeyState& st,
   t.ratio = result.ratio;
   t.candidate_stages = result.pairs;
   t.incumbent_stages = result.pairs;
-  t.early_stop = result.early_stop;
+  t.early_stop = false; // the sequential test has no early stop (records before it may)
   t.profile_version = st.trial_version;
   t.summary = t.candidate + " " +
               (t.verdict == TrialVerdict::accepted   ? "accepted"
                : t.verdict == TrialVerdict::rejected ? "rejected"
-               : kept == Arm::candidate              ? "kept (no difference, faster median)"
                                                      : "not taken (no difference)") +
               ": " + describe_ratio(t.ratio) + " than " + t.incumbent + " over " +
               std::to_string(t.candidate_stages) + "+" + std::to_string(t.incumbent_stages) +
-              " stages" + (t.early_stop ? " (early stop)" : "");
+              " stages";
 
   const bool kept_candidate = kept == Arm::candidate;
   const Variant& winner = kept_candidate ? *arms.candidate : arms.incumbent;

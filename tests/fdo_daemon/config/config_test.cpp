@@ -415,17 +415,58 @@ TEST_CASE("config: guard.clock - default cpu - cpu or wall - reload", "[config][
   CHECK(key->reload == ReloadBehavior::runtime);
 }
 
-TEST_CASE("config: guard.rank_p - default - range - reload", "[config][guard]") {
-  CHECK(Config::defaults().guard.trial.rank_p == 0.002);
-  CHECK(Config::defaults().get("guard.rank_p") == "0.002");
-  auto off = Config::parse("guard.rank_p = 0\n", "t");
-  REQUIRE(off);
-  CHECK(off->guard.trial.rank_p == 0.0);
-  for (const char* bad : {"guard.rank_p = -0.1\n", "guard.rank_p = 0.2\n", "guard.rank_p = x\n"})
-    CHECK_THAT(error_of(Config::parse(bad, "f.conf")),
-               Catch::Contains("guard.rank_p") && Catch::Contains("0 to 0.1"));
-  auto key = std::find_if(Config::keys().begin(), Config::keys().end(),
-                          [](const ConfigKeyInfo& k) { return k.name == "guard.rank_p"; });
-  REQUIRE(key != Config::keys().end());
-  CHECK(key->reload == ReloadBehavior::runtime);
+TEST_CASE("config: guard.keep_alpha and guard.reject_alpha - defaults - range - reload",
+          "[config][guard]") {
+  const TrialConfig defaults = Config::defaults().guard.trial;
+  CHECK(defaults.keep_alpha == 0.05);
+  CHECK(defaults.reject_alpha == 0.05);
+  CHECK(defaults.min_pairs == 10);
+  CHECK(defaults.max_pairs == 64);
+  CHECK(Config::defaults().get("guard.keep_alpha") == "0.05");
+  auto set = Config::parse("guard.keep_alpha = 0.01\nguard.reject_alpha = 0.1\n", "t");
+  REQUIRE(set);
+  CHECK(set->guard.trial.keep_alpha == 0.01);
+  CHECK(set->guard.trial.reject_alpha == 0.1);
+  for (const char* bad :
+       {"guard.keep_alpha = 0\n", "guard.keep_alpha = 0.6\n", "guard.reject_alpha = x\n"})
+    CHECK_THAT(error_of(Config::parse(bad, "f.conf")), Catch::Contains("_alpha"));
+  for (const char* name : {"guard.keep_alpha", "guard.reject_alpha"}) {
+    auto key = std::find_if(Config::keys().begin(), Config::keys().end(),
+                            [&](const ConfigKeyInfo& k) { return k.name == name; });
+    REQUIRE(key != Config::keys().end());
+    CHECK(key->reload == ReloadBehavior::runtime);
+  }
+}
+
+TEST_CASE("config: the guard's retired test keys parse, are ignored and warned about",
+          "[config][guard]") {
+  // guard.accept_z, reject_z, rank_p and early_margin set the tests the
+  // sequential test replaced: a configuration that still sets them starts.
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  fdo::log::set_output_fd(fds[1]);
+  auto c = Config::parse("guard.accept_z = 3.1\nguard.reject_z = 2.5\nguard.rank_p = 0.004\n"
+                         "guard.early_margin = 0.2\n",
+                         "old.conf");
+  fdo::log::set_output_fd(STDERR_FILENO);
+  ::close(fds[1]);
+  std::string logged;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;)
+    logged.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  REQUIRE(c);
+  CHECK(c->guard.trial.keep_alpha == Config::defaults().guard.trial.keep_alpha);
+  CHECK_THAT(logged, Catch::Contains("old.conf:1: 'guard.accept_z' is retired and ignored") &&
+                         Catch::Contains("old.conf:4: 'guard.early_margin' is retired"));
+  // They are not keys any more: not listed, not printed.
+  for (const char* name :
+       {"guard.accept_z", "guard.reject_z", "guard.rank_p", "guard.early_margin"}) {
+    CHECK(std::none_of(Config::keys().begin(), Config::keys().end(),
+                       [&](const ConfigKeyInfo& k) { return k.name == name; }));
+    CHECK(Config::defaults().get(name).empty());
+  }
+  // A key that never existed is still an error.
+  CHECK_THAT(error_of(Config::parse("guard.accept = 1\n", "f.conf")),
+             Catch::Contains("unknown key 'guard.accept'"));
 }

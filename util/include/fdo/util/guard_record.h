@@ -36,7 +36,7 @@ struct TrialRecord {
   double ratio = 1.0; // candidate time / incumbent time (median of pairs)
   int candidate_stages = 0;
   int incumbent_stages = 0;
-  bool early_stop = false;          // stopped before min_pairs: clearly slower
+  bool early_stop = false; // the early stop before the sequential test (always false since)
   std::int64_t profile_version = 0; // the profile version it was decided under
   std::string decided_at;           // RFC 3339 UTC
   std::string summary;              // the line above

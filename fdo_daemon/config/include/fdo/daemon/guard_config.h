@@ -7,22 +7,24 @@
 
 namespace fdo::daemon {
 
+// The sequential test (trial.h, docs/guard.md "The test"): stages run in
+// blocks of two pairs, ICCI or CIIC at random, and two betting martingales
+// over the blocks' contrasts decide. Whatever the noise, and however often
+// the trial is looked at, a candidate that is not faster by more than
+// min_effect is kept with probability at most keep_alpha, and one that is not
+// slower by more than min_effect is rejected with probability at most
+// reject_alpha.
 struct TrialConfig {
-  int min_pairs = 6;     // no verdict from the test before this many pairs
-  int max_pairs = 24;    // budget: after this many pairs, "no difference"
-  double accept_z = 2.8; // signed-rank |z| needed to switch to a faster candidate
-  double reject_z = 2.2; // |z| needed to reject a slower candidate
-  // Smallest median pair ratio change acted on: a "significant" 0.3% is not
-  // worth a switch.
+  // No verdict before this many pairs (two pairs make a block). At the
+  // default alphas the tests cannot decide before five blocks anyway.
+  int min_pairs = 10;
+  int max_pairs = 64; // budget: after this many pairs, "no difference" (the incumbent stays)
+  // Smallest change acted on: the candidate is kept only when shown faster
+  // than the incumbent by more than this (1.01x), rejected only when shown
+  // slower by more than this.
   double min_effect = 0.01;
-  // Early stop: from early_pairs pairs on, a candidate slower than the
-  // incumbent by more than early_margin in every pair is rejected at once.
-  int early_pairs = 3;
-  double early_margin = 0.10;
-  // Fast path: a two-sample rank test of every candidate stage against every
-  // incumbent stage, beyond min_effect, decides as soon as its exact one-sided
-  // p-value is at most this (a large effect: within five or six pairs).
-  double rank_p = 0.002;
+  double keep_alpha = 0.05;   // bound on keeping a candidate that is not faster
+  double reject_alpha = 0.05; // bound on rejecting a candidate that is not slower
 };
 
 enum class GuardMode { on, off };

@@ -1,8 +1,9 @@
-// The guard (docs/guard.md): never serve a compiled variant slower than the
-// best one measured. Per profile key it keeps an incumbent variant (what is
+// The guard (docs/guard.md): switch to a compiled variant only when it is
+// shown faster. Per profile key it keeps an incumbent variant (what is
 // served) and, while a new profile version or a knob variant is on trial, a
-// candidate; stages of one comparable shape alternate between them, the
-// trial's decision logic (trial.h) gives the verdict, and the verdict is
+// candidate; stages of one comparable shape run them in blocks of four in a
+// seeded random order, the trial's sequential test (trial.h) gives the
+// verdict (the incumbent stays unless the candidate is kept), and the verdict is
 // written into the profile document's guard record (a new profile version,
 // through the store's versioned write), so a restart or another host starts
 // from it. Variants are documents derived from the current profile with their
@@ -115,10 +116,10 @@ std::optional<Variant> knob_variant(const Variant& from, int step,
 // incumbent: the build served now (the plain build before any verdict, or an
 // earlier profile's build that won its trial).
 enum class TrialKind { profile, tuning };
-// Which arm a finished trial keeps: the winner; after "no difference" the
-// incumbent, except in a profile trial whose candidate's median pair ratio is
-// faster by at least min_effect (docs/guard.md, "What no difference keeps").
-Arm kept_arm(const TrialResult& result, TrialKind kind, const TrialConfig& config);
+// Which arm a finished trial keeps: the candidate when it was accepted, else
+// the incumbent (after "no difference" too; docs/guard.md, "What no
+// difference keeps").
+Arm kept_arm(const TrialResult& result);
 struct Arms {
   Variant incumbent;
   std::optional<Variant> candidate; // none: serve the incumbent, nothing on trial

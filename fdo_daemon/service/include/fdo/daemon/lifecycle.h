@@ -49,7 +49,7 @@ enum class Phase : std::uint8_t {
   profiling,    // no counts yet: instrumented stages gather them
   cs_profiling, // the context-sensitive round: cs_instrumented stages
   optimized,    // its profile's optimized build serves; the guard has not judged it yet
-  trial,        // the guard alternates a candidate build with the incumbent
+  trial,        // the guard runs a candidate build against the incumbent
   steady,       // settled: one build serves every stage; drift is watched
   reprofiling,  // the workload drifted: instrumented stages count it again
   pinned,       // an operator pinned the profile: served as it is, never rewritten
@@ -108,7 +108,7 @@ struct LifecycleConfig {
   bool guard = true;         // guard.mode on: optimized waits for the guard's trials
   bool sync_tier_up = false; // tier_up = sync: every stage waits for its compile
   int max_rewrites_per_hour = 12;
-  bool cs_round = true; // policy.cs_pgo_stages > 0: a re-profile's round has 3 rewrites
+  bool cs_round = true;        // policy.cs_pgo_stages > 0: a re-profile's round has 3 rewrites
   int drift_window_stages = 3; // policy.time_share_window_stages
 };
 
