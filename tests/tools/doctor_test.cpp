@@ -135,3 +135,37 @@ TEST_CASE("a host with a PMU reports what counts and what is optional") {
   CHECK(j[0].contains("severity"));
   CHECK(j[0].contains("advice"));
 }
+
+TEST_CASE("doctor: the GPU finding says what fdod runs GPU programs on, or why not",
+          "[doctor][gpu]") {
+  const nlohmann::json h200 = {{"available", true},
+                               {"arch", "sm_90"},
+                               {"driver_version", 13000},
+                               {"gpus", {{{"name", "NVIDIA H200"}, {"arch", "sm_90"}}}}};
+  Finding f = diagnose_gpu(h200);
+  CHECK(f.severity == Severity::ok);
+  CHECK(f.what == "NVPTX programs run on GPU 0, NVIDIA H200 (sm_90, driver 13000)");
+
+  Finding cpu_only =
+      diagnose_gpu({{"available", false},
+                    {"gpus", nlohmann::json::array()},
+                    {"reason", "no NVIDIA device node (/dev/nvidia*) on this host"}});
+  CHECK(cpu_only.severity == Severity::note);
+  CHECK(cpu_only.advice.empty());
+
+  Finding off = diagnose_gpu(
+      {{"available", false}, {"gpus", nlohmann::json::array()}, {"reason", "gpu = off"}});
+  CHECK(off.severity == Severity::problem);
+  CHECK_THAT(off.advice, Catch::Contains("gpu = auto"));
+
+  Finding no_lib = diagnose_gpu({{"available", false},
+                                 {"gpus", nlohmann::json::array()},
+                                 {"reason", "no NVIDIA driver: cannot load libcuda.so.1: ..."}});
+  CHECK_THAT(no_lib.advice, Catch::Contains("gpu_driver"));
+  Finding sandboxed =
+      diagnose_gpu({{"available", false},
+                    {"gpus", nlohmann::json::array()},
+                    {"reason", "the GPU probe failed: cuInit: CUDA_ERROR_OPERATING_SYSTEM (304)"}});
+  CHECK(sandboxed.severity == Severity::problem);
+  CHECK_THAT(sandboxed.advice, Catch::Contains("DeviceAllow"));
+}

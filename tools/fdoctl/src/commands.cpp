@@ -8,6 +8,8 @@
 #include "fdo/ctl/lifecycle_view.h"
 #include "fdo/ctl/self_test.h"
 #include "fdo/ctl/table.h"
+#include "fdo/gpu/session.h"
+#include "fdo/jit/nvptx.h"
 #include "fdo/perf/capabilities.h"
 #include "fdo/profile_store/profile_store.h"
 #include "fdo/util/base64.h"
@@ -835,6 +837,42 @@ Status cmd_status(Context& ctx) {
   return ok();
 }
 
+namespace {
+
+// capabilities.gpu as this process finds it when fdod is down: the driver
+// loaded and asked here (fdod would ask it in a sandboxed GPU worker).
+json local_gpu_probe() {
+  json out = {{"available", false}, {"gpus", json::array()}};
+  auto driver = gpu::load_cuda_driver();
+  if (!driver) {
+    out["reason"] = driver.error().message();
+    return out;
+  }
+  auto gpus = gpu::probe(**driver);
+  if (!gpus) {
+    out["reason"] = gpus.error().message();
+    return out;
+  }
+  for (const gpu::GpuInfo& g : *gpus)
+    out["gpus"].push_back(gpu::to_json(g));
+  if (gpus->empty()) {
+    out["reason"] = "the NVIDIA driver sees no GPU";
+    return out;
+  }
+  auto id = jit::gpu_identity({gpus->front().sm, gpus->front().driver_version});
+  if (!id) {
+    out["reason"] = id.error().message();
+    return out;
+  }
+  out["available"] = true;
+  out["arch"] = id->cpu;
+  out["driver_version"] = gpus->front().driver_version;
+  out["identity"] = id->canonical();
+  return out;
+}
+
+} // namespace
+
 Status cmd_doctor(Context& ctx, const DoctorOptions& options) {
   if (options.self_test) {
     const SelfTestRun run = run_self_test(options.fdod, options.max_stages);
@@ -858,9 +896,13 @@ Status cmd_doctor(Context& ctx, const DoctorOptions& options) {
   auto backend = ctx.globals().offline ? Expected<std::unique_ptr<Backend>>(make_error(
                                              Errc::unavailable, "--offline: not asking fdod"))
                                        : ctx.backend(Need::daemon);
+  json gpu;
   if (backend) {
     FDO_TRY(caps, call(**backend, "capabilities"));
     perf = caps.value("perf", json::object());
+    gpu = caps.value("gpu", json{{"available", false},
+                                 {"gpus", json::array()},
+                                 {"reason", "this fdod predates GPU support"}});
     daemon["reachable"] = true;
     source = "fdod";
   } else {
@@ -868,17 +910,22 @@ Status cmd_doctor(Context& ctx, const DoctorOptions& options) {
     daemon["reachable"] = false;
     daemon["error"] = backend.error().message();
     perf = perf::to_json(perf::probe());
+    gpu = local_gpu_probe();
     source = "local";
   }
   std::vector<Finding> findings = diagnose(perf);
+  findings.push_back(diagnose_gpu(gpu));
   if (!daemon["reachable"].get<bool>())
     findings.insert(findings.begin(),
                     Finding{Severity::problem, "fdod", backend.error().message(),
                             "the report below probes this fdoctl process instead; fdod under "
                             "systemd may see less (its capabilities, seccomp filter and user)"});
   if (ctx.json_output()) {
-    json doc = {
-        {"source", source}, {"daemon", daemon}, {"perf", perf}, {"findings", to_json(findings)}};
+    json doc = {{"source", source},
+                {"daemon", daemon},
+                {"perf", perf},
+                {"gpu", gpu},
+                {"findings", to_json(findings)}};
     if (source == "fdod") {
       doc["target"] = caps.value("target", json::object());
       doc["llvm_version"] = caps.value("llvm_version", "");

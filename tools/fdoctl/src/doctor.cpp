@@ -193,6 +193,31 @@ std::vector<Finding> diagnose(const json& perf) {
   return out;
 }
 
+Finding diagnose_gpu(const json& gpu) {
+  if (flag(gpu, "available")) {
+    std::string what = "NVPTX programs run on " + str(gpu, "arch");
+    const json& list = gpu.value("gpus", json::array());
+    if (list.is_array() && !list.empty())
+      what = "NVPTX programs run on GPU 0, " + str(list[0], "name") + " (" + str(gpu, "arch") +
+             ", driver " + std::to_string(gpu.value("driver_version", 0)) + ")" +
+             (list.size() > 1 ? "; " + std::to_string(list.size() - 1) + " more not used" : "");
+    return {Severity::ok, "gpu", what, ""};
+  }
+  const std::string reason = str(gpu, "reason");
+  std::string advice;
+  if (reason.find("no NVIDIA device node") != std::string::npos)
+    advice = "";
+  else if (reason == "gpu = off")
+    advice = "set gpu = auto (or on) in fdod's config to run NVPTX programs";
+  else if (reason.find("cannot load") != std::string::npos)
+    advice = "install the NVIDIA driver, or point gpu_driver at its libcuda.so.1";
+  else
+    advice = "see docs/gpu.md; under systemd the unit needs PrivateDevices=no and DeviceAllow "
+             "for /dev/nvidia*";
+  return {advice.empty() ? Severity::note : Severity::problem, "gpu", "no GPU programs: " + reason,
+          advice};
+}
+
 json to_json(const std::vector<Finding>& findings) {
   json out = json::array();
   for (const auto& f : findings)

@@ -22,6 +22,11 @@ struct Finding {
 // Findings from a capabilities.perf document, most important first.
 std::vector<Finding> diagnose(const nlohmann::json& perf);
 
+// The GPU finding from a capabilities.gpu document (fdod's, or one made by
+// probing the driver in this process: docs/gpu.md): what fdod runs NVPTX
+// programs on, or why it runs none and what to do about it.
+Finding diagnose_gpu(const nlohmann::json& gpu);
+
 nlohmann::json to_json(const std::vector<Finding>& findings);
 
 // The events table plus the findings, for people.
