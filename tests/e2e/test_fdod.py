@@ -357,6 +357,8 @@ class ConfigReload(unittest.TestCase):
     NEW = {
         "log_level": "debug", "max_request_bytes": 524288, "request_timeout_ms": 60000,
         "handler_threads": 7, "drain_timeout_ms": 20000, "compile_workers": 2, "exec_workers": 3,
+        "gpu": "off", "gpu_driver": "/opt/nvidia/lib/libcuda.so.1", "gpu_workers": 2,
+        "gpu_kernel_timeout_ms": 5000,
         "compile_timeout_ms": 50000, "exec_timeout_ms": 700, "compile_memory_mb": 1500,
         "exec_memory_mb": 400, "max_output_bytes": 33554432, "max_program_bytes": 16777216,
         "max_programs_per_uid": 500, "gc_max_age_days": 7,

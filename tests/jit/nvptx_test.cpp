@@ -135,7 +135,7 @@ TEST_CASE("nvptx: identities, and so cache keys, differ by architecture and driv
   CHECK(host_identity().canonical() != h100->canonical());
 }
 
-TEST_CASE("nvptx: launch bounds reach the PTX; unknown kernels are refused", "[nvptx]") {
+TEST_CASE("nvptx: launch bounds reach the PTX, and unknown kernels are refused", "[nvptx]") {
   GpuCompileRequest req = request_for(kH100);
   req.launch_bounds["saxpy"] = LaunchBounds{128, 4};
   auto r = compile_gpu(fixture("gpu_kernels.ll"), req);
