@@ -621,11 +621,18 @@ class SocketActivation(unittest.TestCase):
              "--state-dir", d.state_dir, "--config", d.config],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
+            # The socket file appears at bind(), a moment before listen():
+            # a connection in between is refused. Retry until it listens.
             deadline = time.time() + 20
-            while not os.path.exists(d.socket) and time.time() < deadline:
-                time.sleep(0.05)
-            # The first connection starts fdod, which adopts the listening socket.
-            c = Client(d.socket, timeout=60)
+            while True:
+                try:
+                    # The first connection starts fdod, which adopts the listening socket.
+                    c = Client(d.socket, timeout=60)
+                    break
+                except (FileNotFoundError, ConnectionRefusedError):
+                    if time.time() > deadline:
+                        raise
+                    time.sleep(0.05)
             self.assertEqual(c.call("health")["status"], "ok")
             prog = c.call("program.register", {"ir": ir("branchy.ll")})["program"]
             self.assertIn("stage", c.call("execute", {"program": prog, "entry": "run"}))
