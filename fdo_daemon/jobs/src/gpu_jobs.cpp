@@ -14,28 +14,14 @@ json dim_json(const gpu::Dim3& d) {
   return json::array({d.x, d.y, d.z});
 }
 
-Expected<gpu::Dim3> dim_from(const json& j, const char* what) {
-  if (!j.is_array() || j.empty() || j.size() > 3)
-    return make_error(Errc::invalid_argument, std::string(what) + " must be 1 to 3 numbers");
-  unsigned v[3] = {1, 1, 1};
-  for (std::size_t i = 0; i < j.size(); ++i) {
-    if (!j[i].is_number_unsigned() || j[i].get<std::uint64_t>() == 0 ||
-        j[i].get<std::uint64_t>() > 0x7fffffffu)
-      return make_error(Errc::invalid_argument,
-                        std::string(what) + " dimensions must be 1..2147483647");
-    v[i] = j[i].get<unsigned>();
-  }
-  return gpu::Dim3{v[0], v[1], v[2]};
-}
-
 json config_json(const gpu::LaunchConfig& c) {
   return {{"grid", dim_json(c.grid)}, {"block", dim_json(c.block)}};
 }
 
 Expected<gpu::LaunchConfig> config_from(const json& j) {
   if (!j.is_object()) return make_error(Errc::invalid_argument, "a launch config is an object");
-  FDO_TRY(gpu::Dim3 g, dim_from(j.value("grid", json()), "grid"));
-  FDO_TRY(gpu::Dim3 b, dim_from(j.value("block", json()), "block"));
+  FDO_TRY(gpu::Dim3 g, dims_from_json(j.value("grid", json()), "grid"));
+  FDO_TRY(gpu::Dim3 b, dims_from_json(j.value("block", json()), "block"));
   return gpu::LaunchConfig{g, b};
 }
 
@@ -50,6 +36,20 @@ template <class T> Expected<T> field(const json& j, const char* key) {
 }
 
 } // namespace
+
+Expected<gpu::Dim3> dims_from_json(const json& j, const char* what) {
+  if (!j.is_array() || j.empty() || j.size() > 3)
+    return make_error(Errc::invalid_argument, std::string(what) + " must be 1 to 3 numbers");
+  unsigned v[3] = {1, 1, 1};
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    if (!j[i].is_number_unsigned() || j[i].get<std::uint64_t>() == 0 ||
+        j[i].get<std::uint64_t>() > 0x7fffffffu)
+      return make_error(Errc::invalid_argument,
+                        std::string(what) + " dimensions must be 1..2147483647");
+    v[i] = j[i].get<unsigned>();
+  }
+  return gpu::Dim3{v[0], v[1], v[2]};
+}
 
 json to_json(const GpuLaunchJob& job) {
   json args = json::array();
@@ -80,8 +80,8 @@ Expected<GpuLaunchJob> gpu_launch_job_from_json(const json& j) {
   FDO_TRY(job.driver, field<std::string>(j, "driver"));
   FDO_TRY(job.key, field<std::string>(j, "key"));
   FDO_TRY(job.kernel, field<std::string>(j, "kernel"));
-  FDO_TRY(job.grid, dim_from(j.value("grid", json()), "grid"));
-  FDO_TRY(job.block, dim_from(j.value("block", json()), "block"));
+  FDO_TRY(job.grid, dims_from_json(j.value("grid", json()), "grid"));
+  FDO_TRY(job.block, dims_from_json(j.value("block", json()), "block"));
   FDO_TRY(job.shared_bytes, field<unsigned>(j, "shared_bytes"));
   FDO_TRY(job.buffer_sizes, field<std::vector<std::uint64_t>>(j, "buffer_sizes"));
   FDO_TRY(job.return_buffers, field<bool>(j, "return_buffers"));

@@ -21,18 +21,7 @@ Expected<gpu::Dim3> dims_param(const json& params, const char* key) {
   if (it == params.end())
     return make_error(Errc::invalid_argument,
                       std::string("a GPU kernel needs \"") + key + "\": [x, y, z] or a number");
-  json list = it->is_array() ? *it : json::array({*it});
-  if (list.empty() || list.size() > 3)
-    return make_error(Errc::invalid_argument, std::string(key) + " has 1 to 3 dimensions");
-  unsigned d[3] = {1, 1, 1};
-  for (std::size_t i = 0; i < list.size(); ++i) {
-    if (!list[i].is_number_unsigned() || list[i].get<std::uint64_t>() == 0 ||
-        list[i].get<std::uint64_t>() > 0x7fffffffu)
-      return make_error(Errc::invalid_argument,
-                        std::string(key) + " dimensions are whole numbers 1..2147483647");
-    d[i] = list[i].get<unsigned>();
-  }
-  return gpu::Dim3{d[0], d[1], d[2]};
+  return dims_from_json(it->is_array() ? *it : json::array({*it}), key);
 }
 
 std::uint32_t scalar_size(ScalarType t) {

@@ -67,6 +67,9 @@ struct GpuLaunchReply {
   std::vector<std::uint64_t> buffer_sizes; // of the returned buffers
 };
 
+// [x], [x, y] or [x, y, z], each 1..2^31-1; `what` names it in errors.
+Expected<gpu::Dim3> dims_from_json(const nlohmann::json& j, const char* what);
+
 nlohmann::json to_json(const GpuLaunchJob& job);
 Expected<GpuLaunchJob> gpu_launch_job_from_json(const nlohmann::json& j);
 nlohmann::json to_json(const GpuLaunchReply& reply);
