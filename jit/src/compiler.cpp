@@ -35,11 +35,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::uint64_t micros_since(Clock::time_point start) {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
-}
-
 llvm::Expected<std::string> emit_object(llvm::Module& m, llvm::TargetMachine& tm) {
   llvm::SmallVector<char, 0> buffer;
   llvm::raw_svector_ostream os(buffer);

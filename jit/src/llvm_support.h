@@ -5,6 +5,8 @@
 
 #include "fdo/util/expected.h"
 
+#include <chrono>
+#include <cstdint>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/Support/CodeGen.h>
 #include <llvm/Support/Error.h>
@@ -48,6 +50,13 @@ const HostTarget& host_target();
 
 llvm::Expected<std::unique_ptr<llvm::TargetMachine>>
 create_host_target_machine(llvm::CodeGenOpt::Level level);
+
+// Microseconds since `start` (a compile's phase times).
+inline std::uint64_t micros_since(std::chrono::steady_clock::time_point start) {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                        std::chrono::steady_clock::now() - start)
+                                        .count());
+}
 
 // Converts an LLVM error into the project's error model, prefixing context.
 fdo::Error to_fdo_error(llvm::Error err, fdo::Errc code, std::string_view context = {});

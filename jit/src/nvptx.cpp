@@ -33,11 +33,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::uint64_t micros_since(Clock::time_point start) {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
-}
-
 // The architectures LLVM 16's NVPTX back end knows, with the PTX ISA each
 // implies (its NVPTX.td processor definitions; nvptx_test checks the table
 // against the `.version` line of real output).
