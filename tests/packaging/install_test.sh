@@ -110,6 +110,22 @@ if command -v systemd-analyze >/dev/null 2>&1; then
           sed -n 's/.*Overall exposure level for fdod.service: \([0-9.]*\).*/\1/p')
   echo "... with the metrics drop-in: $score"
   awk -v s="$score" 'BEGIN { exit !(s <= 2.5) }' || fail "exposure with the drop-in $score > 2.5"
+  # The GPU drop-in (docs/gpu.md: the host's /dev, only NVIDIA char devices
+  # past the device cgroup) keeps the unit valid and within 2.5 too.
+  drop=$dest/usr/share/doc/fdo/examples/fdod-gpu.conf
+  [[ -f $drop ]] || fail "fdod-gpu.conf drop-in not installed"
+  grep -q '^DevicePolicy=closed' "$drop" || fail "the GPU drop-in must keep DevicePolicy=closed"
+  mkdir -p "$tmp/gpu"
+  cat "$tmp/units/fdod.service" "$drop" >"$tmp/gpu/fdod.service"
+  cp "$unit_dir/fdod.socket" "$tmp/gpu/"
+  out=$(systemd-analyze verify --man=no "$tmp/gpu/fdod.socket" "$tmp/gpu/fdod.service" 2>&1)
+  rc=$?
+  [[ $rc -eq 0 ]] || { echo "$out"; fail "systemd-analyze verify: the unit with the GPU drop-in"; }
+  score=$(cd "$tmp/gpu" && systemd-analyze security --offline=yes ./fdod.service 2>&1 |
+          sed -n 's/.*Overall exposure level for fdod.service: \([0-9.]*\).*/\1/p')
+  echo "... with the GPU drop-in: $score"
+  [[ -n $score ]] || fail "no exposure score with the GPU drop-in"
+  awk -v s="$score" 'BEGIN { exit !(s <= 2.5) }' || fail "exposure with the GPU drop-in $score > 2.5"
   if command -v systemd-sysusers >/dev/null 2>&1; then
     systemd-sysusers --dry-run --root="$dest" "$dest/usr/lib/sysusers.d/fdod.conf" \
       >"$tmp/sysusers.log" 2>&1 || { cat "$tmp/sysusers.log"; fail "sysusers.d entry rejected"; }

@@ -152,6 +152,14 @@ TEST_CASE("doctor: the GPU finding says what fdod runs GPU programs on, or why n
                     {"reason", "no NVIDIA device node (/dev/nvidia*) on this host"}});
   CHECK(cpu_only.severity == Severity::note);
   CHECK(cpu_only.advice.empty());
+  // The host has the nodes but fdod does not see them: its unit hides them.
+  Finding hidden = diagnose_gpu({{"available", false},
+                                 {"gpus", nlohmann::json::array()},
+                                 {"reason", "no NVIDIA device node (/dev/nvidia*) on this host"}},
+                                HostGpuNodes::present);
+  CHECK(hidden.severity == Severity::problem);
+  CHECK_THAT(hidden.advice, Catch::Contains("fdod-gpu.conf"));
+  CHECK_THAT(hidden.advice, Catch::Contains("PrivateDevices=yes"));
 
   Finding off = diagnose_gpu(
       {{"available", false}, {"gpus", nlohmann::json::array()}, {"reason", "gpu = off"}});

@@ -193,7 +193,7 @@ std::vector<Finding> diagnose(const json& perf) {
   return out;
 }
 
-Finding diagnose_gpu(const json& gpu) {
+Finding diagnose_gpu(const json& gpu, HostGpuNodes host) {
   if (flag(gpu, "available")) {
     std::string what = "NVPTX programs run on " + str(gpu, "arch");
     const json& list = gpu.value("gpus", json::array());
@@ -206,14 +206,19 @@ Finding diagnose_gpu(const json& gpu) {
   const std::string reason = str(gpu, "reason");
   std::string advice;
   if (reason.find("no NVIDIA device node") != std::string::npos)
-    advice = "";
+    advice = host == HostGpuNodes::present
+                 ? "this host has /dev/nvidia* but fdod does not see them: its unit's "
+                   "PrivateDevices=yes hides them; install the GPU drop-in "
+                   "(/usr/share/doc/fdo/examples/fdod-gpu.conf as "
+                   "/etc/systemd/system/fdod.service.d/gpu.conf, docs/gpu.md)"
+                 : "";
   else if (reason == "gpu = off")
     advice = "set gpu = auto (or on) in fdod's config to run NVPTX programs";
   else if (reason.find("cannot load") != std::string::npos)
     advice = "install the NVIDIA driver, or point gpu_driver at its libcuda.so.1";
   else
-    advice = "see docs/gpu.md; under systemd the unit needs PrivateDevices=no and DeviceAllow "
-             "for /dev/nvidia*";
+    advice = "see docs/gpu.md; under systemd install the GPU drop-in (fdod-gpu.conf: "
+             "PrivateDevices=no, DeviceAllow for the NVIDIA devices)";
   return {advice.empty() ? Severity::note : Severity::problem, "gpu", "no GPU programs: " + reason,
           advice};
 }

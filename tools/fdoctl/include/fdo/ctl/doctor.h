@@ -22,10 +22,15 @@ struct Finding {
 // Findings from a capabilities.perf document, most important first.
 std::vector<Finding> diagnose(const nlohmann::json& perf);
 
+// Whether this process (fdoctl, outside fdod's unit) sees NVIDIA device nodes.
+enum class HostGpuNodes { absent, present };
+
 // The GPU finding from a capabilities.gpu document (fdod's, or one made by
 // probing the driver in this process: docs/gpu.md): what fdod runs NVPTX
-// programs on, or why it runs none and what to do about it.
-Finding diagnose_gpu(const nlohmann::json& gpu);
+// programs on, or why it runs none and what to do about it. fdod seeing no
+// device node on a host that has them is its unit hiding them
+// (PrivateDevices=yes): the advice names the GPU drop-in.
+Finding diagnose_gpu(const nlohmann::json& gpu, HostGpuNodes host = HostGpuNodes::absent);
 
 nlohmann::json to_json(const std::vector<Finding>& findings);
 
