@@ -115,7 +115,8 @@ def main():
     bin_dir = os.environ.get("FDO_BIN_DIR", "build")
     state = tempfile.mkdtemp(prefix="fdo-gpu-state-")
     config = {"gpu_kernel_timeout_ms": 2000, "max_request_bytes": 1 << 29,
-              "max_output_bytes": 1 << 29, "log_level": "info", "tier_up": "sync"}
+              "max_output_bytes": 1 << 29, "log_level": "info", "tier_up": "sync",
+              "guard.min_stages": 2}
     for kv in args.config:
         k, _, v = kv.partition("=")
         config[k] = v
@@ -207,6 +208,34 @@ def main():
                             "rounds": args.rounds}
         print("tuning:", json.dumps({k: v for k, v in report["tuning"].items() if k != "grid"}))
 
+        # A launch-bound trial (docs/gpu.md, "Feedback and tuning"): stages of
+        # one matmul shape until the guard decides whether launch bounds of
+        # its 256 threads make the kernel faster; what each build's kernel
+        # took and how many registers ptxas gave it.
+        mt = {"program": program, "entry": "matmul_tiled", "grid": [tiles, tiles], "block": [16, 16],
+              "args": [m, {"buffer": 0}, {"buffer": 1}, {"buffer": 2}],
+              "buffers": [f32(a.ravel()), f32(b.ravel()), {"type": "f32", "length": m * m}],
+              "buffer_encoding": "base64"}
+        builds = {}
+        trial = None
+        for i in range(300):
+            st = d.call("execute", mt)["stage"]
+            tr = st["gpu"].get("trial")
+            if tr is None:
+                continue
+            b = builds.setdefault(tr["build"], {"kernel_ms": [], "registers": st["gpu"]["registers"],
+                                                "local_bytes": st["gpu"]["local_bytes"]})
+            b["kernel_ms"].append(st["gpu"]["median_ms"])
+            if tr.get("verdict", "undecided") != "undecided":
+                trial = dict(tr, stages=i + 1)
+                break
+        for b in builds.values():
+            b["median_ms"] = statistics.median(b["kernel_ms"])
+            del b["kernel_ms"]
+        report["launch_bound_trial"] = {"trial": trial, "builds": builds}
+        ok &= trial is not None
+        print("launch-bound trial:", json.dumps(report["launch_bound_trial"]))
+
         # Faults on a real GPU: each fails its stage, the next stage runs.
         faults = d.call("program.register", {"ir": FAULTS.read_text()})["program"]
         for kernel in ("wild_store", "spin_forever"):
@@ -225,7 +254,8 @@ def main():
             print(kernel, json.dumps(report[kernel])[:400])
     finally:
         d.stop()
-    # A restart: the PTX comes from the disk tier (the driver JITs it again).
+    # A restart: the PTX comes from the disk tier, and the cubin the driver
+    # linked from it too (no JIT compile).
     d = Fdod(bin_dir, state, config)
     try:
         program = d.call("program.register", {"ir": pathlib.Path(args.kernels).read_text()})["program"]
@@ -233,9 +263,13 @@ def main():
         r = d.call("execute", saxpy_params(program, x, y, grid=(n + 255) // 256, block=256))
         st = r["stage"]
         report["restart"] = {"outcome": st["cache"]["outcome"], "compile_ms": st["compile_ms"],
-                             "jit_load_ms": st["gpu"]["load_ms"], "round_trip_ms": st["gpu"]["round_trip_ms"],
+                             "jit_load_ms": st["gpu"]["load_ms"], "image": st["gpu"].get("image"),
+                             "round_trip_ms": st["gpu"]["round_trip_ms"],
                              "request_ms": (time.time() - t) * 1000}
-        ok &= st["cache"]["outcome"] == "disk_hit"
+        ok &= st["cache"]["outcome"] == "disk_hit" and st["gpu"].get("image") == "cubin"
+        again = d.call("execute", saxpy_params(program, x, y, tune={"items": n}))["stage"]["gpu"]
+        report["restart"]["tune_source"] = again["launch"]["source"]
+        ok &= again["launch"]["source"] == "tuned earlier"  # from the profile store
         print("restart:", json.dumps(report["restart"]))
     finally:
         d.stop()

@@ -210,7 +210,7 @@ Expected<std::shared_ptr<Module>> Session::load(std::string_view image, ImageKin
   return std::shared_ptr<Module>(new Module(*this, m, kind, logs.info_text()));
 }
 
-Expected<std::string> Session::link_cubin(std::string_view ptx) {
+Expected<std::string> Session::link_cubin(std::string_view ptx, std::string* info_log) {
   if (broken_) return make_error(Errc::unavailable, "the GPU context was lost to an earlier fault");
   JitLogs logs;
   LinkState state(driver_);
@@ -227,6 +227,7 @@ Expected<std::string> Session::link_cubin(std::string_view ptx) {
   void* cubin = nullptr;
   std::size_t size = 0;
   FDO_TRY_STATUS(check("cuLinkComplete", driver_.link_complete(state.get(), &cubin, &size)));
+  if (info_log != nullptr) *info_log = logs.info_text();
   // The cubin belongs to the link state: copied before it is destroyed.
   return std::string(static_cast<const char*>(cubin), size);
 }

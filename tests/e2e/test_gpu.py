@@ -9,6 +9,7 @@ import os
 import sys
 import time
 import unittest
+from pathlib import Path
 
 from harness import BUILD, ROOT, Daemon, RpcError
 
@@ -194,6 +195,128 @@ class Gpu(unittest.TestCase):
         self.assertEqual(r["buffers"][1]["data"], [3.0] * 4)
 
 
+class GpuTuningInTheProfile(unittest.TestCase):
+    """Tuned launches and launch-bound trials kept in the profile store
+    (docs/gpu.md, "Feedback and tuning"). The fake driver times a module
+    compiled with launch bounds at FDO_FAKE_CUDA_BOUNDED_PERCENT of the time
+    without them."""
+
+    def setUp(self):
+        if not FAKE.exists():
+            self.skipTest(f"the fake driver {FAKE} is not built")
+
+    def tearDown(self):
+        os.environ.pop("FDO_FAKE_CUDA_BOUNDED_PERCENT", None)
+
+    def run_trial(self, c, program, block=128, limit=400):
+        """Stages of one shape until the launch-bound trial decides."""
+        builds = {}
+        for _ in range(limit):
+            r = saxpy(c, program, [1.0] * 64, [0.5] * 64, grid=2, block=block)
+            self.assertEqual(r["buffers"][1]["data"], [2.5] * 64)  # every build computes the same
+            trial = r["stage"]["gpu"].get("trial")
+            if trial is None:
+                continue
+            builds.setdefault(trial["build"], r["stage"]["storage_key"])
+            self.assertEqual(trial["bounds"], f"launch bounds {block}")
+            if trial["verdict"] != "undecided":
+                return r, trial, builds
+        self.fail(f"no verdict in {limit} stages")
+
+    def test_faster_bounds_are_kept_and_tunings_survive_a_restart(self):
+        fake_env()
+        os.environ["FDO_FAKE_CUDA_BOUNDED_PERCENT"] = "70"
+        d = gpu_daemon(**{"guard.min_stages": 2}).start()
+        d2 = None
+        try:
+            c = d.client()
+            program = c.call("program.register", {"ir": KERNELS})["program"]
+            r, trial, builds = self.run_trial(c, program)
+            self.assertEqual(trial["verdict"], "accepted", trial)
+            self.assertLess(trial["ratio"], 0.75)
+            self.assertEqual(set(builds), {"current", "candidate"})
+            self.assertNotEqual(builds["current"], builds["candidate"])
+            pk = r["stage"]["profile_key"]
+            doc = c.call("profile.get", {"profile_key": pk})["profile"]
+            self.assertEqual(doc["gpu"]["launch_bounds"],
+                             [{"arch": "sm_90", "kernel": "saxpy", "max_threads": 128}])
+            self.assertEqual(doc["gpu"]["trials"][0]["verdict"], "accepted")
+            # Kept: the current build is now the bounded one, no more trials.
+            after = saxpy(c, program, [1.0] * 64, [0.5] * 64, grid=2, block=128)["stage"]
+            self.assertNotIn("trial", after["gpu"])
+            self.assertEqual(after["storage_key"], builds["candidate"])
+            # A launch wider than the bound runs a build without it.
+            wide = saxpy(c, program, [1.0] * 64, [0.5] * 64, grid=1, block=256)
+            self.assertEqual(wide["stage"]["gpu"]["trial"]["build"], "unbounded")
+            self.assertEqual(wide["buffers"][1]["data"], [2.5] * 64)
+            self.assertEqual(wide["stage"]["storage_key"], builds["current"])
+            # A tuned launch is written into the profile...
+            n = 4096
+            tuned = saxpy(c, program, [1.0] * n, [1.0] * n, tune={"items": n})["stage"]["gpu"]
+            self.assertEqual(tuned["launch"]["source"], "tuned now")
+            version = tuned["launch"]["profile_version"]
+            doc = c.call("profile.get", {"profile_key": pk})["profile"]
+            launch = doc["gpu"]["launches"][0]
+            self.assertEqual((launch["arch"], launch["kernel"], launch["items"]),
+                             ("sm_90", "saxpy", n))
+            self.assertEqual(launch["chosen"]["block"], tuned["launch"]["block"])
+            self.assertEqual(len(launch["candidates"]), len(tuned["tuned"]))
+            history = c.call("profile.history", {"profile_key": pk})
+            self.assertIn("tuned for 4096 items on sm_90", str(history))
+            c.close()
+            d.stop()
+            # ...so a restarted daemon launches with it without tuning again.
+            d2 = Daemon(d_config(d), state_dir=d.state_dir, prefix="fdo-gpu-").start()
+            c = d2.client()
+            again = saxpy(c, program, [1.0] * n, [1.0] * n, tune={"items": n})
+            self.assertEqual(again["stage"]["gpu"]["launch"]["source"], "tuned earlier")
+            self.assertEqual(again["stage"]["gpu"]["launch"]["block"], tuned["launch"]["block"])
+            self.assertNotIn("tuned", again["stage"]["gpu"])
+            self.assertGreaterEqual(again["stage"]["profile_version"], version)
+            self.assertEqual(again["buffers"][1]["data"], [3.0] * n)
+            # The kept bound is still the build (a disk hit), and no trial starts.
+            kept = saxpy(c, program, [1.0] * 64, [0.5] * 64, grid=2, block=128)["stage"]
+            self.assertEqual(kept["storage_key"], builds["candidate"])
+            self.assertNotIn("trial", kept["gpu"])
+            c.close()
+        finally:
+            if d2:
+                d2.cleanup()
+            d.cleanup()
+
+    def test_slower_bounds_are_rejected_and_recorded(self):
+        fake_env()
+        os.environ["FDO_FAKE_CUDA_BOUNDED_PERCENT"] = "130"
+        d = gpu_daemon(**{"guard.min_stages": 2}).start()
+        try:
+            c = d.client()
+            program = c.call("program.register", {"ir": KERNELS})["program"]
+            r, trial, builds = self.run_trial(c, program)
+            self.assertEqual(trial["verdict"], "rejected", trial)
+            doc = c.call("profile.get", {"profile_key": r["stage"]["profile_key"]})["profile"]
+            self.assertNotIn("launch_bounds", doc["gpu"])
+            self.assertEqual(doc["gpu"]["trials"][0]["verdict"], "rejected")
+            after = saxpy(c, program, [1.0] * 64, [0.5] * 64, grid=2, block=128)["stage"]
+            self.assertNotIn("trial", after["gpu"])
+            self.assertEqual(after["storage_key"], builds["current"])
+            c.close()
+        finally:
+            d.cleanup()
+
+    def test_guard_off_runs_no_trial(self):
+        fake_env()
+        d = gpu_daemon(**{"guard.min_stages": 0, "guard": "off"}).start()
+        try:
+            c = d.client()
+            program = c.call("program.register", {"ir": KERNELS})["program"]
+            for _ in range(6):
+                r = saxpy(c, program, [1.0] * 64, [0.5] * 64, grid=2, block=128)
+                self.assertNotIn("trial", r["stage"]["gpu"])
+            c.close()
+        finally:
+            d.cleanup()
+
+
 class GpuRestartAndIdentity(unittest.TestCase):
     def setUp(self):
         if not FAKE.exists():
@@ -206,6 +329,9 @@ class GpuRestartAndIdentity(unittest.TestCase):
         program = c.call("program.register", {"ir": KERNELS})["program"]
         first = saxpy(c, program, [1.0], [1.0])["stage"]
         self.assertEqual(first["cache"]["outcome"], "compiled")
+        # The driver compiled the PTX (linked to a cubin that fdod keeps).
+        self.assertTrue(first["gpu"]["module_loaded"])
+        self.assertEqual(first["gpu"]["image"], "ptx")
         c.close()
         d.stop()
         # The same GPU and driver after a restart: the PTX comes from disk.
@@ -215,6 +341,9 @@ class GpuRestartAndIdentity(unittest.TestCase):
         self.assertEqual(again["cache"]["outcome"], "disk_hit")
         self.assertEqual(again["storage_key"], first["storage_key"])
         self.assertTrue(again["gpu"]["module_loaded"])
+        # The new worker got the cubin from the disk tier: no JIT compile.
+        self.assertEqual(again["gpu"]["image"], "cubin")
+        self.assertEqual(saxpy(c, program, [1.0], [2.0])["buffers"][1]["data"], [4.0])
         c.close()
         d2.stop()
         # A new driver: another identity, so another key, compiled afresh.
@@ -225,12 +354,40 @@ class GpuRestartAndIdentity(unittest.TestCase):
             self.assertIn("driver=12080", c.call("capabilities")["gpu"]["identity"])
             newer = saxpy(c, program, [1.0], [1.0])["stage"]
             self.assertEqual(newer["cache"]["outcome"], "compiled")
+            self.assertEqual(newer["gpu"]["image"], "ptx")  # no cubin of another driver
             self.assertNotEqual(newer["program"], first["program"])
             c.close()
         finally:
             fake_env()
             d3.cleanup()
             d2.cleanup()
+            d.cleanup()
+
+    def test_a_damaged_cubin_on_disk_is_dropped_for_the_ptx(self):
+        fake_env()
+        d = gpu_daemon().start()
+        d2 = None
+        try:
+            c = d.client()
+            program = c.call("program.register", {"ir": KERNELS})["program"]
+            saxpy(c, program, [1.0], [1.0])
+            c.close()
+            d.stop()
+            cubins = [p for p in Path(d.state_dir).rglob("*.obj")
+                      if b'"image":"cubin"' in p.read_bytes()]
+            self.assertEqual(len(cubins), 1, cubins)
+            raw = bytearray(cubins[0].read_bytes())
+            raw[-40] ^= 0xFF  # one flipped byte: the entry's checksum no longer holds
+            cubins[0].write_bytes(bytes(raw))
+            d2 = Daemon(d_config(d), state_dir=d.state_dir, prefix="fdo-gpu-").start()
+            c = d2.client()
+            again = saxpy(c, program, [1.0], [2.0])
+            self.assertEqual(again["stage"]["gpu"]["image"], "ptx")
+            self.assertEqual(again["buffers"][1]["data"], [4.0])
+            c.close()
+        finally:
+            if d2:
+                d2.cleanup()
             d.cleanup()
 
     def test_gpu_off_refuses_nvptx_programs_and_says_why(self):

@@ -114,6 +114,100 @@ TEST_CASE("gpu jobs: the job and reply codecs round-trip and refuse bad input", 
   CHECK_FALSE(gpu_launch_reply_from_json(hostile));
 }
 
+TEST_CASE("gpu jobs: cubin fields round-trip and a job carries one image at most", "[gpu_jobs]") {
+  GpuLaunchJob job = scale_job(8, false);
+  job.cubin_size = 40;
+  job.tune_items = 64;
+  job.tune_max_threads = 128;
+  auto back = gpu_launch_job_from_json(to_json(job));
+  REQUIRE(back);
+  CHECK(*back == job);
+  job = scale_job(8, true);
+  job.want_cubin = true;
+  back = gpu_launch_job_from_json(to_json(job));
+  REQUIRE(back);
+  CHECK(back->want_cubin);
+  nlohmann::json both = to_json(job);
+  both["cubin_size"] = 10;
+  auto refused = gpu_launch_job_from_json(both);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code() == Errc::invalid_argument);
+  nlohmann::json wide = to_json(job);
+  wide["tune_max_threads"] = 4096;
+  CHECK_FALSE(gpu_launch_job_from_json(wide));
+
+  GpuLaunchReply reply;
+  reply.module_loaded = true;
+  reply.image = ImageKind::cubin;
+  reply.cubin_size = 99;
+  auto r = gpu_launch_reply_from_json(to_json(reply));
+  REQUIRE(r);
+  CHECK(r->image == ImageKind::cubin);
+  CHECK(r->cubin_size == 99);
+  nlohmann::json hostile = to_json(reply);
+  hostile["image"] = "elf";
+  CHECK(gpu_launch_reply_from_json(hostile).error().code() == Errc::corrupt);
+}
+
+TEST_CASE("gpu jobs: PTX linked to a cubin comes back, and a new worker loads the cubin",
+          "[gpu_jobs]") {
+  FakeDriver* d = nullptr;
+  std::string cubin;
+  {
+    GpuJobs jobs(loader_of(with_scale, &d));
+    GpuLaunchJob job = scale_job(8, true);
+    job.want_cubin = true;
+    auto out = jobs.handle(message_of(job, floats(std::vector<float>(8, 1.0f))));
+    REQUIRE(out);
+    auto r = gpu_launch_reply_from_json(out->header);
+    REQUIRE(r);
+    CHECK(r->module_loaded);
+    CHECK(r->image == ImageKind::ptx); // compiled from the PTX here
+    REQUIRE(r->cubin_size > 0);
+    cubin = out->payload.substr(0, r->cubin_size);
+    CHECK(cubin == FakeDriver::cubin_of(kPtx));
+    CHECK(out->payload.substr(r->cubin_size) == floats(std::vector<float>(8, 3.0f)));
+  }
+  // A fresh worker (a new process, a restarted fdod) sent the cubin.
+  GpuJobs fresh(loader_of(with_scale, &d));
+  GpuLaunchJob job = scale_job(8, false);
+  job.cubin_size = cubin.size();
+  Message m;
+  m.header = to_json(job);
+  m.payload = cubin + floats(std::vector<float>(8, 2.0f));
+  auto out = fresh.handle(m);
+  REQUIRE(out);
+  auto r = gpu_launch_reply_from_json(out->header);
+  REQUIRE(r);
+  CHECK(r->module_loaded);
+  CHECK(r->image == ImageKind::cubin);
+  CHECK(r->cubin_size == 0);
+  CHECK(out->payload == floats(std::vector<float>(8, 6.0f)));
+  // A cubin the driver refuses is a compile error (fdod then sends the PTX).
+  GpuJobs other(loader_of(with_scale, &d));
+  m.payload = std::string("FAKECUBIN\ngarbage") + floats(std::vector<float>(8, 2.0f));
+  job.cubin_size = std::string("FAKECUBIN\ngarbage").size();
+  m.header = to_json(job);
+  auto refused = other.handle(m);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code() == Errc::compile);
+}
+
+TEST_CASE("gpu jobs: tuning keeps to the kernel's launch bounds", "[gpu_jobs]") {
+  FakeDriver* d = nullptr;
+  GpuJobs jobs(loader_of(with_scale, &d));
+  GpuLaunchJob job = scale_job(64, true);
+  job.tune_items = 1 << 20;
+  job.tune_max_threads = 128; // the fastest block (256) is out of bounds
+  auto out = jobs.handle(message_of(job, floats(std::vector<float>(64, 1.0f))));
+  REQUIRE(out);
+  auto r = gpu_launch_reply_from_json(out->header);
+  REQUIRE(r);
+  CHECK(r->ran.block.x == 128);
+  for (const auto& [config, ms] : r->tuned)
+    CHECK(config.block.count() <= 128);
+}
+
 TEST_CASE("gpu jobs: probe, then launches by key once the module is loaded", "[gpu_jobs]") {
   FakeDriver* d = nullptr;
   int loads = 0;

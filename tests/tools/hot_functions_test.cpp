@@ -1,4 +1,5 @@
 #include "fdo/ctl/cs_summary.h"
+#include "fdo/ctl/gpu_view.h"
 #include "fdo/ctl/hot_functions.h"
 
 #include <catch2/catch.hpp>
@@ -119,4 +120,24 @@ TEST_CASE("profile show: context-sensitive counts per function by source name", 
   CHECK_THAT(out, Catch::Contains("interp.c:step (fdo:fdo.local.1)"));
   CHECK_THAT(out, Catch::Contains("90.0%"));
   CHECK(render_cs_functions(doc, 1).find("(1 more functions)") != std::string::npos);
+}
+
+TEST_CASE("profile show's GPU part: kept bounds, tuned launches and trials", "[gpu_view]") {
+  ProfileDoc doc;
+  CHECK(render_gpu_profile(doc.gpu).empty());
+  doc.gpu.launch_bounds.push_back({"sm_90", "saxpy", 256, 0});
+  doc.gpu.launches.push_back(
+      GpuLaunchRecord{"sm_90",
+                      "saxpy",
+                      1 << 20,
+                      {{528, 1, 1}, {256, 1, 1}, 0.0123},
+                      {{{528, 1, 1}, {256, 1, 1}, 0.0123}, {{132, 1, 1}, {1024, 1, 1}, 0.02}}});
+  doc.gpu.trials.push_back({{"sm_90", "saxpy", 256, 2}, TrialVerdict::accepted, 0.8, 12});
+  const std::string text = render_gpu_profile(doc.gpu);
+  CHECK_THAT(text, Catch::Contains("GPU: 1 kept launch bounds, 1 tuned launches, 1 trials"));
+  CHECK_THAT(text, Catch::Contains("256 threads"));
+  CHECK_THAT(text, Catch::Contains("256 threads, 2 blocks/SM"));
+  CHECK_THAT(text, Catch::Contains("1048576"));
+  CHECK_THAT(text, Catch::Contains("0.0123"));
+  CHECK_THAT(text, Catch::Contains("accepted"));
 }

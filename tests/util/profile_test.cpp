@@ -309,3 +309,76 @@ TEST_CASE("reprofile_of is bookkeeping - round trips - absent when 0", "[util][p
   auto text = parse_profile(R"({"reprofile_of": "3"})");
   REQUIRE_FALSE(text);
 }
+
+TEST_CASE("the GPU part: launches and trials are bookkeeping, launch bounds enter the digest",
+          "[util][profile]") {
+  ProfileDoc d = sample();
+  const std::string before = profile_digest(d);
+  CHECK_FALSE(to_json(d).contains("gpu"));
+  d.gpu.launches.push_back(GpuLaunchRecord{"sm_90",
+                                           "saxpy",
+                                           1 << 20,
+                                           {{528, 1, 1}, {256, 1, 1}, 0.12},
+                                           {{{64, 1, 1}, {64, 1, 1}, 0.5}}});
+  d.gpu.trials.push_back(
+      GpuBoundsTrial{{"sm_90", "saxpy", 128, 0}, TrialVerdict::rejected, 1.07, 12});
+  CHECK(profile_digest(d) == before); // tuned launches and verdicts never recompile
+  CHECK(profile_digest_of_json(to_json(d)) == before);
+  d.gpu.launch_bounds.push_back({"sm_90", "saxpy", 256, 0});
+  const std::string bounded = profile_digest(d);
+  CHECK(bounded != before);
+  CHECK(profile_digest_of_json(to_json(d)) == bounded);
+  // Another architecture's bound is another document.
+  ProfileDoc other = d;
+  other.gpu.launch_bounds[0].arch = "sm_80";
+  CHECK(profile_digest(other) != bounded);
+  // The order bounds were added in does not change the digest.
+  d.gpu.launch_bounds.push_back({"sm_80", "reduce_sum", 512, 2});
+  ProfileDoc swapped = d;
+  std::swap(swapped.gpu.launch_bounds[0], swapped.gpu.launch_bounds[1]);
+  CHECK(profile_digest(swapped) == profile_digest(d));
+
+  const json j = to_json(d);
+  CHECK(j["gpu"]["launch_bounds"][0]["arch"] == "sm_80"); // sorted
+  CHECK(j["gpu"]["launch_bounds"][0]["min_blocks_per_sm"] == 2);
+  auto back = profile_from_json(j);
+  REQUIRE(back);
+  CHECK(back->gpu.launches == d.gpu.launches);
+  CHECK(back->gpu.trials == d.gpu.trials);
+  CHECK(profile_digest(*back) == profile_digest(d));
+  CHECK(find_bounds(back->gpu, "sm_90", "saxpy")->max_threads == 256);
+  CHECK(find_launch(back->gpu, "sm_90", "saxpy", 1 << 20)->chosen.block[0] == 256);
+  CHECK(find_launch(back->gpu, "sm_90", "saxpy", 4096) == nullptr);
+}
+
+TEST_CASE("the GPU part rejects bad fields with their path", "[util][profile]") {
+  auto expect_bad = [](const char* text, const char* field) {
+    auto r = parse_profile(text);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == Errc::invalid_argument);
+    CHECK_THAT(r.error().message(), Catch::Contains(field));
+  };
+  expect_bad(R"({"gpu": []})", "'gpu'");
+  expect_bad(R"({"gpu": {"launch_bounds": [{"arch": "sm_90", "kernel": "k", "max_threads": 0}]}})",
+             "gpu.launch_bounds[0].max_threads");
+  expect_bad(R"({"gpu": {"launch_bounds": [{"arch": "", "kernel": "k", "max_threads": 32}]}})",
+             "gpu.launch_bounds[0].arch");
+  expect_bad(R"({"gpu": {"launch_bounds": [{"arch": "sm_90", "kernel": "k", "max_threads": 32},
+                                             {"arch": "sm_90", "kernel": "k", "max_threads": 64}]}})",
+             "a second time");
+  expect_bad(R"({"gpu": {"launches": [{"arch": "sm_90", "kernel": "k", "items": 5,
+               "chosen": {"grid": [1, 1], "block": [1, 1, 1], "median_ms": 1}}]}})",
+             "gpu.launches[0].chosen.grid");
+  expect_bad(R"({"gpu": {"launches": [{"arch": "sm_90", "kernel": "k", "items": 5,
+               "chosen": {"grid": [1, 1, 1], "block": [0, 1, 1], "median_ms": 1}}]}})",
+             "gpu.launches[0].chosen.block");
+  expect_bad(R"({"gpu": {"launches": [{"arch": "sm_90", "kernel": "k", "items": 0,
+               "chosen": {"grid": [1, 1, 1], "block": [1, 1, 1], "median_ms": 1}}]}})",
+             "gpu.launches[0].items");
+  expect_bad(R"({"gpu": {"trials": [{"bounds": {"arch": "sm_90", "kernel": "k", "max_threads": 32},
+               "verdict": "maybe", "ratio": 1}]}})",
+             "gpu.trials[0].verdict");
+  expect_bad(R"({"gpu": {"trials": [{"bounds": {"arch": "sm_90", "kernel": "k", "max_threads": 32},
+               "verdict": "accepted", "ratio": -1}]}})",
+             "gpu.trials[0].ratio");
+}

@@ -119,6 +119,14 @@ std::string_view to_string(TrialVerdict v) {
   return kVerdictNames.name(v);
 }
 
+std::optional<TrialVerdict> parse_trial_verdict(std::string_view s) {
+  return kVerdictNames.parse(s);
+}
+
+std::string trial_verdict_alternatives() {
+  return kVerdictNames.alternatives();
+}
+
 json to_json(const GuardRecord& g) {
   json trials = json::array();
   for (const TrialRecord& t : g.trials)

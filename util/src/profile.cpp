@@ -245,6 +245,8 @@ json to_json(const ProfileDoc& doc) {
   // And only in imported documents with records outside the program.
   if (!doc.outside_functions.empty())
     out["outside_functions"] = functions_json(doc.outside_functions);
+  // And only in GPU programs' documents.
+  if (!doc.gpu.empty()) out["gpu"] = to_json(doc.gpu);
   return out;
 }
 
@@ -298,6 +300,9 @@ Expected<ProfileDoc> profile_from_json(const json& j) {
   }
   FDO_TRY_STATUS(
       get_int(j, "reprofile_of", "$", doc.reprofile_of, 0, std::numeric_limits<long long>::max()));
+  if (auto it = j.find("gpu"); it != j.end()) {
+    FDO_TRY(doc.gpu, gpu_profile_from_json(*it));
+  }
   if (auto it = j.find("provenance"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) return field_error("provenance", "must be an object");
     const json& p = *it;
@@ -353,6 +358,9 @@ std::string profile_digest(const ProfileDoc& doc) {
       outside[name] = function_compile_json(f);
     compile_part["outside_functions"] = std::move(outside);
   }
+  // Likewise: only documents with launch bounds (GPU programs') digest them.
+  if (json bounds = gpu_digest_part(doc.gpu); !bounds.is_null())
+    compile_part["gpu_launch_bounds"] = std::move(bounds);
   return blake3_hex("fdo.profile.v1\n" + canonical_json(compile_part));
 }
 
@@ -374,6 +382,9 @@ std::string profile_digest_of_json(json&& j) {
   for (const char* member : {"cs_functions", "outside_functions"})
     if (auto it = j.find(member); it != j.end())
       compile_part[member] = compile_only(std::move(*it));
+  if (auto it = j.find("gpu"); it != j.end())
+    if (json bounds = gpu_digest_part_of_json(*it); !bounds.is_null())
+      compile_part["gpu_launch_bounds"] = std::move(bounds);
   return blake3_hex("fdo.profile.v1\n" + canonical_json(compile_part));
 }
 

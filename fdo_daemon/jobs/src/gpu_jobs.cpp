@@ -1,6 +1,7 @@
 // GPU worker jobs (gpu_jobs.h).
 #include "fdo/daemon/gpu_jobs.h"
 
+#include <algorithm>
 #include <chrono>
 #include <list>
 
@@ -71,7 +72,10 @@ json to_json(const GpuLaunchJob& job) {
             {"time_limit_ms", job.time_limit_ms},
             {"cache_entries", job.cache_entries}};
   if (job.ptx_size) j["ptx_size"] = *job.ptx_size;
+  if (job.cubin_size) j["cubin_size"] = *job.cubin_size;
+  if (job.want_cubin) j["want_cubin"] = true;
   if (job.tune_items) j["tune_items"] = *job.tune_items;
+  if (job.tune_max_threads) j["tune_max_threads"] = job.tune_max_threads;
   return j;
 }
 
@@ -91,8 +95,21 @@ Expected<GpuLaunchJob> gpu_launch_job_from_json(const json& j) {
   if (j.contains("ptx_size")) {
     FDO_TRY(job.ptx_size, field<std::uint64_t>(j, "ptx_size"));
   }
+  if (j.contains("cubin_size")) {
+    FDO_TRY(job.cubin_size, field<std::uint64_t>(j, "cubin_size"));
+  }
+  if (job.ptx_size && job.cubin_size)
+    return make_error(Errc::invalid_argument, "a GPU job carries PTX or a cubin, not both");
+  if (j.contains("want_cubin")) {
+    FDO_TRY(job.want_cubin, field<bool>(j, "want_cubin"));
+  }
   if (j.contains("tune_items")) {
     FDO_TRY(job.tune_items, field<std::uint64_t>(j, "tune_items"));
+  }
+  if (j.contains("tune_max_threads")) {
+    FDO_TRY(job.tune_max_threads, field<int>(j, "tune_max_threads"));
+    if (job.tune_max_threads < 0 || job.tune_max_threads > 1024)
+      return make_error(Errc::invalid_argument, "tune_max_threads must be 0..1024");
   }
   FDO_TRY(json args, field<json>(j, "args"));
   if (!args.is_array()) return make_error(Errc::invalid_argument, "'args' must be an array");
@@ -132,6 +149,8 @@ json to_json(const GpuLaunchReply& r) {
           {"static_shared_bytes", r.attributes.static_shared_bytes},
           {"max_threads_per_block", r.attributes.max_threads_per_block},
           {"module_loaded", r.module_loaded},
+          {"image", r.image == gpu::ImageKind::cubin ? "cubin" : "ptx"},
+          {"cubin_size", r.cubin_size},
           {"load_ms", r.load_ms},
           {"jit_log", r.jit_log},
           {"ran", config_json(r.ran)},
@@ -156,6 +175,11 @@ Expected<GpuLaunchReply> gpu_launch_reply_from_json(const json& j) {
   FDO_TRY(r.attributes.static_shared_bytes, field<int>(j, "static_shared_bytes"));
   FDO_TRY(r.attributes.max_threads_per_block, field<int>(j, "max_threads_per_block"));
   FDO_TRY(r.module_loaded, field<bool>(j, "module_loaded"));
+  FDO_TRY(std::string image, field<std::string>(j, "image"));
+  if (image != "ptx" && image != "cubin")
+    return make_error(Errc::corrupt, "GPU reply: unknown image kind");
+  r.image = image == "cubin" ? gpu::ImageKind::cubin : gpu::ImageKind::ptx;
+  FDO_TRY(r.cubin_size, field<std::uint64_t>(j, "cubin_size"));
   FDO_TRY(r.load_ms, field<double>(j, "load_ms"));
   FDO_TRY(r.jit_log, field<std::string>(j, "jit_log"));
   FDO_TRY(json ran, field<json>(j, "ran"));
@@ -238,8 +262,8 @@ Expected<Message> GpuJobs::handle(const Message& request) {
   FDO_TRY(GpuLaunchJob job, gpu_launch_job_from_json(request.header));
   FDO_TRY_STATUS(s.open(job.driver));
   std::string_view payload = request.payload;
-  const std::uint64_t ptx_size = job.ptx_size.value_or(0);
-  std::uint64_t total = ptx_size;
+  const std::uint64_t image_size = job.ptx_size.value_or(job.cubin_size.value_or(0));
+  std::uint64_t total = image_size;
   for (std::uint64_t b : job.buffer_sizes)
     total += b;
   if (total != payload.size())
@@ -247,20 +271,33 @@ Expected<Message> GpuJobs::handle(const Message& request) {
                                                   std::to_string(payload.size()) +
                                                   " bytes, the job says " + std::to_string(total));
   GpuLaunchReply reply;
+  std::string cubin; // linked from the PTX for fdod to cache (want_cubin)
   std::shared_ptr<gpu::Module> module = s.find(job.key);
   if (!module) {
-    if (!job.ptx_size) {
+    if (!job.ptx_size && !job.cubin_size) {
       reply.outcome = GpuOutcome::missing_image;
       Message out;
       out.header = to_json(reply);
       return out;
     }
     const auto t = std::chrono::steady_clock::now();
-    FDO_TRY(module, s.session->load(payload.substr(0, ptx_size), gpu::ImageKind::ptx));
+    const std::string_view image = payload.substr(0, image_size);
+    if (job.cubin_size) {
+      FDO_TRY(module, s.session->load(image, gpu::ImageKind::cubin));
+      reply.image = gpu::ImageKind::cubin;
+    } else if (job.want_cubin) {
+      // One JIT compile: the PTX linked to a cubin, which is what is loaded
+      // and what goes back to be cached.
+      FDO_TRY(cubin, s.session->link_cubin(image, &reply.jit_log));
+      FDO_TRY(module, s.session->load(cubin, gpu::ImageKind::cubin));
+      reply.cubin_size = cubin.size();
+    } else {
+      FDO_TRY(module, s.session->load(image, gpu::ImageKind::ptx));
+      reply.jit_log = module->log();
+    }
     reply.load_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
     reply.module_loaded = true;
-    reply.jit_log = module->log();
     if (job.cache_entries > 0) {
       s.modules.emplace_front(job.key, module);
       while (s.modules.size() > job.cache_entries)
@@ -268,7 +305,7 @@ Expected<Message> GpuJobs::handle(const Message& request) {
     }
   }
   std::vector<std::string> buffers;
-  std::size_t at = ptx_size;
+  std::size_t at = image_size;
   for (std::uint64_t b : job.buffer_sizes) {
     buffers.emplace_back(payload.substr(at, b));
     at += b;
@@ -283,9 +320,10 @@ Expected<Message> GpuJobs::handle(const Message& request) {
   spec.repeats = job.repeats;
   spec.time_limit = std::chrono::milliseconds(job.time_limit_ms);
   if (job.tune_items) {
-    const int max_threads = s.session->info().max_threads_per_block;
-    auto candidates = gpu::grid_stride_candidates(*job.tune_items, s.session->info(),
-                                                  max_threads > 0 ? max_threads : 1024);
+    int max_threads = s.session->info().max_threads_per_block;
+    if (max_threads <= 0) max_threads = 1024;
+    if (job.tune_max_threads > 0) max_threads = std::min(max_threads, job.tune_max_threads);
+    auto candidates = gpu::grid_stride_candidates(*job.tune_items, s.session->info(), max_threads);
     auto time = [&](const gpu::LaunchConfig& c) -> Expected<double> {
       gpu::LaunchSpec one = spec;
       one.grid = c.grid;
@@ -309,6 +347,7 @@ Expected<Message> GpuJobs::handle(const Message& request) {
   reply.attributes = r.attributes;
   reply.ran = {spec.grid, spec.block};
   Message out;
+  out.payload = std::move(cubin);
   if (job.return_buffers) {
     FDO_TRY_STATUS(s.session->download(device, buffers));
     for (const std::string& b : buffers) {

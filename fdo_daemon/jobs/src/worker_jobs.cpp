@@ -168,6 +168,14 @@ Expected<Message> handle_gpu(const std::string& op, const Message& request,
   req.target.sm = gpu->value("sm", 0);
   req.target.driver_version = gpu->value("driver", 0);
   req.limits = limits;
+  // The launch bounds the profile keeps for this GPU's kernels (the guard's
+  // kept trials): compile-affecting, so part of the profile's digest and key.
+  if (auto p = request.header.find("profile"); p != request.header.end() && !p->is_null()) {
+    FDO_TRY(ProfileDoc doc, profile_from_json(*p));
+    const std::string arch = jit::sm_name(req.target.sm);
+    for (const GpuKernelBounds& b : doc.gpu.launch_bounds)
+      if (b.arch == arch) req.launch_bounds[b.kernel] = {b.max_threads, b.min_blocks_per_sm};
+  }
   FDO_TRY(jit::GpuCompileResult r, jit::compile_gpu(request.payload, req));
   json kernels = json::array();
   for (const jit::GpuKernel& k : r.kernels)

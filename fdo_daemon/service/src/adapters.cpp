@@ -45,6 +45,15 @@ cache::ProfileRef profile_ref(const std::string& pk, ps::SharedProfile cur) {
   return ref;
 }
 
+cache::ProfileRef profile_ref(const std::string& pk, std::int64_t version, ProfileDoc doc) {
+  cache::ProfileRef ref;
+  ref.pk = pk;
+  ref.version = version;
+  ref.digest = profile_digest(doc);
+  ref.doc = std::make_shared<const ProfileDoc>(std::move(doc));
+  return ref;
+}
+
 Expected<cache::ProfileRef> StoreKeys::current_profile(const std::string& pk) {
   FDO_TRY(ps::SharedProfile cur, store_.current_shared(pk));
   return profile_ref(pk, std::move(cur));

@@ -20,6 +20,9 @@ namespace fdo::daemon {
 // The cache's view of a stored current profile (no profile: cache::no_profile).
 // The document is shared with `current`, not copied.
 cache::ProfileRef profile_ref(const std::string& pk, profile_store::SharedProfile current);
+// A document derived from the profile (a guard variant, a GPU trial's
+// candidate), served under `version`; its digest is its own.
+cache::ProfileRef profile_ref(const std::string& pk, std::int64_t version, ProfileDoc doc);
 
 class StoreKeys final : public cache::KeyStore {
 public:

@@ -84,23 +84,4 @@ GpuHost probe_gpu_host(const Config& c, JobRunner& pool) {
   return h;
 }
 
-std::optional<gpu::LaunchConfig> GpuTunings::find(const std::string& ik, const std::string& kernel,
-                                                  std::uint64_t items) const {
-  std::lock_guard lk(mu_);
-  auto it = tuned_.find({ik, kernel, items});
-  if (it == tuned_.end()) return std::nullopt;
-  return it->second;
-}
-
-void GpuTunings::remember(const std::string& ik, const std::string& kernel, std::uint64_t items,
-                          const gpu::LaunchConfig& config) {
-  std::lock_guard lk(mu_);
-  tuned_[{ik, kernel, items}] = config;
-}
-
-std::size_t GpuTunings::size() const {
-  std::lock_guard lk(mu_);
-  return tuned_.size();
-}
-
 } // namespace fdo::daemon

@@ -1,5 +1,6 @@
 #include "fdo/daemon/guard.h"
 
+#include "adapters.h"
 #include "fdo/util/enum_names.h"
 #include "fdo/util/log.h"
 #include "guard_detail.h"
@@ -26,15 +27,6 @@ std::string short_digest(const std::string& d) {
   return d.substr(0, 16);
 }
 
-cache::ProfileRef profile_ref(const std::string& pk, std::int64_t version, ProfileDoc doc) {
-  cache::ProfileRef ref;
-  ref.pk = pk;
-  ref.version = version;
-  ref.digest = profile_digest(doc);
-  ref.doc = std::make_shared<const ProfileDoc>(std::move(doc));
-  return ref;
-}
-
 // A variant as the trial id names it: with the version of an earlier
 // profile's counts when it has one.
 std::string id_name(const Variant& v) {
@@ -48,25 +40,6 @@ std::string id_name(const Variant& v) {
 std::string trial_id_of(const Arms& a, const std::string& digest, GuardClock clock) {
   return id_name(a.incumbent) + " vs " + id_name(*a.candidate) + " @" + short_digest(digest) +
          " blocks" + (clock == GuardClock::cpu ? " cpu" : "");
-}
-
-// The seed of a trial's block orders (trial.h): FNV-1a of the profile key,
-// the trial id and the version it started under, all of which a checkpoint
-// keeps, so a resumed trial plans the orders it would have.
-std::uint64_t trial_seed(const std::string& pk, const std::string& id, std::int64_t version) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  auto eat = [&](std::string_view s) {
-    for (unsigned char c : s) {
-      h ^= c;
-      h *= 0x100000001b3ull;
-    }
-    h ^= 0xff; // a separator no string holds
-    h *= 0x100000001b3ull;
-  };
-  eat(pk);
-  eat(id);
-  eat(std::to_string(version));
-  return h;
 }
 
 // Why the guard leaves this profile alone (it is served as it is); empty: guarded.

@@ -314,6 +314,7 @@ Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
       [orch](cache::Program& p) { return orch->stamp_initial_key(p); });
   s->feedback = std::make_unique<FeedbackLoop>(*s->feedback_store, s->host, s->lifecycles.get());
   s->guard = std::make_unique<Guard>(*s->keys, *s->feedback_store, s->host);
+  s->gpu_tuner = std::make_unique<GpuTuner>(*s->feedback_store, s->host);
   s->profiles = std::make_unique<ProfileService>(ProfileService::Parts{
       *s->store, *s->feedback, *s->guard, *s->lifecycles, *s->programs, *s->orch});
   s->metrics = std::make_unique<ServiceMetrics>([raw] { return methods::live_metrics(*raw); });

@@ -10,6 +10,7 @@
 #include "fdo/daemon/config.h"
 #include "fdo/daemon/feedback_loop.h"
 #include "fdo/daemon/gpu_host.h"
+#include "fdo/daemon/gpu_tuning.h"
 #include "fdo/daemon/guard.h"
 #include "fdo/daemon/isolation.h"
 #include "fdo/daemon/job_runner.h"
@@ -89,7 +90,6 @@ struct ServiceState {
   // found or why fdod runs no GPU programs.
   std::unique_ptr<JobRunner> gpu_pool;
   GpuHost gpu;
-  GpuTunings gpu_tunings;
   // The adapters over `store`, and (a shared store only) the layer that
   // serves through its outages (store_fallback.h).
   std::unique_ptr<StoreKeys> store_keys;
@@ -107,6 +107,8 @@ struct ServiceState {
   std::unique_ptr<LifecycleTable> lifecycles = std::make_unique<LifecycleTable>();
   std::unique_ptr<FeedbackLoop> feedback;
   std::unique_ptr<Guard> guard;
+  // GPU programs' tuned launches and launch-bound trials (gpu_tuning.h).
+  std::unique_ptr<GpuTuner> gpu_tuner;
   std::unique_ptr<LeaseTable> leases = std::make_unique<LeaseTable>(); // in-process leases
   std::shared_ptr<SamplingHost> sampling_host;                         // never null once built
   std::unique_ptr<cache::Orchestrator> orch; // its tier-up threads use the parts above

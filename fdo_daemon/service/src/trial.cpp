@@ -228,4 +228,20 @@ std::string describe_ratio(double ratio) {
   return buf;
 }
 
+std::uint64_t trial_seed(std::string_view pk, std::string_view id, std::int64_t version) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  auto eat = [&](std::string_view s) {
+    for (unsigned char c : s) {
+      h ^= c;
+      h *= 0x100000001b3ull;
+    }
+    h ^= 0xff; // a separator no string holds
+    h *= 0x100000001b3ull;
+  };
+  eat(pk);
+  eat(id);
+  eat(std::to_string(version));
+  return h;
+}
+
 } // namespace fdo::daemon

@@ -4,6 +4,7 @@
 #include "fdo/ctl/cs_summary.h"
 #include "fdo/ctl/diff.h"
 #include "fdo/ctl/doctor.h"
+#include "fdo/ctl/gpu_view.h"
 #include "fdo/ctl/hot_functions.h"
 #include "fdo/ctl/lifecycle_view.h"
 #include "fdo/ctl/self_test.h"
@@ -333,6 +334,7 @@ Status cmd_profile_show(Context& ctx, const std::string& key_text,
   out << render_fields(fields);
   print_guard(out, doc.value("guard", json(nullptr)));
   FDO_TRY(ProfileDoc typed, profile_of(got));
+  out << render_gpu_profile(typed.gpu);
   std::uint64_t all = 0;
   std::vector<std::pair<std::uint64_t, std::string>> order; // hottest first
   for (const auto& [name, f] : typed.functions) {
@@ -914,7 +916,10 @@ Status cmd_doctor(Context& ctx, const DoctorOptions& options) {
     source = "local";
   }
   std::vector<Finding> findings = diagnose(perf);
-  findings.push_back(diagnose_gpu(gpu));
+  std::error_code ec;
+  const HostGpuNodes nodes =
+      std::filesystem::exists("/dev/nvidiactl", ec) ? HostGpuNodes::present : HostGpuNodes::absent;
+  findings.push_back(diagnose_gpu(gpu, nodes));
   if (!daemon["reachable"].get<bool>())
     findings.insert(findings.begin(),
                     Finding{Severity::problem, "fdod", backend.error().message(),

@@ -3,9 +3,12 @@
 // key embeds the GPU's identity), launched in a GPU worker on the call's
 // buffers, and timed with driver events. A launch configuration can be tuned
 // once per program, kernel and problem size and is then reused.
+#include "fdo/cache/keys.h"
 #include "fdo/daemon/abi.h"
 #include "fdo/daemon/gpu_jobs.h"
+#include "fdo/daemon/gpu_tuning.h"
 #include "fdo/daemon/isolation.h"
+#include "fdo/util/log.h"
 #include "fdo/util/log_record.h"
 #include "methods.h"
 
@@ -43,15 +46,70 @@ json dims_json(const gpu::Dim3& d) {
   return json::array({d.x, d.y, d.z});
 }
 
-// The job: by key (the worker may hold the module) or with the PTX.
-Expected<Message> gpu_request(const GpuLaunchJob& job, const cache::StageOutput& so,
+GpuDims profile_dims(const gpu::Dim3& d) {
+  return {d.x, d.y, d.z};
+}
+
+gpu::Dim3 launch_dims(const GpuDims& d) {
+  return {d[0], d[1], d[2]};
+}
+
+// The tuning's outcome as the profile keeps it: the chosen launch and every
+// candidate's median.
+GpuLaunchRecord launch_record(const std::string& arch, const std::string& kernel,
+                              std::uint64_t items, const GpuLaunchReply& reply, double chosen_ms) {
+  GpuLaunchRecord r;
+  r.arch = arch;
+  r.kernel = kernel;
+  r.items = items;
+  r.chosen = {profile_dims(reply.ran.grid), profile_dims(reply.ran.block), chosen_ms};
+  for (const auto& [config, ms] : reply.tuned)
+    r.candidates.push_back({profile_dims(config.grid), profile_dims(config.block), ms});
+  return r;
+}
+
+// The job: by key (the worker may hold the module) or with an image.
+Expected<Message> gpu_request(const GpuLaunchJob& job, std::string_view image,
                               const PreparedCall& call) {
   Message m;
   m.header = to_json(job);
-  if (job.ptx_size) m.payload = so.entry->object;
+  if (job.ptx_size || job.cubin_size) m.payload = std::string(image);
   for (const Buffer& b : call.buffers)
     m.payload += b.bytes;
   return m;
+}
+
+// The cubin the driver linked from a stage's PTX is kept in the disk tier
+// beside it, under a cache key of the program's own (so deleting the program
+// drops it) that no profile digest can give: the PTX's storage key and the
+// device name it was linked on.
+std::string cubin_key(const cache::StageOutput& so, const GpuHost& gpu) {
+  return cache::cache_key(so.ik, "cubin " + so.storage_key + " " + gpu.gpus.front().name,
+                          CompileMode::plain);
+}
+
+// The cached cubin, when the disk tier has an intact one from this compiler
+// identity (a corrupt file is removed by the tier and counts as none).
+std::shared_ptr<const cache::Entry> cached_cubin(ServiceState& s, const std::string& key,
+                                                 const cache::StageOutput& so) {
+  cache::DiskTier* disk = s.orch->disk_tier();
+  if (disk == nullptr) return nullptr;
+  cache::LoadResult r = disk->load(key, so.entry->info.compiler_identity);
+  return r.status == cache::LoadStatus::hit ? r.entry : nullptr;
+}
+
+void keep_cubin(ServiceState& s, const std::string& key, const cache::StageOutput& so,
+                std::string cubin) {
+  cache::DiskTier* disk = s.orch->disk_tier();
+  if (disk == nullptr) return;
+  cache::Entry e;
+  e.key = key;
+  e.info = so.entry->info;
+  e.info.ck = key;
+  e.object = std::move(cubin);
+  e.metadata = json{{"image", "cubin"}, {"of", so.storage_key}}.dump();
+  if (Status st = disk->store(e); !st)
+    log::warning("the cubin of " + so.storage_key + " was not kept: " + st.error().message());
 }
 
 } // namespace
@@ -98,8 +156,23 @@ Expected<json> execute_gpu(ServiceState& s, const json& params, const CallContex
   }
   for (const Buffer& b : call.buffers)
     job.buffer_sizes.push_back(b.bytes.size());
+  // The program's profile (known after its first stage): tuned launches and
+  // the launch-bound trial (gpu_tuning.h). Read from the store's in-memory
+  // view; a store that cannot be read leaves the stage untuned.
+  const std::string arch = jit::sm_name(s.gpu.target->sm);
+  std::optional<std::string> pk;
+  profile_store::SharedProfile current;
+  if (auto known = s.keys->lookup_profile_key(prog.ik); known && *known) {
+    pk = **known;
+    if (auto got = s.feedback_store->current(*pk))
+      current = std::move(*got);
+    else
+      log::warning("GPU stage of program " + prog.ik.substr(0, 12) +
+                   " runs without its profile: " + got.error().message());
+  }
+  const ProfileDoc* doc = current ? &current->doc : nullptr;
   // The launch: given, or tuned ("tune": {"items": n}) once per program,
-  // kernel, size and GPU, then reused.
+  // kernel, size and GPU architecture, kept in the profile, then reused.
   std::string launch_source = "given";
   std::optional<std::uint64_t> tune_items;
   if (auto t = params.find("tune"); t != params.end() && !t->is_null()) {
@@ -108,15 +181,19 @@ Expected<json> execute_gpu(ServiceState& s, const json& params, const CallContex
       return make_error(Errc::invalid_argument,
                         "\"tune\" is {\"items\": n}: the elements a grid-stride kernel covers");
     tune_items = (*t)["items"].get<std::uint64_t>();
-    if (auto known = s.gpu_tunings.find(prog.ik, sig.name, *tune_items)) {
-      job.grid = known->grid;
-      job.block = known->block;
+    if (const GpuLaunchRecord* known =
+            doc ? find_launch(doc->gpu, arch, sig.name, *tune_items) : nullptr) {
+      job.grid = launch_dims(known->chosen.grid);
+      job.block = launch_dims(known->chosen.block);
       launch_source = "tuned earlier";
     } else {
       job.tune_items = tune_items;
       job.grid = {1};
       job.block = {1};
       launch_source = "tuned now";
+      // The current build has the kernel's kept launch bounds: no block larger.
+      if (const GpuKernelBounds* b = doc ? find_bounds(doc->gpu, arch, sig.name) : nullptr)
+        job.tune_max_threads = b->max_threads;
     }
   } else {
     FDO_TRY(job.grid, dims_param(params, "grid"));
@@ -126,9 +203,20 @@ Expected<json> execute_gpu(ServiceState& s, const json& params, const CallContex
     return make_error(Errc::timeout, "request deadline passed before the stage started");
 
   const auto stage_started = std::chrono::steady_clock::now();
-  // No lifecycle: GPU programs are compiled plain (docs/gpu.md says why),
-  // and the cache serves them like any output.
-  auto prepared = s.orch->prepare(prog.program, cache::TierUp::sync);
+  // Which build: the current profile's, or a launch-bound trial's candidate,
+  // or one without a kept bound this launch exceeds.
+  GpuStagePlan plan;
+  if (pk) {
+    GpuStageShape shape{sig.name, job.grid, job.block, job.shared_bytes, job.buffer_sizes, {}};
+    for (const gpu::KernelArg& a : job.args)
+      if (a.kind == gpu::KernelArg::Kind::scalar) shape.scalars.push_back(a.bits);
+    plan = s.gpu_tuner->plan(*pk, doc, current ? current->version : 0, arch, shape,
+                             /*comparable=*/!job.tune_items, c.guard);
+  }
+  // No lifecycle: GPU programs are compiled without counts (docs/gpu.md says
+  // why), and the cache serves them like any output.
+  auto prepared = plan.variant ? s.orch->prepare(prog.program, cache::TierUp::sync, *plan.variant)
+                               : s.orch->prepare(prog.program, cache::TierUp::sync);
   if (!prepared) {
     s.counters.tenants.prepare_failed(ctx.uid);
     return std::move(prepared).error().context("compile " + sig.name + " for the GPU");
@@ -143,7 +231,7 @@ Expected<json> execute_gpu(ServiceState& s, const json& params, const CallContex
   JobOptions options{gpu_job_limits(c), sandbox_tenant(prog.program.scope)};
   options.check_reply = [&](const Message& m) -> Status {
     FDO_TRY(GpuLaunchReply r, gpu_launch_reply_from_json(m.header));
-    std::uint64_t total = 0;
+    std::uint64_t total = r.cubin_size;
     for (std::uint64_t b : r.buffer_sizes)
       total += b;
     if (total != m.payload.size() || (return_buffers && r.outcome == GpuOutcome::ran &&
@@ -155,11 +243,33 @@ Expected<json> execute_gpu(ServiceState& s, const json& params, const CallContex
   JobOutput output;
   Message resp;
   const auto started = std::chrono::steady_clock::now();
+  // By key first; a worker that does not hold the module gets the cached
+  // cubin, or the PTX (and links it to a cubin to keep); a cubin the driver
+  // refuses is dropped for the PTX.
+  const std::string cubin_at = cubin_key(so, s.gpu);
+  std::shared_ptr<const cache::Entry> cubin;
   for (int attempt = 0;; ++attempt) {
-    if (attempt == 1) job.ptx_size = so.entry->object.size();
-    FDO_TRY(Message req, gpu_request(job, so, call));
+    std::string_view image;
+    if (attempt == 1) cubin = cached_cubin(s, cubin_at, so);
+    if (attempt >= 1 && cubin) {
+      job.cubin_size = cubin->object.size();
+      image = cubin->object;
+    } else if (attempt >= 1) {
+      job.cubin_size.reset();
+      job.ptx_size = so.entry->object.size();
+      job.want_cubin = s.orch->disk_tier() != nullptr;
+      image = so.entry->object;
+    }
+    FDO_TRY(Message req, gpu_request(job, image, call));
     decoded.reset();
     auto r = s.gpu_pool->run(req, options, &output);
+    if (!r && job.cubin_size && r.error().code() == Errc::compile) {
+      log::warning("the driver refused the cached cubin of " + so.storage_key +
+                   ", loading its PTX: " + r.error().message());
+      if (cache::DiskTier* disk = s.orch->disk_tier()) disk->evict_prefix(cubin_at);
+      cubin.reset();
+      continue;
+    }
     if (!r) {
       ++s.counters.stage_failures;
       s.counters.tenants.stage_failed(ctx.uid);
@@ -176,33 +286,66 @@ Expected<json> execute_gpu(ServiceState& s, const json& params, const CallContex
       resp = std::move(*r);
       break;
     }
-    if (attempt == 1)
+    if (attempt >= 1)
       return make_error(Errc::internal,
-                        "GPU worker asked for the PTX of " + so.storage_key + " it was sent");
+                        "GPU worker asked for the image of " + so.storage_key + " it was sent");
   }
   const double round_trip_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   GpuLaunchReply& reply = *decoded;
-  if (job.tune_items && !reply.tuned.empty())
-    s.gpu_tunings.remember(prog.ik, sig.name, *tune_items, reply.ran);
-
+  if (reply.cubin_size > 0) keep_cubin(s, cubin_at, so, resp.payload.substr(0, reply.cubin_size));
   std::vector<double> sorted = reply.kernel_ms;
   std::sort(sorted.begin(), sorted.end());
   const double median_ms = sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
+
+  // Feedback into the profile: a tuned launch, a trial's time. The client's
+  // result stands whatever the store says; a failed write is reported.
+  const GpuWriter writer{static_cast<std::int64_t>(ctx.uid), stage_number, prog.ik};
+  json launch_json = {{"grid", dims_json(reply.ran.grid)},
+                      {"block", dims_json(reply.ran.block)},
+                      {"source", launch_source}};
+  if (job.tune_items && !reply.tuned.empty()) {
+    auto saved = s.gpu_tuner->remember_launch(
+        so.pk, launch_record(arch, sig.name, *tune_items, reply, median_ms), writer);
+    if (saved)
+      launch_json["profile_version"] = *saved;
+    else
+      launch_json["not_saved"] = saved.error().message();
+  }
+  json trial_json = nullptr;
+  if (plan.wants_profile)
+    if (auto started = s.gpu_tuner->start_profile(so.pk, writer); !started)
+      log::warning("GPU program " + prog.ik.substr(0, 12) +
+                   " gets no launch-bound trial: its profile could not be written: " +
+                   started.error().message());
+  if (plan.build != GpuBuild::current || plan.trial) {
+    trial_json = {{"build", to_string(plan.build)}, {"bounds", describe(plan.bounds)}};
+    if (plan.trial) {
+      trial_json["arm"] = to_string(plan.arm);
+      auto progress = s.gpu_tuner->record(so.pk, plan, median_ms, c.guard, writer);
+      if (!progress) {
+        trial_json["not_saved"] = progress.error().message();
+      } else {
+        trial_json["pairs"] = progress->result.pairs;
+        trial_json["verdict"] = to_string(progress->result.verdict);
+        trial_json["ratio"] = progress->result.ratio;
+        if (progress->written_version) trial_json["profile_version"] = progress->written_version;
+      }
+    }
+  }
   json gpu_stage = {{"device", s.gpu.gpus.front().name},
                     {"arch", jit::sm_name(s.gpu.target->sm)},
                     {"kernel_ms", reply.kernel_ms},
                     {"median_ms", median_ms},
-                    {"launch",
-                     {{"grid", dims_json(reply.ran.grid)},
-                      {"block", dims_json(reply.ran.block)},
-                      {"source", launch_source}}},
+                    {"launch", std::move(launch_json)},
                     {"registers", reply.attributes.registers},
                     {"local_bytes", reply.attributes.local_bytes},
                     {"module_loaded", reply.module_loaded},
+                    {"image", reply.image == gpu::ImageKind::cubin ? "cubin" : "ptx"},
                     {"load_ms", reply.load_ms},
                     {"round_trip_ms", round_trip_ms}};
   if (!reply.jit_log.empty()) gpu_stage["jit_log"] = reply.jit_log;
+  if (!trial_json.is_null()) gpu_stage["trial"] = std::move(trial_json);
   if (!reply.tuned.empty()) {
     json tuned = json::array();
     for (const auto& [config, ms] : reply.tuned)
@@ -230,7 +373,7 @@ Expected<json> execute_gpu(ServiceState& s, const json& params, const CallContex
   json result = {{"entry", sig.name}, {"returns", "void"}, {"value", nullptr}};
   if (return_buffers) {
     json out = json::array();
-    std::size_t at = 0;
+    std::size_t at = reply.cubin_size;
     for (std::size_t i = 0; i < reply.buffer_sizes.size(); ++i) {
       Buffer b{call.buffers[i].elem, resp.payload.substr(at, reply.buffer_sizes[i])};
       at += reply.buffer_sizes[i];

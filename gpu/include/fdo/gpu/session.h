@@ -153,8 +153,9 @@ public:
   // Errc::compile with the driver's error log when it rejects the image.
   Expected<std::shared_ptr<Module>> load(std::string_view image, ImageKind kind);
   // The device code the driver JIT-compiles PTX into, as a cubin to cache and
-  // load later without compiling again.
-  Expected<std::string> link_cubin(std::string_view ptx);
+  // load later without compiling again; `info_log`, when given, gets ptxas's
+  // notes (what loading the PTX would have logged).
+  Expected<std::string> link_cubin(std::string_view ptx, std::string* info_log = nullptr);
   // Copies `buffers` in, launches spec.repeats times, copies them back.
   Expected<LaunchResult> launch(Module& module, const LaunchSpec& spec,
                                 std::vector<std::string>& buffers);

@@ -26,6 +26,9 @@ std::string_view to_string(VariantBase b);
 
 enum class TrialVerdict { accepted, rejected, no_difference };
 std::string_view to_string(TrialVerdict v);
+// "accepted", "rejected", "no_difference"; nullopt for anything else.
+std::optional<TrialVerdict> parse_trial_verdict(std::string_view s);
+std::string trial_verdict_alternatives();
 
 // One finished trial, kept for people ("v1 profiled O2 rejected: 1.07x slower
 // than plain O2 over 12+12 stages").

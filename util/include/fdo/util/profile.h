@@ -5,13 +5,14 @@
 //
 // Compile-affecting fields: format, knobs, functions[*].{cfg_hash, counts,
 // unpredictable, indirect_calls, memop_sizes, layout}, cs_functions[*] (the same),
-// outside_functions[*].{cfg_hash, counts}. Everything else
+// outside_functions[*].{cfg_hash, counts}, gpu.launch_bounds. Everything else
 // (provenance, hardware observations, the guard's record, reprofile_of, per-function fingerprints
 // and source names) is bookkeeping and never changes the digest, so rewriting bookkeeping never
 // causes a recompile.
 #pragma once
 
 #include "fdo/util/expected.h"
+#include "fdo/util/gpu_profile.h"
 #include "fdo/util/guard_record.h"
 
 #include <cstdint>
@@ -136,6 +137,11 @@ struct ProfileDoc {
   // it checks: when the re-profile counts the same, that version's profile is
   // served again. 0 (absent from the JSON): not a re-profile. Bookkeeping.
   std::int64_t reprofile_of = 0;
+  // NVPTX programs (docs/gpu.md): tuned launches and the guard's launch-bound
+  // trials (bookkeeping) and the launch bounds kept (compile-affecting), per
+  // GPU architecture. Empty, and absent from the JSON and the digest, in every
+  // other document.
+  GpuProfile gpu;
 
   bool operator==(const ProfileDoc&) const = default;
 };

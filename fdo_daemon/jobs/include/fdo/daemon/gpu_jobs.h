@@ -7,12 +7,16 @@
 // Wire protocol (ipc.h messages; the typed job and reply travel as the
 // header, to_json/from_json below, with the bulk bytes in the payload):
 //   {"op":"gpu_probe","driver":path}  -> {"gpus":[GpuInfo...]} | error
-//   {"op":"gpu_launch", GpuLaunchJob...}  payload: the PTX (when attached),
-//                                          then each buffer's bytes
-//     -> GpuLaunchReply                   payload: the buffers (when asked)
+//   {"op":"gpu_launch", GpuLaunchJob...}  payload: the image (PTX or a cubin,
+//                                          when attached), then each buffer
+//     -> GpuLaunchReply                   payload: the cubin (when asked for
+//                                          and made), then the buffers (when asked)
 //   The worker keeps up to `cache_entries` loaded modules by storage key; a
 //   job sent by key to a worker that does not hold it is answered with
-//   outcome "missing_image" and sent again with the PTX. A kernel fault or a
+//   outcome "missing_image" and sent again with the image: a cubin fdod
+//   cached, or the PTX, which the worker then links to a cubin for fdod to
+//   cache (`want_cubin`), so a new worker or a restarted fdod loads device
+//   code without the driver compiling the PTX again. A kernel fault or a
 //   launch past its time limit loses the GPU context: the reply carries the
 //   error and the loop retires the worker (its replacement starts clean).
 #pragma once
@@ -42,8 +46,14 @@ struct GpuLaunchJob {
   int repeats = 1;
   std::uint64_t time_limit_ms = 10'000;
   std::uint64_t cache_entries = 16;
-  // Set when the PTX leads the payload.
+  // Set when the PTX, or a cubin, leads the payload (never both).
   std::optional<std::uint64_t> ptx_size;
+  std::optional<std::uint64_t> cubin_size;
+  // With the PTX: link it to a cubin, load that, and send it back.
+  bool want_cubin = false;
+  // With tune_items: the most threads a candidate block may have (the
+  // kernel's launch bounds); 0: the device's limit.
+  int tune_max_threads = 0;
   // Tune first: grid-stride candidates over this many items (the grid and
   // block above are then ignored); the launch runs with the tuned config.
   std::optional<std::uint64_t> tune_items;
@@ -57,7 +67,9 @@ struct GpuLaunchReply {
   std::vector<double> kernel_ms;
   std::uint64_t copy_in_ns = 0, copy_out_ns = 0;
   gpu::KernelAttributes attributes;
-  bool module_loaded = false; // this job loaded (JIT-compiled) the module
+  bool module_loaded = false;                 // this job loaded the module
+  gpu::ImageKind image = gpu::ImageKind::ptx; // what it loaded (ptx: the driver compiled it)
+  std::uint64_t cubin_size = 0;               // the cubin leading the payload (want_cubin)
   double load_ms = 0;
   std::string jit_log;
   gpu::LaunchConfig ran; // the configuration launched

@@ -8,16 +8,12 @@
 #include "fdo/daemon/config.h"
 #include "fdo/daemon/ipc.h"
 #include "fdo/gpu/session.h"
-#include "fdo/gpu/tune.h"
 #include "fdo/jit/nvptx.h"
 #include "fdo/util/expected.h"
 
-#include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <vector>
 
 namespace fdo::daemon {
@@ -41,20 +37,5 @@ JobLimits gpu_job_limits(const Config& c);
 GpuHost probe_gpu_host(const Config& c, JobRunner& gpu_pool);
 // A GpuHost that runs nothing, saying why.
 GpuHost no_gpu(std::string reason);
-
-// Tuned launch configurations by program, kernel and problem size, on this
-// daemon's GPU; kept in memory (docs/gpu.md: not yet in the profile).
-class GpuTunings {
-public:
-  std::optional<gpu::LaunchConfig> find(const std::string& ik, const std::string& kernel,
-                                        std::uint64_t items) const;
-  void remember(const std::string& ik, const std::string& kernel, std::uint64_t items,
-                const gpu::LaunchConfig& config);
-  std::size_t size() const;
-
-private:
-  mutable std::mutex mu_;
-  std::map<std::tuple<std::string, std::string, std::uint64_t>, gpu::LaunchConfig> tuned_;
-};
 
 } // namespace fdo::daemon

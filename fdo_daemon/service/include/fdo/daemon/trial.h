@@ -95,6 +95,11 @@ private:
   std::vector<double> incumbent_, candidate_;
 };
 
+// The seed of a trial's block orders: FNV-1a of the profile key, the trial's
+// id and the version it started under, all of which a checkpoint keeps, so a
+// resumed trial plans the orders it would have.
+std::uint64_t trial_seed(std::string_view pk, std::string_view id, std::int64_t version);
+
 // "1.07x slower" / "1.05x faster" / "no faster or slower (1.00x)".
 std::string describe_ratio(double ratio);
 
