@@ -195,6 +195,28 @@ int null_arg(fdo_error** err, const char* fn, const char* what) {
   return fail(err, Errc::invalid_argument, std::string(fn) + ": " + what + " is NULL");
 }
 
+// A GPU launch's params, or an error naming what is wrong.
+fdo::Expected<json> gpu_launch_params(const fdo_gpu_launch& l) {
+  json out = json::object();
+  if (l.repeats > 1000)
+    return fdo::make_error(Errc::invalid_argument, "fdo_execute_gpu: repeats must be 0..1000");
+  out["repeats"] = l.repeats == 0 ? 1u : l.repeats;
+  if (l.shared_bytes > 0) out["shared_bytes"] = l.shared_bytes;
+  if (l.tune_items > 0) {
+    out["tune"] = {{"items", l.tune_items}};
+    return out;
+  }
+  auto dims = [](const uint32_t d[3], const char* what) -> fdo::Expected<json> {
+    if (d[0] == 0)
+      return fdo::make_error(Errc::invalid_argument, std::string("fdo_execute_gpu: ") + what +
+                                                         "[0] is 0 (or set tune_items)");
+    return json::array({d[0], d[1] == 0 ? 1u : d[1], d[2] == 0 ? 1u : d[2]});
+  };
+  FDO_TRY(out["grid"], dims(l.grid, "grid"));
+  FDO_TRY(out["block"], dims(l.block, "block"));
+  return out;
+}
+
 } // namespace
 
 extern "C" {
@@ -268,6 +290,32 @@ int fdo_execute(fdo_conn* conn, const char* program_id, const fdo_call* call_des
     if ((call_desc->flags & FDO_CALL_COPY_BACK) != 0)
       if (auto copied = copy_back(*r, *call_desc); !copied) return fail(err, copied.error());
     if (ret != nullptr) *ret = decode_value(*r);
+    if (stage_json != nullptr)
+      *stage_json = dup_string(r->dump(-1, ' ', false, json::error_handler_t::replace));
+    return 0;
+  });
+}
+
+int fdo_execute_gpu(fdo_conn* conn, const char* program_id, const fdo_call* call_desc,
+                    const fdo_gpu_launch* launch, char** stage_json, fdo_error** err) {
+  return guarded(err, [&]() -> int {
+    if (conn == nullptr) return null_arg(err, "fdo_execute_gpu", "conn");
+    if (call_desc == nullptr) return null_arg(err, "fdo_execute_gpu", "call");
+    if (launch == nullptr) return null_arg(err, "fdo_execute_gpu", "launch");
+    if ((call_desc->flags & FDO_CALL_MEMFD) != 0)
+      return fail(err, Errc::invalid_argument,
+                  "fdo_execute_gpu: FDO_CALL_MEMFD: fdod takes no memfd buffers for GPU kernels");
+    std::vector<fdo::Fd> memfds; // none: GPU buffers travel inline
+    auto params = execute_params(program_id, *call_desc, MemfdUse::never, memfds);
+    if (!params) return fail(err, params.error());
+    auto launch_params = gpu_launch_params(*launch);
+    if (!launch_params) return fail(err, launch_params.error());
+    params->update(*launch_params);
+    int rc = -1;
+    auto r = call(conn, "execute", *params, err, &rc, {});
+    if (!r) return rc;
+    if ((call_desc->flags & FDO_CALL_COPY_BACK) != 0)
+      if (auto copied = copy_back(*r, *call_desc); !copied) return fail(err, copied.error());
     if (stage_json != nullptr)
       *stage_json = dup_string(r->dump(-1, ' ', false, json::error_handler_t::replace));
     return 0;

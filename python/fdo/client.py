@@ -249,6 +249,50 @@ class Client:
             out = [_buffers.decode(w, like) for w, like in zip(r.get("buffers", []), originals)]
         return ExecResult(r.get("value"), out, r.get("stage", {}), r)
 
+    def execute_gpu(self, program, kernel, args=(), grid=None, block=None, tune_items=None,
+                    shared_bytes=0, repeats=1, return_buffers=False, buffer_types=None):
+        """One stage of an NVPTX program on the host's GPU (docs/gpu.md): the
+        kernel launched with grid and block (a number or up to three
+        dimensions), or tuned over tune_items elements (a grid-stride kernel;
+        the tuning is kept in the program's profile). args as for execute:
+        numbers for scalars, buffers for device buffers (copied in and, with
+        return_buffers, back). Buffers travel inline: fdod takes no memfds for
+        GPU kernels. result.stage["gpu"] has the kernel's times."""
+        program_id = program.id if isinstance(program, Program) else program
+        if (tune_items is None) == (grid is None or block is None):
+            raise ValueError("give grid and block, or tune_items")
+        wire_args, wire_buffers, originals = [], [], []
+        for i, a in enumerate(args):
+            if _buffers.is_buffer(a):
+                raw, found = _buffers.raw_bytes(a, (buffer_types or {}).get(i))
+                wire, _ = _buffers.encode(raw, found)
+                wire_buffers.append(wire)
+                originals.append(a)
+                wire_args.append({"buffer": len(wire_buffers) - 1})
+            elif isinstance(a, bool) or not isinstance(a, (int, float)):
+                raise TypeError(f"args[{i}]: expected a number or a buffer, got "
+                                f"{type(a).__name__}")
+            else:
+                wire_args.append(a)
+        params = {"program": program_id, "entry": kernel, "args": wire_args, "repeats": repeats}
+        if tune_items is not None:
+            params["tune"] = {"items": tune_items}
+        else:
+            params["grid"] = list(grid) if isinstance(grid, (list, tuple)) else grid
+            params["block"] = list(block) if isinstance(block, (list, tuple)) else block
+        if shared_bytes:
+            params["shared_bytes"] = shared_bytes
+        if wire_buffers:
+            params["buffers"] = wire_buffers
+        if return_buffers:
+            params["return_buffers"] = True
+            params["buffer_encoding"] = "base64"
+        r = self.call("execute", params)
+        out = []
+        if return_buffers:
+            out = [_buffers.decode(w, like) for w, like in zip(r.get("buffers", []), originals)]
+        return ExecResult(r.get("value"), out, r.get("stage", {}), r)
+
     def profile(self, profile_key, version=None):
         params = {"profile_key": profile_key}
         if version is not None:

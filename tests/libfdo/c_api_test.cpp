@@ -322,3 +322,56 @@ TEST_CASE("a reply later than the connection's timeout fails the call and closes
   CHECK_THAT(fdo_error_message(err), Catch::Contains("broke on an earlier request"));
   fdo_error_free(err);
 }
+
+TEST_CASE("fdo_execute_gpu: the launch on the wire, buffers inline, bad launches refused") {
+  test::TempDir dir;
+  test::FakeDaemon d(dir.file("s.sock"), [](const json& r) { return fake_fdod(r); });
+  Conn conn;
+  REQUIRE(fdo_connect(dir.file("s.sock").c_str(), &conn.c, nullptr) == 0);
+  int32_t buf[1] = {7};
+  fdo_buffer buffers[1] = {{FDO_ELEM_I32, buf, 1}};
+  fdo_value args[2];
+  args[0].type = FDO_I32;
+  args[0].as.i32 = 1;
+  args[1].type = FDO_BUFFER;
+  args[1].as.buffer = 0;
+  fdo_call call{"saxpy", args, 2, buffers, 1, FDO_CALL_COPY_BACK};
+  fdo_gpu_launch launch{{4, 0, 0}, {128, 2, 0}, 64, 3, 0};
+  char* stage = nullptr;
+  REQUIRE(fdo_execute_gpu(conn.c, kProgram.c_str(), &call, &launch, &stage, nullptr) == 0);
+  REQUIRE(stage != nullptr);
+  json sent = json::parse(stage)["echo"];
+  fdo_string_free(stage);
+  CHECK(sent["grid"] == json{4, 1, 1});
+  CHECK(sent["block"] == json{128, 2, 1});
+  CHECK(sent["shared_bytes"] == 64);
+  CHECK(sent["repeats"] == 3);
+  CHECK_FALSE(sent.contains("tune"));
+  CHECK(sent["buffers"][0].contains("base64"));
+  CHECK(std::memcmp(buf, "ABCD", 4) == 0); // copied back
+
+  fdo_gpu_launch tuned{{0, 0, 0}, {0, 0, 0}, 0, 0, 1 << 20};
+  REQUIRE(fdo_execute_gpu(conn.c, kProgram.c_str(), &call, &tuned, nullptr, nullptr) == 0);
+  const json p = d.requests().back()["params"];
+  CHECK(p["tune"] == json{{"items", 1 << 20}});
+  CHECK_FALSE(p.contains("grid"));
+  CHECK(p["repeats"] == 1);
+
+  const std::size_t before = d.requests().size();
+  fdo_error* err = nullptr;
+  fdo_gpu_launch no_grid{{0, 0, 0}, {128, 0, 0}, 0, 0, 0};
+  CHECK(fdo_execute_gpu(conn.c, kProgram.c_str(), &call, &no_grid, nullptr, &err) == -1);
+  CHECK(fdo_error_get_code(err) == FDO_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(fdo_error_message(err), Catch::Contains("grid[0] is 0"));
+  fdo_error_free(err);
+  err = nullptr;
+  call.flags = FDO_CALL_MEMFD;
+  CHECK(fdo_execute_gpu(conn.c, kProgram.c_str(), &call, &launch, nullptr, &err) == -1);
+  CHECK_THAT(fdo_error_message(err), Catch::Contains("no memfd buffers for GPU kernels"));
+  fdo_error_free(err);
+  err = nullptr;
+  CHECK(fdo_execute_gpu(conn.c, kProgram.c_str(), &call, nullptr, nullptr, &err) == -1);
+  CHECK(fdo_error_get_code(err) == FDO_ERR_INVALID_ARGUMENT);
+  fdo_error_free(err);
+  CHECK(d.requests().size() == before); // nothing sent for a refused call
+}

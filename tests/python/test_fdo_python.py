@@ -101,6 +101,45 @@ def tearDownModule():
     shutil.rmtree(SITE, ignore_errors=True)
 
 
+class GpuKernels(unittest.TestCase):
+    """execute_gpu against fdod with the fake NVIDIA driver (tests/gpu/fake_cuda.cpp)."""
+
+    FAKE = harness.BUILD / "tests" / "gpu" / "libfdo_fake_cuda.so"
+
+    @classmethod
+    def setUpClass(cls):
+        if not cls.FAKE.exists():
+            raise unittest.SkipTest(f"the fake driver {cls.FAKE} is not built")
+        cls.daemon = harness.Daemon({"gpu": "on", "gpu_driver": str(cls.FAKE)},
+                                    prefix="fdo-python-gpu-").start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.cleanup()
+
+    def test_a_kernel_with_a_given_and_a_tuned_launch(self):
+        ir = (ROOT / "tests" / "jit" / "fixtures" / "gpu_kernels.ll").read_text()
+        with fdo.connect(self.daemon.socket, client_name="python-gpu") as c:
+            prog = c.register(ir)
+            n = 256
+            x = array.array("f", [1.0] * n)
+            y = array.array("f", [0.5] * n)
+            r = c.execute_gpu(prog, "saxpy", [n, 2.0, x, y], grid=2, block=128,
+                              return_buffers=True, repeats=2)
+            self.assertEqual(list(r.buffers[1]), [4.5] * n)  # two launches: y += 2x twice
+            self.assertEqual(r.buffers[1].typecode, "f")
+            self.assertEqual(len(r.stage["gpu"]["kernel_ms"]), 2)
+            self.assertEqual(r.stage["gpu"]["launch"]["block"], [128, 1, 1])
+            t = c.execute_gpu(prog, "saxpy", [n, 2.0, x, y], tune_items=n, return_buffers=True)
+            self.assertEqual(t.stage["gpu"]["launch"]["source"], "tuned now")
+            self.assertEqual(list(t.buffers[1]), [2.5] * n)
+            with self.assertRaises(ValueError):
+                c.execute_gpu(prog, "saxpy", [n, 2.0, x, y], grid=2)
+            with self.assertRaises(fdo.FdoError) as e:
+                c.execute_gpu(prog, "saxpy", [n, 2.0, x, y], grid=1, block=4096)
+            self.assertEqual(e.exception.errc, "invalid_argument")
+
+
 class RoundTrip(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -206,6 +206,28 @@ typedef struct fdo_call {
 FDO_API int fdo_execute(fdo_conn* conn, const char* program_id, const fdo_call* call,
                         fdo_value* ret, char** stage_json, fdo_error** err);
 
+/* The launch of a GPU kernel (docs/gpu.md): grid and block dimensions (a 0
+ * in y or z counts as 1), dynamic shared memory, and how many launches to time
+ * one after another on the same buffers (0: 1). Or tune_items > 0 instead of
+ * grid and block: fdod tunes a grid-stride launch over that many elements
+ * once per program, kernel, size and GPU architecture and keeps it in the
+ * program's profile. */
+typedef struct fdo_gpu_launch {
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t shared_bytes;
+  uint32_t repeats;
+  uint64_t tune_items;
+} fdo_gpu_launch;
+
+/* Runs one stage of a registered NVPTX program on the host's GPU: the kernel
+ * call->entry with call->args (scalars; FDO_BUFFER for device buffers, copied
+ * in and, with FDO_CALL_COPY_BACK, back). Buffers travel inline (fdod takes no
+ * memfds for GPU kernels: FDO_CALL_MEMFD is refused). stage_json (may be NULL)
+ * gets the whole result, with the kernel's times in stage.gpu. */
+FDO_API int fdo_execute_gpu(fdo_conn* conn, const char* program_id, const fdo_call* call,
+                            const fdo_gpu_launch* launch, char** stage_json, fdo_error** err);
+
 /* -------------------------------------------------------------- profiles */
 
 /* The profile under profile_key (profile.get; version 0: the current one) and
