@@ -207,8 +207,9 @@ class GpuTuningInTheProfile(unittest.TestCase):
 
     def tearDown(self):
         os.environ.pop("FDO_FAKE_CUDA_BOUNDED_PERCENT", None)
+        os.environ.pop("FDO_FAKE_CUDA_CAPPED_PERCENT", None)
 
-    def run_trial(self, c, program, block=128, limit=400):
+    def run_trial(self, c, program, block=128, limit=400, bounds=None):
         """Stages of one shape until the launch-bound trial decides."""
         builds = {}
         for _ in range(limit):
@@ -218,7 +219,7 @@ class GpuTuningInTheProfile(unittest.TestCase):
             if trial is None:
                 continue
             builds.setdefault(trial["build"], r["stage"]["storage_key"])
-            self.assertEqual(trial["bounds"], f"launch bounds {block}")
+            self.assertEqual(trial["bounds"], bounds or f"launch bounds {block}")
             if trial["verdict"] != "undecided":
                 return r, trial, builds
         self.fail(f"no verdict in {limit} stages")
@@ -226,6 +227,7 @@ class GpuTuningInTheProfile(unittest.TestCase):
     def test_faster_bounds_are_kept_and_tunings_survive_a_restart(self):
         fake_env()
         os.environ["FDO_FAKE_CUDA_BOUNDED_PERCENT"] = "70"
+        os.environ["FDO_FAKE_CUDA_CAPPED_PERCENT"] = "130"  # the register cap is slower
         d = gpu_daemon(**{"guard.min_stages": 2}).start()
         d2 = None
         try:
@@ -241,6 +243,15 @@ class GpuTuningInTheProfile(unittest.TestCase):
             self.assertEqual(doc["gpu"]["launch_bounds"],
                              [{"arch": "sm_90", "kernel": "saxpy", "max_threads": 128}])
             self.assertEqual(doc["gpu"]["trials"][0]["verdict"], "accepted")
+            # Next: the bound with a register cap for two blocks per SM, timed
+            # against the kept bound; slower on this fake, so rejected.
+            _, capped, capped_builds = self.run_trial(
+                c, program, bounds="launch bounds 128, 2 blocks/SM")
+            self.assertEqual(capped["verdict"], "rejected", capped)
+            self.assertEqual(capped_builds["current"], builds["candidate"])
+            doc = c.call("profile.get", {"profile_key": pk})["profile"]
+            self.assertEqual([t["verdict"] for t in doc["gpu"]["trials"]], ["accepted", "rejected"])
+            self.assertEqual(doc["gpu"]["trials"][1]["bounds"]["min_blocks_per_sm"], 2)
             # Kept: the current build is now the bounded one, no more trials.
             after = saxpy(c, program, [1.0] * 64, [0.5] * 64, grid=2, block=128)["stage"]
             self.assertNotIn("trial", after["gpu"])
@@ -287,15 +298,18 @@ class GpuTuningInTheProfile(unittest.TestCase):
     def test_slower_bounds_are_rejected_and_recorded(self):
         fake_env()
         os.environ["FDO_FAKE_CUDA_BOUNDED_PERCENT"] = "130"
+        os.environ["FDO_FAKE_CUDA_CAPPED_PERCENT"] = "130"
         d = gpu_daemon(**{"guard.min_stages": 2}).start()
         try:
             c = d.client()
             program = c.call("program.register", {"ir": KERNELS})["program"]
             r, trial, builds = self.run_trial(c, program)
             self.assertEqual(trial["verdict"], "rejected", trial)
+            _, capped, _ = self.run_trial(c, program, bounds="launch bounds 128, 2 blocks/SM")
+            self.assertEqual(capped["verdict"], "rejected", capped)
             doc = c.call("profile.get", {"profile_key": r["stage"]["profile_key"]})["profile"]
             self.assertNotIn("launch_bounds", doc["gpu"])
-            self.assertEqual(doc["gpu"]["trials"][0]["verdict"], "rejected")
+            self.assertEqual([t["verdict"] for t in doc["gpu"]["trials"]], ["rejected", "rejected"])
             after = saxpy(c, program, [1.0] * 64, [0.5] * 64, grid=2, block=128)["stage"]
             self.assertNotIn("trial", after["gpu"])
             self.assertEqual(after["storage_key"], builds["current"])

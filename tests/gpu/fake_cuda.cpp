@@ -7,7 +7,8 @@
 //   FDO_FAKE_CUDA_SM (90), FDO_FAKE_CUDA_DRIVER (12040), FDO_FAKE_CUDA_DEVICES (1),
 //   FDO_FAKE_CUDA_FREE_BYTES (1 GiB: what allocations may take in all),
 //   FDO_FAKE_CUDA_BOUNDED_PERCENT (100: kernel time of modules compiled with
-//   launch bounds, in percent of the time without).
+//   launch bounds, in percent of the time without), FDO_FAKE_CUDA_CAPPED_PERCENT
+//   (100: on top, for bounds that also cap registers, .minnctapersm).
 // A driver keeps process-wide state; so does this fake (one per process).
 #include "fake_driver.h"
 
@@ -83,6 +84,7 @@ FakeDriver& fake() {
     f->devices = static_cast<int>(env_number("FDO_FAKE_CUDA_DEVICES", 1));
     f->free_mem = static_cast<std::size_t>(env_number("FDO_FAKE_CUDA_FREE_BYTES", 1L << 30));
     f->bounded_factor = static_cast<float>(env_number("FDO_FAKE_CUDA_BOUNDED_PERCENT", 100)) / 100;
+    f->capped_factor = static_cast<float>(env_number("FDO_FAKE_CUDA_CAPPED_PERCENT", 100)) / 100;
     f->kernels["saxpy"] = saxpy;
     f->kernels["reduce_sum"] = reduce_sum;
     f->kernels["matmul_tiled"] = matmul_tiled;

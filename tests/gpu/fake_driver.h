@@ -59,6 +59,8 @@ public:
   // scaled by this: a launch-bound trial's candidate is this much faster (< 1)
   // or slower (> 1) than the build without them.
   float bounded_factor = 1.0f;
+  // And by this on top when the PTX also caps registers (.minnctapersm).
+  float capped_factor = 1.0f;
   std::map<std::string, FakeKernel> kernels;
   // The cubin link_cubin returns for PTX (the fake's "SASS").
   static std::string cubin_of(const std::string& ptx) { return "FAKECUBIN\n" + ptx; }
@@ -155,7 +157,9 @@ public:
       entries.insert((*it)[1].str());
     write_log(n, options, values, cu::jit_info_log_buffer, "ptxas info    : fake: compiled");
     modules_.push_back(std::move(entries));
-    module_bounded_.push_back(body.find(".maxntid") != std::string::npos);
+    float factor = body.find(".maxntid") != std::string::npos ? bounded_factor : 1.0f;
+    if (body.find(".minnctapersm") != std::string::npos) factor *= capped_factor;
+    module_factor_.push_back(factor);
     *m = reinterpret_cast<CuModule>(modules_.size());
     ++module_loads;
     ++live_modules;
@@ -171,7 +175,7 @@ public:
     const auto& entries = modules_.at(reinterpret_cast<std::size_t>(m) - 1);
     if (!entries.count(name) || !kernels.count(name)) return cu::not_found;
     functions_.push_back(name);
-    function_bounded_.push_back(module_bounded_.at(reinterpret_cast<std::size_t>(m) - 1));
+    function_factor_.push_back(module_factor_.at(reinterpret_cast<std::size_t>(m) - 1));
     *f = reinterpret_cast<CuFunction>(functions_.size());
     return cu::success;
   }
@@ -227,8 +231,7 @@ public:
     FakeOutcome out = kernels.at(name)(launch);
     pending_fault_ = out.fault;
     hanging_ = out.hangs;
-    last_ms_ = out.ms *
-               (function_bounded_.at(reinterpret_cast<std::size_t>(f) - 1) ? bounded_factor : 1.0f);
+    last_ms_ = out.ms * function_factor_.at(reinterpret_cast<std::size_t>(f) - 1);
     return cu::success; // faults surface at the next synchronising call, as on a GPU
   }
   CuResult event_create(CuEvent* e, unsigned) override {
@@ -312,7 +315,7 @@ private:
   CuDevicePtr next_ = 0x7f0000000000;
   std::vector<std::set<std::string>> modules_;
   std::vector<std::string> functions_;
-  std::vector<bool> module_bounded_, function_bounded_;
+  std::vector<float> module_factor_, function_factor_; // kernel time factors
   CuResult fault_ = cu::success, pending_fault_ = cu::success;
   bool hanging_ = false;
   float last_ms_ = 0;

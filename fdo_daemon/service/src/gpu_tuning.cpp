@@ -17,6 +17,27 @@ int abandon_after(const TrialConfig& c) {
   return std::max(64, 4 * c.max_pairs);
 }
 
+// The launch bounds tried for a launch of `threads` per block, in order:
+// bounds of its block, then the same with a register cap that fits two
+// blocks on a multiprocessor (.minnctapersm 2, as CUDA's
+// __launch_bounds__(threads, 2)). Each is tried once (the profile's trials
+// say which were) against the build of the moment; none once a bound for
+// another block size is kept.
+constexpr int kMinBlocksLadder[] = {0, 2};
+
+std::optional<GpuKernelBounds> next_candidate(const ProfileDoc* current,
+                                              const GpuKernelBounds* kept, const std::string& arch,
+                                              const std::string& kernel, int threads) {
+  if (kept != nullptr && kept->max_threads != threads) return std::nullopt;
+  for (int min_blocks : kMinBlocksLadder) {
+    GpuKernelBounds b{arch, kernel, threads, min_blocks};
+    if (kept != nullptr && *kept == b) continue; // what the current build has
+    if (current != nullptr && find_trial(current->gpu, b) != nullptr) continue;
+    return b;
+  }
+  return std::nullopt;
+}
+
 TrialVerdict stored_verdict(Verdict v) {
   switch (v) {
   case Verdict::accepted:
@@ -71,9 +92,9 @@ GpuStagePlan GpuTuner::plan(const std::string& pk, const ProfileDoc* current, st
     std::lock_guard lk(mu_);
     auto it = running_.find(pk);
     if (it == running_.end() || !it->second.trial) {
-      if (kept != nullptr) return p; // this kernel's bound is settled
-      GpuKernelBounds b{arch, shape.kernel, static_cast<int>(threads), 0};
-      if (current != nullptr && find_trial(current->gpu, b) != nullptr) return p; // tried
+      const std::optional<GpuKernelBounds> next =
+          next_candidate(current, kept, arch, shape.kernel, static_cast<int>(threads));
+      if (!next) return p; // every candidate for this launch was tried
       // A trial starts once one shape has run guard.min_stages stages in a
       // row: a program run a few times is served as it is.
       Running& w = running_[pk];
@@ -89,8 +110,8 @@ GpuStagePlan GpuTuner::plan(const std::string& pk, const ProfileDoc* current, st
         return p;
       }
       w.id = next_id_++;
-      w.bounds = b;
-      w.trial = Trial(trial_seed(pk, shape.kernel + " " + describe(b) + " " + arch, version));
+      w.bounds = *next;
+      w.trial = Trial(trial_seed(pk, shape.kernel + " " + describe(*next) + " " + arch, version));
       w.other_stages = 0;
       it = running_.find(pk);
     }

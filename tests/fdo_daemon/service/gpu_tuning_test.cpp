@@ -145,11 +145,33 @@ TEST_CASE("launch bounds that make the kernel faster are kept and compile-affect
   CHECK(cur->digest != before);
   CHECK(h.tuner.running() == 0);
 
+  // Next on the ladder: the same bound with a register cap for two blocks
+  // per SM, against the kept build; slower here, so rejected.
+  GpuTrialProgress capped;
+  for (int i = 0; i < 400 && !capped.decided; ++i) {
+    GpuStagePlan p = h.stage(saxpy_shape(), 0.8, 1.1, &capped);
+    REQUIRE(p.trial);
+    CHECK(p.bounds == GpuKernelBounds{kArch, "saxpy", 256, 2});
+    if (p.build == GpuBuild::candidate) {
+      CHECK(find_bounds(p.variant->doc->gpu, kArch, "saxpy")->min_blocks_per_sm == 2);
+      CHECK(p.variant->doc->gpu.launch_bounds.size() == 1); // replaces, not adds
+    }
+  }
+  REQUIRE(capped.decided);
+  CHECK(capped.result.verdict == Verdict::rejected);
+  cur = h.current();
+  CHECK(*find_bounds(cur->doc.gpu, kArch, "saxpy") == GpuKernelBounds{kArch, "saxpy", 256, 0});
+  CHECK(cur->doc.gpu.trials.size() == 2);
+
   // Settled: later stages run the current build (which has the bound), no trial.
   GpuStagePlan after = h.stage(saxpy_shape(), 0.8, 0.8);
   CHECK_FALSE(after.trial);
   CHECK(after.build == GpuBuild::current);
   CHECK(h.tuner.running() == 0);
+  // A narrower launch fits the kept bound and tries nothing for its own size.
+  GpuStagePlan narrow = h.stage(saxpy_shape(128), 0.8, 0.8);
+  CHECK_FALSE(narrow.trial);
+  CHECK(narrow.build == GpuBuild::current);
 
   // A launch with more threads than the kept bound runs a build without it.
   GpuStagePlan wide = h.stage(saxpy_shape(512), 1.0, 1.0);
@@ -174,6 +196,15 @@ TEST_CASE("launch bounds that make the kernel slower are rejected and never trie
   CHECK(cur->doc.gpu.trials[0].verdict == TrialVerdict::rejected);
   // The profile's compile-affecting part is unchanged: the same outputs serve.
   CHECK(cur->digest == profile_digest(ProfileDoc{}));
+  // The register-capped candidate is tried next (against the unbounded build).
+  GpuTrialProgress capped;
+  for (int i = 0; i < 400 && !capped.decided; ++i) {
+    GpuStagePlan p = h.stage(saxpy_shape(), 1.0, 1.3, &capped);
+    REQUIRE(p.trial);
+    CHECK(p.bounds.min_blocks_per_sm == 2);
+  }
+  CHECK(capped.result.verdict == Verdict::rejected);
+  CHECK(h.current()->doc.gpu.trials.size() == 2);
   GpuStagePlan again = h.stage(saxpy_shape(), 1.0, 1.3);
   CHECK_FALSE(again.trial);
   // Another block size is another candidate.

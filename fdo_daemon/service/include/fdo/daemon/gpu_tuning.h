@@ -11,11 +11,13 @@
 //   compiled a second time with launch bounds of T (ptxas may then give each
 //   thread more registers, or fewer spills), and the guard's sequential test
 //   (trial.h: randomized blocks, bounded error rates) times the two builds on
-//   the program's own comparable stages, by their kernel times. A kept bound
-//   is compile-affecting in the profile, so every later compile of the
-//   program uses it; the verdict, kept or not, is recorded, so a bound is
-//   tried once per architecture. A stage launched with more threads than a
-//   kept bound allows runs a build without that bound.
+//   the program's own comparable stages, by their kernel times; then with a
+//   register cap that fits two blocks per multiprocessor (T, 2 blocks/SM)
+//   against whichever build won. A kept bound is compile-affecting in the
+//   profile, so every later compile of the program uses it; the verdict,
+//   kept or not, is recorded, so each candidate is tried once per
+//   architecture. A stage launched with more threads than a kept bound
+//   allows runs a build without that bound.
 //
 // Concurrency: one trial per profile key at a time, in memory (a restart
 // starts an unfinished trial over); the table's lock is held only to plan or
@@ -92,9 +94,10 @@ public:
 
   // The plan for a stage of `shape` on `arch` under the current profile
   // (`current` null: none yet; `version` its version). Starts a trial when the
-  // guard is on, none runs for `pk`, the kernel has no kept bound on `arch`,
-  // the bounds this launch suggests were never tried and the same shape ran
-  // more than guard.min_stages stages in a row. `comparable`:
+  // guard is on, none runs for `pk`, a candidate for this launch (bounds of
+  // its block, then with two blocks per multiprocessor) was never tried and
+  // no bound for another block size is kept, and the same shape ran more
+  // than guard.min_stages stages in a row. `comparable`:
   // false for a stage whose kernel time is not the launch's alone (one that
   // tuned its launch); it never joins a trial.
   GpuStagePlan plan(const std::string& pk, const ProfileDoc* current, std::int64_t version,
