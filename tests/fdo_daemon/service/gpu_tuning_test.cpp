@@ -242,7 +242,7 @@ TEST_CASE("a GPU trial under noise decides with the guard's error rates", "[gpu_
   CHECK(kept_faster >= kTrials / 2);
 }
 
-TEST_CASE("GPU trials: other shapes run the current build; an abandoned trial frees the key",
+TEST_CASE("GPU trials: other shapes run the current build - an abandoned trial frees the key",
           "[gpu_tuning]") {
   Harness h;
   h.config.trial.max_pairs = 16; // gives up after 64 stages of other shapes
