@@ -206,17 +206,10 @@ class Client:
         r = self.call("program.register", params)
         return Program(r["program"], r["profile_key"], r.get("name", ""), r.get("entries", []))
 
-    def execute(self, program, entry, args=(), return_buffers=False, buffer_types=None):
-        """One stage in the daemon. args: numbers for scalar parameters,
-        buffers (array.array, memoryview, bytes, numpy arrays) for pointer
-        parameters. buffer_types: optional {arg index: element type} for
-        bytes-like buffers that are not u8. With return_buffers the buffers
-        come back as the program left them (result.buffers, in argument order)."""
-        program_id = program.id if isinstance(program, Program) else program
+    def _run(self, params, args, return_buffers, buffer_types, memfd_ok):
+        """execute with `args` encoded into params: numbers as they are,
+        buffers inline (base64) or, when memfd_ok and large, as sealed memfds."""
         wire_args, wire_buffers, originals, fds = [], [], [], []
-        # Large buffers go as sealed memfds where fdod takes them
-        # (docs/fdod-protocol.md, "Buffers as memfds"): no base64 either way in.
-        memfd_ok = "buffers.memfd" in self.capabilities
         try:
             for i, a in enumerate(args):
                 if _buffers.is_buffer(a):
@@ -234,7 +227,7 @@ class Client:
                                     f"{type(a).__name__}")
                 else:
                     wire_args.append(a)
-            params = {"program": program_id, "entry": entry, "args": wire_args}
+            params["args"] = wire_args
             if wire_buffers:
                 params["buffers"] = wire_buffers
             if return_buffers:
@@ -249,6 +242,18 @@ class Client:
             out = [_buffers.decode(w, like) for w, like in zip(r.get("buffers", []), originals)]
         return ExecResult(r.get("value"), out, r.get("stage", {}), r)
 
+    def execute(self, program, entry, args=(), return_buffers=False, buffer_types=None):
+        """One stage in the daemon. args: numbers for scalar parameters,
+        buffers (array.array, memoryview, bytes, numpy arrays) for pointer
+        parameters. buffer_types: optional {arg index: element type} for
+        bytes-like buffers that are not u8. With return_buffers the buffers
+        come back as the program left them (result.buffers, in argument order)."""
+        program_id = program.id if isinstance(program, Program) else program
+        # Large buffers go as sealed memfds where fdod takes them
+        # (docs/fdod-protocol.md, "Buffers as memfds"): no base64 either way in.
+        return self._run({"program": program_id, "entry": entry}, args, return_buffers,
+                         buffer_types, "buffers.memfd" in self.capabilities)
+
     def execute_gpu(self, program, kernel, args=(), grid=None, block=None, tune_items=None,
                     shared_bytes=0, repeats=1, return_buffers=False, buffer_types=None):
         """One stage of an NVPTX program on the host's GPU (docs/gpu.md): the
@@ -261,20 +266,7 @@ class Client:
         program_id = program.id if isinstance(program, Program) else program
         if (tune_items is None) == (grid is None or block is None):
             raise ValueError("give grid and block, or tune_items")
-        wire_args, wire_buffers, originals = [], [], []
-        for i, a in enumerate(args):
-            if _buffers.is_buffer(a):
-                raw, found = _buffers.raw_bytes(a, (buffer_types or {}).get(i))
-                wire, _ = _buffers.encode(raw, found)
-                wire_buffers.append(wire)
-                originals.append(a)
-                wire_args.append({"buffer": len(wire_buffers) - 1})
-            elif isinstance(a, bool) or not isinstance(a, (int, float)):
-                raise TypeError(f"args[{i}]: expected a number or a buffer, got "
-                                f"{type(a).__name__}")
-            else:
-                wire_args.append(a)
-        params = {"program": program_id, "entry": kernel, "args": wire_args, "repeats": repeats}
+        params = {"program": program_id, "entry": kernel, "repeats": repeats}
         if tune_items is not None:
             params["tune"] = {"items": tune_items}
         else:
@@ -282,16 +274,7 @@ class Client:
             params["block"] = list(block) if isinstance(block, (list, tuple)) else block
         if shared_bytes:
             params["shared_bytes"] = shared_bytes
-        if wire_buffers:
-            params["buffers"] = wire_buffers
-        if return_buffers:
-            params["return_buffers"] = True
-            params["buffer_encoding"] = "base64"
-        r = self.call("execute", params)
-        out = []
-        if return_buffers:
-            out = [_buffers.decode(w, like) for w, like in zip(r.get("buffers", []), originals)]
-        return ExecResult(r.get("value"), out, r.get("stage", {}), r)
+        return self._run(params, args, return_buffers, buffer_types, memfd_ok=False)
 
     def profile(self, profile_key, version=None):
         params = {"profile_key": profile_key}
