@@ -56,7 +56,7 @@ public:
     req.profile = profile.doc.get();
     auto r = jit::compile(p.bytes, req);
     if (!r) return std::move(r).error();
-    return CompiledOutput{std::move(r->object), jit::metadata_to_json(*r).dump()};
+    return CompiledOutput{std::move(r->object), jit::metadata_to_json(*r).dump(), {}};
   }
 };
 

@@ -28,6 +28,7 @@ struct Fetched {
   Outcome source = Outcome::compiled; // memory_hit, disk_hit, remote_hit or compiled
   std::string key;                    // storage key it was found/stored under
   double compile_ms = 0;
+  std::string explanation; // the compiler's (CompiledOutput::explanation), when it compiled
 };
 
 // Where a compile's output goes: under VK with the FIG. 6 mapping updates

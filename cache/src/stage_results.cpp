@@ -34,6 +34,7 @@ StageOutput Orchestrator::Impl::stage_from_flight(const Target& t, const Fetched
   Outcome outcome = f.source;
   if (role == detail::FlightRole::waiter && f.source == Outcome::compiled)
     outcome = Outcome::joined;
+  if (outcome == Outcome::compiled && !f.explanation.empty()) why.text += "; " + f.explanation;
   StageOutput s = output_for(t, f.entry, outcome, std::move(why));
   s.compiled = outcome == Outcome::compiled;
   s.compile_ms = s.compiled ? f.compile_ms : 0;

@@ -218,7 +218,7 @@ Expected<Fetched> Orchestrator::Impl::compile_and_store(const Target& t, const P
                                                         Placement where) {
   if (detail::Found again = tiers.find_existing(t.wanted(), detail::RemoteLookup::skip);
       again.entry)
-    return Fetched{again.entry, again.source, again.key, 0};
+    return Fetched{again.entry, again.source, again.key, 0, {}};
   std::optional<Program> copy;
   const Program& program = with_ik(given, t.ik, copy);
   auto start = Clock::now();
@@ -248,7 +248,8 @@ Expected<Fetched> Orchestrator::Impl::compile_and_store(const Target& t, const P
   entry->metadata = std::move(out->metadata);
   std::string key = entry->key;
   EntryRef ref = tiers.store(std::move(entry));
-  return Fetched{std::move(ref), Outcome::compiled, std::move(key), ms};
+  return Fetched{std::move(ref), Outcome::compiled, std::move(key), ms,
+                 std::move(out->explanation)};
 }
 
 Status Orchestrator::Impl::read_profile(Target& t) {

@@ -84,6 +84,7 @@ detail::JobResult Orchestrator::Impl::run_tier_up(const Target& t, const Program
   r.text = (ahead ? "compiled ahead of need: the output for "
                   : "background tier-up installed the output for ") +
            describe_profile(t.profile.version, t.mode) + "; the next stage hits it";
+  if (r.compile_ms > 0 && !fetched->explanation.empty()) r.text += "; " + fetched->explanation;
   explain.record(std::move(r), std::nullopt);
   return detail::JobResult::installed;
 }

@@ -1,5 +1,6 @@
 #include "fdo/jit/compiler.h"
 
+#include "arg_profile.h"
 #include "block_map.h"
 #include "code_layout.h"
 #include "fdo/util/strings.h"
@@ -172,9 +173,17 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
 
   start = Clock::now();
   // The counter layout is read off the intrinsics between
-  // PGOInstrumentationGen and the lowering that replaces them.
+  // PGOInstrumentationGen and the lowering that replaces them; the argument
+  // value recording goes in there too, and value specialization right after
+  // the profile is applied (arg_profile.h). Both change the module between
+  // two passes, so they drop every cached analysis of it.
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
   llvm::PassInstrumentationCallbacks pic;
   bool layout_read = false, weights_read = false;
+  const bool profile_args = request.mode == CompileMode::instrumented && knobs.spec_min_share > 0;
   pic.registerAfterPassCallback(
       [&](llvm::StringRef pass, llvm::Any ir, const llvm::PreservedAnalyses&) {
         if (pass == "PGOInstrumentationUse") {
@@ -184,19 +193,25 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
           if (const auto* mod = llvm::any_cast<const llvm::Module*>(&ir))
             result.branch_weights = read_branch_weights(**mod);
           weights_read = true;
+          if (request.profile) {
+            SpecializationPlan plan = specialize_functions(m, *request.profile);
+            if (!plan.made.empty()) mam.invalidate(m, llvm::PreservedAnalyses::none());
+            result.specializations = std::move(plan.made);
+            result.specializations_skipped = std::move(plan.skipped);
+          }
           return;
         }
         if (pass != "PGOInstrumentationGen" || layout_read) return;
         if (const auto* mod = llvm::any_cast<const llvm::Module*>(&ir)) {
           result.counters_layout = read_layout(**mod);
           layout_read = true;
+          if (profile_args) {
+            instrument_arguments(m, result.counters_layout);
+            mam.invalidate(m, llvm::PreservedAnalyses::none());
+          }
         }
       });
   llvm::PassBuilder pb(p.tm.get(), tuning_options(knobs), pgo->options, &pic);
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
   pb.registerModuleAnalyses(mam);
   pb.registerCGSCCAnalyses(cgam);
   pb.registerFunctionAnalyses(fam);

@@ -26,6 +26,8 @@ inline constexpr std::string_view kCountersPrefix = "__fdo_prf_cnts_";
 // The function's __profd_ record (NameRef, FunctionPointer, Values, ...):
 // the loader reads value profiles through it.
 inline constexpr std::string_view kDataPrefix = "__fdo_prf_data_";
+// A function's argument value slot array (arg_profile.h), by layout index.
+inline constexpr std::string_view kArgSlotsPrefix = "__fdo_arg_slots_";
 inline constexpr std::string_view kInitName = "__fdo_init";
 inline constexpr std::string_view kFiniName = "__fdo_fini";
 inline constexpr std::string_view kDsoHandleName = "__dso_handle";

@@ -63,7 +63,8 @@ bool exported_by_name(llvm::StringRef name) {
 // data records), found in the graph since they are not exported.
 bool located_in_graph(llvm::StringRef name) {
   return name.startswith(llvm::StringRef(kCountersPrefix.data(), kCountersPrefix.size())) ||
-         name.startswith(llvm::StringRef(kDataPrefix.data(), kDataPrefix.size()));
+         name.startswith(llvm::StringRef(kDataPrefix.data(), kDataPrefix.size())) ||
+         name.startswith(llvm::StringRef(kArgSlotsPrefix.data(), kArgSlotsPrefix.size()));
 }
 
 // What a link tells the loader about the program it placed.
@@ -412,6 +413,17 @@ Expected<std::unique_ptr<LoadedProgram>> Loader::load(std::string_view object,
   std::vector<std::uint64_t> records;
   for (std::size_t i = 0; i < layout.size(); ++i)
     records.push_back(address_of(std::string(kDataPrefix) + std::to_string(i)));
+  std::vector<std::uint64_t> arg_slots(layout.size(), 0);
+  for (std::size_t i = 0; i < layout.size(); ++i) {
+    if (layout[i].arg_sites.empty()) continue;
+    arg_slots[i] = address_of(std::string(kArgSlotsPrefix) + std::to_string(i));
+    if (!arg_slots[i]) {
+      remove_dylib();
+      return make_error(Errc::invalid_argument, "object has no argument slots for '" +
+                                                    layout[i].pgo_name +
+                                                    "' (metadata does not match)");
+    }
+  }
 
   std::unique_ptr<LoadedProgram> program(new LoadedProgram());
   program->dylib_ = &jd;
@@ -419,7 +431,8 @@ Expected<std::unique_ptr<LoadedProgram>> Loader::load(std::string_view object,
   program->thunks_ = std::move(thunks);
   program->layout_.assign(layout.begin(), layout.end());
   program->counters_ = std::move(counters);
-  program->values_ = std::make_unique<ValueProfiles>(layout, std::move(records));
+  program->values_ =
+      std::make_unique<ValueProfiles>(layout, std::move(records), std::move(arg_slots));
   program->ranges_ = std::move(facts.ranges);
   std::sort(program->ranges_.begin(), program->ranges_.end(),
             [](const FunctionRange& a, const FunctionRange& b) { return a.start < b.start; });
@@ -565,7 +578,8 @@ std::map<std::string, FunctionValueProfile> LoadedProgram::read_value_profiles()
   std::map<std::string, FunctionValueProfile> out;
   if (!values_) return out;
   for (auto& [name, fv] : values_->read())
-    out[name] = FunctionValueProfile{std::move(fv.indirect_calls), std::move(fv.memop_sizes)};
+    out[name] = FunctionValueProfile{std::move(fv.indirect_calls), std::move(fv.memop_sizes),
+                                     std::move(fv.arguments)};
   return out;
 }
 

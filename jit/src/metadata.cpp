@@ -151,7 +151,8 @@ json metadata_to_json(const CompileResult& r) {
                       {"cfg_hash", hash_hex(f.cfg_hash)},
                       {"num_counters", f.num_counters},
                       {"indirect_call_sites", f.indirect_call_sites},
-                      {"memop_sites", f.memop_sites}});
+                      {"memop_sites", f.memop_sites},
+                      {"arg_sites", f.arg_sites}});
   json j = {{"format", kMetadataFormat},
             {"profile_key", r.profile_key},
             {"mode", std::string(to_string(r.mode))},
@@ -173,6 +174,16 @@ json metadata_to_json(const CompileResult& r) {
             {"branch_weights", weights_to_json(r.branch_weights)}};
   if (r.text_offset != 0) j["text_offset"] = static_cast<std::uint64_t>(r.text_offset);
   if (!r.ir.empty()) j["ir"] = r.ir;
+  if (!r.specializations.empty() || !r.specializations_skipped.empty()) {
+    json made = json::array();
+    for (const Specialization& s : r.specializations)
+      made.push_back({{"function", s.function},
+                      {"args", s.args},
+                      {"calls", s.calls},
+                      {"matched", s.matched},
+                      {"instructions", s.instructions}});
+    j["specializations"] = {{"made", std::move(made)}, {"skipped", r.specializations_skipped}};
+  }
   return j;
 }
 
@@ -241,6 +252,16 @@ Expected<CompileResult> metadata_from_json(const json& j) {
       if (sites > UINT16_MAX) return corrupt(path + key, "out of range");
       *field = static_cast<std::uint32_t>(sites);
     }
+    // Absent in metadata written before argument value profiling: none.
+    if (const json* args = member(f, "arg_sites")) {
+      if (!args->is_array() || args->size() > 0xffff)
+        return corrupt(path + "arg_sites", "must be an array of argument positions");
+      for (const json& a : *args) {
+        if (!a.is_number_unsigned() || a.get<std::uint64_t>() > 0xffff)
+          return corrupt(path + "arg_sites", "must hold argument positions");
+        fn.arg_sites.push_back(a.get<std::uint32_t>());
+      }
+    }
     r.counters_layout.push_back(std::move(fn));
   }
 
@@ -285,6 +306,25 @@ Expected<CompileResult> metadata_from_json(const json& j) {
   if (const json* ir = member(j, "ir")) {
     if (!ir->is_string()) return corrupt("ir", "must be a string");
     r.ir = ir->get<std::string>();
+  }
+  // Absent when the compile specialized nothing (and before it could).
+  if (const json* sp = member(j, "specializations")) {
+    if (!sp->is_object()) return corrupt("specializations", "must be an object");
+    try {
+      for (const json& m : sp->value("made", json::array())) {
+        Specialization s;
+        s.function = m.at("function").get<std::string>();
+        s.args = m.at("args").get<std::vector<std::pair<std::uint32_t, std::uint64_t>>>();
+        s.calls = m.at("calls").get<std::uint64_t>();
+        s.matched = m.at("matched").get<std::uint64_t>();
+        s.instructions = m.at("instructions").get<std::uint32_t>();
+        r.specializations.push_back(std::move(s));
+      }
+      r.specializations_skipped =
+          sp->value("skipped", json::array()).get<std::vector<std::string>>();
+    } catch (const json::exception& e) {
+      return corrupt("specializations", e.what());
+    }
   }
   return r;
 }

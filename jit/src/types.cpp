@@ -60,4 +60,15 @@ Expected<AbiType> parse_abi_type(std::string_view text) {
                                                 "' (expected i1..i64, float, double, ptr or void)");
 }
 
+std::string describe(const Specialization& s) {
+  std::string out = s.function + " (";
+  for (std::size_t i = 0; i < s.args.size(); ++i) {
+    if (i) out += ", ";
+    out += "arg " + std::to_string(s.args[i].first) + " = " + std::to_string(s.args[i].second);
+  }
+  const std::uint64_t pct = s.calls ? s.matched * 100 / s.calls : 0;
+  out += ": " + std::to_string(pct) + "% of " + std::to_string(s.calls) + " profiled calls)";
+  return out;
+}
+
 } // namespace fdo::jit

@@ -22,6 +22,19 @@ struct SiteTable {
   std::array<std::pair<std::uint64_t, std::uint64_t>, kValuesPerSite> entries{};
 };
 
+// Counts `value` in a table of {value, count} entries (SiteTable, ArgTable);
+// false when it is new and the table is full.
+template <class Table> bool count_value(Table& table, std::uint64_t value) {
+  for (std::uint32_t i = 0; i < table.used; ++i)
+    if (table.entries[i].first == value) {
+      ++table.entries[i].second;
+      return true;
+    }
+  if (table.used == table.entries.size()) return false;
+  table.entries[table.used++] = {value, 1};
+  return true;
+}
+
 SiteTable** slots_of(const Record* record) {
   return reinterpret_cast<SiteTable**>(static_cast<std::uintptr_t>(record->Values));
 }
@@ -36,12 +49,7 @@ void record_value(std::uint64_t value, void* data, std::uint32_t index) {
   SiteTable*& site = slots_of(record)[index];
   if (site == nullptr) site = new (std::nothrow) SiteTable();
   if (site == nullptr) return;
-  for (std::uint32_t i = 0; i < site->used; ++i)
-    if (site->entries[i].first == value) {
-      ++site->entries[i].second;
-      return;
-    }
-  if (site->used < kValuesPerSite) site->entries[site->used++] = {value, 1};
+  count_value(*site, value); // values past the table's size are dropped
 }
 
 // Memop sizes are recorded by range, as compiler-rt does and as
@@ -63,6 +71,26 @@ void instrument_memop(std::uint64_t size, void* data, std::uint32_t index) {
   record_value(memop_range_value(size), data, index);
 }
 
+// Distinct values kept per profiled argument: specialization looks at the
+// most frequent one only; the rest tell how dominant it is. Values met once
+// the table is full are counted in `other`, so the share of the top value is
+// never overstated.
+constexpr std::size_t kValuesPerArg = 8;
+
+struct ArgTable {
+  std::uint32_t used = 0;
+  std::uint64_t other = 0;
+  std::array<std::pair<std::uint64_t, std::uint64_t>, kValuesPerArg> entries{};
+};
+
+void profile_arg(std::uint64_t value, ArgTable** slot) {
+  if (slot == nullptr) return;
+  ArgTable*& table = *slot;
+  if (table == nullptr) table = new (std::nothrow) ArgTable();
+  if (table == nullptr) return;
+  if (!count_value(*table, value)) ++table->other;
+}
+
 fdo::ValueSite sorted(const SiteTable* site) {
   fdo::ValueSite out;
   if (site == nullptr) return out;
@@ -75,14 +103,20 @@ fdo::ValueSite sorted(const SiteTable* site) {
 } // namespace
 
 std::vector<RuntimeHook> value_profile_hooks() {
-  return {{INSTR_PROF_VALUE_PROF_FUNC_STR,
-           static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&instrument_target))},
-          {INSTR_PROF_VALUE_PROF_MEMOP_FUNC_STR,
-           static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&instrument_memop))}};
+  return {
+      {INSTR_PROF_VALUE_PROF_FUNC_STR,
+       static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&instrument_target))},
+      {INSTR_PROF_VALUE_PROF_MEMOP_FUNC_STR,
+       static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&instrument_memop))},
+      {kArgValueHook, static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&profile_arg))}};
 }
 
 ValueProfiles::ValueProfiles(std::span<const InstrumentedFunction> layout,
-                             std::vector<std::uint64_t> records) {
+                             std::vector<std::uint64_t> records,
+                             std::vector<std::uint64_t> arg_slots) {
+  for (std::size_t i = 0; i < layout.size() && i < arg_slots.size(); ++i)
+    if (arg_slots[i] != 0 && !layout[i].arg_sites.empty())
+      arg_slots_.push_back({layout[i].pgo_name, arg_slots[i], layout[i].arg_sites});
   for (std::size_t i = 0; i < layout.size() && i < records.size(); ++i) {
     if (records[i] == 0) continue;
     const auto* record = reinterpret_cast<const Record*>(static_cast<std::uintptr_t>(records[i]));
@@ -95,9 +129,10 @@ ValueProfiles::ValueProfiles(std::span<const InstrumentedFunction> layout,
 
 ValueProfiles::ValueProfiles(ValueProfiles&& o) noexcept
     : names_(std::move(o.names_)), records_(std::move(o.records_)),
-      md5_of_address_(std::move(o.md5_of_address_)) {
+      md5_of_address_(std::move(o.md5_of_address_)), arg_slots_(std::move(o.arg_slots_)) {
   o.records_.clear();
   o.names_.clear();
+  o.arg_slots_.clear();
 }
 
 ValueProfiles& ValueProfiles::operator=(ValueProfiles&& o) noexcept {
@@ -106,8 +141,10 @@ ValueProfiles& ValueProfiles::operator=(ValueProfiles&& o) noexcept {
     names_ = std::move(o.names_);
     records_ = std::move(o.records_);
     md5_of_address_ = std::move(o.md5_of_address_);
+    arg_slots_ = std::move(o.arg_slots_);
     o.names_.clear();
     o.records_.clear();
+    o.arg_slots_.clear();
   }
   return *this;
 }
@@ -133,6 +170,19 @@ std::map<std::string, FunctionValues> ValueProfiles::read() const {
         }
       }
   }
+  for (const ArgSlots& a : arg_slots_) {
+    auto* const* tables = reinterpret_cast<ArgTable* const*>(static_cast<std::uintptr_t>(a.slots));
+    std::vector<fdo::ArgValues> args;
+    for (std::size_t k = 0; k < a.args.size(); ++k) {
+      const ArgTable* t = tables[k];
+      if (t == nullptr) continue; // never called (or inlined away everywhere)
+      fdo::ArgValues av{a.args[k], {t->entries.begin(), t->entries.begin() + t->used}, t->other};
+      std::stable_sort(av.values.begin(), av.values.end(),
+                       [](const auto& x, const auto& y) { return x.second > y.second; });
+      args.push_back(std::move(av));
+    }
+    if (!args.empty()) out[a.name].arguments = std::move(args);
+  }
   return out;
 }
 
@@ -147,6 +197,13 @@ void ValueProfiles::clear() {
     for (std::uint32_t i = 0; i < sites; ++i) {
       delete slots[i];
       slots[i] = nullptr;
+    }
+  }
+  for (const ArgSlots& a : arg_slots_) {
+    auto** tables = reinterpret_cast<ArgTable**>(static_cast<std::uintptr_t>(a.slots));
+    for (std::size_t k = 0; k < a.args.size(); ++k) {
+      delete tables[k];
+      tables[k] = nullptr;
     }
   }
 }

@@ -382,3 +382,64 @@ TEST_CASE("the GPU part rejects bad fields with their path", "[util][profile]") 
                "verdict": "accepted", "ratio": -1}]}})",
              "gpu.trials[0].ratio");
 }
+
+TEST_CASE("argument values and the specialization knobs: round trip, digest, defaults absent",
+          "[util][profile][spec]") {
+  ProfileDoc d = sample();
+  const std::string base_digest = profile_digest(d);
+  const json base = to_json(d);
+  // Older documents keep their form and digest: nothing written at the defaults.
+  CHECK_FALSE(base["knobs"].contains("spec_min_share"));
+  CHECK_FALSE(base["knobs"].contains("spec_max_clones"));
+  CHECK_FALSE(base["functions"]["main"].contains("arg_values"));
+
+  d.functions["main"].arg_values = {{1, {{4, 1500}, {5, 100}}, 0}, {2, {{3, 1592}}, 8}};
+  const json j = to_json(d);
+  CHECK(j["functions"]["main"]["arg_values"][1] ==
+        json{{"arg", 2}, {"values", {{3, 1592}}}, {"other", 8}});
+  auto back = profile_from_json(j);
+  REQUIRE(back);
+  CHECK(*back == d);
+  CHECK(back->functions["main"].arg_values[1].total() == 1600);
+  const std::string with_args = profile_digest(d);
+  CHECK(with_args != base_digest); // compile-affecting
+
+  d.knobs.spec_min_share = 95;
+  d.knobs.spec_max_clones = 1;
+  auto knobs = knobs_from_json(to_json(d.knobs));
+  REQUIRE(knobs);
+  CHECK(*knobs == d.knobs);
+  CHECK(profile_digest(d) != with_args);
+  // The defaults spelled out read, and digest, as absent.
+  json spelled = to_json(sample());
+  spelled["knobs"]["spec_min_share"] = Knobs::kDefaultSpecMinShare;
+  spelled["knobs"]["spec_max_clones"] = Knobs::kDefaultSpecMaxClones;
+  auto s = profile_from_json(spelled);
+  REQUIRE(s);
+  CHECK(profile_digest(*s) == base_digest);
+
+  auto bad = [](const char* key, json v) {
+    json b = to_json(sample());
+    b["knobs"][key] = v;
+    auto r = profile_from_json(b);
+    REQUIRE_FALSE(r);
+    return r.error().message();
+  };
+  CHECK_THAT(bad("spec_min_share", 30), Catch::Contains("knobs.spec_min_share"));
+  CHECK_THAT(bad("spec_min_share", 101), Catch::Contains("knobs.spec_min_share"));
+  CHECK_THAT(bad("spec_max_clones", 65), Catch::Contains("knobs.spec_max_clones"));
+  auto bad_args = [](json v) {
+    json b = to_json(sample());
+    b["functions"]["main"]["arg_values"] = v;
+    auto r = profile_from_json(b);
+    REQUIRE_FALSE(r);
+    return r.error().message();
+  };
+  CHECK_THAT(bad_args(json::object()), Catch::Contains("functions.main.arg_values"));
+  CHECK_THAT(bad_args(json::array({{{"values", json::array()}}})), Catch::Contains("arg"));
+  CHECK_THAT(bad_args(json::array({{{"arg", 1}, {"values", {{4, -1}}}}})),
+             Catch::Contains("counts"));
+  CHECK_THAT(bad_args(json::array({{{"arg", 1}, {"values", json::array()}},
+                                   {{"arg", 1}, {"values", json::array()}}})),
+             Catch::Contains("twice"));
+}

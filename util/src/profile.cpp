@@ -55,6 +55,9 @@ json knobs_json(const Knobs& k) {
   // Absent at 0, so that every document written before the knob existed
   // keeps its canonical form and digest (and its compiled outputs).
   if (k.text_offset != 0) j["text_offset"] = k.text_offset;
+  // Likewise at their defaults.
+  if (k.spec_min_share != Knobs::kDefaultSpecMinShare) j["spec_min_share"] = k.spec_min_share;
+  if (k.spec_max_clones != Knobs::kDefaultSpecMaxClones) j["spec_max_clones"] = k.spec_max_clones;
   return j;
 }
 
@@ -83,6 +86,14 @@ json function_compile_json(const FunctionProfile& f) {
     j["indirect_calls"] = value_sites_json(f.indirect_calls, ValueText::hex);
   if (!f.memop_sizes.empty()) j["memop_sizes"] = value_sites_json(f.memop_sizes, ValueText::number);
   if (f.layout != FunctionLayout::normal) j["layout"] = to_string(f.layout);
+  if (!f.arg_values.empty()) {
+    json args = json::array();
+    for (const ArgValues& a : f.arg_values)
+      args.push_back({{"arg", a.arg},
+                      {"values", value_sites_json({a.values}, ValueText::number)[0]},
+                      {"other", a.other}});
+    j["arg_values"] = std::move(args);
+  }
   return j;
 }
 
@@ -161,6 +172,33 @@ Status get_value_sites(const json& obj, const char* key, const std::string& path
   }
   return ok();
 }
+// A function's "arg_values": [{arg, values: [[value, count], ...], other}].
+Status get_arg_values(const json& fj, const std::string& path, std::vector<ArgValues>& out) {
+  auto it = fj.find("arg_values");
+  if (it == fj.end() || it->is_null()) return ok();
+  const std::string where = path + ".arg_values";
+  if (!it->is_array()) return field_error(where, "must be an array of argument profiles");
+  for (const json& a : *it) {
+    if (!a.is_object()) return field_error(where, "each entry must be an object");
+    ArgValues av;
+    if (!a.contains("arg")) return field_error(where + ".arg", "is required");
+    FDO_TRY_STATUS(get_int(a, "arg", where, av.arg, 0, 0xffff));
+    std::vector<ValueSite> sites;
+    json wrapped = {{"values", json::array({a.value("values", json::array())})}};
+    FDO_TRY_STATUS(get_value_sites(wrapped, "values", where, ValueText::number, sites));
+    av.values = std::move(sites.at(0));
+    if (auto o = a.find("other"); o != a.end()) {
+      std::optional<std::uint64_t> other = as_u64(*o);
+      if (!other) return field_error(where + ".other", "must be a non-negative integer");
+      av.other = *other;
+    }
+    for (const ArgValues& seen : out)
+      if (seen.arg == av.arg) return field_error(where, "lists an argument twice");
+    out.push_back(std::move(av));
+  }
+  return ok();
+}
+
 // The members of a functions-like object (`functions`, `cs_functions`).
 Status get_functions(const json& j, const char* key, std::map<std::string, FunctionProfile>& out) {
   auto it = j.find(key);
@@ -199,6 +237,7 @@ Status get_functions(const json& j, const char* key, std::map<std::string, Funct
     FDO_TRY_STATUS(get_string(fj, "source_name", path, f.source_name));
     FDO_TRY_STATUS(get_value_sites(fj, "indirect_calls", path, ValueText::hex, f.indirect_calls));
     FDO_TRY_STATUS(get_value_sites(fj, "memop_sizes", path, ValueText::number, f.memop_sizes));
+    FDO_TRY_STATUS(get_arg_values(fj, path, f.arg_values));
     if (auto l = fj.find("layout"); l != fj.end() && !l->is_null()) {
       auto layout = l->is_string() ? kLayoutNames.parse(l->get<std::string>()) : std::nullopt;
       if (!layout)
@@ -270,6 +309,12 @@ Expected<Knobs> get_knobs(const json& k) {
     knobs.mode = mode;
   }
   FDO_TRY_STATUS(get_int(k, "text_offset", "knobs", knobs.text_offset, 0, kTextOffsetWindow - 1));
+  FDO_TRY_STATUS(get_int(k, "spec_min_share", "knobs", knobs.spec_min_share, 0, 100));
+  if (knobs.spec_min_share != 0 && knobs.spec_min_share < 50)
+    return field_error("knobs.spec_min_share",
+                       "must be 0 (off) or a share in [50, 100] percent (a value passed by fewer "
+                       "than half of the calls is no one value's)");
+  FDO_TRY_STATUS(get_int(k, "spec_max_clones", "knobs", knobs.spec_max_clones, 0, 64));
   if (knobs.text_offset % kTextOffsetStep != 0)
     return field_error("knobs.text_offset",
                        "must be a multiple of " + std::to_string(kTextOffsetStep));

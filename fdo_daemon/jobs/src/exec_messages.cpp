@@ -11,7 +11,7 @@ namespace {
 
 // Leads each body: a layout change is a clear error, never a misread.
 constexpr std::uint32_t kJobMagic = 0x314A5845u;   // "EXJ1"
-constexpr std::uint32_t kReplyMagic = 0x31525845u; // "EXR1"
+constexpr std::uint32_t kReplyMagic = 0x32525845u; // "EXR2" (2: argument value profiles)
 
 // Least bytes an element takes, for count checks: a string is its u32 length.
 constexpr std::size_t kStr = 4;
@@ -192,6 +192,32 @@ void put_sites(WireWriter& w, const std::vector<ValueSite>& sites) {
     }
   }
 }
+void put_args(WireWriter& w, const std::vector<ArgValues>& args) {
+  w.count(args.size());
+  for (const ArgValues& a : args) {
+    w.u32(a.arg);
+    w.u64(a.other);
+    w.count(a.values.size());
+    for (const auto& [value, count] : a.values) {
+      w.u64(value);
+      w.u64(count);
+    }
+  }
+}
+std::vector<ArgValues> get_args(WireReader& r) {
+  std::vector<ArgValues> args(r.count(4 + kU64 + 4));
+  for (ArgValues& a : args) {
+    a.arg = r.u32();
+    a.other = r.u64();
+    a.values.resize(r.count(2 * kU64));
+    for (auto& [value, count] : a.values) {
+      value = r.u64();
+      count = r.u64();
+    }
+  }
+  return args;
+}
+
 std::vector<ValueSite> get_sites(WireReader& r) {
   std::vector<ValueSite> sites(r.count(4));
   for (ValueSite& site : sites) {
@@ -305,6 +331,7 @@ void put_reply(WireWriter& w, const ExecReply& reply) {
     w.str(fn);
     put_sites(w, v.indirect_calls);
     put_sites(w, v.memop_sizes);
+    put_args(w, v.arguments);
   }
   w.boolean(o.samples.has_value());
   if (o.samples) put_samples(w, *o.samples);
@@ -340,10 +367,11 @@ void get_reply(WireReader& r, ExecReply& reply) {
     std::string fn = r.str();
     o.counts[std::move(fn)] = get_u64s(r);
   }
-  for (std::size_t i = 0, n = r.count(kStr + 8); i < n; ++i) {
+  for (std::size_t i = 0, n = r.count(kStr + 12); i < n; ++i) {
     jit::FunctionValueProfile& v = o.values[r.str()];
     v.indirect_calls = get_sites(r);
     v.memop_sizes = get_sites(r);
+    v.arguments = get_args(r);
   }
   if (r.boolean()) get_samples(r, o.samples.emplace());
   if (r.boolean()) {

@@ -195,6 +195,23 @@ Expected<Message> handle_gpu(const std::string& op, const Message& request,
   return out;
 }
 
+// What the compile decided that the explain log should say (docs/jit.md,
+// "Value specialization"), functions by the names people know them by.
+std::string explain_specializations(const jit::CompileResult& r) {
+  auto shown = [&](std::string name) {
+    auto it = r.source_names.find(name);
+    return it == r.source_names.end() ? name : it->second;
+  };
+  std::string out;
+  for (jit::Specialization s : r.specializations) {
+    s.function = shown(s.function);
+    out += (out.empty() ? "value specialization: " : "; ") + jit::describe(s);
+  }
+  for (const std::string& skipped : r.specializations_skipped)
+    out += (out.empty() ? "value specialization passed over " : "; passed over ") + skipped;
+  return out;
+}
+
 } // namespace
 
 Expected<Message> CompileJobs::handle(const Message& request) {
@@ -229,6 +246,8 @@ Expected<Message> CompileJobs::handle(const Message& request) {
     Message out;
     std::string metadata = jit::metadata_to_json(result).dump();
     out.header = {{"metadata_bytes", metadata.size()}};
+    if (std::string why = explain_specializations(result); !why.empty())
+      out.header["explanation"] = std::move(why);
     out.payload.reserve(metadata.size() + result.object.size());
     out.payload.append(metadata).append(result.object);
     return out;
@@ -490,7 +509,7 @@ Expected<Message> ExecJobs::handle(const Message& request) {
     for (auto& [name, values] : program->read_counters())
       obs.counts.emplace(name, std::move(values));
     for (auto& [name, v] : program->read_value_profiles())
-      if (!v.indirect_calls.empty() || !v.memop_sizes.empty())
+      if (!v.indirect_calls.empty() || !v.memop_sizes.empty() || !v.arguments.empty())
         obs.values.emplace(name, std::move(v));
   }
   if (job.sampling && job.function_ranges) {

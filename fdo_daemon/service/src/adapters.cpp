@@ -208,6 +208,8 @@ Expected<cache::CompiledOutput> RemoteCompiler::compile(const cache::Program& pr
                       "compile worker's reply has no metadata_bytes within its payload");
   const std::size_t metadata_bytes = n->get<std::size_t>();
   cache::CompiledOutput out;
+  if (auto why = resp.header.find("explanation"); why != resp.header.end() && why->is_string())
+    out.explanation = why->get<std::string>();
   out.metadata = resp.payload.substr(0, metadata_bytes);
   resp.payload.erase(0, metadata_bytes);
   out.object = std::move(resp.payload);

@@ -46,10 +46,11 @@ StageFeedback stage_feedback_from(const StageObservation& obs,
   for (const auto& [fn, counts] : obs.counts) {
     auto h = cfg_hashes.find(fn);
     if (h == cfg_hashes.end()) continue;
-    FunctionCounts fc{h->second, counts, {}, {}};
+    FunctionCounts fc{h->second, counts};
     if (auto v = obs.values.find(fn); v != obs.values.end()) {
       fc.indirect_calls = v->second.indirect_calls;
       fc.memop_sizes = v->second.memop_sizes;
+      fc.arg_values = v->second.arguments;
     }
     fb.counts.emplace(fn, std::move(fc));
   }
@@ -432,11 +433,12 @@ const FeedbackAccumulator& FeedbackLoop::fleet_view(KeyState& st, const StageRep
   for (auto& [name, c] : counts) {
     auto h = stage.cfg_hash_of(name);
     if (!h) continue;
-    FunctionCounts fc{*h, std::move(c), {}, {}};
+    FunctionCounts fc{*h, std::move(c)};
     // Value profiles travel in no row: this host's own.
     if (auto local = st.acc.counts().find(name); local != st.acc.counts().end()) {
       fc.indirect_calls = local->second.indirect_calls;
       fc.memop_sizes = local->second.memop_sizes;
+      fc.arg_values = local->second.arg_values;
     }
     scratch.mutable_counts()[name] = std::move(fc);
   }

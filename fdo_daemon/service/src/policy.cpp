@@ -31,6 +31,35 @@ void merge_value_sites(std::vector<ValueSite>& into, const std::vector<ValueSite
                      [](const auto& a, const auto& b) { return a.second > b.second; });
   }
 }
+
+// Argument value profiles, argument by argument: counts of equal values add,
+// `other` adds, and past kArgValuesKept distinct values the rarest move into
+// `other` (so the share of the most frequent one is never overstated, and the
+// document stays bounded however many stages are folded).
+constexpr std::size_t kArgValuesKept = 8;
+void merge_arg_values(std::vector<ArgValues>& into, const std::vector<ArgValues>& from) {
+  for (const ArgValues& f : from) {
+    auto it =
+        std::find_if(into.begin(), into.end(), [&](const ArgValues& a) { return a.arg == f.arg; });
+    if (it == into.end()) {
+      into.push_back(f);
+      continue;
+    }
+    std::map<std::uint64_t, std::uint64_t> merged(it->values.begin(), it->values.end());
+    for (const auto& [value, count] : f.values)
+      merged[value] += count;
+    it->other += f.other;
+    it->values.assign(merged.begin(), merged.end());
+    std::stable_sort(it->values.begin(), it->values.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
+    while (it->values.size() > kArgValuesKept) {
+      it->other += it->values.back().second;
+      it->values.pop_back();
+    }
+  }
+  std::sort(into.begin(), into.end(),
+            [](const ArgValues& a, const ArgValues& b) { return a.arg < b.arg; });
+}
 } // namespace
 
 void FeedbackAccumulator::add(const StageFeedback& stage) {
@@ -58,6 +87,7 @@ void FeedbackAccumulator::add(const StageFeedback& stage, CountsPart counts_part
       mine.counts[i] += fc.counts[i];
     merge_value_sites(mine.indirect_calls, fc.indirect_calls);
     merge_value_sites(mine.memop_sizes, fc.memop_sizes);
+    merge_arg_values(mine.arg_values, fc.arg_values);
   }
 }
 
@@ -203,6 +233,7 @@ ProfileDoc profile_from_counts(const ProfileDoc* current,
     f.counts = fc.counts;
     f.indirect_calls = fc.indirect_calls;
     f.memop_sizes = fc.memop_sizes;
+    f.arg_values = fc.arg_values;
     if (current != nullptr) {
       auto it = current->functions.find(name);
       if (it != current->functions.end() && it->second.cfg_hash == fc.cfg_hash) {

@@ -301,6 +301,7 @@ ProfileDoc reprofile_doc(const ProfileDoc& current) {
     f.counts.clear();
     f.indirect_calls.clear();
     f.memop_sizes.clear();
+    f.arg_values.clear();
   }
   // Context-sensitive counts were gathered over code built from the old
   // counts: stale for the new workload, and CSIRUse must not meet them before

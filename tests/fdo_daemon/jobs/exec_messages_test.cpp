@@ -59,6 +59,7 @@ StageObservation full_observation() {
   o.counts["file.c:helper"] = {};
   o.values["main"].indirect_calls = {{{0xabcdefull, 40}, {0x1234ull, 2}}};
   o.values["main"].memop_sizes = {{}, {{64, 9}}};
+  o.values["main"].arguments = {{0, {{4, 1500}, {5, 100}}, 0}, {2, {{3, 1592}}, 8}};
   StageSampleReport& s = o.samples.emplace();
   s.events.resize(1);
   s.events[0].name = "cpu-clock";
@@ -179,8 +180,16 @@ TEST_CASE("exec messages: a broken or hostile reply is refused, never misread",
 
   // A count that claims far more elements than there are bytes: refused
   // before anything is allocated for them.
+  // A reply of the layout before argument value profiles: refused by its magic.
+  wire::WireWriter old;
+  old.u32(0x31525845u); // "EXR1"
+  old.u8(0);
+  auto older = decode_exec_reply(*std::move(old).take());
+  REQUIRE_FALSE(older);
+  CHECK_THAT(older.error().message(), Catch::Contains("unknown layout"));
+
   wire::WireWriter w;
-  w.u32(0x31525845u); // "EXR1"
+  w.u32(0x32525845u); // "EXR2"
   w.u8(0);            // ran
   w.u64(0);           // ret
   w.boolean(false);   // exited
@@ -194,7 +203,7 @@ TEST_CASE("exec messages: a broken or hostile reply is refused, never misread",
 
   // A boolean that is neither 0 nor 1.
   wire::WireWriter b;
-  b.u32(0x31525845u);
+  b.u32(0x32525845u);
   b.u8(0);
   b.u64(0);
   b.u8(2);
@@ -204,7 +213,7 @@ TEST_CASE("exec messages: a broken or hostile reply is refused, never misread",
 
   // An exit status out of int range.
   wire::WireWriter x;
-  x.u32(0x31525845u);
+  x.u32(0x32525845u);
   x.u8(0);
   x.u64(0);
   x.boolean(true);

@@ -72,6 +72,34 @@ TEST_CASE("first profile is written once enough stages and counts are seen", "[d
   CHECK(choose_mode(&d.profile) == CompileMode::optimized);
 }
 
+TEST_CASE("argument values add up across stages - bounded - and reach the rewrite",
+          "[daemon][policy][spec]") {
+  PolicyConfig cfg;
+  cfg.cs_pgo_stages = 0;
+  cfg.min_stages = 2;
+  cfg.min_counts = 1;
+  FeedbackAccumulator fb;
+  StageFeedback a = stage(900, 100);
+  a.counts["loop"].arg_values = {{1, {{4, 90}, {5, 10}}, 0}};
+  StageFeedback b = stage(900, 100);
+  // Eight new values for arg 1 (one of them 4 again), and arg 0 seen for the first time.
+  b.counts["loop"].arg_values = {
+      {0, {{7, 3}}, 0},
+      {1, {{4, 80}, {10, 7}, {11, 6}, {12, 5}, {13, 4}, {14, 3}, {15, 2}, {16, 1}}, 2}};
+  fb.add(a);
+  fb.add(b);
+  const std::vector<ArgValues>& args = fb.counts().at("loop").arg_values;
+  REQUIRE(args.size() == 2);
+  CHECK(args[0] == ArgValues{0, {{7, 3}}, 0});
+  // Nine distinct values: the rarest (16) moves into other with the 2 already there.
+  CHECK(args[1] ==
+        ArgValues{1, {{4, 170}, {5, 10}, {10, 7}, {11, 6}, {12, 5}, {13, 4}, {14, 3}, {15, 2}}, 3});
+  CHECK(args[1].total() == 210);
+  auto d = decide(cfg, input_for(fb));
+  REQUIRE(d.action == PolicyAction::rewrite);
+  CHECK(d.profile.functions["loop"].arg_values == args);
+}
+
 TEST_CASE("too few counts waits", "[daemon][policy]") {
   PolicyConfig cfg;
   cfg.cs_pgo_stages = 0; // the first round alone (cs_round_test.cpp has the CS round)

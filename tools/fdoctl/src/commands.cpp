@@ -152,6 +152,10 @@ std::string knobs_text(const json& k) {
   // Written only when not 0 (docs/jit.md, "Text offset").
   if (k.contains("text_offset") && k["text_offset"].is_number_integer())
     s += " text_offset=" + k["text_offset"].dump();
+  // Likewise only when not at their defaults (docs/jit.md, "Value specialization").
+  for (const char* key : {"spec_min_share", "spec_max_clones"})
+    if (k.contains(key) && k[key].is_number_integer())
+      s += std::string(" ") + key + "=" + k[key].dump();
   return s;
 }
 
@@ -371,6 +375,7 @@ Status cmd_profile_show(Context& ctx, const std::string& key_text,
   out << t.render();
   out << render_hot_functions(typed);
   out << render_code_layout(typed);
+  out << render_arg_values(typed);
   out << render_cs_functions(typed);
   if (counts == RawCounts::print) {
     out << "\ncounts:\n";

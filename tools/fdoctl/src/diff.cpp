@@ -59,6 +59,8 @@ std::vector<KnobChange> diff_knobs(const Knobs& a, const Knobs& b) {
   add("inline_threshold", optional_json(a.inline_threshold), optional_json(b.inline_threshold));
   add("mode", optional_json(a.mode), optional_json(b.mode));
   add("text_offset", a.text_offset, b.text_offset);
+  add("spec_min_share", a.spec_min_share, b.spec_min_share);
+  add("spec_max_clones", a.spec_max_clones, b.spec_max_clones);
   return out;
 }
 

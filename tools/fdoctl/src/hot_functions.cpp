@@ -144,4 +144,27 @@ std::string render_code_layout(const ProfileDoc& doc) {
   return out;
 }
 
+std::string render_arg_values(const ProfileDoc& doc) {
+  Table t({{"function"},
+           {"arg", Align::right},
+           {"top value", Align::right},
+           {"share", Align::right},
+           {"calls", Align::right},
+           {"distinct"}});
+  std::size_t rows = 0;
+  for (const auto& [name, f] : doc.functions)
+    for (const ArgValues& a : f.arg_values) {
+      const std::uint64_t total = a.total();
+      if (a.values.empty() || total == 0) continue;
+      const auto& [value, count] = a.values.front();
+      t.add_row({source_name_of(doc, name), std::to_string(a.arg), std::to_string(value),
+                 format_percent(static_cast<double>(count) / static_cast<double>(total)),
+                 format_count(total), std::to_string(a.values.size()) + (a.other ? "+" : "")});
+      ++rows;
+    }
+  if (rows == 0) return "";
+  return "\nargument values (value specialization, knobs.spec_min_share " +
+         std::to_string(doc.knobs.spec_min_share) + "%):\n" + t.render();
+}
+
 } // namespace fdo::ctl

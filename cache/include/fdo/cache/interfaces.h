@@ -64,6 +64,9 @@ struct Identification {
 struct CompiledOutput {
   std::string object;   // relocatable object bytes
   std::string metadata; // opaque JSON text from the JIT, stored with the object
+  // What the compile decided that the stage's explain record should say
+  // (e.g. the functions it specialized); empty when nothing. Not stored.
+  std::string explanation;
 };
 
 // The compiler. identify() is cheap (parse + canonical fingerprint); compile()

@@ -114,6 +114,11 @@ struct CompileResult {
   // Bytes past a 64-byte boundary at which the loader starts the program's
   // text (the profile's Knobs::text_offset; 0 without a profile).
   int text_offset = 0;
+  // Optimized and cs_instrumented mode: the functions cloned for a dominant
+  // argument value, and the candidates passed over for the budget, one line
+  // each (docs/jit.md, "Value specialization").
+  std::vector<Specialization> specializations;
+  std::vector<std::string> specializations_skipped;
 };
 
 Expected<CompileResult> compile(std::string_view program_bytes, const CompileRequest& request);

@@ -39,6 +39,7 @@ struct WritableBlock {
 struct FunctionValueProfile {
   std::vector<fdo::ValueSite> indirect_calls; // MD5 of the target's PGO name, count
   std::vector<fdo::ValueSite> memop_sizes;    // size in bytes (range representative), count
+  std::vector<fdo::ArgValues> arguments;      // argument value profiles (arg_profile.h)
   bool operator==(const FunctionValueProfile&) const = default;
 };
 

@@ -67,8 +67,26 @@ struct InstrumentedFunction {
   // are read back with LoadedProgram::read_value_profiles).
   std::uint32_t indirect_call_sites = 0;
   std::uint32_t memop_sites = 0;
+  // The integer arguments whose values the build profiles, by position, in
+  // the order of the function's argument slot array (arg_profile.h); empty
+  // when none are.
+  std::vector<std::uint32_t> arg_sites{};
   bool operator==(const InstrumentedFunction&) const = default;
 };
+
+// One clone an optimized compile made for a dominant argument value (docs/jit.md,
+// "Value specialization").
+struct Specialization {
+  std::string function; // PGO name of the function specialized
+  // The arguments bound, by position, and their values (zero-extended).
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> args;
+  std::uint64_t calls = 0;        // profiled calls of the function
+  std::uint64_t matched = 0;      // of them, how many passed the first bound argument's value
+  std::uint32_t instructions = 0; // size of the body cloned
+  bool operator==(const Specialization&) const = default;
+};
+// "f (arg 2 = 4: 97% of 1200 calls)", for the explain log.
+std::string describe(const Specialization& s);
 
 // Wall time per compile phase, microseconds.
 struct PhaseTimes {

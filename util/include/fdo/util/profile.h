@@ -4,7 +4,8 @@
 // schemas/profile.schema.json.
 //
 // Compile-affecting fields: format, knobs, functions[*].{cfg_hash, counts,
-// unpredictable, indirect_calls, memop_sizes, layout}, cs_functions[*] (the same),
+// unpredictable, indirect_calls, memop_sizes, layout,
+// arg_values}, cs_functions[*] (the same),
 // outside_functions[*].{cfg_hash, counts}, gpu.launch_bounds. Everything else
 // (provenance, hardware observations, the guard's record, reprofile_of, per-function fingerprints
 // and source names) is bookkeeping and never changes the digest, so rewriting bookkeeping never
@@ -48,6 +49,18 @@ struct Knobs {
   // as knob variants (docs/guard.md). 0, the default, is left out of the JSON,
   // so documents without it keep their digest.
   int text_offset = 0;
+  // Value specialization (docs/jit.md, "Value specialization"): the optimized
+  // compile clones a hot function for an argument value at least this share
+  // (percent) of its profiled calls passed, behind a guard that sends every
+  // other value to the general body; 0 turns it off, and with it the argument
+  // value profiling of instrumented builds. spec_max_clones bounds how many
+  // functions are cloned (the hottest first). Left out of the JSON at their
+  // defaults, so documents written before them keep their digest.
+  int spec_min_share = kDefaultSpecMinShare;
+  int spec_max_clones = kDefaultSpecMaxClones;
+
+  static constexpr int kDefaultSpecMinShare = 80;
+  static constexpr int kDefaultSpecMaxClones = 4;
 
   bool operator==(const Knobs&) const = default;
 };
@@ -58,6 +71,23 @@ inline constexpr int kTextOffsetWindow = 64;
 
 // What one value-profiling site saw: {value, count} pairs, most frequent first.
 using ValueSite = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
+
+// What argument value profiling saw for one integer argument of a function:
+// the most frequent values (zero-extended to 64 bits) with their counts, most
+// frequent first, and how many calls passed a value the per-argument table
+// had no room to keep (docs/jit.md, "Value specialization").
+struct ArgValues {
+  std::uint32_t arg = 0; // the argument's position in the function's parameter list
+  ValueSite values{};
+  std::uint64_t other = 0;
+  std::uint64_t total() const {
+    std::uint64_t n = other;
+    for (const auto& [value, count] : values)
+      n += count;
+    return n;
+  }
+  bool operator==(const ArgValues&) const = default;
+};
 
 // Where a function's code goes (docs/perf.md, "i-cache layout"): `hot`
 // functions are placed together at the start of the object's text, `cold` ones
@@ -86,6 +116,9 @@ struct FunctionProfile {
   // Placement of the function's code from sampled i-cache misses
   // (compile-affecting; `normal`, omitted from the JSON, in older documents).
   FunctionLayout layout = FunctionLayout::normal;
+  // Argument value profiles of the instrumented build, by argument
+  // (compile-affecting: value specialization; empty when none were taken).
+  std::vector<ArgValues> arg_values{};
 
   bool operator==(const FunctionProfile&) const = default;
 };

@@ -24,6 +24,8 @@ struct FunctionCounts {
   // Value profiles, site by site (FunctionProfile::indirect_calls / memop_sizes).
   std::vector<ValueSite> indirect_calls{};
   std::vector<ValueSite> memop_sizes{};
+  // Argument value profiles (FunctionProfile::arg_values).
+  std::vector<ArgValues> arg_values{};
 };
 
 // Per-branch taken/not-taken figures the compiler reported for a function

@@ -20,5 +20,8 @@ std::string render_hot_functions(const ProfileDoc& doc, std::size_t limit = 10);
 // layout the profile compiles with (docs/perf.md, "i-cache layout"): the
 // functions laid out hot and those laid out cold, by source name.
 std::string render_code_layout(const ProfileDoc& doc);
+// Functions with argument value profiles: each argument's most frequent value
+// and its share, what value specialization decides on ("" when none).
+std::string render_arg_values(const ProfileDoc& doc);
 
 } // namespace fdo::ctl
