@@ -17,7 +17,8 @@ interp; a build with clang PGO, see CMakeLists.txt):
    (`fdo_effect_jit --profile`, the compile fdod's optimized stage runs) and on
    clang's profile (`fdo_effect_jit --profdata`, seeded as `fdoctl profile
    import` seeds) are disassembled function by function (addresses,
-   relocations and padding aside, as codegen_gap.py does). `identical` means
+   relocations and padding aside, as codegen_gap.py does), both without value
+   specialization (clang's profile has no argument values). `identical` means
    fdod's profile leads to clang's profile's machine code: whatever separates
    `fdo final` from clang PGO is then not in the profile.
 3. With `--rounds N` (N > 0), the CPU time (CLOCK_THREAD_CPUTIME_ID) of that
@@ -90,8 +91,12 @@ class FdodProfile:
         doc = client.call("profile.export", {"profile_keys": key, "format": "json"},
                           check_schema=False)
         self.doc_path = os.path.join(tmp, kernel["name"] + ".profile.json")
+        profile = doc["bundle"]["profiles"][0]["current"]["profile"]
+        # The question is the counts: clang's profile cannot carry argument
+        # values, so value specialization (docs/jit.md) is left out of both.
+        profile["knobs"]["spec_min_share"] = 0
         with open(self.doc_path, "w", encoding="utf-8") as f:
-            json.dump(doc["bundle"]["profiles"][0]["current"]["profile"], f)
+            json.dump(profile, f)
         pd = client.call("profile.export", {"profile_keys": key, "format": "profdata"},
                          check_schema=False)
         self.profdata_path = os.path.join(tmp, kernel["name"] + ".fdo.profdata")

@@ -111,8 +111,24 @@ TEST_CASE("a hot function is cloned for its dominant values behind a guard", "[j
   CHECK(contains(describe(s), "arg 1 = 4"));
   CHECK(contains(o.ir, ".fdo.spec("));
   CHECK(contains(o.ir, ".fdo.general("));
+  // The guard, inlined where mix was called: width 4 and mode 3 take the
+  // clone, anything else the general body.
+  // The guard: mix itself tests width 4 and mode 3 and calls the clone, or
+  // the general body for anything else.
+  const std::string symbol = p.mix.substr(p.mix.find(':') + 1); // fdo:fdo.local.N
+  const std::string guard = function_body(o.ir, symbol);
+  CHECK(contains(guard, "icmp eq i32 %1, 4"));
+  CHECK(contains(guard, "icmp eq i8 %2, 3"));
+  CHECK(contains(guard, symbol + ".fdo.spec("));
+  CHECK(contains(guard, symbol + ".fdo.general("));
+  // Inlined into drive (hot), where mode is the constant 3: only the width
+  // is left to test, and width 5 goes straight to the general body.
+  const std::string driver = function_body(o.ir, "drive");
+  CHECK(contains(driver, symbol + ".fdo.spec("));
+  CHECK(contains(driver, symbol + ".fdo.general("));
+  CHECK_FALSE(contains(driver, "icmp eq i8"));
   // The clone's loop runs a constant 4 times: unrolled, no loop left.
-  const std::string spec = function_body(o.ir, p.mix + ".fdo.spec");
+  const std::string spec = function_body(o.ir, symbol + ".fdo.spec");
   CHECK_FALSE(contains(spec, "br i1"));
   // Kept in the metadata, for the explain log.
   auto back = metadata_from_json(metadata_to_json(o));
@@ -192,4 +208,31 @@ TEST_CASE("argument records that do not fit the function are ignored", "[jit][pg
       compile_or_throw(fixture("arg_values.ll"), request(CompileMode::optimized, &p.doc, true));
   CHECK(o.specializations.empty());
   CHECK_FALSE(contains(o.ir, ".fdo.spec"));
+}
+
+TEST_CASE("the context-sensitive round counts the clones under their own names",
+          "[jit][pgo][spec][cs]") {
+  Profiled p = profiled_run();
+  Instrumented cs = load_instrumented("arg_values.ll", &p.doc, CompileMode::cs_instrumented);
+  REQUIRE(cs.compiled.specializations.size() == 1);
+  bool spec = false, general = false;
+  for (const InstrumentedFunction& f : cs.compiled.counters_layout) {
+    CHECK(is_cs_hash(f.cfg_hash));
+    CHECK(f.arg_sites.empty()); // argument values come from the first round only
+    spec = spec || f.pgo_name.find(".fdo.spec") != std::string::npos;
+    general = general || f.pgo_name.find(".fdo.general") != std::string::npos;
+  }
+  CHECK(spec);
+  CHECK(general);
+  REQUIRE(cs.program->call("drive", std::vector<std::uint64_t>{1600}).has_value());
+  // The next optimized compile takes the CS counts of the clones it makes again.
+  ProfileDoc with_cs = p.doc;
+  for (auto& [name, counts] : cs.program->read_counters())
+    with_cs.cs_functions[name] =
+        FunctionProfile{.cfg_hash = layout_of(cs.compiled, name).cfg_hash, .counts = counts};
+  CompileResult o =
+      compile_or_throw(fixture("arg_values.ll"), request(CompileMode::optimized, &with_cs, false));
+  CHECK(o.specializations == cs.compiled.specializations);
+  for (const std::string& d : o.diagnostics)
+    CHECK_FALSE(contains(d, "hash mismatch"));
 }

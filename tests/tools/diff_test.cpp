@@ -263,3 +263,23 @@ TEST_CASE("context-sensitive counts are summarized per function in the diff") {
   CHECK(same.cs_functions.empty());
   CHECK(same.cs_functions_after == 2);
 }
+
+TEST_CASE("a changed dominant argument value and the specialization knobs are reported") {
+  ProfileDoc a = doc({{"f", {1, {5, 5}, {}, ""}}});
+  a.functions["f"].arg_values = {{1, {{4, 94}, {5, 6}}, 0}, {2, {{3, 100}}, 0}};
+  ProfileDoc b = a;
+  // Arg 2: the same value with another share is no change; arg 1 moved to 7.
+  b.functions["f"].arg_values = {{1, {{7, 99}, {4, 1}}, 0}, {2, {{3, 50}}, 50}};
+  b.knobs.spec_min_share = 90;
+  ProfileDiff d = diff_profiles(a, b);
+  REQUIRE(d.knobs.size() == 1);
+  CHECK(d.knobs[0].knob == "spec_min_share");
+  const FunctionDiff& f = find(d, "f");
+  CHECK(f.change == FunctionChange::changed);
+  REQUIRE(f.arg_values_changed.size() == 1);
+  CHECK_THAT(f.arg_values_changed[0],
+             Catch::StartsWith("arg 1: 4 (94") && Catch::Contains("-> 7 (99"));
+  CHECK_FALSE(d.compile_affecting_equal);
+  CHECK_THAT(render_diff(d, "t"), Catch::Contains("argument values: arg 1: 4"));
+  CHECK(to_json(d)["functions"][0]["arg_values_changed"].size() == 1);
+}

@@ -143,6 +143,31 @@ void diff_cs_functions(const ProfileDoc& before, const ProfileDoc& after, Profil
   }
 }
 
+// The top value of each argument that differs between the two sides.
+std::vector<std::string> diff_arg_values(const FunctionProfile& a, const FunctionProfile& b) {
+  auto top = [](const FunctionProfile& f, std::uint32_t arg) -> std::string {
+    for (const ArgValues& v : f.arg_values)
+      if (v.arg == arg && !v.values.empty() && v.total() > 0)
+        return std::to_string(v.values.front().first) + " (" +
+               format_percent(static_cast<double>(v.values.front().second) /
+                              static_cast<double>(v.total())) +
+               ")";
+    return "-";
+  };
+  std::set<std::uint32_t> args;
+  for (const FunctionProfile* f : {&a, &b})
+    for (const ArgValues& v : f->arg_values)
+      args.insert(v.arg);
+  std::vector<std::string> out;
+  for (std::uint32_t arg : args) {
+    std::string before = top(a, arg), after = top(b, arg);
+    // The same value with another share is no change of what is bound.
+    if (before.substr(0, before.find(' ')) == after.substr(0, after.find(' '))) continue;
+    out.push_back("arg " + std::to_string(arg) + ": " + before + " -> " + after);
+  }
+  return out;
+}
+
 } // namespace
 
 ProfileDiff diff_profiles(const ProfileDoc& before, const ProfileDoc& after,
@@ -231,8 +256,10 @@ ProfileDiff diff_profiles(const ProfileDoc& before, const ProfileDoc& after,
       if (!ua.contains(i)) fd.unpredictable_added.push_back(i);
     for (auto i : ua)
       if (!ub.contains(i)) fd.unpredictable_removed.push_back(i);
+    fd.arg_values_changed = diff_arg_values(*fa, *fb);
     bool changed = fd.layout_changed || fd.hotness_changed || fd.weights_changed > 0 ||
-                   !fd.unpredictable_added.empty() || !fd.unpredictable_removed.empty() ||
+                   !fd.arg_values_changed.empty() || !fd.unpredictable_added.empty() ||
+                   !fd.unpredictable_removed.empty() ||
                    fd.code_layout_before != fd.code_layout_after;
     fd.change = changed ? FunctionChange::changed : FunctionChange::unchanged;
     d.functions.push_back(std::move(fd));
@@ -296,7 +323,8 @@ json to_json(const ProfileDiff& d) {
                          {"unpredictable_added", f.unpredictable_added},
                          {"unpredictable_removed", f.unpredictable_removed},
                          {"code_layout_before", std::string(to_string(f.code_layout_before))},
-                         {"code_layout_after", std::string(to_string(f.code_layout_after))}});
+                         {"code_layout_after", std::string(to_string(f.code_layout_after))},
+                         {"arg_values_changed", f.arg_values_changed}});
   }
   json cs = json::array();
   for (const auto& c : d.cs_functions)
@@ -395,6 +423,8 @@ std::string render_diff(const ProfileDiff& d, const std::string& title, Unchange
       out += "  !unpredictable added: " + join_indexes(f.unpredictable_added) + "\n";
     if (!f.unpredictable_removed.empty())
       out += "  !unpredictable removed: " + join_indexes(f.unpredictable_removed) + "\n";
+    for (const std::string& a : f.arg_values_changed)
+      out += "  argument values: " + a + "\n";
     if (f.code_layout_before != f.code_layout_after)
       out += "  code layout: " + std::string(to_string(f.code_layout_before)) + " -> " +
              std::string(to_string(f.code_layout_after)) + "\n";

@@ -60,6 +60,9 @@ struct FunctionDiff {
   // Placement of the function's code (docs/perf.md, "i-cache layout").
   FunctionLayout code_layout_before = FunctionLayout::normal;
   FunctionLayout code_layout_after = FunctionLayout::normal;
+  // Arguments whose most frequent value (what value specialization binds)
+  // differs: "arg 1: 4 (94%) -> 7 (99%)", "-" for a side without values.
+  std::vector<std::string> arg_values_changed;
 };
 
 // One function of cs_functions whose context-sensitive counts differ (or that
