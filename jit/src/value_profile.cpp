@@ -23,16 +23,26 @@ struct SiteTable {
 };
 
 // Counts `value` in a table of {value, count} entries (SiteTable, ArgTable);
-// false when it is new and the table is full.
+// false when it is new and the table is full. `used` is read once and only
+// ever grows to the table's size: a program that calls into instrumented code
+// from several threads at once may lose a value, never write past the table.
 template <class Table> bool count_value(Table& table, std::uint64_t value) {
-  for (std::uint32_t i = 0; i < table.used; ++i)
+  const std::uint32_t used =
+      std::min<std::uint32_t>(table.used, static_cast<std::uint32_t>(table.entries.size()));
+  for (std::uint32_t i = 0; i < used; ++i)
     if (table.entries[i].first == value) {
       ++table.entries[i].second;
       return true;
     }
-  if (table.used == table.entries.size()) return false;
-  table.entries[table.used++] = {value, 1};
+  if (used == table.entries.size()) return false;
+  table.entries[used] = {value, 1};
+  table.used = used + 1;
   return true;
+}
+
+// How many entries of a table hold values (never more than it has).
+template <class Table> std::uint32_t used_entries(const Table& table) {
+  return std::min<std::uint32_t>(table.used, static_cast<std::uint32_t>(table.entries.size()));
 }
 
 SiteTable** slots_of(const Record* record) {
@@ -94,7 +104,7 @@ void profile_arg(std::uint64_t value, ArgTable** slot) {
 fdo::ValueSite sorted(const SiteTable* site) {
   fdo::ValueSite out;
   if (site == nullptr) return out;
-  out.assign(site->entries.begin(), site->entries.begin() + site->used);
+  out.assign(site->entries.begin(), site->entries.begin() + used_entries(*site));
   std::stable_sort(out.begin(), out.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
   return out;
@@ -176,7 +186,8 @@ std::map<std::string, FunctionValues> ValueProfiles::read() const {
     for (std::size_t k = 0; k < a.args.size(); ++k) {
       const ArgTable* t = tables[k];
       if (t == nullptr) continue; // never called (or inlined away everywhere)
-      fdo::ArgValues av{a.args[k], {t->entries.begin(), t->entries.begin() + t->used}, t->other};
+      fdo::ArgValues av{
+          a.args[k], {t->entries.begin(), t->entries.begin() + used_entries(*t)}, t->other};
       std::stable_sort(av.values.begin(), av.values.end(),
                        [](const auto& x, const auto& y) { return x.second > y.second; });
       args.push_back(std::move(av));
