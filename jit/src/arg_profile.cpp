@@ -120,11 +120,11 @@ void make_dispatcher(llvm::Function& f, llvm::Function& spec, llvm::Function& ge
 }
 
 // An internal copy of `f` named `f.<suffix>`, with `fraction` of its entry count.
-llvm::Function* clone_body(llvm::Function& f, const char* suffix, std::uint64_t calls_share,
+llvm::Function* clone_body(llvm::Function& f, std::string_view suffix, std::uint64_t calls_share,
                            std::uint64_t calls) {
   llvm::ValueToValueMapTy vmap;
   llvm::Function* c = llvm::CloneFunction(&f, vmap);
-  c->setName(f.getName() + suffix);
+  c->setName(f.getName() + llvm::StringRef(suffix.data(), suffix.size()));
   c->setLinkage(llvm::GlobalValue::InternalLinkage);
   c->setVisibility(llvm::GlobalValue::DefaultVisibility);
   c->setDLLStorageClass(llvm::GlobalValue::DefaultStorageClass);
@@ -245,9 +245,9 @@ SpecializationPlan specialize_functions(llvm::Module& m, const fdo::ProfileDoc& 
     }
     grown += c.spec.instructions;
     llvm::Function& f = *c.f;
-    llvm::Function* spec = clone_body(f, ".fdo.spec", c.spec.matched, c.spec.calls);
+    llvm::Function* spec = clone_body(f, kSpecializedSuffix, c.spec.matched, c.spec.calls);
     llvm::Function* general =
-        clone_body(f, ".fdo.general", c.spec.calls - c.spec.matched, c.spec.calls);
+        clone_body(f, kGeneralSuffix, c.spec.calls - c.spec.matched, c.spec.calls);
     for (const auto& [arg, value] : c.spec.args) {
       llvm::Argument* a = spec->getArg(arg);
       a->replaceAllUsesWith(llvm::ConstantInt::get(a->getType(), value));

@@ -71,4 +71,11 @@ std::string describe(const Specialization& s) {
   return out;
 }
 
+std::string_view clone_origin(std::string_view symbol) {
+  for (std::string_view suffix : {kSpecializedSuffix, kGeneralSuffix})
+    if (symbol.size() > suffix.size() && symbol.ends_with(suffix))
+      return symbol.substr(0, symbol.size() - suffix.size());
+  return symbol;
+}
+
 } // namespace fdo::jit

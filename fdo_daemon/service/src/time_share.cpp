@@ -1,5 +1,7 @@
 #include "fdo/daemon/time_share.h"
 
+#include "fdo/jit/types.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -26,8 +28,12 @@ PgoNames::PgoNames(const std::map<std::string, std::string>& pgo_names) {
 }
 
 const std::string& PgoNames::of(const std::string& symbol) const {
-  auto it = by_symbol_.find(symbol);
-  return it == by_symbol_.end() ? symbol : it->second;
+  if (auto it = by_symbol_.find(symbol); it != by_symbol_.end()) return it->second;
+  // The bodies of a specialized function (docs/jit.md, "Value specialization")
+  // run that function's code: their samples are its.
+  if (std::string_view origin = jit::clone_origin(symbol); origin.size() != symbol.size())
+    if (auto it = by_symbol_.find(std::string(origin)); it != by_symbol_.end()) return it->second;
+  return symbol;
 }
 
 StageSamples stage_samples_from(const StageObservation& obs, const PgoNames& pgo_names,

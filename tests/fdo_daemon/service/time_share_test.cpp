@@ -93,6 +93,11 @@ TEST_CASE("PGO names of loaded symbols: exact names first, then the first local 
   CHECK(names.of("unknown") == "unknown"); // not a program function: kept as is
   CHECK(names.of(":f") == ":f");           // no prefix before the ':' in a PGO name
   CHECK(PgoNames().of("f") == "f");
+  // The two bodies of a specialized function are that function.
+  CHECK(names.of("f.fdo.spec") == "a.c:f");
+  CHECK(names.of("g.fdo.general") == "g");
+  CHECK(names.of("unknown.fdo.spec") == "unknown.fdo.spec");
+  CHECK(names.of(".fdo.spec") == ".fdo.spec");
 }
 
 TEST_CASE("time-share drift: distance over the functions that have code now",

@@ -87,6 +87,13 @@ struct Specialization {
 };
 // "f (arg 2 = 4: 97% of 1200 calls)", for the explain log.
 std::string describe(const Specialization& s);
+// Symbol suffixes of a specialized function's two bodies: `f.fdo.spec` (the
+// clone for the bound values) and `f.fdo.general`; `f` itself is the guard.
+inline constexpr std::string_view kSpecializedSuffix = ".fdo.spec";
+inline constexpr std::string_view kGeneralSuffix = ".fdo.general";
+// The function whose code a clone's symbol holds (`f` for `f.fdo.spec`), so
+// samples and people count it as f's; other symbols unchanged.
+std::string_view clone_origin(std::string_view symbol);
 
 // Wall time per compile phase, microseconds.
 struct PhaseTimes {
