@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <llvm/ProfileData/InstrProf.h>
 #include <new>
 #include <utility>
@@ -22,27 +23,72 @@ struct SiteTable {
   std::array<std::pair<std::uint64_t, std::uint64_t>, kValuesPerSite> entries{};
 };
 
+// Tables are filled by the program's own threads, any number at once, and
+// read by another (an in-process flush) while they run: every field is
+// accessed atomically, with plain loads and stores rather than
+// read-modify-writes (an increment racing another may be lost, as PGO's own
+// counters' may; it never tears or writes past the table). A table is
+// published by a compare-and-swap of its slot, so racing first calls of a
+// site make one table, not two.
+template <class T> std::atomic_ref<T> at(T& v) {
+  return std::atomic_ref<T>(v);
+}
+
 // Counts `value` in a table of {value, count} entries (SiteTable, ArgTable);
-// false when it is new and the table is full. `used` is read once and only
-// ever grows to the table's size: a program that calls into instrumented code
-// from several threads at once may lose a value, never write past the table.
+// false when it is new and the table is full. `used` only ever grows to the
+// table's size, and is published after the entry it covers.
 template <class Table> bool count_value(Table& table, std::uint64_t value) {
   const std::uint32_t used =
-      std::min<std::uint32_t>(table.used, static_cast<std::uint32_t>(table.entries.size()));
+      std::min<std::uint32_t>(at(table.used).load(std::memory_order_acquire),
+                              static_cast<std::uint32_t>(table.entries.size()));
   for (std::uint32_t i = 0; i < used; ++i)
-    if (table.entries[i].first == value) {
-      ++table.entries[i].second;
+    if (at(table.entries[i].first).load(std::memory_order_relaxed) == value) {
+      auto count = at(table.entries[i].second);
+      count.store(count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       return true;
     }
   if (used == table.entries.size()) return false;
-  table.entries[used] = {value, 1};
-  table.used = used + 1;
+  at(table.entries[used].first).store(value, std::memory_order_relaxed);
+  at(table.entries[used].second).store(1, std::memory_order_relaxed);
+  at(table.used).store(used + 1, std::memory_order_release);
   return true;
 }
 
 // How many entries of a table hold values (never more than it has).
 template <class Table> std::uint32_t used_entries(const Table& table) {
-  return std::min<std::uint32_t>(table.used, static_cast<std::uint32_t>(table.entries.size()));
+  return std::min<std::uint32_t>(
+      at(const_cast<std::uint32_t&>(table.used)).load(std::memory_order_acquire),
+      static_cast<std::uint32_t>(table.entries.size()));
+}
+
+// The table's entries in use, read atomically.
+template <class Table> fdo::ValueSite entries_of(const Table& table) {
+  fdo::ValueSite out;
+  const std::uint32_t used = used_entries(table);
+  for (std::uint32_t i = 0; i < used; ++i) {
+    auto& e = const_cast<std::pair<std::uint64_t, std::uint64_t>&>(table.entries[i]);
+    out.emplace_back(at(e.first).load(std::memory_order_relaxed),
+                     at(e.second).load(std::memory_order_relaxed));
+  }
+  return out;
+}
+
+// The table in `slot`, made on first use; null when out of memory.
+template <class Table> Table* table_in(Table*& slot) {
+  auto ref = at(slot);
+  Table* t = ref.load(std::memory_order_acquire);
+  if (t != nullptr) return t;
+  auto* made = new (std::nothrow) Table();
+  if (made == nullptr) return nullptr;
+  if (ref.compare_exchange_strong(t, made, std::memory_order_acq_rel, std::memory_order_acquire))
+    return made;
+  delete made; // another thread's came first
+  return t;
+}
+
+// A table published in `slot`, or null; for readers.
+template <class Table> const Table* table_at(Table* const& slot) {
+  return at(const_cast<Table*&>(slot)).load(std::memory_order_acquire);
 }
 
 SiteTable** slots_of(const Record* record) {
@@ -56,8 +102,7 @@ void record_value(std::uint64_t value, void* data, std::uint32_t index) {
   for (std::uint16_t n : record->NumValueSites)
     sites += n;
   if (index >= sites) return;
-  SiteTable*& site = slots_of(record)[index];
-  if (site == nullptr) site = new (std::nothrow) SiteTable();
+  SiteTable* site = table_in(slots_of(record)[index]);
   if (site == nullptr) return;
   count_value(*site, value); // values past the table's size are dropped
 }
@@ -95,16 +140,18 @@ struct ArgTable {
 
 void profile_arg(std::uint64_t value, ArgTable** slot) {
   if (slot == nullptr) return;
-  ArgTable*& table = *slot;
-  if (table == nullptr) table = new (std::nothrow) ArgTable();
+  ArgTable* table = table_in(*slot);
   if (table == nullptr) return;
-  if (!count_value(*table, value)) ++table->other;
+  if (!count_value(*table, value)) {
+    auto other = at(table->other);
+    other.store(other.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
 }
 
 fdo::ValueSite sorted(const SiteTable* site) {
   fdo::ValueSite out;
   if (site == nullptr) return out;
-  out.assign(site->entries.begin(), site->entries.begin() + used_entries(*site));
+  out = entries_of(*site);
   std::stable_sort(out.begin(), out.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
   return out;
@@ -168,7 +215,7 @@ std::map<std::string, FunctionValues> ValueProfiles::read() const {
     std::uint32_t flat = 0;
     for (std::uint32_t kind = llvm::IPVK_First; kind <= llvm::IPVK_Last; ++kind)
       for (std::uint16_t s = 0; s < record->NumValueSites[kind]; ++s, ++flat) {
-        fdo::ValueSite site = sorted(slots ? slots[flat] : nullptr);
+        fdo::ValueSite site = sorted(slots ? table_at(slots[flat]) : nullptr);
         if (kind == llvm::IPVK_IndirectCallTarget) {
           fdo::ValueSite named;
           for (const auto& [address, count] : site)
@@ -184,10 +231,10 @@ std::map<std::string, FunctionValues> ValueProfiles::read() const {
     auto* const* tables = reinterpret_cast<ArgTable* const*>(static_cast<std::uintptr_t>(a.slots));
     std::vector<fdo::ArgValues> args;
     for (std::size_t k = 0; k < a.args.size(); ++k) {
-      const ArgTable* t = tables[k];
+      const ArgTable* t = table_at(tables[k]);
       if (t == nullptr) continue; // never called (or inlined away everywhere)
-      fdo::ArgValues av{
-          a.args[k], {t->entries.begin(), t->entries.begin() + used_entries(*t)}, t->other};
+      fdo::ArgValues av{a.args[k], entries_of(*t),
+                        at(const_cast<std::uint64_t&>(t->other)).load(std::memory_order_relaxed)};
       std::stable_sort(av.values.begin(), av.values.end(),
                        [](const auto& x, const auto& y) { return x.second > y.second; });
       args.push_back(std::move(av));
