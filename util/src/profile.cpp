@@ -2,6 +2,7 @@
 
 #include "fdo/util/enum_names.h"
 #include "fdo/util/hash.h"
+#include "fdo/util/value_json.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -39,11 +40,6 @@ Expected<CompileMode> parse_compile_mode(std::string_view s) {
 }
 
 namespace {
-std::string hash_to_hex(std::uint64_t h) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
 
 json knobs_json(const Knobs& k) {
   json j = {{"opt_level", k.opt_level},
@@ -61,19 +57,8 @@ json knobs_json(const Knobs& k) {
   return j;
 }
 
-// Indirect-call targets are MD5 hashes: hex text like the CFG hash. Sizes
-// are plain integers.
-enum class ValueText { hex, number };
-
-json value_sites_json(const std::vector<ValueSite>& sites, ValueText text) {
-  json out = json::array();
-  for (const ValueSite& site : sites) {
-    json s = json::array();
-    for (const auto& [value, count] : site)
-      s.push_back({text == ValueText::hex ? json(hash_to_hex(value)) : json(value), count});
-    out.push_back(std::move(s));
-  }
-  return out;
+Error field_error(const std::string& path, const std::string& what) {
+  return profile_field_error(path, what);
 }
 
 json function_compile_json(const FunctionProfile& f) {
@@ -86,19 +71,8 @@ json function_compile_json(const FunctionProfile& f) {
     j["indirect_calls"] = value_sites_json(f.indirect_calls, ValueText::hex);
   if (!f.memop_sizes.empty()) j["memop_sizes"] = value_sites_json(f.memop_sizes, ValueText::number);
   if (f.layout != FunctionLayout::normal) j["layout"] = to_string(f.layout);
-  if (!f.arg_values.empty()) {
-    json args = json::array();
-    for (const ArgValues& a : f.arg_values)
-      args.push_back({{"arg", a.arg},
-                      {"values", value_sites_json({a.values}, ValueText::number)[0]},
-                      {"other", a.other}});
-    j["arg_values"] = std::move(args);
-  }
+  if (!f.arg_values.empty()) j["arg_values"] = arg_values_json(f.arg_values);
   return j;
-}
-
-Error field_error(const std::string& path, const std::string& what) {
-  return make_error(Errc::invalid_argument, "profile field '" + path + "': " + what);
 }
 
 template <class T>
@@ -128,74 +102,6 @@ Status get_string(const json& obj, const char* key, const std::string& path, std
   if (it == obj.end() || it->is_null()) return ok();
   if (!it->is_string()) return field_error(path + "." + key, "must be a string");
   out = it->get<std::string>();
-  return ok();
-}
-
-std::optional<std::uint64_t> parse_hex64(const std::string& text) {
-  if (text.empty() || text.size() > 16) return std::nullopt;
-  char* end = nullptr;
-  std::uint64_t v = std::strtoull(text.c_str(), &end, 16);
-  if (end == nullptr || *end != '\0') return std::nullopt;
-  return v;
-}
-
-std::optional<std::uint64_t> as_u64(const json& v) {
-  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
-  if (v.is_number_integer() && v.get<long long>() >= 0) return v.get<std::uint64_t>();
-  return std::nullopt;
-}
-
-Status get_value_sites(const json& obj, const char* key, const std::string& path, ValueText text,
-                       std::vector<ValueSite>& out) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return ok();
-  const std::string where = path + "." + key;
-  if (!it->is_array()) return field_error(where, "must be an array of value sites");
-  for (const json& site : *it) {
-    if (!site.is_array()) return field_error(where, "each site must be an array of [value, count]");
-    ValueSite vs;
-    for (const json& pair : site) {
-      if (!pair.is_array() || pair.size() != 2)
-        return field_error(where, "each entry must be [value, count]");
-      std::optional<std::uint64_t> value =
-          text == ValueText::hex
-              ? (pair[0].is_string() ? parse_hex64(pair[0].get<std::string>()) : std::nullopt)
-              : as_u64(pair[0]);
-      if (!value)
-        return field_error(where, text == ValueText::hex ? "values must be 1 to 16 hex digits"
-                                                         : "values must be non-negative integers");
-      std::optional<std::uint64_t> count = as_u64(pair[1]);
-      if (!count) return field_error(where, "counts must be non-negative integers");
-      vs.emplace_back(*value, *count);
-    }
-    out.push_back(std::move(vs));
-  }
-  return ok();
-}
-// A function's "arg_values": [{arg, values: [[value, count], ...], other}].
-Status get_arg_values(const json& fj, const std::string& path, std::vector<ArgValues>& out) {
-  auto it = fj.find("arg_values");
-  if (it == fj.end() || it->is_null()) return ok();
-  const std::string where = path + ".arg_values";
-  if (!it->is_array()) return field_error(where, "must be an array of argument profiles");
-  for (const json& a : *it) {
-    if (!a.is_object()) return field_error(where, "each entry must be an object");
-    ArgValues av;
-    if (!a.contains("arg")) return field_error(where + ".arg", "is required");
-    FDO_TRY_STATUS(get_int(a, "arg", where, av.arg, 0, 0xffff));
-    std::vector<ValueSite> sites;
-    json wrapped = {{"values", json::array({a.value("values", json::array())})}};
-    FDO_TRY_STATUS(get_value_sites(wrapped, "values", where, ValueText::number, sites));
-    av.values = std::move(sites.at(0));
-    if (auto o = a.find("other"); o != a.end()) {
-      std::optional<std::uint64_t> other = as_u64(*o);
-      if (!other) return field_error(where + ".other", "must be a non-negative integer");
-      av.other = *other;
-    }
-    for (const ArgValues& seen : out)
-      if (seen.arg == av.arg) return field_error(where, "lists an argument twice");
-    out.push_back(std::move(av));
-  }
   return ok();
 }
 
