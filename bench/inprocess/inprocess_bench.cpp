@@ -7,6 +7,12 @@
 //     timing) and Hold::call (a hold taken per round, counts kept in the
 //     hold), and Engine::call on a lease fdod samples (the engine notes the
 //     calling thread on its timed calls); ratios to native;
+//   - native entries (CallerThread, one per thread): the entry's own function
+//     pointer called in a loop with a quiescent point every 1,024 calls and
+//     the calls counted there ("typed, epoch"); the per-call form, next()
+//     before each call, inline ("typed, next()") and out of line with 1-in-64
+//     timing, as fdo_inproc_thread_next and fdo::api::NativeEntry make it
+//     ("typed, C API per call");
 //   - swap latency: a flush that learns of newer code, leases it, links it
 //     and swaps it in (the object comes from memory here, not over a socket);
 //   - flush cost: a flush of an instrumented generation with new counts, and
@@ -19,6 +25,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -52,6 +59,34 @@ small:
   asm volatile("");
   return static_cast<std::int64_t>(x) > 1000 ? x * 3 + 1 : x * 3 + 1;
 }
+
+using NativeF = std::uint64_t (*)(std::uint64_t);
+// native_f through a pointer the compiler cannot see through.
+volatile NativeF native_pointer = &native_f;
+
+// What fdo_inproc_thread_next costs a C caller: an out-of-line call with the
+// C API's checks (libfdo/src/inprocess/c_api_inprocess.cpp).
+[[gnu::noinline]] void* c_api_next(CallerThread* t, std::size_t entry) {
+  if (!t || entry >= t->entry_count()) return nullptr;
+  return t->next(entry);
+}
+
+// fdo::api::NativeEntry's call (fdo.hpp): the per-call form, one call in 64
+// timed and reported through fdo_inproc_thread_count.
+struct NativeEntryLike {
+  CallerThread* t;
+  std::uint32_t until_timed = 0;
+  [[gnu::noinline]] static void count(CallerThread* t, std::uint64_t ns) { t->count(0, 0, 1, ns); }
+  std::uint64_t operator()(std::uint64_t x) {
+    auto f = reinterpret_cast<NativeF>(c_api_next(t, 0));
+    if (until_timed-- != 0) return f(x);
+    until_timed = 63;
+    auto t0 = Clock::now();
+    std::uint64_t r = f(x);
+    count(t, static_cast<std::uint64_t>((Clock::now() - t0).count()));
+    return r;
+  }
+};
 
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "inprocess_bench: %s\n", what.c_str());
@@ -146,7 +181,25 @@ int main(int argc, char** argv) {
   auto raw = must(loader->load(plain_a.result.object, plain_a.result), "load");
   jit::ThunkFn thunk = must(raw->thunk("f"), "thunk");
 
-  std::vector<double> native_ns, thunk_ns, engine_ns, hold_ns, sampled_ns;
+  auto caller = must(engine->attach(), "attach");
+  // Diagnosis: the linked f's own bytes (a lea and a ret, position-
+  // independent) copied into a page mapped next to this binary. Where the
+  // "typed, epoch" row is slower than "native, via pointer" and this row is
+  // not, the difference is the distance between caller and callee (the JIT's
+  // memory lies > 4 GB from a PIE executable), not the code.
+  NativeF near_copy = nullptr;
+  for (const jit::FunctionRange& r : raw->function_ranges())
+    if (r.name == "f" && r.size <= 64) {
+      const auto anchor = reinterpret_cast<std::uintptr_t>(&native_f);
+      void* hint = reinterpret_cast<void*>((anchor + (64u << 20)) & ~std::uintptr_t{4095});
+      void* page = ::mmap(hint, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (page == MAP_FAILED) break;
+      std::memcpy(page, reinterpret_cast<const void*>(r.start), r.size);
+      if (::mprotect(page, 4096, PROT_READ | PROT_EXEC) == 0)
+        near_copy = reinterpret_cast<NativeF>(page);
+    }
+  std::vector<double> native_ns, thunk_ns, engine_ns, hold_ns, sampled_ns, typed_ns, next_ns,
+      capi_ns, pointer_ns, near_ns;
   std::uint64_t sink = 0;
   for (int r = 0; r < rounds; ++r) {
     auto t0 = Clock::now();
@@ -180,6 +233,41 @@ int main(int argc, char** argv) {
       sink += ret;
     }
     auto t5 = Clock::now();
+    {
+      auto f = reinterpret_cast<NativeF>(caller->entry(0));
+      for (std::uint64_t x = 0; x < n;) {
+        const std::uint64_t end = std::min(n, x + 1024);
+        for (; x < end; ++x)
+          sink += f(x);
+        caller->count(0, 1024, 0, 0);
+        if (caller->quiescent()) f = reinterpret_cast<NativeF>(caller->entry(0));
+      }
+    }
+    auto t6 = Clock::now();
+    for (std::uint64_t x = 0; x < n; ++x)
+      sink += reinterpret_cast<NativeF>(caller->next(0))(x);
+    auto t7 = Clock::now();
+    {
+      NativeEntryLike call{caller.get()};
+      for (std::uint64_t x = 0; x < n; ++x)
+        sink += call(x);
+    }
+    auto t8 = Clock::now();
+    {
+      NativeF f = native_pointer; // the same call shape as "typed, epoch", to native code
+      for (std::uint64_t x = 0; x < n; ++x)
+        sink += f(x);
+    }
+    auto t9 = Clock::now();
+    pointer_ns.push_back(std::chrono::duration<double, std::nano>(t9 - t8).count() / n);
+    if (near_copy) {
+      for (std::uint64_t x = 0; x < n; ++x)
+        sink += near_copy(x);
+      near_ns.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t9).count() / n);
+    }
+    typed_ns.push_back(std::chrono::duration<double, std::nano>(t6 - t5).count() / n);
+    next_ns.push_back(std::chrono::duration<double, std::nano>(t7 - t6).count() / n);
+    capi_ns.push_back(std::chrono::duration<double, std::nano>(t8 - t7).count() / n);
     sampled_ns.push_back(std::chrono::duration<double, std::nano>(t5 - t4).count() / n);
     hold_ns.push_back(std::chrono::duration<double, std::nano>(t4 - t3).count() / n);
     native_ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / n);
@@ -187,6 +275,7 @@ int main(int argc, char** argv) {
     engine_ns.push_back(std::chrono::duration<double, std::nano>(t3 - t2).count() / n);
   }
 
+  caller.reset(); // before the swaps: a thread's generation stays linked until it passes
   // Swap latency: each round publishes the other plain output and flushes.
   std::vector<double> swap_us;
   for (int r = 0; r < rounds; ++r) {
@@ -228,6 +317,15 @@ int main(int argc, char** argv) {
   std::printf("  Engine::call            %8.2f ns/call   %.2fx native\n", en, en / nat);
   std::printf("  Hold::call              %8.2f ns/call   %.2fx native\n", ho, ho / nat);
   std::printf("  Engine::call, sampled   %8.2f ns/call   %.2fx native\n", sa, sa / nat);
+  const double ty = median(typed_ns), nx = median(next_ns), ca = median(capi_ns),
+               np = median(pointer_ns);
+  std::printf("  native, via pointer     %8.2f ns/call   %.2fx native\n", np, np / nat);
+  if (!near_ns.empty())
+    std::printf("  linked f copied near    %8.2f ns/call   %.2fx native  (diagnosis)\n",
+                median(near_ns), median(near_ns) / nat);
+  std::printf("  typed, epoch            %8.2f ns/call   %.2fx native\n", ty, ty / nat);
+  std::printf("  typed, next()           %8.2f ns/call   %.2fx native\n", nx, nx / nat);
+  std::printf("  typed, C API per call   %8.2f ns/call   %.2fx native\n", ca, ca / nat);
   std::printf("swap (flush that leases, links and swaps new code): %.1f us\n", median(swap_us));
   std::printf("flush of an instrumented generation (counts read, batch built, submitted to an "
               "in-memory link): %.1f us = %.4f%% of a 200 ms flush interval\n",

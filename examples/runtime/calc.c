@@ -10,10 +10,12 @@
  *
  *   --mode daemon   one `execute` through fdod per batch;
  *   --mode inproc   the compiled kernel is leased and linked into this
- *                   process and called natively, CALC_CHUNK values per call,
- *                   under a hold per batch; between batches (the safe point)
- *                   the counts are flushed to fdod, and the library swaps in
- *                   newer code once fdod has rewritten the profile.
+ *                   process and called natively through a plain C function
+ *                   pointer (a native entry), CALC_CHUNK values per call;
+ *                   between batches (the safe point, where the thread passes
+ *                   a quiescent point) the counts are flushed to fdod, and
+ *                   the newer code fdod compiles once it has rewritten the
+ *                   profile is picked up at the next quiescent point.
  *
  *   fdo-calc [--socket PATH] [--batches N] [--batch-size N]
  *            [--mode daemon|inproc] EXPR
@@ -21,6 +23,7 @@
  * Build against an installed libfdo:
  *   cc calc.c $(pkg-config --cflags --libs fdo) -o fdo-calc
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <ctype.h>
 #include <fdo/fdo.h>
 #include <stdarg.h>
@@ -28,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ------------------------------------------------------------ the parser */
 
@@ -448,11 +452,17 @@ static int run_daemon(fdo_conn* conn, const char* id, const node* e, const optio
   return 0;
 }
 
-/* The kernel linked into this process: each batch runs under one hold (the
- * cheap way to make many calls, docs/runtimes.md) as a hot loop of native
- * calls, CALC_CHUNK values each; closing the hold is the batch's safe point,
- * and the flush after it sends the batch's counts to fdod and, once fdod has
- * rewritten the profile, swaps the newer code in for the next batch. */
+/* The kernel's own C type: i64 @calc_batch(ptr %xs, i64 %n). */
+typedef int64_t (*calc_batch_fn)(const int64_t* xs, int64_t n);
+
+/* The kernel linked into this process, called through its native entry (a
+ * function pointer of its own C type, docs/runtimes.md "Native entries"): each
+ * batch is a hot loop of native calls, CALC_CHUNK values each, timed as a
+ * whole. The batch boundary is this runtime's safe point: the thread tells
+ * the library of the batch's calls and passes a quiescent point (it keeps no
+ * pointer across it), and the flush there sends the counts to fdod; once fdod
+ * has rewritten the profile, the flush links the newer code and the next
+ * quiescent point hands this thread its pointer. */
 static int run_inproc(fdo_conn* conn, const char* id, const node* e, const options* o, int64_t* xs,
                       tally* t) {
   fdo_error* err = NULL;
@@ -461,6 +471,7 @@ static int run_inproc(fdo_conn* conn, const char* id, const node* e, const optio
    * FDO_INPROC_FLUSH_BACKGROUND would flush from a library thread instead. */
   fdo_inproc_options io = {FDO_INPROC_FLUSH_MANUAL, 0, 0};
   fdo_inproc* inproc = NULL;
+  fdo_inproc_thread* thread = NULL;
   if (fdo_inproc_open(conn, id, entries, 1, &io, &inproc, &err) != 0)
     return report("in-process open", err);
   size_t entry = 0;
@@ -469,31 +480,43 @@ static int run_inproc(fdo_conn* conn, const char* id, const node* e, const optio
     rc = report("in-process entry", err);
     goto out;
   }
+  if (fdo_inproc_thread_open(inproc, &thread, &err) != 0) {
+    rc = report("in-process native entries", err);
+    goto out;
+  }
   printf("in-process: generation %llu linked\n", (unsigned long long)fdo_inproc_generation(inproc));
   uint64_t seed = 12345;
   for (long batch = 0; batch < o->batches; ++batch) {
     int64_t expect = fill_batch(e, xs, o->batch_size, &seed);
-    fdo_inproc_hold* hold = NULL;
-    if (fdo_inproc_hold_open(inproc, &hold, &err) != 0) {
-      rc = report("in-process hold", err);
-      goto out;
-    }
-    unsigned long long generation = (unsigned long long)fdo_inproc_hold_generation(hold);
-    uint64_t sum = 0;
-    int called = 1;
-    for (long at = 0; at < o->batch_size && called; at += CALC_CHUNK) {
-      long n = o->batch_size - at < CALC_CHUNK ? o->batch_size - at : CALC_CHUNK;
-      uint64_t args[2] = {(uint64_t)(uintptr_t)(xs + at), (uint64_t)n};
-      uint64_t ret = 0;
-      called = fdo_inproc_hold_call(hold, entry, args, &ret) == 0;
-      sum += ret;
-    }
-    fdo_inproc_hold_close(hold);
-    if (!called) {
-      fputs("fdo-calc: in-process call refused (bad entry index)\n", stderr);
+    /* A quiescent point: newer code swapped in by the last flush reaches
+     * this thread here. */
+    if (fdo_inproc_thread_quiescent(thread) < 0) {
       rc = 1;
       goto out;
     }
+    calc_batch_fn calc = (calc_batch_fn)fdo_inproc_thread_entry(thread, entry);
+    if (!calc) {
+      fputs("fdo-calc: no native entry (bad entry index)\n", stderr);
+      rc = 1;
+      goto out;
+    }
+    unsigned long long generation = (unsigned long long)fdo_inproc_thread_generation(thread);
+    uint64_t sum = 0, calls = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (long at = 0; at < o->batch_size; at += CALC_CHUNK) {
+      long n = o->batch_size - at < CALC_CHUNK ? o->batch_size - at : CALC_CHUNK;
+      sum += (uint64_t)calc(xs + at, n);
+      ++calls;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    uint64_t ns = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t1.tv_nsec -
+                  (uint64_t)t0.tv_nsec;
+    /* The batch's calls, all timed together; then the batch's end is the
+     * next quiescent point, which hands them over for the flush. */
+    fdo_inproc_thread_count(thread, entry, calls, calls, ns);
+    calc = NULL;
+    fdo_inproc_thread_quiescent(thread);
     fdo_inproc_flush_result flushed;
     if (fdo_inproc_flush(inproc, &flushed, &err) != 0) {
       rc = report("in-process flush", err);
@@ -508,18 +531,29 @@ static int run_inproc(fdo_conn* conn, const char* id, const node* e, const optio
       printf(", swapped in generation %llu", (unsigned long long)flushed.generation);
     putchar('\n');
   }
+  fdo_inproc_thread_quiescent(thread);
   printf("in-process: generation %llu at the end\n",
-         (unsigned long long)fdo_inproc_generation(inproc));
+         (unsigned long long)fdo_inproc_thread_generation(thread));
   static const char* const kModes[] = {"plain", "instrumented", "optimized"};
-  int mode = fdo_inproc_mode(inproc);
+  int mode = fdo_inproc_thread_mode(thread);
   printf("in-process: %s code, compiled with profile version %lld\n",
          mode >= 0 && mode <= 2 ? kModes[mode] : "unknown",
-         (long long)fdo_inproc_profile_version(inproc));
+         (long long)fdo_inproc_thread_profile_version(thread));
+  /* Threads still on older code (none here: this one passed its quiescent
+   * point after the last swap). */
+  fdo_inproc_lag lag;
+  if (fdo_inproc_lagging(inproc, &lag, &err) != 0) {
+    rc = report("in-process lag", err);
+    goto out;
+  }
+  printf("in-process: %u thread(s) behind, %u older generation(s) linked\n", lag.threads,
+         lag.generations_held);
   /* Whether fdod samples this process's threads in the kernel, and why (not). */
   char* sampling = fdo_inproc_sampling_json(inproc);
   if (sampling) printf("in-process: sampling %s\n", sampling);
   fdo_string_free(sampling);
 out:
+  fdo_inproc_thread_close(thread);
   fdo_inproc_close(inproc);
   return rc;
 }

@@ -65,6 +65,9 @@ def check_inproc(calc, daemon, env):
     running = re.search(r"^in-process: (\w+) code, compiled with profile version (\d+)$", out,
                         re.M)
     assert running and running.group(1) == "optimized" and int(running.group(2)) >= 1, out
+    # The example's one thread passed a quiescent point after the last swap:
+    # nothing older stays linked.
+    assert "in-process: 0 thread(s) behind, 0 older generation(s) linked" in out, out
     sampling = json.loads(re.search(r"^in-process: sampling (.*)$", out, re.M).group(1))
     assert isinstance(sampling["available"], bool) and sampling["reason"], sampling
 
@@ -174,6 +177,8 @@ def main():
         c = run([build / "consumer", daemon.socket], env=run_env)
         print(c.stdout)
         assert c.stdout.startswith("consumer ok 42 "), c.stdout
+        # fdo.hpp's native entries: 1000 calls of 3i + 2 and one typed call.
+        assert "inproc ok 1500500 42 batches 1" in c.stdout, c.stdout
         assert "error not_found" in c.stdout or "error invalid_argument" in c.stdout, c.stdout
         print("ok: installed libfdo works through pkg-config and find_package")
         return 0

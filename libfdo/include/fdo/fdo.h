@@ -302,6 +302,54 @@ FDO_API uint64_t fdo_inproc_hold_generation(const fdo_inproc_hold* hold);
 /* Reports the hold's calls and lets its code go; NULL is fine. Before
  * fdo_inproc_close. */
 FDO_API void fdo_inproc_hold_close(fdo_inproc_hold* hold);
+/* Native entries (docs/runtimes.md, "Native entries"): real function
+ * pointers of each entry's own C signature, for one thread. The thread
+ * keeps the code it got them from until its next quiescent point: call
+ * fdo_inproc_thread_quiescent where the thread runs none of the code and
+ * keeps none of the pointers (between batches, queries, trace runs); a swap
+ * reaches the thread there, and the older code is unloaded once every thread
+ * that had it has passed one. No reference count or shared atomic per call.
+ * Not thread-safe: one per thread; close it before fdo_inproc_close. */
+typedef struct fdo_inproc_thread fdo_inproc_thread;
+FDO_API int fdo_inproc_thread_open(const fdo_inproc* inproc, fdo_inproc_thread** out,
+                                   fdo_error** err);
+/* The entry's function in this thread's code, to be cast to the entry's C
+ * type (e.g. int64_t (*)(int64_t)); NULL when entry is out of range. Valid
+ * until the thread's next fdo_inproc_thread_quiescent that returns 1, or
+ * fdo_inproc_thread_close. Calls through it are counted by
+ * fdo_inproc_thread_count. */
+FDO_API void* fdo_inproc_thread_entry(const fdo_inproc_thread* thread, size_t entry);
+/* A quiescent point: hands the thread's counts over and picks up newer code.
+ * Returns 1 when the entries' functions changed (get them again), 0 when not,
+ * -1 for NULL. Cheap when nothing was swapped: one load. */
+FDO_API int fdo_inproc_thread_quiescent(fdo_inproc_thread* thread);
+/* The per-call form, for a call at a time: a quiescent point when newer code
+ * was swapped in since the thread's last one, one call of `entry` counted,
+ * and the entry's function returned (NULL when out of range). The pointer is
+ * for this one call. */
+FDO_API void* fdo_inproc_thread_next(fdo_inproc_thread* thread, size_t entry);
+/* Tells the library of calls made through fdo_inproc_thread_entry pointers
+ * (calls), and of the time of those the runtime timed (timed_calls of them,
+ * timed_ns in all; 0 and 0 when it timed none). Kept per thread, handed over
+ * at quiescent points; fdod gets them with the next flush. */
+FDO_API void fdo_inproc_thread_count(fdo_inproc_thread* thread, size_t entry, uint64_t calls,
+                                     uint64_t timed_calls, uint64_t timed_ns);
+/* The code this thread runs: its generation, fdo_code_mode and profile
+ * version (0, -1 and 0 for NULL). */
+FDO_API uint64_t fdo_inproc_thread_generation(const fdo_inproc_thread* thread);
+FDO_API int fdo_inproc_thread_mode(const fdo_inproc_thread* thread);
+FDO_API int64_t fdo_inproc_thread_profile_version(const fdo_inproc_thread* thread);
+/* Hands the thread's counts over and lets its code go; NULL is fine. */
+FDO_API void fdo_inproc_thread_close(fdo_inproc_thread* thread);
+/* Threads that have passed no quiescent point since newer code was swapped
+ * in, and the older code they keep linked (a thread that never passes one
+ * keeps it linked for good: nothing is unloaded under it). */
+typedef struct fdo_inproc_lag {
+  uint32_t threads;          /* open threads behind the running generation */
+  uint32_t generations_held; /* older generations still linked */
+  uint64_t oldest_ms;        /* the longest any of those threads has been behind */
+} fdo_inproc_lag;
+FDO_API int fdo_inproc_lagging(const fdo_inproc* inproc, fdo_inproc_lag* out, fdo_error** err);
 /* The generation running now: 1 after open, +1 per swap (0 for NULL). */
 FDO_API uint64_t fdo_inproc_generation(const fdo_inproc* inproc);
 /* How the running generation's code was compiled. */

@@ -6,6 +6,7 @@
 
 #include "fdo/fdo.h"
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -46,6 +47,12 @@ struct StringFree {
 };
 struct ConnClose {
   void operator()(fdo_conn* c) const noexcept { fdo_close(c); }
+};
+struct InprocClose {
+  void operator()(fdo_inproc* p) const noexcept { fdo_inproc_close(p); }
+};
+struct ThreadClose {
+  void operator()(fdo_inproc_thread* t) const noexcept { fdo_inproc_thread_close(t); }
 };
 
 // Calls a C API function ending in `fdo_error**`; throws on failure.
@@ -179,5 +186,117 @@ public:
 private:
   std::unique_ptr<fdo_conn, detail::ConnClose> conn_;
 };
+
+// A program's code linked into this process (fdo_inproc_*): RAII over the
+// lease. Close every NativeThread of it first.
+class InProcess {
+public:
+  InProcess(Connection& conn, const std::string& program_id,
+            const std::vector<std::string>& entries, const fdo_inproc_options* options = nullptr);
+
+  std::size_t entry(const std::string& name) const {
+    std::size_t i = 0;
+    detail::check([&](fdo_error** e) { return fdo_inproc_entry(p_.get(), name.c_str(), &i, e); });
+    return i;
+  }
+  fdo_inproc_flush_result flush() {
+    fdo_inproc_flush_result r{};
+    detail::check([&](fdo_error** e) { return fdo_inproc_flush(p_.get(), &r, e); });
+    return r;
+  }
+  fdo_inproc_lag lagging() const {
+    fdo_inproc_lag r{};
+    detail::check([&](fdo_error** e) { return fdo_inproc_lagging(p_.get(), &r, e); });
+    return r;
+  }
+  std::uint64_t generation() const { return fdo_inproc_generation(p_.get()); }
+  fdo_inproc* get() const { return p_.get(); }
+
+private:
+  std::unique_ptr<fdo_inproc, detail::InprocClose> p_;
+};
+
+// One thread's native entries (fdo_inproc_thread_*). Not thread-safe.
+class NativeThread {
+public:
+  explicit NativeThread(const InProcess& code) {
+    fdo_inproc_thread* t = nullptr;
+    detail::check([&](fdo_error** e) { return fdo_inproc_thread_open(code.get(), &t, e); });
+    t_.reset(t);
+  }
+  // The entry's function, of the C type Sig (e.g. std::int64_t(std::int64_t)),
+  // valid until quiescent() returns true.
+  template <class Sig> Sig* entry(std::size_t index) const {
+    void* f = fdo_inproc_thread_entry(t_.get(), index);
+    if (!f) throw std::out_of_range("fdo::api::NativeThread: no entry " + std::to_string(index));
+    return reinterpret_cast<Sig*>(f);
+  }
+  // A quiescent point; true when the entries' functions changed.
+  bool quiescent() { return fdo_inproc_thread_quiescent(t_.get()) == 1; }
+  void count(std::size_t index, std::uint64_t calls, std::uint64_t timed_calls = 0,
+             std::uint64_t timed_ns = 0) {
+    fdo_inproc_thread_count(t_.get(), index, calls, timed_calls, timed_ns);
+  }
+  std::uint64_t generation() const { return fdo_inproc_thread_generation(t_.get()); }
+  fdo_code_mode mode() const {
+    return static_cast<fdo_code_mode>(fdo_inproc_thread_mode(t_.get()));
+  }
+  std::int64_t profile_version() const { return fdo_inproc_thread_profile_version(t_.get()); }
+  fdo_inproc_thread* get() const { return t_.get(); }
+
+private:
+  std::unique_ptr<fdo_inproc_thread, detail::ThreadClose> t_;
+};
+
+// A call at a time through one thread's native entry: each call is a
+// quiescent point (newer code is picked up at once), counted, and one in
+// time_every is timed. For loops of many calls, NativeThread::entry with
+// quiescent() at the loop's safe points is cheaper still.
+template <class Sig> class NativeEntry;
+template <class R, class... A> class NativeEntry<R(A...)> {
+public:
+  NativeEntry(NativeThread& thread, std::size_t index, std::uint32_t time_every = 64)
+      : t_(thread.get()), index_(index), time_every_(time_every == 0 ? 1 : time_every) {
+    if (!fdo_inproc_thread_entry(t_, index))
+      throw std::out_of_range("fdo::api::NativeEntry: no entry " + std::to_string(index));
+  }
+  R operator()(A... args) {
+    auto f = reinterpret_cast<R (*)(A...)>(fdo_inproc_thread_next(t_, index_));
+    if (until_timed_-- != 0) return f(args...);
+    until_timed_ = time_every_ - 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    struct Report { // after the call returns, whatever R is
+      NativeEntry* self;
+      std::chrono::steady_clock::time_point t0;
+      ~Report() {
+        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+            std::chrono::steady_clock::now() - t0);
+        fdo_inproc_thread_count(self->t_, self->index_, 0, 1,
+                                static_cast<std::uint64_t>(ns.count()));
+      }
+    } report{this, t0};
+    return f(args...);
+  }
+
+private:
+  fdo_inproc_thread* t_;
+  std::size_t index_;
+  std::uint32_t time_every_;
+  std::uint32_t until_timed_ = 0;
+};
+
+inline InProcess::InProcess(Connection& conn, const std::string& program_id,
+                            const std::vector<std::string>& entries,
+                            const fdo_inproc_options* options) {
+  std::vector<const char*> names;
+  for (const std::string& n : entries)
+    names.push_back(n.c_str());
+  fdo_inproc* p = nullptr;
+  detail::check([&](fdo_error** e) {
+    return fdo_inproc_open(conn.get(), program_id.c_str(), names.data(), names.size(), options, &p,
+                           e);
+  });
+  p_.reset(p);
+}
 
 } // namespace fdo::api

@@ -27,8 +27,22 @@ private:
 
 } // namespace
 
+namespace {
+
+int mode_of(const std::string& mode) {
+  return mode == "instrumented" ? FDO_CODE_INSTRUMENTED
+         : mode == "optimized"  ? FDO_CODE_OPTIMIZED
+                                : FDO_CODE_PLAIN;
+}
+
+} // namespace
+
 struct fdo_inproc {
   std::unique_ptr<inprocess::Engine> engine;
+};
+
+struct fdo_inproc_thread {
+  std::unique_ptr<inprocess::CallerThread> thread;
 };
 
 struct fdo_inproc_hold {
@@ -111,11 +125,7 @@ uint64_t fdo_inproc_generation(const fdo_inproc* inproc) {
 }
 
 int fdo_inproc_mode(const fdo_inproc* inproc) {
-  if (!inproc) return -1;
-  const std::string mode = inproc->engine->mode();
-  return mode == "instrumented" ? FDO_CODE_INSTRUMENTED
-         : mode == "optimized"  ? FDO_CODE_OPTIMIZED
-                                : FDO_CODE_PLAIN;
+  return inproc ? mode_of(inproc->engine->mode()) : -1;
 }
 
 int64_t fdo_inproc_profile_version(const fdo_inproc* inproc) {
@@ -153,6 +163,72 @@ uint64_t fdo_inproc_hold_generation(const fdo_inproc_hold* hold) {
 
 void fdo_inproc_hold_close(fdo_inproc_hold* hold) {
   delete hold;
+}
+
+int fdo_inproc_thread_open(const fdo_inproc* inproc, fdo_inproc_thread** out, fdo_error** err) {
+  return capi::guarded(err, [&] {
+    if (!inproc || !out)
+      return capi::fail(err, Errc::invalid_argument,
+                        "fdo_inproc_thread_open: inproc and out are required");
+    auto t = inproc->engine->attach();
+    if (!t) return capi::fail(err, t.error());
+    *out = new fdo_inproc_thread{std::move(*t)};
+    return 0;
+  });
+}
+
+void* fdo_inproc_thread_entry(const fdo_inproc_thread* thread, size_t entry) {
+  if (!thread || entry >= thread->thread->entry_count()) return nullptr;
+  return thread->thread->entry(entry);
+}
+
+int fdo_inproc_thread_quiescent(fdo_inproc_thread* thread) {
+  if (!thread) return -1;
+  return thread->thread->quiescent() ? 1 : 0;
+}
+
+void* fdo_inproc_thread_next(fdo_inproc_thread* thread, size_t entry) {
+  if (!thread || entry >= thread->thread->entry_count()) return nullptr;
+  return thread->thread->next(entry);
+}
+
+void fdo_inproc_thread_count(fdo_inproc_thread* thread, size_t entry, uint64_t calls,
+                             uint64_t timed_calls, uint64_t timed_ns) {
+  if (!thread || entry >= thread->thread->entry_count()) return;
+  thread->thread->count(entry, calls, timed_calls, timed_ns);
+}
+
+uint64_t fdo_inproc_thread_generation(const fdo_inproc_thread* thread) {
+  return thread ? thread->thread->generation() : 0;
+}
+
+int fdo_inproc_thread_mode(const fdo_inproc_thread* thread) {
+  return thread ? mode_of(thread->thread->mode()) : -1;
+}
+
+int64_t fdo_inproc_thread_profile_version(const fdo_inproc_thread* thread) {
+  return thread ? thread->thread->profile_version() : 0;
+}
+
+void fdo_inproc_thread_close(fdo_inproc_thread* thread) {
+  try {
+    delete thread;
+  } catch (...) {
+    // Unloading older code logs its own failures; nothing may cross into C.
+  }
+}
+
+int fdo_inproc_lagging(const fdo_inproc* inproc, fdo_inproc_lag* out, fdo_error** err) {
+  return capi::guarded(err, [&] {
+    if (!inproc || !out)
+      return capi::fail(err, Errc::invalid_argument,
+                        "fdo_inproc_lagging: inproc and out are required");
+    inprocess::LagReport r = inproc->engine->lagging();
+    out->threads = static_cast<uint32_t>(r.threads);
+    out->generations_held = static_cast<uint32_t>(r.generations_held);
+    out->oldest_ms = static_cast<uint64_t>(r.oldest.count());
+    return 0;
+  });
 }
 
 void fdo_inproc_close(fdo_inproc* inproc) {

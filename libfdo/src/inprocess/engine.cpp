@@ -2,6 +2,8 @@
 
 #include "fdo/jit/compiler.h"
 #include "fdo/util/log.h"
+#include "fdo/util/value_json.h"
+#include "generation.h"
 
 #include <algorithm>
 #include <sys/stat.h>
@@ -11,22 +13,7 @@ namespace fdo::inprocess {
 
 using nlohmann::json;
 
-// The ORC loader, shared by every generation: loads and unloads are
-// serialised (a Loader is used from one thread at a time), and a generation
-// dropped by its last caller on any thread unloads under the same lock.
-struct LoaderBox {
-  std::mutex mu;
-  std::unique_ptr<jit::Loader> loader;
-  std::atomic<int> loaded{0}; // generations alive
-};
-
 namespace {
-struct EntryStats {
-  std::atomic<std::uint64_t> calls{0};
-  std::atomic<std::uint64_t> timed_calls{0};
-  std::atomic<std::uint64_t> timed_ns{0};
-};
-
 // How long a swap waits for calls still inside the old generation before
 // submitting its last batch; calls that run longer are not reported.
 constexpr std::chrono::milliseconds kLateCallsWait{50};
@@ -37,50 +24,22 @@ thread_local pid_t t_tid = 0;
 
 // Threads fdod is told of per engine: past this, new ones are not sampled.
 constexpr std::size_t kMaxReportedThreads = 256;
+} // namespace
 
 std::uint64_t now_ns() {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                         std::chrono::steady_clock::now().time_since_epoch())
                                         .count());
 }
-} // namespace
 
-// One linked lease. Calls hold a shared_ptr to it; the last one to let go
-// unloads the code.
-class Generation {
-public:
-  Generation(std::shared_ptr<LoaderBox> loader, std::size_t entries)
-      : loader_(std::move(loader)), stats(entries), sent_calls(entries, 0),
-        sent_timed_calls(entries, 0), sent_timed_ns(entries, 0) {
-    ++loader_->loaded;
+bool time_this_call(std::uint32_t time_every) {
+  if (t_calls_until_timed == 0) {
+    t_calls_until_timed = time_every - 1;
+    return true;
   }
-  ~Generation() {
-    {
-      std::lock_guard lk(loader_->mu);
-      program.reset();
-    }
-    --loader_->loaded;
-  }
-
-  std::uint64_t number = 0;
-  std::uint64_t lease = 0;
-  std::string storage_key;
-  std::int64_t profile_version = 0;
-  std::string mode;
-  bool sampled = false; // fdod samples this lease's threads (program.sample)
-  std::unique_ptr<jit::LoadedProgram> program;
-  std::vector<jit::ThunkFn> thunks; // by the engine's entry index
-
-private:
-  std::shared_ptr<LoaderBox> loader_;
-
-public:
-  std::vector<EntryStats> stats;
-  // What earlier flushes already submitted (flush_mu_).
-  std::vector<std::uint64_t> sent_calls, sent_timed_calls, sent_timed_ns;
-  std::map<std::string, std::vector<std::uint64_t>> sent_counts;
-  bool released = false;
-};
+  --t_calls_until_timed;
+  return false;
+}
 
 Engine::Engine(std::shared_ptr<DaemonLink> link, EngineOptions options)
     : link_(std::move(link)), options_(std::move(options)), entry_names_(options_.entries),
@@ -103,6 +62,10 @@ Expected<std::unique_ptr<Engine>> Engine::open(std::shared_ptr<DaemonLink> link,
   e->note_thread(); // the opening thread is the runtime's likeliest caller
   e->report_sampling(*g, Ranges::send);
   e->current_.store(std::move(g));
+  {
+    std::lock_guard lk(e->marks_mu_);
+    e->epoch_began_[e->epoch_.load()] = std::chrono::steady_clock::now();
+  }
   if (e->options_.flushing == Flushing::background)
     e->flusher_ = std::jthread([raw = e.get()](std::stop_token st) { raw->flusher_loop(st); });
   return e;
@@ -127,24 +90,6 @@ std::optional<std::size_t> Engine::entry_index(std::string_view name) const {
     if (entry_names_[i] == name) return i;
   return std::nullopt;
 }
-
-namespace {
-// Calls `thunk`, timing one call in `time_every` on this thread; adds the
-// time to *timed_ns and one to *timed_calls when it timed.
-template <class Counter>
-void run_call(jit::ThunkFn thunk, std::uint64_t* args, std::uint64_t* ret, std::uint32_t time_every,
-              Counter&& timed) {
-  if (t_calls_until_timed == 0) {
-    t_calls_until_timed = time_every - 1;
-    std::uint64_t t0 = now_ns();
-    thunk(args, ret);
-    timed(now_ns() - t0);
-  } else {
-    --t_calls_until_timed;
-    thunk(args, ret);
-  }
-}
-} // namespace
 
 void Engine::call(std::size_t entry, std::uint64_t* args, std::uint64_t* ret) const {
   // The reference keeps the generation's code mapped until this returns,
@@ -343,6 +288,13 @@ Engine::lease_generation(const std::string& unless_storage_key) {
     if (!thunk) return fail(std::move(thunk).error());
     g->thunks.push_back(*thunk);
   }
+  // The entries' own functions, for native calls (CallerThread): the
+  // object's symbol of that name, which the thunk calls.
+  g->natives.assign(entry_names_.size(), nullptr);
+  for (const jit::FunctionRange& r : g->program->function_ranges())
+    for (std::size_t i = 0; i < entry_names_.size(); ++i)
+      if (r.name == entry_names_[i])
+        g->natives[i] = reinterpret_cast<void*>(static_cast<std::uintptr_t>(r.start));
   if (entry_info_.empty()) {
     for (const std::string& name : entry_names_)
       for (const jit::EntryInfo& e : g->program->entries())
@@ -358,6 +310,74 @@ Engine::lease_generation(const std::string& unless_storage_key) {
   g->number = ++generations_made_;
   return g;
 }
+
+namespace {
+
+// What a value site counted since `before` (the same site as last
+// submitted): each value's count less its earlier one. Tables only grow; a
+// smaller count (the value lost its slot and came back) counts from zero.
+ValueSite site_delta(const ValueSite& now, const ValueSite* before) {
+  ValueSite out;
+  for (const auto& [value, count] : now) {
+    std::uint64_t prev = 0;
+    if (before != nullptr)
+      for (const auto& [v, c] : *before)
+        if (v == value) {
+          prev = c;
+          break;
+        }
+    const std::uint64_t d = count >= prev ? count - prev : count;
+    if (d != 0) out.emplace_back(value, d);
+  }
+  return out;
+}
+
+// Site by site; true when any site counted something.
+bool sites_delta(const std::vector<ValueSite>& now, const std::vector<ValueSite>* before,
+                 std::vector<ValueSite>& out) {
+  bool any = false;
+  out.clear();
+  for (std::size_t i = 0; i < now.size(); ++i) {
+    const ValueSite* b = before != nullptr && i < before->size() ? &(*before)[i] : nullptr;
+    out.push_back(site_delta(now[i], b));
+    any = any || !out.back().empty();
+  }
+  return any;
+}
+
+// The value profiles of `now` less `before`, in feedback.submit's form
+// (schemas/methods/feedback.submit.json: batches[*].values), as a profile
+// document holds them; null when nothing was counted.
+json values_delta(const std::map<std::string, jit::FunctionValueProfile>& now,
+                  const std::map<std::string, jit::FunctionValueProfile>& before) {
+  json out = json::object();
+  for (const auto& [fn, v] : now) {
+    auto b = before.find(fn);
+    const jit::FunctionValueProfile* was = b == before.end() ? nullptr : &b->second;
+    json f = json::object();
+    std::vector<ValueSite> sites;
+    if (sites_delta(v.indirect_calls, was ? &was->indirect_calls : nullptr, sites))
+      f["indirect_calls"] = value_sites_json(sites, ValueText::hex);
+    if (sites_delta(v.memop_sizes, was ? &was->memop_sizes : nullptr, sites))
+      f["memop_sizes"] = value_sites_json(sites, ValueText::number);
+    std::vector<ArgValues> args;
+    for (const ArgValues& a : v.arguments) {
+      const ArgValues* prev = nullptr;
+      if (was != nullptr)
+        for (const ArgValues& p : was->arguments)
+          if (p.arg == a.arg) prev = &p;
+      ArgValues d{a.arg, site_delta(a.values, prev ? &prev->values : nullptr), 0};
+      const std::uint64_t before_other = prev ? prev->other : 0;
+      d.other = a.other >= before_other ? a.other - before_other : a.other;
+      if (!d.values.empty() || d.other != 0) args.push_back(std::move(d));
+    }
+    if (!args.empty()) f["arg_values"] = arg_values_json(args);
+    if (!f.empty()) out[fn] = std::move(f);
+  }
+  return out.empty() ? json(nullptr) : out;
+}
+
+} // namespace
 
 // The calls, time and counter increments of `g` since its last submit, as
 // one batch; nullopt when nothing was called.
@@ -401,12 +421,17 @@ Expected<std::optional<json>> Engine::submit(Generation& g) {
   json batch = {{"calls", calls},
                 {"exec_ns", static_cast<std::uint64_t>(exec_ns)},
                 {"counts", std::move(counts)}};
+  // Indirect-call targets, memop sizes and argument values, as an exec
+  // worker's stage reports them (feedback.submit's `values`).
+  std::map<std::string, jit::FunctionValueProfile> values = g.program->read_value_profiles();
+  if (json v = values_delta(values, g.sent_values); !v.is_null()) batch["values"] = std::move(v);
   FDO_TRY(LinkReply reply,
           link_->call("feedback.submit", {{"lease", g.lease}, {"batches", json::array({batch})}}));
   g.sent_calls = std::move(now_calls);
   g.sent_timed_calls = std::move(now_timed);
   g.sent_timed_ns = std::move(now_ns_);
   g.sent_counts = std::move(read);
+  g.sent_values = std::move(values);
   calls_submitted_ += calls;
   if (auto s = reply.result.find("samples"); s != reply.result.end()) {
     std::lock_guard lk(error_mu_);
@@ -437,11 +462,19 @@ Expected<FlushResult> Engine::flush() {
     out.stale = reply->value("stale", false);
   }
   out.profile_version = last_profile_version_;
-  if (!out.stale) return out;
+  if (!out.stale) {
+    out.lagging = lagging();
+    warn_lagging(out.lagging);
+    return out;
+  }
   FDO_TRY(std::shared_ptr<Generation> next, lease_generation(g->storage_key));
-  if (!next) return out; // same output (a bookkeeping-only version): nothing to swap
+  if (!next) { // same output (a bookkeeping-only version): nothing to swap
+    out.lagging = lagging();
+    warn_lagging(out.lagging);
+    return out;
+  }
   report_sampling(*next, Ranges::send);
-  current_.store(next, std::memory_order_release);
+  publish(next);
   out.swapped = true;
   out.generation = next->number;
   // Calls that entered the old generation before the swap are told too: wait
@@ -457,6 +490,8 @@ Expected<FlushResult> Engine::flush() {
     log::debug("in-process: release of lease " + std::to_string(g->lease) + ": " +
                st.error().describe());
   g->released = true;
+  out.lagging = lagging();
+  warn_lagging(out.lagging);
   return out;
 }
 

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -61,19 +62,30 @@ struct EngineOptions {
   // One call in this many (per thread) is timed: two clock reads cost more
   // than a small entry, so the rest are estimated from the timed ones.
   std::uint32_t time_every = 64;
-};
-
-struct FlushResult {
-  std::size_t batches = 0; // batches submitted (0: no calls since the last flush)
-  bool stale = false;      // fdod has a newer profile than the running code's
-  bool swapped = false;    // a new generation was linked and swapped in
-  std::uint64_t generation = 0;
-  std::int64_t profile_version = 0; // the profile's version as fdod last reported it
+  // A thread behind a swap for longer than this is logged (once per epoch):
+  // it keeps the older code linked (CallerThread, LagReport).
+  std::chrono::milliseconds lag_warning{1000};
 };
 
 class Generation;
 struct LoaderBox;
 class Engine;
+
+// Where a thread with native entries (CallerThread) stands, for the engine's
+// lag report: the epoch it last announced at a quiescent point.
+struct ThreadMark {
+  std::atomic<std::uint64_t> seen{0};
+  std::atomic<bool> closed{false};
+};
+
+// Threads whose native entries still point into code older than the current
+// generation's (they have not passed a quiescent point since a swap): that
+// code stays linked until they do.
+struct LagReport {
+  std::size_t threads = 0;             // open threads behind the current epoch
+  std::size_t generations_held = 0;    // older generations still linked (any holder)
+  std::chrono::milliseconds oldest{0}; // the longest any of them has been behind
+};
 
 // A hold on the generation current when it was taken, for a run of calls
 // from one thread (a query, a batch, an interpreter's trace): its calls skip
@@ -99,6 +111,74 @@ private:
   std::shared_ptr<Generation> g_;
   std::uint32_t time_every_ = 1;
   std::vector<std::uint64_t> calls_, timed_calls_, timed_ns_;
+};
+
+struct FlushResult {
+  std::size_t batches = 0; // batches submitted (0: no calls since the last flush)
+  bool stale = false;      // fdod has a newer profile than the running code's
+  bool swapped = false;    // a new generation was linked and swapped in
+  std::uint64_t generation = 0;
+  std::int64_t profile_version = 0; // the profile's version as fdod last reported it
+  LagReport lagging;                // after the flush (and its swap)
+};
+
+// One thread's native entries (docs/runtimes.md, "Native entries"): real
+// function pointers of each entry's own C signature, into the generation the
+// thread saw at its last quiescent point. No reference count or shared atomic
+// per call: the thread holds its generation between quiescent points, and
+// announces each one; a swap's old code is unloaded once every thread that
+// held it has passed one. Calls are counted per thread and handed to the
+// generation at quiescent points (and every kHandOverCalls calls of next()).
+// Not thread-safe: one per thread, closed (destroyed) before the engine.
+class CallerThread {
+public:
+  static constexpr std::uint64_t kHandOverCalls = 4096;
+  ~CallerThread();
+  CallerThread(const CallerThread&) = delete;
+  CallerThread& operator=(const CallerThread&) = delete;
+
+  // The entry's native address in this thread's generation (entry <
+  // entry_count()); null when the object has no native symbol for it.
+  void* entry(std::size_t entry) const { return natives_[entry]; }
+  // A quiescent point: the thread runs none of the code and keeps no
+  // pointer it got before. Hands its counts over and takes the current
+  // generation; true when that changed the entries' addresses.
+  bool quiescent();
+  // The per-call form: a quiescent point when the engine has swapped since
+  // the last one (one relaxed load otherwise), counts one call of `entry`,
+  // returns its address.
+  void* next(std::size_t entry) {
+    if (epoch_->load(std::memory_order_acquire) != seen_) quiescent();
+    ++calls_[entry];
+    if (++pending_ >= kHandOverCalls) hand_over();
+    return natives_[entry];
+  }
+  // Calls made through entry() addresses, and the time of those timed.
+  void count(std::size_t entry, std::uint64_t calls, std::uint64_t timed_calls,
+             std::uint64_t timed_ns);
+  // Calls `entry` through its thunk (the uniform slot ABI), as next() does.
+  void call(std::size_t entry, std::uint64_t* args, std::uint64_t* ret);
+
+  std::size_t entry_count() const { return natives_.size(); }
+  std::uint64_t generation() const;
+  std::string mode() const;
+  std::int64_t profile_version() const;
+
+private:
+  friend class Engine;
+  CallerThread(const Engine& engine, std::shared_ptr<ThreadMark> mark);
+  void take(std::shared_ptr<Generation> g, std::uint64_t epoch);
+  void hand_over();
+
+  const Engine& engine_;
+  const std::atomic<std::uint64_t>* epoch_;
+  std::shared_ptr<ThreadMark> mark_;
+  std::shared_ptr<Generation> g_;
+  std::uint64_t seen_ = 0;
+  std::vector<void*> natives_;
+  std::vector<std::uint64_t> calls_, timed_calls_, timed_ns_;
+  std::uint64_t pending_ = 0;
+  std::uint32_t time_every_ = 1;
 };
 
 class Engine {
@@ -128,6 +208,12 @@ public:
   // many calls.
   Hold hold() const;
 
+  // Native entries for the calling thread (CallerThread). Fails when an
+  // entry has no native symbol in the object.
+  Expected<std::unique_ptr<CallerThread>> attach() const;
+  // Threads behind the current generation and the code they keep linked.
+  LagReport lagging() const;
+
   // Submits the counts and times since the last flush; swaps in newer code
   // when fdod reports it. Thread-safe (flushes are serialised).
   Expected<FlushResult> flush();
@@ -153,7 +239,15 @@ public:
   std::string last_error() const;
 
 private:
+  friend class CallerThread;
   Engine(std::shared_ptr<DaemonLink> link, EngineOptions options);
+  // Makes `next` current and starts a new epoch (flush_mu_).
+  void publish(std::shared_ptr<Generation> next);
+  // Logs threads behind a swap for longer than options_.lag_warning, once
+  // per epoch.
+  void warn_lagging(const LagReport& r);
+  // The current generation with the epoch it belongs to.
+  std::pair<std::shared_ptr<Generation>, std::uint64_t> current_with_epoch() const;
   Expected<std::shared_ptr<Generation>> lease_generation(const std::string& unless_storage_key);
   Expected<std::optional<nlohmann::json>> submit(Generation& g);
   Status release(const Generation& g);
@@ -173,6 +267,13 @@ private:
   std::shared_ptr<LoaderBox> loader_;
 
   std::atomic<std::shared_ptr<Generation>> current_;
+  // +1 at every swap, after current_ changed: a thread whose last quiescent
+  // point saw an older epoch may still run older code.
+  std::atomic<std::uint64_t> epoch_{1};
+  mutable std::mutex marks_mu_;
+  mutable std::vector<std::shared_ptr<ThreadMark>> marks_;
+  mutable std::map<std::uint64_t, std::chrono::steady_clock::time_point> epoch_began_; // marks_mu_
+  std::uint64_t lag_warned_epoch_ = 0;                                                 // marks_mu_
   std::atomic<std::uint64_t> calls_submitted_{0};
 
   std::mutex flush_mu_; // one flush (and so one daemon call) at a time

@@ -17,6 +17,23 @@ int main(int argc, char** argv) {
                                                 "}\n");
     fdo_value v = conn.execute(p.id, "mul_add", {fdo::api::i32(8), fdo::api::i32(5)});
     std::printf("consumer ok %d %s\n", v.as.i32, conn.server_version().c_str());
+    {
+      // The same code linked into this process, called through its native
+      // entry: per call (NativeEntry), and as a plain typed pointer.
+      fdo::api::InProcess code(conn, p.id, {"mul_add"});
+      fdo::api::NativeThread thread(code); // closed before `code`
+      const std::size_t index = code.entry("mul_add");
+      fdo::api::NativeEntry<std::int32_t(std::int32_t, std::int32_t)> mul_add(thread, index);
+      long sum = 0;
+      for (std::int32_t i = 0; i < 1000; ++i)
+        sum += mul_add(i, 3);
+      auto* typed = thread.entry<std::int32_t(std::int32_t, std::int32_t)>(index);
+      const std::int32_t direct = typed(8, 5);
+      thread.count(index, 1);
+      thread.quiescent();
+      const fdo_inproc_flush_result flushed = code.flush();
+      std::printf("inproc ok %ld %d batches %u\n", sum, direct, flushed.batches);
+    }
     try {
       conn.execute(p.id, "no_such_entry");
     } catch (const fdo::api::Error& e) {

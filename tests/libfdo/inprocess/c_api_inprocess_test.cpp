@@ -46,6 +46,24 @@ TEST_CASE("fdo_inproc_*: NULL and empty arguments are refused without a call", "
   CHECK(fdo_inproc_profile_version(nullptr) == 0);
   CHECK(fdo_inproc_sampling_json(nullptr) == nullptr);
   fdo_inproc_hold_close(nullptr);
+  // Native entries.
+  err = nullptr;
+  fdo_inproc_thread* thread = nullptr;
+  CHECK(fdo_inproc_thread_open(nullptr, &thread, &err) == -1);
+  CHECK(code_of(err) == FDO_ERR_INVALID_ARGUMENT);
+  CHECK(thread == nullptr);
+  err = nullptr;
+  fdo_inproc_lag lag{};
+  CHECK(fdo_inproc_lagging(nullptr, &lag, &err) == -1);
+  CHECK(code_of(err) == FDO_ERR_INVALID_ARGUMENT);
+  CHECK(fdo_inproc_thread_entry(nullptr, 0) == nullptr);
+  CHECK(fdo_inproc_thread_next(nullptr, 0) == nullptr);
+  CHECK(fdo_inproc_thread_quiescent(nullptr) == -1);
+  fdo_inproc_thread_count(nullptr, 0, 1, 0, 0);
+  CHECK(fdo_inproc_thread_generation(nullptr) == 0);
+  CHECK(fdo_inproc_thread_mode(nullptr) == -1);
+  CHECK(fdo_inproc_thread_profile_version(nullptr) == 0);
+  fdo_inproc_thread_close(nullptr);
   fdo_inproc_close(nullptr);
 }
 
