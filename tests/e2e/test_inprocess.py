@@ -213,6 +213,16 @@ def load_libfdo():
     lib.fdo_inproc_sampling_json.argtypes = [p]
     lib.fdo_inproc_sampling_json.restype = p
     lib.fdo_string_free.argtypes = [p]
+    lib.fdo_inproc_thread_open.argtypes = [p, ctypes.POINTER(p), ctypes.POINTER(p)]
+    lib.fdo_inproc_thread_entry.argtypes = [p, ctypes.c_size_t]
+    lib.fdo_inproc_thread_entry.restype = p
+    lib.fdo_inproc_thread_quiescent.argtypes = [p]
+    lib.fdo_inproc_thread_count.argtypes = [p, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_uint64,
+                                            ctypes.c_uint64]
+    lib.fdo_inproc_thread_generation.argtypes = [p]
+    lib.fdo_inproc_thread_generation.restype = ctypes.c_uint64
+    lib.fdo_inproc_thread_mode.argtypes = [p]
+    lib.fdo_inproc_thread_close.argtypes = [p]
     return lib
 
 
@@ -366,6 +376,67 @@ exit:
   ret i64 %x3
 }
 """
+
+
+class InFlushResult(ctypes.Structure):
+    _fields_ = [("batches", ctypes.c_uint32), ("stale", ctypes.c_int), ("swapped", ctypes.c_int),
+                ("generation", ctypes.c_uint64), ("profile_version", ctypes.c_int64)]
+
+
+class NativeEntriesAndValueProfiles(LibfdoCase):
+    """A native entry (the entry's own C function pointer) runs
+    fixtures/pgo_wins.ll in this process: a hot indirect call whose target is
+    op_add for 97% of the objects. The flushes carry the instrumented code's
+    indirect-call value profile, so the rewritten profile holds it as an
+    execute stage's would (docs/runtimes.md, "What is and is not measured"),
+    and the thread picks up the optimized code at its next quiescent point."""
+
+    def test_value_profiles_from_native_calls_reach_the_profile(self):
+        lib = self.lib
+        reg = self.c.call("program.register", {"ir": ir("pgo_wins.ll"), "name": "pgo_wins"})
+        conn, err, h, t = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+        self.check(lib.fdo_connect(self.d.socket.encode(), ctypes.byref(conn),
+                                   ctypes.byref(err)), err)
+        try:
+            entries = (ctypes.c_char_p * 1)(b"run")
+            opts = InprocOptions(1, 0, 0)  # manual flushes
+            self.check(lib.fdo_inproc_open(conn, reg["program"].encode(), entries, 1,
+                                           ctypes.byref(opts), ctypes.byref(h),
+                                           ctypes.byref(err)), err)
+            self.check(lib.fdo_inproc_thread_open(h, ctypes.byref(t), ctypes.byref(err)), err)
+            run_type = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)
+            expected, modes, swapped = None, [], False
+            for _ in range(8):
+                lib.fdo_inproc_thread_quiescent(t)
+                run = run_type(lib.fdo_inproc_thread_entry(t, 0))
+                modes.append(lib.fdo_inproc_thread_mode(t))
+                value = run(20)
+                if expected is None:
+                    expected = value
+                self.assertEqual(value, expected)  # every generation computes the same
+                lib.fdo_inproc_thread_count(t, 0, 1, 0, 0)
+                del run
+                lib.fdo_inproc_thread_quiescent(t)
+                flushed = InFlushResult()
+                self.check(lib.fdo_inproc_flush(h, ctypes.byref(flushed), ctypes.byref(err)), err)
+                if swapped:
+                    break
+                swapped = bool(flushed.swapped)
+            self.assertTrue(swapped, self.d.log_text())
+            self.assertEqual(modes[0], 1)   # instrumented
+            self.assertEqual(modes[-1], 2)  # the rewritten profile's optimized code
+        finally:
+            lib.fdo_inproc_thread_close(t)
+            lib.fdo_inproc_close(h)
+            lib.fdo_close(conn)
+        prof = self.c.call("profile.get", {"profile_key": reg["profile_key"]})
+        run_profile = prof["profile"]["functions"]["run"]
+        sites = run_profile.get("indirect_calls")
+        self.assertTrue(sites, run_profile)
+        targets = sorted((count for _, count in sites[0]), reverse=True)
+        # op_add takes 97% of the calls (4096 objects x 20 rounds per call).
+        self.assertGreaterEqual(targets[0], 0.9 * sum(targets), sites)
+        self.assertGreaterEqual(sum(targets), 4096 * 20, sites)
 
 
 class InProcessSampling(LibfdoCase):

@@ -164,6 +164,35 @@ TEST_CASE("feedback.submit folds in-process counts into the profile and reports 
   CHECK((*h.call("health", json::object()))["inprocess"]["leases"] == 1);
 }
 
+TEST_CASE("feedback.submit folds in-process value profiles as an exec worker's stage",
+          "[service][inprocess]") {
+  Harness h; // policy: 2 stages, 100 counts
+  Leased l = register_and_lease(h);
+  // json::array where a list of [text, count] pairs would read as an object.
+  const json site =
+      json::array({json::array({"00000000000000aa", 80}), json::array({"00000000000000bb", 20})});
+  const json values = {{"main",
+                        {{"indirect_calls", json::array({site})},
+                         {"arg_values", {{{"arg", 0}, {"values", {{4, 95}}}, {"other", 5}}}}}}};
+  json b1 = batch(10, {{"main", {90, 10}}});
+  b1["values"] = values;
+  json b2 = batch(10, {{"main", {900, 100}}});
+  b2["values"] = values;
+  Reply r = call(h, "feedback.submit", {{"lease", l.lease}, {"batches", {b1, b2}}});
+  INFO(r.error.dump());
+  REQUIRE(r.error.is_null());
+  REQUIRE(r.result["profile_rewritten"].is_object());
+  auto prof = h.call("profile.get", {{"profile_key", l.pk}});
+  REQUIRE(prof);
+  const json& main = (*prof)["profile"]["functions"]["main"];
+  INFO(main.dump());
+  // Summed over the two batches, as two stages' would be.
+  CHECK(main["indirect_calls"] ==
+        json::array({json::array(
+            {json::array({"00000000000000aa", 160}), json::array({"00000000000000bb", 40})})}));
+  CHECK(main["arg_values"] == json{{{"arg", 0}, {"values", {{4, 190}}}, {"other", 10}}});
+}
+
 TEST_CASE("feedback.submit refuses what does not fit the caller's own lease, changing nothing",
           "[service][inprocess]") {
   Harness h;
@@ -208,6 +237,43 @@ TEST_CASE("feedback.submit refuses what does not fit the caller's own lease, cha
                   7) == "invalid_argument");
     CHECK(refused({{"lease", l.lease}, {"batches", {{{"calls", 1}, {"exec_ns", 1}, {"x", 1}}}}},
                   1000, 7) == "invalid_argument");
+  }
+  SECTION("value profiles that do not match the layout") {
+    auto with_values = [&](json v) {
+      json b = good;
+      b["values"] = std::move(v);
+      return json{{"lease", l.lease}, {"batches", {b}}};
+    };
+    const json site = json::array({json::array({"00000000000000aa", 1})});
+    CHECK(refused(with_values({{"other", {{"indirect_calls", site}}}}), 1000, 7) ==
+          "invalid_argument"); // not an instrumented function
+    CHECK(refused(with_values({{"main", {{"indirect_calls", json::array({site[0], site[0]})}}}}),
+                  1000, 7) == "invalid_argument"); // two sites, the layout has one
+    CHECK(refused(with_values({{"main", {{"memop_sizes", {{{8, 1}}}}}}}), 1000, 7) ==
+          "invalid_argument"); // no memop site
+    CHECK(refused(with_values({{"main", {{"arg_values", {{{"arg", 1}, {"values", {{1, 1}}}}}}}}}),
+                  1000, 7) == "invalid_argument"); // argument 1 is not profiled
+    CHECK(refused(with_values({{"main",
+                                {{"indirect_calls",
+                                  json::array({json::array({json::array({"zz", 1})})})}}}}),
+                  1000, 7) == "invalid_argument"); // not hex
+    CHECK(refused(with_values({{"main",
+                                {{"indirect_calls",
+                                  json::array({json::array({json::array({"00aa", -1})})})}}}}),
+                  1000, 7) == "invalid_argument");
+    const std::uint64_t huge = std::uint64_t{1} << 60;
+    CHECK(refused(with_values({{"main",
+                                {{"indirect_calls",
+                                  json::array({json::array({json::array({"00aa", huge})})})}}}}),
+                  1000, 7) == "invalid_argument");
+    json wide = json::array();
+    for (int i = 0; i < 256; ++i)
+      wide.push_back(json::array({std::to_string(i + 1), 1}));
+    CHECK(refused(with_values({{"main", {{"indirect_calls", json::array({wide})}}}}), 1000, 7) ==
+          "invalid_argument"); // more values than a table holds
+    CHECK(refused(with_values({{"main", {{"counts", {1}}}}}), 1000, 7) == "invalid_argument");
+    CHECK(refused(with_values({{"main", 3}}), 1000, 7) == "invalid_argument");
+    CHECK(refused(with_values(json::array()), 1000, 7) == "invalid_argument");
   }
   SECTION("one bad batch refuses the whole submit") {
     CHECK(refused({{"lease", l.lease}, {"batches", {good, good, batch(1, {{"main", {1}}})}}}, 1000,

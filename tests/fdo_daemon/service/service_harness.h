@@ -46,7 +46,10 @@ inline Expected<Message> fake_compile(const Message& req) {
     r.profile_key = blake3_hex(req.payload);
     r.entries.push_back(jit::EntryInfo{"main", "i64", {}, true});
     r.mutable_globals = false;
-    if (r.mode == CompileMode::instrumented) r.counters_layout.push_back({"main", kHash, 2});
+    // One indirect-call site and one profiled argument (in-process value
+    // profiles are checked against them: inprocess_test.cpp).
+    if (r.mode == CompileMode::instrumented)
+      r.counters_layout.push_back({"main", kHash, 2, 1, 0, {0}});
     if (r.mode == CompileMode::cs_instrumented)
       r.counters_layout.push_back({"main", kHash | kCsHashFlag, 3});
     std::string object = "object:" + std::string(to_string(r.mode));

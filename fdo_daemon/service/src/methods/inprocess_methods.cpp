@@ -16,8 +16,10 @@
 #include "fdo/daemon/lease_sampling.h"
 #include "fdo/daemon/leases.h"
 #include "fdo/jit/compiler.h"
+#include "fdo/util/value_json.h"
 #include "methods.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -138,6 +140,74 @@ Expected<json> program_lease(ServiceState& s, const json& params, const CallCont
   return out;
 }
 
+// Per value site of a batch: more values than this is not what a table of
+// the runtime's value profiling holds.
+constexpr std::size_t kMaxValuesPerSite = 255;
+
+Status check_sites(const std::vector<ValueSite>& sites, std::uint32_t layout_sites,
+                   const std::string& where) {
+  if (sites.size() > layout_sites)
+    return make_error(Errc::invalid_argument, where + " has " + std::to_string(sites.size()) +
+                                                  " sites; the lease's function has " +
+                                                  std::to_string(layout_sites));
+  for (const ValueSite& site : sites) {
+    if (site.size() > kMaxValuesPerSite)
+      return make_error(Errc::invalid_argument, where + ": a site lists more than " +
+                                                    std::to_string(kMaxValuesPerSite) + " values");
+    for (const auto& [value, count] : site)
+      if (count > kMaxCount)
+        return make_error(Errc::invalid_argument,
+                          where + ": a count past the cap of " + std::to_string(kMaxCount));
+  }
+  return ok();
+}
+
+// A batch's value profiles (`values`: PGO name -> indirect_calls,
+// memop_sizes, arg_values in a profile document's form, value_json.h),
+// checked against the lease's layout: an instrumented function's, no more
+// sites than it has, only the arguments it profiles.
+Status batch_values(const json& values, const ProgramLease& lease, const std::string& at,
+                    StageObservation& obs) {
+  if (values.is_null()) return ok();
+  if (!values.is_object())
+    return make_error(Errc::invalid_argument, at + ".values must be an object");
+  for (auto it = values.begin(); it != values.end(); ++it) {
+    const std::string where = at + ".values['" + it.key() + "']";
+    const jit::InstrumentedFunction* layout = nullptr;
+    for (const jit::InstrumentedFunction& f : lease.metadata->compile.counters_layout)
+      if (f.pgo_name == it.key()) layout = &f;
+    if (layout == nullptr)
+      return make_error(Errc::invalid_argument,
+                        where + " is not an instrumented function of lease " +
+                            std::to_string(lease.id) + " (see its counters_layout)");
+    if (!it->is_object()) return make_error(Errc::invalid_argument, where + " must be an object");
+    for (auto m = it->begin(); m != it->end(); ++m)
+      if (m.key() != "indirect_calls" && m.key() != "memop_sizes" && m.key() != "arg_values")
+        return make_error(Errc::invalid_argument,
+                          where + " has an unknown member '" + m.key() + "'");
+    jit::FunctionValueProfile v;
+    FDO_TRY_STATUS(get_value_sites(*it, "indirect_calls", where, ValueText::hex, v.indirect_calls));
+    FDO_TRY_STATUS(get_value_sites(*it, "memop_sizes", where, ValueText::number, v.memop_sizes));
+    FDO_TRY_STATUS(get_arg_values(*it, where, v.arguments));
+    FDO_TRY_STATUS(
+        check_sites(v.indirect_calls, layout->indirect_call_sites, where + ".indirect_calls"));
+    FDO_TRY_STATUS(check_sites(v.memop_sizes, layout->memop_sites, where + ".memop_sizes"));
+    for (const ArgValues& a : v.arguments) {
+      if (std::find(layout->arg_sites.begin(), layout->arg_sites.end(), a.arg) ==
+          layout->arg_sites.end())
+        return make_error(Errc::invalid_argument, where + ".arg_values: argument " +
+                                                      std::to_string(a.arg) +
+                                                      " is not one the lease's build profiles");
+      FDO_TRY_STATUS(check_sites({a.values}, 1, where + ".arg_values"));
+      if (a.other > kMaxCount)
+        return make_error(Errc::invalid_argument, where + ".arg_values: a count past the cap of " +
+                                                      std::to_string(kMaxCount));
+    }
+    obs.values.emplace(it.key(), std::move(v));
+  }
+  return ok();
+}
+
 // One batch of feedback.submit as the stage it observed, checked against the
 // lease: every count belongs to an instrumented function of the leased output
 // and has exactly its number of counters.
@@ -146,7 +216,8 @@ Expected<StageObservation> batch_observation(const json& b, const ProgramLease& 
   const std::string at = "batches[" + std::to_string(index) + "]";
   if (!b.is_object()) return make_error(Errc::invalid_argument, at + " must be an object");
   for (auto it = b.begin(); it != b.end(); ++it)
-    if (it.key() != "calls" && it.key() != "exec_ns" && it.key() != "counts")
+    if (it.key() != "calls" && it.key() != "exec_ns" && it.key() != "counts" &&
+        it.key() != "values")
       return make_error(Errc::invalid_argument, at + " has an unknown member '" + it.key() + "'");
   FDO_TRY(std::uint64_t calls, require_param<std::uint64_t>(b, "calls"));
   FDO_TRY(std::uint64_t exec_ns, require_param<std::uint64_t>(b, "exec_ns"));
@@ -186,6 +257,7 @@ Expected<StageObservation> batch_observation(const json& b, const ProgramLease& 
       fc.push_back(n);
     }
   }
+  FDO_TRY_STATUS(batch_values(b.value("values", json(nullptr)), lease, at, obs));
   return obs;
 }
 
