@@ -4,6 +4,7 @@
 #include "fdo/jit/compiler.h"
 #include "fdo/util/log.h"
 #include "llvm_support.h"
+#include "near_memory.h"
 #include "value_profile.h"
 
 #include <algorithm>
@@ -282,7 +283,10 @@ Expected<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   impl->es = std::make_unique<orc::ExecutionSession>(std::move(*epc));
   Impl* raw = impl.get();
   impl->es->setErrorReporter([raw](llvm::Error e) { raw->errors.add(std::move(e)); });
-  impl->layer = std::make_unique<orc::ObjectLinkingLayer>(*impl->es);
+  // Each graph mapped just below the executable that calls into it
+  // (near_memory.h).
+  impl->layer = std::make_unique<orc::ObjectLinkingLayer>(
+      *impl->es, std::make_unique<detail::NearMemoryManager>());
   // Unwind tables, so C++ exceptions and debuggers/profilers can walk
   // through JIT'd frames.
   impl->layer->addPlugin(std::make_unique<orc::EHFrameRegistrationPlugin>(

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <link.h>
 #include <unistd.h>
 
 using namespace fdo;
@@ -453,6 +454,38 @@ TEST_CASE("programs load and unload repeatedly", "[jit][loader]") {
   call(*b, "set_flag", {2});
   CHECK(call(*a, "get_flag", {}) == 1);
   CHECK(call(*b, "get_flag", {}) == 2);
+}
+
+TEST_CASE("code is mapped just below the executable that calls it", "[jit][loader]") {
+  // The main program's lowest address, as the loader's memory manager finds it.
+  std::uintptr_t exe_low = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* out) -> int {
+        std::uintptr_t lo = UINTPTR_MAX;
+        for (int i = 0; i < info->dlpi_phnum; ++i)
+          if (info->dlpi_phdr[i].p_type == PT_LOAD)
+            lo = std::min<std::uintptr_t>(lo, info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+        *static_cast<std::uintptr_t*>(out) = lo;
+        return 1;
+      },
+      &exe_low);
+  REQUIRE(exe_low > (std::uintptr_t{1} << 31));
+  auto loader = make_loader();
+  CompileResult r = compile_or_throw(fixture("thunks.ll"), request(CompileMode::instrumented));
+  // Many programs at once, then loads and unloads that reuse the room.
+  std::vector<std::unique_ptr<LoadedProgram>> live;
+  for (int i = 0; i < 40; ++i) {
+    live.push_back(load_or_fail(*loader, r));
+    if (i % 3 == 0) live.erase(live.begin());
+  }
+  for (const auto& p : live) {
+    CHECK(call(*p, "add_i32", {40, 2}) == 42);
+    for (const FunctionRange& f : p->function_ranges()) {
+      INFO(f.name << " at " << std::hex << f.start << ", executable at " << exe_low);
+      CHECK(f.start < exe_low);
+      CHECK(exe_low - f.start < (std::uintptr_t{1} << 30));
+    }
+  }
 }
 
 TEST_CASE("destroying the loader unloads what is still loaded", "[jit][loader]") {
