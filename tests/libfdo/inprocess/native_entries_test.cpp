@@ -40,8 +40,9 @@ std::uint64_t reported_calls(FakeDaemon& d) {
 
 } // namespace
 
-TEST_CASE("native entries: a typed pointer runs the entry; counts reach fdod at quiescent points",
-          "[inprocess][native]") {
+TEST_CASE(
+    "native entries: a typed pointer runs the entry, its counts reach fdod at quiescent points",
+    "[inprocess][native]") {
   auto daemon = std::make_shared<FakeDaemon>();
   daemon->current = compiled(CompileMode::instrumented, "key-a", 0);
   auto e = Engine::open(daemon, options(Flushing::manual));
