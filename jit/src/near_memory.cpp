@@ -176,7 +176,6 @@ void* NearMemoryManager::map(std::size_t size) {
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
         if (p == want) {
           near_.emplace(top - size, size);
-          ++placed_near_;
           return p;
         }
         if (p != MAP_FAILED) ::munmap(p, size); // a kernel that took the flag as a hint
@@ -188,10 +187,7 @@ void* NearMemoryManager::map(std::size_t size) {
     }
   }
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return nullptr;
-  std::lock_guard lk(mu_);
-  ++placed_elsewhere_;
-  return p;
+  return p == MAP_FAILED ? nullptr : p;
 }
 
 void NearMemoryManager::unmap(void* base, std::size_t size) {
@@ -207,16 +203,6 @@ void NearMemoryManager::unmap(void* base, std::size_t size) {
     // A finalize-lifetime tail unmapped on its own: the mapping ends there.
     it->second = at - it->first;
   }
-}
-
-std::uint64_t NearMemoryManager::placed_near() const {
-  std::lock_guard lk(mu_);
-  return placed_near_;
-}
-
-std::uint64_t NearMemoryManager::placed_elsewhere() const {
-  std::lock_guard lk(mu_);
-  return placed_elsewhere_;
 }
 
 } // namespace fdo::jit::detail

@@ -35,10 +35,6 @@ public:
                   OnDeallocatedFunction on_deallocated) override;
   using JITLinkMemoryManager::deallocate;
 
-  // Mappings placed below the executable / elsewhere, since creation.
-  std::uint64_t placed_near() const;
-  std::uint64_t placed_elsewhere() const;
-
 private:
   class InFlight;
   struct Finalized;
@@ -50,9 +46,8 @@ private:
 
   std::size_t page_;
   std::uintptr_t exe_low_ = 0; // lowest address of the executable's image; 0: unknown
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::map<std::uintptr_t, std::size_t> near_; // our live mappings below the executable
-  std::uint64_t placed_near_ = 0, placed_elsewhere_ = 0;
 };
 
 } // namespace fdo::jit::detail

@@ -79,7 +79,9 @@ LagReport Engine::lagging() const {
   return r;
 }
 
-void Engine::warn_lagging(const LagReport& r) {
+void Engine::note_lagging(FlushResult& out) {
+  out.lagging = lagging();
+  const LagReport& r = out.lagging;
   if (r.threads == 0 || r.oldest < options_.lag_warning) return;
   const std::uint64_t e = epoch_.load(std::memory_order_acquire);
   {

@@ -463,14 +463,12 @@ Expected<FlushResult> Engine::flush() {
   }
   out.profile_version = last_profile_version_;
   if (!out.stale) {
-    out.lagging = lagging();
-    warn_lagging(out.lagging);
+    note_lagging(out);
     return out;
   }
   FDO_TRY(std::shared_ptr<Generation> next, lease_generation(g->storage_key));
   if (!next) { // same output (a bookkeeping-only version): nothing to swap
-    out.lagging = lagging();
-    warn_lagging(out.lagging);
+    note_lagging(out);
     return out;
   }
   report_sampling(*next, Ranges::send);
@@ -490,8 +488,7 @@ Expected<FlushResult> Engine::flush() {
     log::debug("in-process: release of lease " + std::to_string(g->lease) + ": " +
                st.error().describe());
   g->released = true;
-  out.lagging = lagging();
-  warn_lagging(out.lagging);
+  note_lagging(out);
   return out;
 }
 

@@ -243,9 +243,9 @@ private:
   Engine(std::shared_ptr<DaemonLink> link, EngineOptions options);
   // Makes `next` current and starts a new epoch (flush_mu_).
   void publish(std::shared_ptr<Generation> next);
-  // Logs threads behind a swap for longer than options_.lag_warning, once
-  // per epoch.
-  void warn_lagging(const LagReport& r);
+  // The flush's lag report (out.lagging); logs threads behind a swap for
+  // longer than options_.lag_warning, once per epoch.
+  void note_lagging(FlushResult& out);
   // The current generation with the epoch it belongs to.
   std::pair<std::shared_ptr<Generation>, std::uint64_t> current_with_epoch() const;
   Expected<std::shared_ptr<Generation>> lease_generation(const std::string& unless_storage_key);
