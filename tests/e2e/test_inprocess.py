@@ -212,6 +212,8 @@ def load_libfdo():
     lib.fdo_inproc_profile_version.restype = ctypes.c_int64
     lib.fdo_inproc_sampling_json.argtypes = [p]
     lib.fdo_inproc_sampling_json.restype = p
+    lib.fdo_inproc_variant_json.argtypes = [p]
+    lib.fdo_inproc_variant_json.restype = p
     lib.fdo_string_free.argtypes = [p]
     lib.fdo_inproc_thread_open.argtypes = [p, ctypes.POINTER(p), ctypes.POINTER(p)]
     lib.fdo_inproc_thread_entry.argtypes = [p, ctypes.c_size_t]
@@ -228,6 +230,14 @@ def load_libfdo():
 
 def sampling_state(lib, h):
     raw = lib.fdo_inproc_sampling_json(h)
+    try:
+        return json.loads(ctypes.string_at(raw).decode())
+    finally:
+        lib.fdo_string_free(raw)
+
+
+def variant_of(lib, h):
+    raw = lib.fdo_inproc_variant_json(h)
     try:
         return json.loads(ctypes.string_at(raw).decode())
     finally:
@@ -505,6 +515,168 @@ class InProcessSampling(LibfdoCase):
                 time.sleep(0.05)
             self.assertEqual(perf_fds(self.d.proc.pid), 0)
 
+
+class GuardedInProcess(unittest.TestCase):
+    """The guard judges in-process code in the runtime's own process
+    (docs/runtimes.md, "Guarded leases"): each flush is a stage the guard
+    planned; the engine switches between a trial's two arms as told, each
+    linked once; the verdict comes from this process's own timings and is
+    served from then on, here and to execute."""
+
+    def setUp(self):
+        self.d = Daemon({"guard.min_stages": 0, "exec_timeout_ms": 20000}).start()
+        self.c = self.d.client()
+        self.lib = load_libfdo()
+        self.conn, self.err, self.h = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+
+    def tearDown(self):
+        self.lib.fdo_inproc_close(self.h)
+        self.lib.fdo_close(self.conn)
+        self.c.close()
+        self.d.cleanup()
+
+    def check(self, rc):
+        if rc != 0:
+            self.fail(self.lib.fdo_error_message(self.err).decode())
+
+    def open(self, fixture, time_every):
+        reg = self.c.call("program.register", {"ir": ir(fixture + ".ll"), "name": fixture})
+        lib = self.lib
+        self.check(lib.fdo_connect(self.d.socket.encode(), ctypes.byref(self.conn),
+                                   ctypes.byref(self.err)))
+        entries = (ctypes.c_char_p * 1)(b"run")
+        opts = InprocOptions(1, 0, time_every)  # manual flushes
+        self.check(lib.fdo_inproc_open(self.conn, reg["program"].encode(), entries, 1,
+                                       ctypes.byref(opts), ctypes.byref(self.h),
+                                       ctypes.byref(self.err)))
+        self.assertEqual(lib.fdo_inproc_mode(self.h), 1)  # instrumented
+        self.assertTrue(variant_of(lib, self.h)["guarded"])
+        return reg
+
+    def flush(self):
+        flushed = InFlushResult()
+        self.check(self.lib.fdo_inproc_flush(self.h, ctypes.byref(flushed),
+                                             ctypes.byref(self.err)))
+        return flushed
+
+    def until_verdict(self, stage, word):
+        """Runs stages (stage() then a flush) until the guard's verdict
+        contains `word`; returns it and what each stage ran."""
+        seen = []
+        for _ in range(160):
+            role = variant_of(self.lib, self.h)["role"]
+            seen.append((role, self.lib.fdo_inproc_mode(self.h),
+                         self.lib.fdo_inproc_generation(self.h)))
+            stage()
+            self.flush()
+            trial = variant_of(self.lib, self.h).get("trial") or ""
+            if word in trial:
+                return trial, seen
+        self.fail((seen, self.d.log_text()[-3000:]))
+
+    def check_arms(self, seen, candidate_mode, incumbent_mode):
+        roles = [r for r, _, _ in seen]
+        self.assertIn("candidate", roles)
+        self.assertIn("incumbent", roles)
+        for role, mode, _ in seen:  # each arm runs its own build
+            if role == "candidate":
+                self.assertEqual(mode, candidate_mode, seen)
+            elif role == "incumbent":
+                self.assertEqual(mode, incumbent_mode, seen)
+        # Three objects linked in all (instrumented, profiled, plain),
+        # however often the arms were switched.
+        self.assertLessEqual(max(g for _, _, g in seen), 3, seen)
+
+    def test_faster_profiled_build_is_kept_from_in_process_timings(self):
+        """fixtures/pgo_wins.ll: a hot indirect call the profile promotes
+        and inlines (1.6-1.9x faster than plain here, timed in process)."""
+        lib = self.lib
+        reg = self.open("pgo_wins", 1)  # every call timed
+        arg, ret = (ctypes.c_uint64 * 1)(20), ctypes.c_uint64()
+        want = []
+
+        def stage():
+            for _ in range(3):
+                self.assertEqual(lib.fdo_inproc_call(self.h, 0, arg, ctypes.byref(ret)), 0)
+                want.append(ret.value)
+                self.assertEqual(ret.value, want[0])  # every build computes the same
+
+        for _ in range(8):  # counts until the profile's build runs
+            stage()
+            self.flush()
+            if lib.fdo_inproc_mode(self.h) == 2:
+                break
+        self.assertEqual(lib.fdo_inproc_mode(self.h), 2, self.d.log_text())
+        verdict, seen = self.until_verdict(stage, "accepted")
+        self.assertIn("v1 profiled O2 accepted: ", verdict)
+        self.check_arms(seen, 2, 0)
+
+        stage()
+        self.flush()
+        v = variant_of(lib, self.h)
+        self.assertEqual((v["role"], v["name"], v["renew"]),
+                         ("incumbent", "v1 profiled O2", False), v)
+        self.assertEqual(lib.fdo_inproc_mode(self.h), 2)
+        guard = self.c.call("profile.get",
+                            {"profile_key": reg["profile_key"]})["profile"]["guard"]
+        self.assertEqual(guard["incumbent"]["base"], "profiled")
+        self.assertEqual(guard["trials"][-1]["verdict"], "accepted")
+        self.assertLess(guard["trials"][-1]["ratio"], 0.9)
+
+    def test_planted_slower_candidate_is_rejected_and_the_incumbent_kept(self):
+        """fixtures/pgo_loses.ll through a native entry, the runtime timing
+        its own calls (fdo_inproc_thread_count) and planting 60% more time on
+        every call of the profiled build: the guard rejects it from those
+        timings alone and keeps the plain build, which runs from then on."""
+        lib = self.lib
+        reg = self.open("pgo_loses", 64)
+        lib.fdo_inproc_thread_mode.restype = ctypes.c_int
+        t = ctypes.c_void_p()
+        self.check(lib.fdo_inproc_thread_open(self.h, ctypes.byref(t), ctypes.byref(self.err)))
+        run_type = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)
+        want = {}
+        try:
+            def stage(mode=1):
+                lib.fdo_inproc_thread_quiescent(t)
+                run = run_type(lib.fdo_inproc_thread_entry(t, 0))
+                planted = 1.6 if lib.fdo_inproc_thread_mode(t) == 2 else 1.0
+                for _ in range(3):
+                    t0 = time.perf_counter_ns()
+                    value = run(mode)
+                    ns = int((time.perf_counter_ns() - t0) * planted)
+                    want.setdefault(mode, value)
+                    self.assertEqual(value, want[mode])
+                    lib.fdo_inproc_thread_count(t, 0, 1, 1, ns)
+                lib.fdo_inproc_thread_quiescent(t)
+
+            for _ in range(8):
+                stage(0)
+                self.flush()
+                if lib.fdo_inproc_mode(self.h) == 2:
+                    break
+            self.assertEqual(lib.fdo_inproc_mode(self.h), 2, self.d.log_text())
+            verdict, seen = self.until_verdict(stage, "rejected")
+            self.assertIn("v1 profiled O2 rejected: ", verdict)
+            self.check_arms(seen, 2, 0)
+
+            stage()
+            self.flush()
+            v = variant_of(lib, self.h)
+            self.assertEqual((v["role"], v["name"], v["renew"]),
+                             ("incumbent", "plain O2", False), v)
+            self.assertIn("rejected", v["reason"])
+            lib.fdo_inproc_thread_quiescent(t)
+            self.assertEqual(lib.fdo_inproc_thread_mode(t), 0)  # the plain build runs here
+        finally:
+            lib.fdo_inproc_thread_close(t)
+        guard = self.c.call("profile.get", {"profile_key": reg["profile_key"]})["profile"]["guard"]
+        self.assertEqual(guard["incumbent"]["base"], "plain")
+        self.assertEqual(guard["trials"][-1]["verdict"], "rejected")
+        self.assertGreater(guard["trials"][-1]["ratio"], 1.3)
+        st = self.c.call("execute", {"program": reg["program"], "entry": "run", "args": [1]})
+        self.assertEqual(st["stage"]["variant"]["name"], "plain O2")
+        self.assertEqual(st["stage"]["mode"], "plain")
+        self.assertEqual(st["value"], want[1])
 
 if __name__ == "__main__":
     # A missing prerequisite reads as skipped (tests/support/fdo_unittest.py).

@@ -369,6 +369,15 @@ FDO_API int64_t fdo_inproc_profile_version(const fdo_inproc* inproc);
  * "threads", "events", ..., "last_submit": what the last flush's samples
  * were, or null}. docs/runtimes.md, "Sampling in-process code". */
 FDO_API char* fdo_inproc_sampling_json(const fdo_inproc* inproc);
+/* Which variant of the program the running code is and why, as JSON text
+ * freed with fdo_string_free (NULL for NULL). fdod's guard plans each lease
+ * (docs/runtimes.md, "Guarded leases"): {"guarded": true, "role":
+ * "incumbent" | "candidate" | "current", "name": "plain O2" | "v3 profiled
+ * O2" | ..., "reason", "counted": whether the last stage went into a trial,
+ * "trial": its progress or verdict (or null), "renew"}. While a trial runs,
+ * flushes switch between its two arms (both stay linked); after its verdict
+ * the kept variant runs. */
+FDO_API char* fdo_inproc_variant_json(const fdo_inproc* inproc);
 /* Stops the flusher, flushes, releases the lease and unloads the code. No
  * call may be running or start. NULL is fine. */
 FDO_API void fdo_inproc_close(fdo_inproc* inproc);

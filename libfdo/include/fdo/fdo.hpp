@@ -210,6 +210,12 @@ public:
     return r;
   }
   std::uint64_t generation() const { return fdo_inproc_generation(p_.get()); }
+  // The variant the running code is and why (fdo_inproc_variant_json), as JSON text.
+  std::string variant_json() const {
+    std::unique_ptr<char, detail::StringFree> s(fdo_inproc_variant_json(p_.get()));
+    if (!s) throw std::bad_alloc();
+    return s.get();
+  }
   fdo_inproc* get() const { return p_.get(); }
 
 private:

@@ -141,6 +141,15 @@ char* fdo_inproc_sampling_json(const fdo_inproc* inproc) {
   }
 }
 
+char* fdo_inproc_variant_json(const fdo_inproc* inproc) {
+  if (!inproc) return nullptr;
+  try {
+    return capi::dup_string(inproc->engine->variant().dump());
+  } catch (...) {
+    return nullptr; // out of memory: nothing may cross into C
+  }
+}
+
 int fdo_inproc_hold_open(const fdo_inproc* inproc, fdo_inproc_hold** out, fdo_error** err) {
   return capi::guarded(err, [&] {
     if (!inproc || !out)

@@ -74,8 +74,10 @@ LagReport Engine::lagging() const {
     // Epochs no open thread is behind are of no more use.
     epoch_began_.erase(epoch_began_.begin(), epoch_began_.upper_bound(oldest_seen));
   }
-  const int loaded = loader_->loaded.load();
-  r.generations_held = loaded > 1 ? static_cast<std::size_t>(loaded - 1) : 0;
+  // Linked beyond the current generation and the arms kept on purpose.
+  const auto loaded = static_cast<std::size_t>(std::max(loader_->loaded.load(), 0));
+  const std::size_t kept = 1 + kept_count_.load(std::memory_order_relaxed);
+  r.generations_held = loaded > kept ? loaded - kept : 0;
   return r;
 }
 

@@ -57,7 +57,11 @@ Expected<std::unique_ptr<Engine>> Engine::open(std::shared_ptr<DaemonLink> link,
   std::unique_ptr<Engine> e(new Engine(std::move(link), std::move(options)));
   FDO_TRY(std::unique_ptr<jit::Loader> loader, jit::Loader::create());
   e->loader_->loader = std::move(loader);
-  FDO_TRY(std::shared_ptr<Generation> g, e->lease_generation(""));
+  FDO_TRY(Leased first, e->lease_object({}));
+  if (!first.fresh)
+    return make_error(Errc::corrupt, "program.lease named an object this engine has not linked");
+  std::shared_ptr<Generation> g = std::move(first.fresh);
+  e->set_variant(first.variant, first.renew);
   e->last_profile_version_ = g->profile_version;
   e->note_thread(); // the opening thread is the runtime's likeliest caller
   e->report_sampling(*g, Ranges::send);
@@ -79,10 +83,9 @@ Engine::~Engine() {
   }
   if (auto r = flush(); !r) log::warning("in-process: final flush: " + r.error().describe());
   std::shared_ptr<Generation> g = current_.exchange(nullptr);
-  if (g) {
-    std::lock_guard lk(flush_mu_);
-    if (auto st = release(*g); !st) log::debug("in-process: release: " + st.error().describe());
-  }
+  std::lock_guard lk(flush_mu_);
+  if (g) give_back(g->lease.exchange(0));
+  kept_.clear();
 }
 
 std::optional<std::size_t> Engine::entry_index(std::string_view name) const {
@@ -165,7 +168,7 @@ int Engine::generations_loaded() const {
 
 std::uint64_t Engine::lease() const {
   auto g = current_.load();
-  return g ? g->lease : 0;
+  return g ? g->lease.load() : 0;
 }
 
 std::string Engine::storage_key() const {
@@ -181,6 +184,22 @@ std::string Engine::mode() const {
 std::int64_t Engine::profile_version() const {
   auto g = current_.load();
   return g ? g->profile_version : 0;
+}
+
+json Engine::variant() const {
+  std::lock_guard lk(error_mu_);
+  return variant_;
+}
+
+void Engine::set_variant(const json& variant, bool renew) {
+  std::lock_guard lk(error_mu_);
+  if (options_.guarding == Guarding::unguarded || !variant.is_object()) {
+    variant_ = {{"guarded", false}};
+    return;
+  }
+  variant_ = variant;
+  variant_["guarded"] = true;
+  variant_["renew"] = renew;
 }
 
 json Engine::sampling() const {
@@ -206,7 +225,7 @@ void Engine::report_sampling(Generation& g, Ranges ranges) {
     threads = threads_;
     new_threads_.store(false, std::memory_order_relaxed);
   }
-  json params = {{"lease", g.lease}, {"pid", pid_}, {"threads", std::move(threads)}};
+  json params = {{"lease", g.lease.load()}, {"pid", pid_}, {"threads", std::move(threads)}};
   if (ranges == Ranges::send) {
     json list = json::array();
     for (const jit::FunctionRange& r : g.program->function_ranges())
@@ -232,15 +251,42 @@ std::string Engine::last_error() const {
   return last_error_;
 }
 
-Expected<std::shared_ptr<Generation>>
-Engine::lease_generation(const std::string& unless_storage_key) {
+void Engine::give_back(std::uint64_t lease) {
+  if (lease == 0) return;
+  if (auto r = link_->call("program.release", {{"lease", lease}}); !r)
+    log::debug("in-process: release of lease " + std::to_string(lease) + ": " +
+               r.error().describe());
+}
+
+Expected<Engine::Leased> Engine::lease_object(const std::vector<std::string>& loaded) {
+  const bool guarded = options_.guarding == Guarding::guarded;
   json params = {{"program", options_.program}, {"entries", entry_names_}};
-  if (!unless_storage_key.empty()) params["unless_storage_key"] = unless_storage_key;
+  if (guarded) {
+    params["guard"] = true;
+    if (!loaded.empty()) params["loaded"] = loaded;
+  } else if (!loaded.empty()) {
+    params["unless_storage_key"] = loaded.front();
+  }
   FDO_TRY(LinkReply reply, link_->call("program.lease", params));
   const json& r = reply.result;
-  if (r.value("unchanged", false)) return std::shared_ptr<Generation>();
+  Leased out;
+  out.lease =
+      r.value("lease", json(nullptr)).is_number_unsigned() ? r["lease"].get<std::uint64_t>() : 0;
+  out.storage_key = r.value("storage_key", "");
+  out.variant = r.value("variant", json(nullptr));
+  out.renew = r.value("renew", false);
+  if (r.value("unchanged", false)) {
+    if (!reply.fds.empty() || (guarded && out.lease == 0)) {
+      give_back(out.lease);
+      return make_error(Errc::corrupt, "program.lease answered unchanged with " +
+                                           std::to_string(reply.fds.size()) +
+                                           " file descriptors and lease " +
+                                           std::to_string(out.lease));
+    }
+    return out;
+  }
   auto g = std::make_shared<Generation>(loader_, entry_names_.size());
-  g->lease = r.value("lease", std::uint64_t{0});
+  g->lease = out.lease;
   g->storage_key = r.value("storage_key", "");
   g->profile_version = r.value("profile_version", std::int64_t{0});
   g->mode = r.value("mode", "");
@@ -256,8 +302,7 @@ Engine::lease_generation(const std::string& unless_storage_key) {
   }
   // From here on the lease is ours: a failure below gives it back.
   auto fail = [&](Error err) -> Error {
-    if (g->lease != 0) (void)link_->call("program.release", {{"lease", g->lease}});
-    g->released = true;
+    give_back(g->lease.exchange(0));
     return err;
   };
   if (reply.fds.size() != 1)
@@ -308,7 +353,8 @@ Engine::lease_generation(const std::string& unless_storage_key) {
                                  "entry '" + e.name + "' changed its signature between leases"));
   }
   g->number = ++generations_made_;
-  return g;
+  out.fresh = std::move(g);
+  return out;
 }
 
 namespace {
@@ -425,8 +471,8 @@ Expected<std::optional<json>> Engine::submit(Generation& g) {
   // worker's stage reports them (feedback.submit's `values`).
   std::map<std::string, jit::FunctionValueProfile> values = g.program->read_value_profiles();
   if (json v = values_delta(values, g.sent_values); !v.is_null()) batch["values"] = std::move(v);
-  FDO_TRY(LinkReply reply,
-          link_->call("feedback.submit", {{"lease", g.lease}, {"batches", json::array({batch})}}));
+  FDO_TRY(LinkReply reply, link_->call("feedback.submit", {{"lease", g.lease.load()},
+                                                           {"batches", json::array({batch})}}));
   g.sent_calls = std::move(now_calls);
   g.sent_timed_calls = std::move(now_timed);
   g.sent_timed_ns = std::move(now_ns_);
@@ -440,13 +486,6 @@ Expected<std::optional<json>> Engine::submit(Generation& g) {
   return std::optional<json>(std::move(reply.result));
 }
 
-Status Engine::release(const Generation& g) {
-  if (g.released || g.lease == 0) return {};
-  FDO_TRY(LinkReply ignored, link_->call("program.release", {{"lease", g.lease}}));
-  (void)ignored;
-  return {};
-}
-
 Expected<FlushResult> Engine::flush() {
   std::lock_guard lk(flush_mu_);
   FlushResult out;
@@ -456,25 +495,62 @@ Expected<FlushResult> Engine::flush() {
   // Threads that called since fdod was last told get sampled from now on.
   if (new_threads_.load(std::memory_order_acquire)) report_sampling(*g, Ranges::omit);
   FDO_TRY(std::optional<json> reply, submit(*g));
+  bool renew = false;
+  json judged = nullptr; // what the guard made of the stage just submitted
   if (reply) {
     out.batches = 1;
     last_profile_version_ = reply->value("profile_version", last_profile_version_);
     out.stale = reply->value("stale", false);
+    renew = reply->value("renew", false);
+    judged = reply->value("variant", json(nullptr));
   }
   out.profile_version = last_profile_version_;
-  if (!out.stale) {
-    note_lagging(out);
-    return out;
+  if (out.stale || renew) FDO_TRY_STATUS(take_lease(std::move(g), out));
+  if (judged.is_object()) {
+    std::lock_guard vk(error_mu_);
+    if (variant_.value("guarded", false)) {
+      variant_["counted"] = judged.value("counted", false);
+      variant_["trial"] = judged.value("trial", json(nullptr));
+    }
   }
-  FDO_TRY(std::shared_ptr<Generation> next, lease_generation(g->storage_key));
-  if (!next) { // same output (a bookkeeping-only version): nothing to swap
-    note_lagging(out);
-    return out;
+  note_lagging(out);
+  return out;
+}
+
+Status Engine::take_lease(std::shared_ptr<Generation> g, FlushResult& out) {
+  std::vector<std::string> loaded{g->storage_key};
+  for (const std::shared_ptr<Generation>& k : kept_)
+    loaded.push_back(k->storage_key);
+  FDO_TRY(Leased next, lease_object(loaded));
+  if (next.lease == 0) return {}; // unguarded, same output: nothing to swap
+  out.renewed = options_.guarding == Guarding::guarded;
+  std::shared_ptr<Generation> to = std::move(next.fresh);
+  if (!to) {
+    if (next.storage_key == g->storage_key) {
+      to = g;
+    } else {
+      for (const std::shared_ptr<Generation>& k : kept_)
+        if (k->storage_key == next.storage_key) to = k;
+    }
+    if (!to) {
+      give_back(next.lease);
+      return make_error(Errc::corrupt, "program.lease named object " + next.storage_key +
+                                           ", which this engine has not linked, and sent none");
+    }
   }
-  report_sampling(*next, Ranges::send);
-  publish(next);
+  set_variant(next.variant, next.renew);
+  if (to == g) { // the same code runs on under the new lease
+    give_back(g->lease.exchange(next.lease));
+    if (!next.renew) kept_.clear(); // no trial needs another arm
+    kept_count_.store(kept_.size(), std::memory_order_relaxed);
+    return {};
+  }
+  std::erase(kept_, to);
+  to->lease = next.lease;
+  report_sampling(*to, Ranges::send);
+  publish(to);
   out.swapped = true;
-  out.generation = next->number;
+  out.generation = to->number;
   // Calls that entered the old generation before the swap are told too: wait
   // (briefly) for them to return, so that its last batch has them all. Its
   // code stays mapped until the last of them returns, however long that is.
@@ -484,12 +560,19 @@ Expected<FlushResult> Engine::flush() {
   if (auto late = submit(*g); !late)
     log::debug("in-process: last submit of generation " + std::to_string(g->number) + ": " +
                late.error().describe());
-  if (auto st = release(*g); !st)
-    log::debug("in-process: release of lease " + std::to_string(g->lease) + ": " +
-               st.error().describe());
-  g->released = true;
-  note_lagging(out);
-  return out;
+  give_back(g->lease.exchange(0));
+  // While a guarded trial runs, the arm that stops running now may run again
+  // at its next stage: it stays linked (the least recently run goes first).
+  // Otherwise (a new profile's code, a verdict's) older code goes.
+  const std::string role = next.variant.is_object() ? next.variant.value("role", "") : "";
+  if (next.renew && (role == "candidate" || role == "incumbent")) {
+    kept_.insert(kept_.begin(), std::move(g));
+    if (kept_.size() > kKeptArms) kept_.pop_back();
+  } else {
+    kept_.clear();
+  }
+  kept_count_.store(kept_.size(), std::memory_order_relaxed);
+  return {};
 }
 
 void Engine::flusher_loop(std::stop_token stop) {

@@ -54,6 +54,15 @@ enum class Flushing {
   manual,     // only Engine::flush() (and the engine's destructor)
 };
 
+// Whether the engine's leases are planned by fdod's guard (docs/runtimes.md,
+// "Guarded leases"): each lease is then one stage of the program's lifecycle
+// (an arm of a running trial, the incumbent), timed in this process, and the
+// engine leases again when fdod says the next stage may run other code.
+enum class Guarding {
+  guarded,   // program.lease with guard: true; a trial's arms stay linked (kKeptArms)
+  unguarded, // the current profile's build, as it is
+};
+
 struct EngineOptions {
   std::string program;              // program id (IK) from program.register
   std::vector<std::string> entries; // the entries to call, by name
@@ -65,6 +74,7 @@ struct EngineOptions {
   // A thread behind a swap for longer than this is logged (once per epoch):
   // it keeps the older code linked (CallerThread, LagReport).
   std::chrono::milliseconds lag_warning{1000};
+  Guarding guarding = Guarding::guarded;
 };
 
 class Generation;
@@ -83,7 +93,8 @@ struct ThreadMark {
 // code stays linked until they do.
 struct LagReport {
   std::size_t threads = 0;             // open threads behind the current epoch
-  std::size_t generations_held = 0;    // older generations still linked (any holder)
+  std::size_t generations_held = 0;    // older generations still linked (any holder; a
+                                       // guarded trial's kept arms are not counted)
   std::chrono::milliseconds oldest{0}; // the longest any of them has been behind
 };
 
@@ -119,6 +130,7 @@ struct FlushResult {
   bool swapped = false;    // a new generation was linked and swapped in
   std::uint64_t generation = 0;
   std::int64_t profile_version = 0; // the profile's version as fdod last reported it
+  bool renewed = false;             // a guarded lease was renewed (the next stage's plan taken)
   LagReport lagging;                // after the flush (and its swap)
 };
 
@@ -219,8 +231,8 @@ public:
   Expected<FlushResult> flush();
 
   std::uint64_t generation() const;
-  // Generations whose code is linked now: the current one plus any an
-  // unfinished call still holds.
+  // Generations whose code is linked now: the current one, a guarded trial's
+  // kept arms, and any older one an unfinished call or thread still holds.
   int generations_loaded() const;
   std::uint64_t lease() const;
   std::string storage_key() const;
@@ -228,6 +240,17 @@ public:
   // and the profile version it was compiled with.
   std::string mode() const;
   std::int64_t profile_version() const;
+  // The variant the current lease runs and why, as fdod planned it:
+  // {"guarded": true, "role", "name", "reason", "renew"} (role
+  // incumbent/candidate/current), with what the guard made of the last
+  // stage submitted: "counted" (it went into a trial) and "trial" (the
+  // trial's progress or verdict, or null); {"guarded": false} for unguarded
+  // leases.
+  nlohmann::json variant() const;
+  // Generations linked but not running: a guarded trial's other arm, kept to
+  // switch back to without linking again (at most kKeptArms).
+  static constexpr std::size_t kKeptArms = 2;
+  std::size_t arms_kept() const { return kept_count_.load(std::memory_order_relaxed); }
   // Whether and how fdod samples this process's threads in the running
   // code (docs/runtimes.md, "Sampling in-process code"): {"available",
   // "reason", ...what program.sample last said, "last_submit": the samples
@@ -248,9 +271,25 @@ private:
   void note_lagging(FlushResult& out);
   // The current generation with the epoch it belongs to.
   std::pair<std::shared_ptr<Generation>, std::uint64_t> current_with_epoch() const;
-  Expected<std::shared_ptr<Generation>> lease_generation(const std::string& unless_storage_key);
+  // One program.lease: a newly linked generation, or (fresh null) the lease
+  // of an object named in `loaded` (guarded), or no lease (unguarded, the
+  // object unchanged).
+  struct Leased {
+    std::shared_ptr<Generation> fresh;
+    std::uint64_t lease = 0;
+    std::string storage_key;
+    nlohmann::json variant;
+    bool renew = false;
+  };
+  Expected<Leased> lease_object(const std::vector<std::string>& loaded);
+  // Gives a lease back (0: none); failures only logged.
+  void give_back(std::uint64_t lease);
+  // A guarded lease renewed or the profile moved on: the new lease's code
+  // runs from now on (flush_mu_).
+  Status take_lease(std::shared_ptr<Generation> g, FlushResult& out);
+  // The current lease's variant (program.lease's `variant` and `renew`).
+  void set_variant(const nlohmann::json& variant, bool renew);
   Expected<std::optional<nlohmann::json>> submit(Generation& g);
-  Status release(const Generation& g);
   void flusher_loop(std::stop_token stop);
   // Remembers the calling thread for sampling (first call on it, then once
   // per timed call); cheap when it is known.
@@ -277,12 +316,17 @@ private:
   std::atomic<std::uint64_t> calls_submitted_{0};
 
   std::mutex flush_mu_; // one flush (and so one daemon call) at a time
+  // Linked generations that do not run now, most recently run first
+  // (guarded: a trial's other arm); flush_mu_.
+  std::vector<std::shared_ptr<Generation>> kept_;
+  std::atomic<std::size_t> kept_count_{0};
   std::uint64_t generations_made_ = 0;
   std::int64_t last_profile_version_ = 0;
 
   mutable std::mutex error_mu_;
   std::string last_error_;
   nlohmann::json sampling_; // error_mu_
+  nlohmann::json variant_;  // error_mu_
 
   // Threads that called the code (note_thread); new_threads_ when one was
   // added since fdod was last told.

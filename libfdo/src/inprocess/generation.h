@@ -47,7 +47,9 @@ public:
   }
 
   std::uint64_t number = 0;
-  std::uint64_t lease = 0;
+  // The lease its code runs under now (0: none, a kept arm's); changed by
+  // flushes only, read by Engine::lease() from any thread.
+  std::atomic<std::uint64_t> lease{0};
   std::string storage_key;
   std::int64_t profile_version = 0;
   std::string mode;
@@ -66,7 +68,6 @@ public:
   std::vector<std::uint64_t> sent_calls, sent_timed_calls, sent_timed_ns;
   std::map<std::string, std::vector<std::uint64_t>> sent_counts;
   std::map<std::string, jit::FunctionValueProfile> sent_values;
-  bool released = false;
 };
 
 // Per-thread countdown choosing which calls are timed (engine.cpp): true

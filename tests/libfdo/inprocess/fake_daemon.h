@@ -7,7 +7,9 @@
 #include "engine.h"
 #include "fdo/jit/compiler.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <sys/mman.h>
@@ -56,21 +58,46 @@ public:
   Expected<LinkReply> call(std::string_view method, const json& params) override {
     std::lock_guard lk(mu);
     if (method == "program.lease") {
-      if (params.value("unless_storage_key", "") == current.storage_key)
-        return LinkReply{{{"unchanged", true}, {"lease", nullptr}}, {}};
-      Fd fd(::memfd_create("fake-lease", MFD_CLOEXEC));
-      FDO_TRY_STATUS(write_all(fd.get(), current.object));
+      lease_params.push_back(params);
+      const bool guarded = params.value("guard", false);
+      // A guarded lease serves the next scripted plan's output, if any.
+      const Output* serve = &current;
+      json variant = nullptr;
+      bool renew = false;
+      if (guarded && !plans.empty()) {
+        const Plan& p = plans.front();
+        serve = &p.output;
+        variant = p.variant;
+        renew = p.renew;
+      }
+      std::vector<std::string> have;
+      if (params.contains("unless_storage_key")) have.push_back(params["unless_storage_key"]);
+      for (const json& k : params.value("loaded", json::array()))
+        have.push_back(k);
+      const bool unchanged =
+          claim_unchanged || std::find(have.begin(), have.end(), serve->storage_key) != have.end();
+      if (unchanged && !guarded) return LinkReply{{{"unchanged", true}, {"lease", nullptr}}, {}};
       LinkReply r{{{"lease", next_lease},
-                   {"unchanged", false},
-                   {"storage_key", current.storage_key},
-                   {"profile_version", current.version},
-                   {"object_size", current.object.size()},
-                   {"mode", current.metadata.value("mode", "")},
+                   {"unchanged", unchanged},
+                   {"storage_key", serve->storage_key},
+                   {"profile_version", serve->version},
+                   {"object_size", serve->object.size()},
+                   {"mode", serve->metadata.value("mode", "")},
                    {"sampling", {{"available", sampling}, {"reason", "fake sampling"}}},
-                   {"metadata", current.metadata}},
+                   {"metadata", serve->metadata}},
                   {}};
-      if (!withhold_fd) r.fds.push_back(std::move(fd));
-      leases[next_lease] = current.version;
+      if (guarded) {
+        r.result["variant"] = variant;
+        r.result["renew"] = renew;
+      }
+      if (!unchanged && !withhold_fd) {
+        Fd fd(::memfd_create("fake-lease", MFD_CLOEXEC));
+        FDO_TRY_STATUS(write_all(fd.get(), serve->object));
+        r.fds.push_back(std::move(fd));
+      }
+      if (guarded && !plans.empty()) plans.pop_front();
+      leases[next_lease] = serve->version;
+      lease_renews[next_lease] = renew;
       ++next_lease;
       return r;
     }
@@ -85,8 +112,10 @@ public:
             counted += c.get<std::uint64_t>();
       }
       ++submits;
+      submitted_leases.push_back(lease);
       return LinkReply{{{"profile_version", current.version},
                         {"stale", current.version != leases[lease]},
+                        {"renew", lease_renews[lease]},
                         {"samples", {{"attributed", submits}}}},
                        {}};
     }
@@ -110,11 +139,24 @@ public:
     return make_error(Errc::not_found, "method not found");
   }
 
+  // What a guarded lease serves, in order (then `current`, unguarded-style):
+  // the output, the variant fdod would name and whether it asks to renew.
+  struct Plan {
+    Output output;
+    json variant;
+    bool renew = true;
+  };
+
   std::mutex mu;
   Output current;
+  std::deque<Plan> plans;
+  std::vector<json> lease_params;              // every program.lease's params, in order
+  std::map<std::uint64_t, bool> lease_renews;  // lease -> renew
+  std::vector<std::uint64_t> submitted_leases; // the lease of each submit, in order
   bool withhold_fd = false;
-  bool sampling = false;     // leases say fdod samples them
-  std::vector<json> samples; // program.sample params, in order
+  bool claim_unchanged = false; // guarded leases: say the runtime has the object, send none
+  bool sampling = false;        // leases say fdod samples them
+  std::vector<json> samples;    // program.sample params, in order
   std::uint64_t next_lease = 1;
   std::map<std::uint64_t, std::int64_t> leases; // lease -> version leased
   std::vector<std::uint64_t> released;

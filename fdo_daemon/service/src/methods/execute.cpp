@@ -303,15 +303,6 @@ json measurement_json(const perf::Measurement& m, bool verbose) {
 
 namespace {
 
-// Which variant ran and why (stage.variant in schemas/execute.result.schema.json).
-json variant_json(const StagePlan& plan) {
-  return {{"role", std::string(to_string(plan.role))},
-          {"name", plan.name.empty() ? json(nullptr) : json(plan.name)},
-          {"reason", plan.reason},
-          {"counted", false},
-          {"trial", nullptr}};
-}
-
 // One stage in fdod's log (journald fields under systemd): finished stages at
 // debug, failed ones at info, each naming its program, profile and tenant.
 void stage_record(log::Level level, const std::string& what, const cache::StageOutput& so,
@@ -328,18 +319,6 @@ void stage_record(log::Level level, const std::string& what, const cache::StageO
                {"FDO_TENANT_UID", tenant},
                {"FDO_MODE", to_string(so.mode)},
                {"FDO_CACHE", cache::to_string(so.outcome)}});
-}
-
-void precompile(ServiceState& s, const ProgramRecord& prog,
-                const std::optional<cache::ProfileRef>& build) {
-  if (!build) return;
-  auto done = s.orch->precompile(prog.program, *build);
-  if (!done)
-    log::warning("guard: compiling the plain build of " + prog.ik.substr(0, 12) +
-                 " ahead of its trial failed: " + done.error().describe());
-  else
-    log::debug("guard: plain build of " + prog.ik.substr(0, 12) +
-               " ahead of its trial: " + std::string(cache::to_string(*done)));
 }
 
 } // namespace

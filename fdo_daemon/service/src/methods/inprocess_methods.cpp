@@ -72,12 +72,46 @@ Expected<std::uint64_t> lease_param(const json& params) {
   return require_param<std::uint64_t>(params, "lease");
 }
 
+// The storage keys whose objects the runtime has linked already (`loaded`,
+// and the older `unless_storage_key`): for those no object is sent.
+constexpr std::size_t kMaxLoaded = 8;
+Expected<std::vector<std::string>> loaded_param(const json& params) {
+  std::vector<std::string> out;
+  FDO_TRY(std::string unless, optional_param<std::string>(params, "unless_storage_key", ""));
+  if (!unless.empty()) out.push_back(std::move(unless));
+  auto it = params.find("loaded");
+  if (it == params.end() || it->is_null()) return out;
+  if (!it->is_array() || it->size() > kMaxLoaded)
+    return make_error(Errc::invalid_argument, "loaded must be an array of at most " +
+                                                  std::to_string(kMaxLoaded) + " storage keys");
+  for (const json& k : *it) {
+    if (!k.is_string())
+      return make_error(Errc::invalid_argument, "loaded must hold strings, got " + k.dump());
+    out.push_back(k.get<std::string>());
+  }
+  return out;
+}
+
+// The comparable shape of an in-process stage (guard.h, stage_shape): the
+// entries the runtime calls; a trial compares stages of one shape.
+std::string inprocess_shape(const std::vector<std::string>& entries) {
+  std::string shape = "inprocess";
+  for (const std::string& e : entries)
+    shape += " " + e;
+  return shape;
+}
+
 Expected<json> program_lease(ServiceState& s, const json& params, const CallContext& ctx) {
   if (ctx.reply_fds == nullptr)
     return make_error(Errc::unsupported, "program.lease sends the object as a file descriptor "
                                          "(SCM_RIGHTS); this transport cannot carry one");
+  for (auto it = params.begin(); it != params.end(); ++it)
+    if (it.key() != "program" && it.key() != "entries" && it.key() != "unless_storage_key" &&
+        it.key() != "loaded" && it.key() != "guard")
+      return make_error(Errc::invalid_argument, "unknown parameter '" + it.key() + "'");
   FDO_TRY(std::string ik, require_param<std::string>(params, "program"));
-  FDO_TRY(std::string unless, optional_param<std::string>(params, "unless_storage_key", ""));
+  FDO_TRY(std::vector<std::string> loaded, loaded_param(params));
+  FDO_TRY(bool guarded, optional_param<bool>(params, "guard", false));
   FDO_TRY(ProgramRef prog, s.programs->find(ik, ctx.uid, s.sharing()));
   FDO_TRY(std::vector<std::string> entries, entries_param(params, *prog));
   std::shared_ptr<const Config> cfg = s.config.get();
@@ -86,9 +120,20 @@ Expected<json> program_lease(ServiceState& s, const json& params, const CallCont
   const SamplingVerdict sampling =
       may_sample(s.sampling_host->access(), cfg->sampling, ctx.uid, ctx.pid);
 
-  // Exactly what an execute stage would serve now (same keys, same tier-up):
-  // the guard's live A/B trials run on execute stages only.
-  FDO_TRY(cache::StageOutput so, s.orch->prepare(prog->program, cfg->tier_up));
+  // Unguarded: exactly what an unguarded stage would serve now (same keys,
+  // same tier-up). Guarded: one stage of the program's lifecycle, the variant
+  // the guard plans for it (an arm of a trial, the incumbent), as execute
+  // plans its stages (stage_start.cpp).
+  std::optional<StageStart> start;
+  if (guarded) {
+    FDO_TRY(StageStart st, start_stage(s, *prog, inprocess_shape(entries), *cfg));
+    start = std::move(st);
+  } else {
+    FDO_TRY(cache::StageOutput so, s.orch->prepare(prog->program, cfg->tier_up));
+    start.emplace();
+    start->so = std::move(so);
+  }
+  const cache::StageOutput& so = start->so;
   json out = {{"program", so.ik},
               {"profile_key", so.pk},
               {"profile_version", so.profile_version},
@@ -98,7 +143,8 @@ Expected<json> program_lease(ServiceState& s, const json& params, const CallCont
               {"mode", std::string(to_string(so.mode))},
               {"cache", cache_outcome_json(so)},
               {"sampling", {{"available", sampling.allowed}, {"reason", sampling.reason}}}};
-  if (!unless.empty() && unless == so.storage_key) {
+  const bool have = std::find(loaded.begin(), loaded.end(), so.storage_key) != loaded.end();
+  if (have && !guarded) {
     out["unchanged"] = true;
     out["lease"] = nullptr;
     return out;
@@ -118,25 +164,42 @@ Expected<json> program_lease(ServiceState& s, const json& params, const CallCont
   lease.storage_key = so.storage_key;
   lease.mode = std::string(to_string(so.mode));
   lease.entries = entries;
-  json layout = json::array();
-  for (const auto& f : meta->compile.counters_layout)
-    layout.push_back({{"function", f.pgo_name}, {"counters", f.num_counters}});
   lease.metadata = meta;
   lease.sampling_reason = sampling.reason;
   if (sampling.allowed)
     lease.sampling = std::make_shared<LeaseSampling>(s.sampling_host, ctx.pid, ctx.uid,
                                                      cfg->sampling, meta->compile);
+  if (guarded) {
+    out["variant"] = variant_json(start->plan);
+    out["renew"] = renews(*start);
+    out["lifecycle"] = start->life.json_since_start();
+    lease.guarded = std::make_shared<GuardedLease>(start->plan, start->life.entry, renews(*start));
+    // Ahead of need (docs/guard.md): the trial's other arm compiles in the
+    // background, as for an execute stage.
+    precompile(s, *prog, start->plan.ahead);
+  }
 
-  FDO_TRY(Fd object, sealed_object(so.entry->object));
+  std::optional<Fd> object;
+  if (!have) {
+    FDO_TRY(Fd fd, sealed_object(so.entry->object));
+    object = std::move(fd);
+  }
   FDO_TRY(LeaseRef ref, s.leases->add(std::move(lease), LeaseLimits{}));
-  ctx.reply_fds->push_back(std::move(object));
   out["lease"] = ref->id;
-  out["unchanged"] = false;
+  out["unchanged"] = have;
   out["entries"] = entries;
   out["object_size"] = so.entry->object.size();
-  out["fds"] = 1;
-  out["counters_layout"] = std::move(layout);
-  out["metadata"] = meta->json;
+  if (object) {
+    ctx.reply_fds->push_back(std::move(*object));
+    json layout = json::array();
+    for (const auto& f : meta->compile.counters_layout)
+      layout.push_back({{"function", f.pgo_name}, {"counters", f.num_counters}});
+    out["fds"] = 1;
+    out["counters_layout"] = std::move(layout);
+    out["metadata"] = meta->json;
+  } else {
+    out["fds"] = 0;
+  }
   return out;
 }
 
@@ -261,6 +324,37 @@ Expected<StageObservation> batch_observation(const json& b, const ProgramLease& 
   return obs;
 }
 
+// A guarded lease's stage told to the guard, once (its first submit): the
+// mean time per call of the submit's batches, in picoseconds (a trial compares
+// ratios; nanoseconds per call would round a small entry's away), on both
+// clocks (the runtime measures its calls one way). Returns the lease's
+// `variant` with what the guard made of the stage.
+json guarded_stage(ServiceState& s, const ProgramLease& lease, std::uint64_t calls,
+                   std::uint64_t exec_ns, std::int64_t stage, const Config& cfg) {
+  GuardedLease& g = *lease.guarded;
+  json variant = variant_json(g.plan);
+  if (g.recorded.exchange(true)) {
+    variant["trial"] = g.plan.kind == GuardPlanKind::trial
+                           ? json("counted at the lease's first submit; lease again for the next")
+                           : json(nullptr);
+    return variant;
+  }
+  // calls >= 1 (each batch's); a per-call time past 2^64 ps is 213 days.
+  const long double ps =
+      static_cast<long double>(exec_ns) * 1000.0L / static_cast<long double>(calls);
+  const std::uint64_t per_call =
+      ps >= 1.8e19L ? std::uint64_t{1} << 63 : static_cast<std::uint64_t>(ps);
+  GuardStage gs = s.guard->record(g.plan, lease.served_digest, {per_call, per_call}, stage,
+                                  lease.program->ik, lease.program->owner, cfg.guard);
+  if (gs.ended && g.life) {
+    std::lock_guard lk(g.life->mu);
+    g.life->lc.trial_ended(*gs.ended, gs.version, stage, gs.note, std::chrono::system_clock::now());
+  }
+  variant["counted"] = gs.counted;
+  if (!gs.note.empty()) variant["trial"] = gs.note;
+  return variant;
+}
+
 Expected<json> feedback_submit(ServiceState& s, const json& params, const CallContext& ctx) {
   FDO_TRY(std::uint64_t id, lease_param(params));
   FDO_TRY(LeaseRef lease, s.leases->find(id, ctx.uid, ctx.connection));
@@ -284,20 +378,24 @@ Expected<json> feedback_submit(ServiceState& s, const json& params, const CallCo
       lease->sampling ? lease->sampling->drain() : std::nullopt;
   json rewritten = nullptr;
   std::string policy;
-  std::uint64_t calls = 0;
+  std::uint64_t calls = 0, exec_ns = 0;
+  std::int64_t last_stage = 0;
   StageSamples samples;
   for (std::size_t i = 0; i < checked.size(); ++i) {
     calls += batches[i]["calls"].get<std::uint64_t>();
+    exec_ns += checked[i].exec_ns;
     StageReport report;
     report.pk = lease->pk;
     report.program = lease->program->ik;
     report.owner = lease->program->owner;
     report.stage = lease->program->stages.fetch_add(1);
+    last_stage = report.stage;
     report.profile_version = lease->profile_version;
     report.target_profile_version = lease->target_profile_version;
     report.run.planned_digest = lease->planned_digest;
     report.run.served_digest = lease->served_digest;
     report.run.served_mode = lease->served_mode;
+    report.run.trial = lease->guarded && lease->guarded->plan.kind == GuardPlanKind::trial;
     report.metadata = lease->metadata;
     StageObservation& obs = checked[i];
     if (i + 1 == checked.size() && sampled) {
@@ -313,9 +411,17 @@ Expected<json> feedback_submit(ServiceState& s, const json& params, const CallCo
           {"from", fo.rewritten->from}, {"to", fo.rewritten->to}, {"reason", fo.rewritten->reason}};
   }
   s.counters.inprocess_batches += checked.size();
+  json variant = nullptr;
+  if (lease->guarded) {
+    variant = guarded_stage(s, *lease, calls, exec_ns, last_stage, *cfg);
+    if (!rewritten.is_null())
+      precompile(s, *lease->program, s.guard->ahead(lease->program->ik, cfg->guard));
+  }
   FDO_TRY(auto current, s.feedback_store->current(lease->pk));
   const std::int64_t version = current ? current->version : 0;
   return json{{"lease", lease->id},
+              {"variant", std::move(variant)},
+              {"renew", lease->guarded ? lease->guarded->renew : false},
               {"accepted", checked.size()},
               {"calls", calls},
               {"profile_version", version},

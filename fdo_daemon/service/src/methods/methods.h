@@ -74,6 +74,16 @@ struct StageStart {
 // compile).
 Expected<StageStart> start_stage(ServiceState& s, const ProgramRecord& prog,
                                  const std::string& shape, const Config& c);
+// Which variant a stage ran and why (stage.variant in
+// schemas/execute.result.schema.json; feedback.submit's `variant`).
+json variant_json(const StagePlan& plan);
+// Compiles `build` (a plan's or the guard's `ahead`) in the background.
+void precompile(ServiceState& s, const ProgramRecord& prog,
+                const std::optional<cache::ProfileRef>& build);
+// Whether the stage after this one may be planned otherwise (a trial's next
+// arm, the lifecycle's next step, the planned build once compiled): a
+// guarded lease asks its runtime to lease again after its first submit.
+bool renews(const StageStart& start);
 
 // The execute method (execute.cpp): one stage.
 Expected<json> execute(ServiceState& s, const json& params, const CallContext& ctx);

@@ -69,6 +69,44 @@ std::vector<ProgramLifecycle::Clock::time_point> recent_rewrites(ServiceState& s
 
 } // namespace
 
+// Which variant ran and why (stage.variant in schemas/execute.result.schema.json).
+json variant_json(const StagePlan& plan) {
+  return {{"role", std::string(to_string(plan.role))},
+          {"name", plan.name.empty() ? json(nullptr) : json(plan.name)},
+          {"reason", plan.reason},
+          {"counted", false},
+          {"trial", nullptr}};
+}
+
+void precompile(ServiceState& s, const ProgramRecord& prog,
+                const std::optional<cache::ProfileRef>& build) {
+  if (!build) return;
+  auto done = s.orch->precompile(prog.program, *build);
+  if (!done)
+    log::warning("guard: compiling the plain build of " + prog.ik.substr(0, 12) +
+                 " ahead of its trial failed: " + done.error().describe());
+  else
+    log::debug("guard: plain build of " + prog.ik.substr(0, 12) +
+               " ahead of its trial: " + std::string(cache::to_string(*done)));
+}
+
+bool renews(const StageStart& start) {
+  switch (start.plan.kind) {
+  case GuardPlanKind::trial:
+  case GuardPlanKind::waiting:
+  case GuardPlanKind::other_shape:
+    return true;
+  case GuardPlanKind::serving:
+  case GuardPlanKind::not_guarded:
+    break;
+  }
+  // The lifecycle kept the guard out (counts being gathered, a paused guard,
+  // a failed build being retried) or the planned build still compiles: the
+  // next stage may plan otherwise.
+  return (start.life.entry && !start.life.directive.guard) ||
+         start.so.profile_digest != start.so.target_profile_digest;
+}
+
 json StageLife::json_since_start() const {
   if (!entry) return nullptr;
   std::lock_guard lk(entry->mu);

@@ -10,10 +10,13 @@
 #pragma once
 
 #include "fdo/daemon/block_samples.h"
+#include "fdo/daemon/guard.h"
+#include "fdo/daemon/lifecycle.h"
 #include "fdo/daemon/program_registry.h"
 #include "fdo/daemon/stage_metadata.h"
 #include "fdo/util/expected.h"
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -27,6 +30,20 @@
 namespace fdo::daemon {
 
 class LeaseSampling; // lease_sampling.h
+
+// A guarded lease (program.lease with `guard: true`, docs/runtimes.md,
+// "Guarded leases"): one stage of the program's lifecycle, planned by the
+// guard as an execute stage is. Its first feedback.submit is the stage's
+// measurement (the mean time per call of its batches goes into the trial);
+// `renew` tells the runtime to lease again after it, for the next stage's plan.
+struct GuardedLease {
+  GuardedLease(StagePlan p, std::shared_ptr<LifecycleTable::Entry> l, bool r)
+      : plan(std::move(p)), life(std::move(l)), renew(r) {}
+  const StagePlan plan;
+  const std::shared_ptr<LifecycleTable::Entry> life; // null before the program's first profile
+  const bool renew;
+  std::atomic<bool> recorded{false}; // the guard was told of the stage
+};
 
 struct ProgramLease {
   std::uint64_t id = 0;
@@ -53,6 +70,8 @@ struct ProgramLease {
   // fdod does not sample this lease; sampling_reason says why, or with what.
   std::shared_ptr<LeaseSampling> sampling;
   std::string sampling_reason;
+  // Set for a guarded lease (null: the current profile's build, as it is).
+  std::shared_ptr<GuardedLease> guarded;
 };
 
 using LeaseRef = std::shared_ptr<const ProgramLease>;
