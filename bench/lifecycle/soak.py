@@ -30,6 +30,13 @@ then the two run phase B one after the other for --rounds rounds; the ratio of m
 (new / old, process CPU time of the call) says whether the re-profiled code is at least as
 fast. Quote the host load with it: it is a timing.
 
+In-process rows (prefix "inproc:"): the fdo_effect kernels and pgo_loses run in this
+process through libfdo (docs/runtimes.md, "Guarded leases"), one call and one flush per
+stage, every lease planned by the lifecycle and the guard as execute's stages are. The
+same properties are checked on them, with the stage's variant as libfdo reports it, plus:
+every build returns the same value, and no more objects are linked than the program's
+builds (at most 3 + 2 per trial).
+
 Runs under CTest as e2e:LifecycleSoak (tests/e2e/test_lifecycle.py) with fewer stages.
 Python standard library plus tests/e2e/harness.py."""
 import argparse
@@ -131,6 +138,89 @@ def soak_program(client, prog, stages, on_stage=None):
         if on_stage:
             on_stage(prog, rec)
     return {"program": pid, "records": records, "switched_at": switched_at}
+
+
+def inprocess_corpus(build):
+    """The programs of the corpus a runtime can call in its own process: no-argument or
+    scalar entries that neither exit nor need their data reset between calls."""
+    build = pathlib.Path(build)
+    # One unused constant more: a program (and profile key) of its own, so its lifecycle
+    # starts here rather than where the execute rows left the same IR.
+    own = "\n@fdo_soak_inprocess = constant i8 1\n"
+    out = [Program("inproc:" + ll.stem, ll.read_text() + own, "kernel_run")
+           for ll in sorted((build / "bench" / "fdo_effect" / "ir").glob("*.ll"))]
+    fixtures = REPO / "tests" / "e2e" / "fixtures"
+    out.append(Program("inproc:pgo_loses", (fixtures / "pgo_loses.ll").read_text() + own, "run",
+                       lambda phase: [1]))
+    return out
+
+
+def soak_inprocess(client, lib, socket_path, prog, stages):
+    """Runs `stages` stages of one program in this process through libfdo: one call and
+    one flush each. Returns records shaped as soak_program's (with the returned value and
+    the generation linked), and the facts summarize needs."""
+    import ctypes
+    import test_inprocess as tip  # tests/e2e: libfdo's ctypes bindings
+
+    reg = client.call("program.register", {"ir": prog.ir, "name": prog.name})
+    conn, err, h = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+
+    def check(rc):
+        if rc != 0:
+            raise RuntimeError(lib.fdo_error_message(err).decode())
+    check(lib.fdo_connect(socket_path.encode(), ctypes.byref(conn), ctypes.byref(err)))
+    records = []
+    try:
+        entries = (ctypes.c_char_p * 1)(prog.entry.encode())
+        opts = tip.InprocOptions(1, 0, 1)  # manual flushes, every call timed
+        check(lib.fdo_inproc_open(conn, reg["program"].encode(), entries, 1, ctypes.byref(opts),
+                                  ctypes.byref(h), ctypes.byref(err)))
+        args = prog.args(0)
+        slots = (ctypes.c_uint64 * max(1, len(args)))(*args)
+        ret = ctypes.c_uint64()
+        modes = {0: "plain", 1: "instrumented", 2: "optimized"}
+        for i in range(stages):
+            v = tip.variant_of(lib, h)
+            mode = modes.get(lib.fdo_inproc_mode(h), "?")
+            generation = lib.fdo_inproc_generation(h)
+            check(0 if lib.fdo_inproc_call(h, 0, slots, ctypes.byref(ret)) == 0 else -1)
+            flushed = tip.InFlushResult()
+            check(lib.fdo_inproc_flush(h, ctypes.byref(flushed), ctypes.byref(err)))
+            after = tip.variant_of(lib, h)
+            trial = after.get("trial") or ""
+            records.append({
+                "stage": i, "mode": mode, "version": lib.fdo_inproc_profile_version(h),
+                "cache": "memory_hit", "role": v.get("role"), "variant": v.get("name"),
+                "policy": "", "phase": None, "transitions": [], "cpu_ns": 0,
+                "exit_status": None, "workload": 0, "value": ret.value,
+                "generation": generation, "counted": after.get("counted", False),
+                "verdict": trial if any(w in trial for w in
+                                        ("accepted", "rejected", "no difference")) else None,
+            })
+    finally:
+        lib.fdo_inproc_close(h)
+        lib.fdo_close(conn)
+    # The lifecycle's own record of the key (cache.explain), for re-profiles and trials.
+    explain = client.call("cache.explain", {"program": reg["program"]})
+    history = (explain.get("lifecycle") or {}).get("history") or []
+    if records:
+        records[-1]["phase"] = (explain.get("lifecycle") or {}).get("phase")
+        records[-1]["transitions"] = [(t["from"], t["to"], t["cause"]) for t in history]
+    return {"program": reg["program"], "records": records, "switched_at": None}
+
+
+def inprocess_violations(summary, run):
+    """The in-process rows' own promises: one value from every build, and objects linked
+    only for builds the program had (instrumented, optimized, and both arms per trial)."""
+    out = []
+    recs = run["records"]
+    values = {r["value"] for r in recs}
+    if len(values) > 1:
+        out.append(f"{summary['name']}: builds returned different values {sorted(values)[:4]}")
+    linked = max((r["generation"] for r in recs), default=0)
+    if linked > 3 + 2 * summary["trials"]:
+        out.append(f"{summary['name']}: {linked} objects linked for {summary['trials']} trial(s)")
+    return out
 
 
 def summarize(prog, run):
@@ -263,6 +353,8 @@ def main(argv=None):
                     help="time the phase-change program's new code against its old (a benchmark)")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--json", help="write the summaries (and timing) here")
+    ap.add_argument("--no-inprocess", action="store_true",
+                    help="leave out the in-process rows (libfdo in this process)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
 
@@ -290,8 +382,24 @@ def main(argv=None):
                 s["phase_b_share"] = round(phase_b_profile_share(c, pk), 3)
                 if args.timing:
                     timing = time_phase_change(c, prog, run, args.rounds)
+        extra = []
+        if not args.no_inprocess:
+            sys.path.insert(0, str(REPO / "tests" / "e2e"))
+            os.environ.setdefault("FDO_BUILD_DIR", args.build)
+            import test_inprocess as tip
+            lib = tip.load_libfdo()
+            for prog in inprocess_corpus(args.build):
+                if args.only and prog.name not in args.only:
+                    continue
+                run = soak_inprocess(c, lib, d.socket, prog, args.stages)
+                s = summarize(prog, run)
+                summaries.append(s)
+                extra += inprocess_violations(s, run)
+                if not args.quiet:
+                    print(f"[soak] {s['name']}: optimized at {s['to_optimized']}, final "
+                          f"{s['final_mode']} / {s['final_variant']}", flush=True)
         print(f"\nfdod settings: {json.dumps(settings, sort_keys=True)}")
-        print(f"{len(progs)} programs x {args.stages} stages in {time.time() - started:.0f} s, "
+        print(f"{len(summaries)} programs x {args.stages} stages in {time.time() - started:.0f} s, "
               f"load average {os.getloadavg()[0]:.2f}\n")
         print(table(summaries))
         for s in summaries:
@@ -303,7 +411,7 @@ def main(argv=None):
             print(f"phase B, new code / old code (median process CPU time, {timing['rounds']} "
                   f"interleaved rounds): {timing['ratio']:.3f} "
                   f"({timing['new_median_ns'] / 1e6:.2f} ms / {timing['old_median_ns'] / 1e6:.2f} ms)")
-        bad = [v for s in summaries for v in violations(s)]
+        bad = [v for s in summaries for v in violations(s)] + extra
         print("\n" + ("all properties hold" if not bad else "VIOLATIONS:\n  " + "\n  ".join(bad)))
         if args.json:
             pathlib.Path(args.json).write_text(json.dumps(

@@ -549,6 +549,10 @@ static int run_inproc(fdo_conn* conn, const char* id, const node* e, const optio
   printf("in-process: %u thread(s) behind, %u older generation(s) linked\n", lag.threads,
          lag.generations_held);
   /* Whether fdod samples this process's threads in the kernel, and why (not). */
+  /* Which variant fdod's guard planned for the code running now, and why. */
+  char* variant = fdo_inproc_variant_json(inproc);
+  if (variant) printf("in-process: variant %s\n", variant);
+  fdo_string_free(variant);
   char* sampling = fdo_inproc_sampling_json(inproc);
   if (sampling) printf("in-process: sampling %s\n", sampling);
   fdo_string_free(sampling);

@@ -100,8 +100,17 @@ class LifecycleSoak(unittest.TestCase):
                     pk = c.call("execute", prog.params(run["program"], 1))["stage"]["profile_key"]
                     share = soak.phase_b_profile_share(c, pk)
                     self.assertGreater(share, 0.8, "the current profile is not phase B's")
+            # The same corpus's kernels in this process through libfdo: every lease
+            # planned by the lifecycle and the guard (docs/runtimes.md, "Guarded leases").
+            import test_inprocess
+            lib = test_inprocess.load_libfdo()
+            extra = []
+            for prog in soak.inprocess_corpus(BUILD):
+                run = soak.soak_inprocess(c, lib, d.socket, prog, self.STAGES)
+                summaries.append(soak.summarize(prog, run))
+                extra += soak.inprocess_violations(summaries[-1], run)
             print("\n" + soak.table(summaries), flush=True)
-            bad = [v for s in summaries for v in soak.violations(s)]
+            bad = [v for s in summaries for v in soak.violations(s)] + extra
             self.assertEqual(bad, [], "\n" + soak.table(summaries))
             exits = next(s for s in summaries if s["name"] == "exits")
             self.assertEqual(exits["exit_statuses"], [0])

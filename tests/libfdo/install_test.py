@@ -68,6 +68,10 @@ def check_inproc(calc, daemon, env):
     # The example's one thread passed a quiescent point after the last swap:
     # nothing older stays linked.
     assert "in-process: 0 thread(s) behind, 0 older generation(s) linked" in out, out
+    # fdod's guard planned each lease; the example says which variant runs and why.
+    variant = json.loads(re.search(r"^in-process: variant (.*)$", out, re.M).group(1))
+    assert variant["guarded"] is True and variant["reason"], variant
+    assert variant["role"] in ("current", "incumbent", "candidate"), variant
     sampling = json.loads(re.search(r"^in-process: sampling (.*)$", out, re.M).group(1))
     assert isinstance(sampling["available"], bool) and sampling["reason"], sampling
 

@@ -81,7 +81,9 @@ Engine::~Engine() {
     wake_.notify_all();
     flusher_.join();
   }
-  if (auto r = flush(); !r) log::warning("in-process: final flush: " + r.error().describe());
+  // The last submit; no new lease (fdod may have planned one more stage).
+  if (auto r = flush_then(AfterSubmit::stop); !r)
+    log::warning("in-process: final flush: " + r.error().describe());
   std::shared_ptr<Generation> g = current_.exchange(nullptr);
   std::lock_guard lk(flush_mu_);
   if (g) give_back(g->lease.exchange(0));
@@ -487,6 +489,10 @@ Expected<std::optional<json>> Engine::submit(Generation& g) {
 }
 
 Expected<FlushResult> Engine::flush() {
+  return flush_then(AfterSubmit::lease_again);
+}
+
+Expected<FlushResult> Engine::flush_then(AfterSubmit then) {
   std::lock_guard lk(flush_mu_);
   FlushResult out;
   std::shared_ptr<Generation> g = current_.load();
@@ -505,7 +511,8 @@ Expected<FlushResult> Engine::flush() {
     judged = reply->value("variant", json(nullptr));
   }
   out.profile_version = last_profile_version_;
-  if (out.stale || renew) FDO_TRY_STATUS(take_lease(std::move(g), out));
+  if ((out.stale || renew) && then == AfterSubmit::lease_again)
+    FDO_TRY_STATUS(take_lease(std::move(g), out));
   if (judged.is_object()) {
     std::lock_guard vk(error_mu_);
     if (variant_.value("guarded", false)) {

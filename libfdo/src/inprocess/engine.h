@@ -271,6 +271,10 @@ private:
   void note_lagging(FlushResult& out);
   // The current generation with the epoch it belongs to.
   std::pair<std::shared_ptr<Generation>, std::uint64_t> current_with_epoch() const;
+  // A flush, and whether a lease that fdod says is stale or to renew is
+  // taken again (not at the engine's end).
+  enum class AfterSubmit { lease_again, stop };
+  Expected<FlushResult> flush_then(AfterSubmit then);
   // One program.lease: a newly linked generation, or (fresh null) the lease
   // of an object named in `loaded` (guarded), or no lease (unguarded, the
   // object unchanged).

@@ -45,6 +45,7 @@ TEST_CASE("fdo_inproc_*: NULL and empty arguments are refused without a call", "
   CHECK(fdo_inproc_mode(nullptr) == -1);
   CHECK(fdo_inproc_profile_version(nullptr) == 0);
   CHECK(fdo_inproc_sampling_json(nullptr) == nullptr);
+  CHECK(fdo_inproc_variant_json(nullptr) == nullptr);
   fdo_inproc_hold_close(nullptr);
   // Native entries.
   err = nullptr;

@@ -95,8 +95,8 @@ public:
         FDO_TRY_STATUS(write_all(fd.get(), serve->object));
         r.fds.push_back(std::move(fd));
       }
-      if (guarded && !plans.empty()) plans.pop_front();
       leases[next_lease] = serve->version;
+      if (guarded && !plans.empty()) plans.pop_front(); // `serve` pointed into it
       lease_renews[next_lease] = renew;
       ++next_lease;
       return r;
