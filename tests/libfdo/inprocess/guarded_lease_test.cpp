@@ -135,8 +135,6 @@ TEST_CASE("guarded lease: an unchanged reply naming code the engine has not link
     daemon->claim_unchanged = true;
   }
   auto bad = engine.flush();
-  INFO(daemon->lease_params.size() << " leases; generation " << engine.generation()
-                                    << ", released " << daemon->released.size());
   REQUIRE_FALSE(bad);
   CHECK(bad.error().code() == Errc::corrupt);
   CHECK(bad.error().message().find("key-opt") != std::string::npos);

@@ -14,7 +14,8 @@ namespace ps = fdo::profile_store;
 namespace {
 
 Expected<json> program_list(ServiceState& s, const json&, const CallContext& ctx) {
-  FDO_TRY(std::vector<ps::ProgramInfo> all, s.profiles->store().programs(static_cast<std::int64_t>(ctx.uid)));
+  FDO_TRY(std::vector<ps::ProgramInfo> all,
+          s.profiles->store().programs(static_cast<std::int64_t>(ctx.uid)));
   json out = json::array();
   for (const auto& p : all)
     out.push_back(ps::program_to_json(p));
