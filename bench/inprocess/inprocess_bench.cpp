@@ -116,6 +116,32 @@ public:
   Expected<LinkReply> call(std::string_view method, const json& params) override {
     std::lock_guard lk(mu);
     if (method == "program.lease") {
+      if (guarded && params.value("guard", false)) {
+        // A guarded trial's stages: `current` and `other` by turns (or the
+        // same arm again), each object sent once.
+        if (alternate) std::swap(current, other);
+        bool have = false;
+        for (const json& k : params.value("loaded", json::array()))
+          have = have || k == current->key;
+        LinkReply r{
+            {{"lease", ++leases},
+             {"unchanged", have},
+             {"storage_key", current->key},
+             {"profile_version", current->version},
+             {"object_size", current->result.object.size()},
+             {"sampling", {{"available", false}, {"reason", "bench"}}},
+             {"variant", {{"role", alternate ? "candidate" : "incumbent"}, {"name", current->key}}},
+             {"renew", true},
+             {"metadata", jit::metadata_to_json(current->result)}},
+            {}};
+        if (!have) {
+          Fd fd(::memfd_create("bench", MFD_CLOEXEC));
+          FDO_TRY_STATUS(write_all(fd.get(), current->result.object));
+          r.fds.push_back(std::move(fd));
+        }
+        leased[leases] = current->version;
+        return r;
+      }
       if (params.value("unless_storage_key", "") == current->key)
         return LinkReply{{{"unchanged", true}}, {}};
       Fd fd(::memfd_create("bench", MFD_CLOEXEC));
@@ -132,17 +158,21 @@ public:
       return r;
     }
     if (method == "feedback.submit")
-      return LinkReply{
-          {{"profile_version", current->version},
-           {"stale", leased[params["lease"].get<std::uint64_t>()] != current->version}},
-          {}};
+      return LinkReply{{{"profile_version", current->version},
+                        {"stale", leased[params["lease"].get<std::uint64_t>()] != current->version},
+                        {"renew", guarded}},
+                       {}};
     if (method == "program.sample")
       return LinkReply{{{"sampling", {{"available", true}, {"reason", "bench"}}}}, {}};
     return LinkReply{{{"released", true}}, {}};
   }
   bool sampled = false; // leases say fdod samples them (program.sample)
+  // Guarded leases: every submit asks to renew; `alternate` serves `current`
+  // and `other` by turns.
+  bool guarded = false, alternate = false;
   std::mutex mu;
   const Output* current = nullptr;
+  const Output* other = nullptr;
   std::uint64_t leases = 0;
   std::map<std::uint64_t, std::int64_t> leased;
 };
@@ -301,6 +331,31 @@ int main(int argc, char** argv) {
     swap_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
   }
 
+  // A guarded trial's stages (docs/runtimes.md, "Guarded leases"): a flush
+  // that renews the lease and runs the same arm on, and one that switches to
+  // the trial's other arm, linked already.
+  auto glink = std::make_shared<MemoryLink>();
+  glink->current = &plain_a;
+  glink->other = &plain_b;
+  glink->guarded = true;
+  auto ge = open(glink);
+  std::vector<double> renew_us, switch_us;
+  for (int r = 0; r < 2 * rounds + 2; ++r) {
+    const bool alternate = r % 2 == 0;
+    {
+      std::lock_guard lk(glink->mu);
+      glink->alternate = alternate;
+    }
+    std::uint64_t a = 1, ret = 0;
+    ge->call(0, &a, &ret);
+    auto t0 = Clock::now();
+    FlushResult f = must(ge->flush(), "flush (guarded)");
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    if (!f.renewed || f.swapped != alternate) die("guarded flush did not renew as scripted");
+    if (r >= 2) (alternate ? switch_us : renew_us).push_back(us); // both arms linked from r 2
+  }
+  if (ge->generation() > 2) die("a trial's arm was linked twice");
+
   // Flush cost of an instrumented generation with fresh counts.
   auto ilink = std::make_shared<MemoryLink>();
   ilink->current = &instrumented;
@@ -339,6 +394,9 @@ int main(int argc, char** argv) {
   std::printf("  typed, next()           %8.2f ns/call   %.2fx native\n", nx, nx / nat);
   std::printf("  typed, C API per call   %8.2f ns/call   %.2fx native\n", ca, ca / nat);
   std::printf("swap (flush that leases, links and swaps new code): %.1f us\n", median(swap_us));
+  std::printf("guarded flush, same arm renewed: %.1f us; switched to the trial's other arm "
+              "(linked already): %.1f us\n",
+              median(renew_us), median(switch_us));
   std::printf("flush of an instrumented generation (counts read, batch built, submitted to an "
               "in-memory link): %.1f us = %.4f%% of a 200 ms flush interval\n",
               median(flush_us), median(flush_us) / 2000.0);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <future>
 #include <random>
 
 using namespace fdo;
@@ -219,4 +220,48 @@ TEST_CASE("guarded lease refusals: malformed loaded, guard or unknown parameters
   REQUIRE(sub.error.is_null());
   CHECK(sub.result["variant"].is_null());
   CHECK(sub.result["renew"] == false);
+}
+
+TEST_CASE("guarded lease: a stage served an earlier build while the planned one compiles in the "
+          "background is counted as such",
+          "[service][inprocess][guarded]") {
+  // Optimized compiles wait for the test's word: the background tier-up is
+  // still under way while the runtime's next stage runs the instrumented build.
+  auto gate = std::make_shared<std::promise<void>>();
+  std::shared_future<void> open_gate = gate->get_future().share();
+  Config c = guarded_config();
+  c.tier_up = TierUp::async;
+  FakeRunner::Fn compile = [open_gate](const Message& req) -> Expected<Message> {
+    if (req.header.value("op", "") == "compile" && req.header.value("mode", "") == "optimized")
+      open_gate.wait();
+    return fake_compile(req);
+  };
+  struct Opener {
+    std::shared_ptr<std::promise<void>> p;
+    ~Opener() { p->set_value(); } // before the harness stops its workers
+  };
+  std::unique_ptr<Harness> h =
+      std::make_unique<Harness>(c, fake_exec, nullptr, "test-host", compile);
+  Opener opener{gate};
+  auto reg = h->call("program.register", {{"ir", "in-process program"}});
+  REQUIRE(reg);
+  Runtime rt{(*reg)["program"], {}, 0, nullptr};
+  REQUIRE(rt.lease_again(*h).error.is_null());
+  json b = {{"calls", 100}, {"exec_ns", 1000}, {"counts", {{"main", {900, 100}}}}};
+  RpcReply rewrite;
+  for (int i = 0; i < 4; ++i) {
+    rewrite = call(*h, "feedback.submit", {{"lease", rt.lease}, {"batches", {b}}});
+    REQUIRE(rewrite.error.is_null());
+    if (rewrite.result["stale"] == true) break;
+  }
+  REQUIRE(rewrite.result["stale"] == true);
+  // The new profile's build compiles in the background; the instrumented one serves.
+  REQUIRE(rt.lease_again(*h).error.is_null());
+  CHECK(rt.last["mode"] == "instrumented");
+  CHECK(rt.last["cache"]["outcome"] == "tier_up_pending");
+  CHECK(rt.last["renew"] == true);
+  RpcReply pending = call(*h, "feedback.submit", {{"lease", rt.lease}, {"batches", {b}}});
+  REQUIRE(pending.error.is_null());
+  CHECK(pending.result["policy"].get<std::string>().find("compiles in the background") !=
+        std::string::npos);
 }

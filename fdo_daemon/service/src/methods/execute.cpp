@@ -441,9 +441,7 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   // A trial's arms; a stage of another shape during a trial runs the
   // incumbent as any served stage (lifecycle.h).
   report.run.trial = plan.kind == GuardPlanKind::trial;
-  report.run.compile = so.tier_up == cache::TierUpState::none        ? CompileState::none
-                       : so.tier_up == cache::TierUpState::scheduled ? CompileState::under_way
-                                                                     : CompileState::held_off;
+  report.run.compile = compile_state_of(so);
   report.metadata = meta;
   StageObservation& obs = *resp->observation;
   std::optional<std::int32_t> exit_status = obs.exited;

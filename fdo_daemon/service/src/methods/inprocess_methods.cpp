@@ -161,6 +161,7 @@ Expected<json> program_lease(ServiceState& s, const json& params, const CallCont
   lease.planned_digest = so.target_profile_digest;
   lease.served_digest = so.profile_digest;
   lease.served_mode = so.mode;
+  lease.compile = compile_state_of(so);
   lease.storage_key = so.storage_key;
   lease.mode = std::string(to_string(so.mode));
   lease.entries = entries;
@@ -395,6 +396,7 @@ Expected<json> feedback_submit(ServiceState& s, const json& params, const CallCo
     report.run.planned_digest = lease->planned_digest;
     report.run.served_digest = lease->served_digest;
     report.run.served_mode = lease->served_mode;
+    report.run.compile = lease->compile;
     report.run.trial = lease->guarded && lease->guarded->plan.kind == GuardPlanKind::trial;
     report.metadata = lease->metadata;
     StageObservation& obs = checked[i];

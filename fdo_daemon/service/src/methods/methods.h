@@ -74,6 +74,9 @@ struct StageStart {
 // compile).
 Expected<StageStart> start_stage(ServiceState& s, const ProgramRecord& prog,
                                  const std::string& shape, const Config& c);
+// Where the planned build's compile stood when the stage was served
+// (lifecycle.h): none when it ran what it asked for.
+CompileState compile_state_of(const cache::StageOutput& so);
 // Which variant a stage ran and why (stage.variant in
 // schemas/execute.result.schema.json; feedback.submit's `variant`).
 json variant_json(const StagePlan& plan);

@@ -90,6 +90,18 @@ void precompile(ServiceState& s, const ProgramRecord& prog,
                " ahead of its trial: " + std::string(cache::to_string(*done)));
 }
 
+CompileState compile_state_of(const cache::StageOutput& so) {
+  switch (so.tier_up) {
+  case cache::TierUpState::none:
+    return CompileState::none;
+  case cache::TierUpState::scheduled:
+    return CompileState::under_way;
+  case cache::TierUpState::held_off:
+    break;
+  }
+  return CompileState::held_off;
+}
+
 bool renews(const StageStart& start) {
   switch (start.plan.kind) {
   case GuardPlanKind::trial:

@@ -58,6 +58,8 @@ struct ProgramLease {
   // program's lifecycle counts its feedback for (lifecycle.h).
   std::string planned_digest, served_digest;
   CompileMode served_mode = CompileMode::plain;
+  // Where the planned build's compile stood when an earlier one was served.
+  CompileState compile = CompileState::none;
   std::string storage_key;
   std::string mode; // compile mode of the leased output
   std::vector<std::string> entries;
