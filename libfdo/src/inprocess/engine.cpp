@@ -277,6 +277,8 @@ Expected<Engine::Leased> Engine::lease_object(const std::vector<std::string>& lo
   out.storage_key = r.value("storage_key", "");
   out.variant = r.value("variant", json(nullptr));
   out.renew = r.value("renew", false);
+  if (const json& smp = r.value("sampling", json::object()); smp.is_object())
+    out.sampled = smp.value("available", false);
   if (r.value("unchanged", false)) {
     if (!reply.fds.empty() || (guarded && out.lease == 0)) {
       give_back(out.lease);
@@ -546,8 +548,10 @@ Status Engine::take_lease(std::shared_ptr<Generation> g, FlushResult& out) {
     }
   }
   set_variant(next.variant, next.renew);
-  if (to == g) { // the same code runs on under the new lease
+  to->sampled = next.sampled; // fdod samples per lease
+  if (to == g) {              // the same code runs on under the new lease
     give_back(g->lease.exchange(next.lease));
+    report_sampling(*g, Ranges::send);
     if (!next.renew) kept_.clear(); // no trial needs another arm
     kept_count_.store(kept_.size(), std::memory_order_relaxed);
     return {};

@@ -284,6 +284,7 @@ private:
     std::string storage_key;
     nlohmann::json variant;
     bool renew = false;
+    bool sampled = false; // fdod samples this lease's threads (program.sample)
   };
   Expected<Leased> lease_object(const std::vector<std::string>& loaded);
   // Gives a lease back (0: none); failures only logged.

@@ -204,3 +204,27 @@ TEST_CASE("guarded lease: four threads with native entries across arm switches, 
   std::lock_guard lk(daemon->mu);
   CHECK(daemon->calls == made.load());
 }
+
+TEST_CASE("guarded lease: every new lease of linked code is told to fdod's samplers",
+          "[inprocess][guarded]") {
+  auto daemon = std::make_shared<FakeDaemon>();
+  script_trial(*daemon); // I C C I: new code, the same code, code linked already
+  {
+    std::lock_guard lk(daemon->mu);
+    daemon->sampling = true;
+  }
+  auto e = Engine::open(daemon, options(Flushing::manual));
+  REQUIRE(e);
+  Engine& engine = **e;
+  for (int stage = 0; stage < 3; ++stage) {
+    REQUIRE(inc(engine, 5) == 6);
+    REQUIRE(engine.flush());
+  }
+  std::lock_guard lk(daemon->mu);
+  std::vector<std::uint64_t> told;
+  for (const json& s : daemon->samples) {
+    CHECK(s.contains("ranges")); // where the code of that lease lies
+    told.push_back(s["lease"]);
+  }
+  CHECK(told == std::vector<std::uint64_t>{1, 2, 3, 4});
+}
