@@ -183,19 +183,16 @@ def soak_inprocess(client, lib, socket_path, prog, stages):
             v = tip.variant_of(lib, h)
             mode = modes.get(lib.fdo_inproc_mode(h), "?")
             generation = lib.fdo_inproc_generation(h)
-            check(0 if lib.fdo_inproc_call(h, 0, slots, ctypes.byref(ret)) == 0 else -1)
+            if lib.fdo_inproc_call(h, 0, slots, ctypes.byref(ret)) != 0:
+                raise RuntimeError(f"{prog.name}: fdo_inproc_call refused entry 0")
             flushed = tip.InFlushResult()
             check(lib.fdo_inproc_flush(h, ctypes.byref(flushed), ctypes.byref(err)))
-            after = tip.variant_of(lib, h)
-            trial = after.get("trial") or ""
             records.append({
                 "stage": i, "mode": mode, "version": lib.fdo_inproc_profile_version(h),
                 "cache": "memory_hit", "role": v.get("role"), "variant": v.get("name"),
                 "policy": "", "phase": None, "transitions": [], "cpu_ns": 0,
                 "exit_status": None, "workload": 0, "value": ret.value,
-                "generation": generation, "counted": after.get("counted", False),
-                "verdict": trial if any(w in trial for w in
-                                        ("accepted", "rejected", "no difference")) else None,
+                "generation": generation,
             })
     finally:
         lib.fdo_inproc_close(h)

@@ -277,8 +277,17 @@ Expected<Engine::Leased> Engine::lease_object(const std::vector<std::string>& lo
   out.storage_key = r.value("storage_key", "");
   out.variant = r.value("variant", json(nullptr));
   out.renew = r.value("renew", false);
-  if (const json& smp = r.value("sampling", json::object()); smp.is_object())
+  // Whether fdod samples this lease (each lease has its own samplers).
+  if (const json& smp = r.value("sampling", json::object()); smp.is_object()) {
     out.sampled = smp.value("available", false);
+    if (out.sampled) sampling_wanted_.store(true, std::memory_order_relaxed);
+    std::lock_guard lk(error_mu_);
+    json last =
+        sampling_.is_object() ? sampling_.value("last_submit", json(nullptr)) : json(nullptr);
+    sampling_ = {{"available", out.sampled},
+                 {"reason", smp.value("reason", "")},
+                 {"last_submit", std::move(last)}};
+  }
   if (r.value("unchanged", false)) {
     if (!reply.fds.empty() || (guarded && out.lease == 0)) {
       give_back(out.lease);
@@ -291,19 +300,10 @@ Expected<Engine::Leased> Engine::lease_object(const std::vector<std::string>& lo
   }
   auto g = std::make_shared<Generation>(loader_, entry_names_.size());
   g->lease = out.lease;
-  g->storage_key = r.value("storage_key", "");
+  g->storage_key = out.storage_key;
   g->profile_version = r.value("profile_version", std::int64_t{0});
   g->mode = r.value("mode", "");
-  if (const json& s = r.value("sampling", json::object()); s.is_object()) {
-    g->sampled = s.value("available", false);
-    if (g->sampled) sampling_wanted_.store(true, std::memory_order_relaxed);
-    std::lock_guard lk(error_mu_);
-    json last =
-        sampling_.is_object() ? sampling_.value("last_submit", json(nullptr)) : json(nullptr);
-    sampling_ = {{"available", g->sampled},
-                 {"reason", s.value("reason", "")},
-                 {"last_submit", std::move(last)}};
-  }
+  g->sampled = out.sampled;
   // From here on the lease is ours: a failure below gives it back.
   auto fail = [&](Error err) -> Error {
     give_back(g->lease.exchange(0));

@@ -171,10 +171,11 @@ Expected<json> program_lease(ServiceState& s, const json& params, const CallCont
     lease.sampling = std::make_shared<LeaseSampling>(s.sampling_host, ctx.pid, ctx.uid,
                                                      cfg->sampling, meta->compile);
   if (guarded) {
+    const bool renew = renews(*start);
     out["variant"] = variant_json(start->plan);
-    out["renew"] = renews(*start);
+    out["renew"] = renew;
     out["lifecycle"] = start->life.json_since_start();
-    lease.guarded = std::make_shared<GuardedLease>(start->plan, start->life.entry, renews(*start));
+    lease.guarded = std::make_shared<GuardedLease>(start->plan, start->life.entry, renew);
     // Ahead of need (docs/guard.md): the trial's other arm compiles in the
     // background, as for an execute stage.
     precompile(s, *prog, start->plan.ahead);
