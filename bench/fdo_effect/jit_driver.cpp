@@ -34,7 +34,9 @@
 // offset"); `placement.py` times the offsets side by side.
 // Compiles once, then either times one batch (warm-up calls untimed, then N
 // calls each timed with CLOCK_MONOTONIC around the call only) and prints
-//   {"checksum": C, "warmup": W, "runs": N, "ns": [...], "compile_ms": X}
+//   {"checksum": C, "warmup": W, "runs": N, "compile_ms": X, "times_us": {phase: us}, "ns": [...]}
+// (times_us: the compile's own phase times, jit::PhaseTimes). --arg N calls an
+// entry that takes one integer argument with N (bench/programs' run(n)).
 // or, with --serve, reads commands from stdin, one per line:
 //   run N W    -> one such JSON line per command
 //   quit (or end of input) -> exit 0
@@ -46,6 +48,7 @@
 #include "fdo/jit/profdata.h"
 #include "fdo/util/profile.h"
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -98,6 +101,7 @@ struct Options {
   std::string profdata;
   std::string profile_json;
   int text_offset = 0;
+  std::optional<std::int64_t> arg; // the entry's one integer argument
 };
 
 Options parse_args(int argc, char** argv) {
@@ -107,7 +111,7 @@ Options parse_args(int argc, char** argv) {
                 " --ir FILE [--mode plain|instrumented] [--entry NAME] [--runs N] [--warmup W]"
                 " [--serve] [--emit-ir FILE] [--emit-object FILE] [--block-locations on|off]"
                 " [--layout] [--clock monotonic|thread-cpu] [--profdata FILE | --profile FILE]"
-                " [--text-offset 0|16|32|48]");
+                " [--text-offset 0|16|32|48] [--arg N]");
   };
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -154,6 +158,14 @@ Options parse_args(int argc, char** argv) {
         o.text_offset = std::stoi(v);
       else
         usage("--text-offset expects 0, 16, 32 or 48, got '" + v + "'");
+    } else if (a == "--arg") {
+      std::string v = value();
+      char* end = nullptr;
+      errno = 0;
+      const long long n = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || errno == ERANGE)
+        usage("--arg expects a 64-bit integer, got '" + v + "'");
+      o.arg = n;
     } else if (a == "--layout") {
       o.layout = true;
     } else if (a == "--emit-ir") {
@@ -183,10 +195,10 @@ Options parse_args(int argc, char** argv) {
 
 class Kernel {
 public:
-  Kernel(const Options& o, CompileMode mode, double compile_ms,
+  Kernel(const Options& o, CompileMode mode, double compile_ms, jit::PhaseTimes times,
          std::unique_ptr<jit::Loader> loader, std::unique_ptr<jit::LoadedProgram> program,
          jit::ThunkFn thunk)
-      : opts_(o), mode_(mode), compile_ms_(compile_ms), loader_(std::move(loader)),
+      : opts_(o), mode_(mode), compile_ms_(compile_ms), times_(times), loader_(std::move(loader)),
         program_(std::move(program)), thunk_(thunk) {}
 
   // One batch: `warmup` untimed calls, then `runs` timed ones. Returns the
@@ -196,8 +208,9 @@ public:
     ns.reserve(static_cast<std::size_t>(runs));
     for (long i = 0; i < warmup + runs; ++i) {
       std::uint64_t ret = 0;
+      std::uint64_t slot = opts_.arg ? static_cast<std::uint64_t>(*opts_.arg) : 0;
       const std::int64_t t0 = now_ns(opts_.clock);
-      thunk_(nullptr, &ret);
+      thunk_(opts_.arg ? &slot : nullptr, &ret);
       const std::int64_t t1 = now_ns(opts_.clock);
       if (!first_) {
         first_ = ret;
@@ -210,7 +223,11 @@ public:
     std::ostringstream out;
     out << "{\"checksum\": " << *first_ << ", \"warmup\": " << warmup << ", \"runs\": " << runs
         << ", \"mode\": \"" << to_string(mode_) << "\", \"compile_ms\": " << compile_ms_
-        << ", \"ns\": [";
+        << ", \"times_us\": {\"parse\": " << times_.parse
+        << ", \"canonicalize\": " << times_.canonicalize
+        << ", \"instrument_or_annotate\": " << times_.instrument_or_annotate
+        << ", \"optimize\": " << times_.optimize << ", \"codegen\": " << times_.codegen
+        << "}, \"ns\": [";
     for (std::size_t i = 0; i < ns.size(); ++i)
       out << (i ? ", " : "") << ns[i];
     out << "]}";
@@ -221,6 +238,7 @@ private:
   Options opts_;
   CompileMode mode_;
   double compile_ms_;
+  jit::PhaseTimes times_;
   std::unique_ptr<jit::Loader> loader_; // must outlive program_
   std::unique_ptr<jit::LoadedProgram> program_;
   jit::ThunkFn thunk_;
@@ -299,14 +317,17 @@ Kernel build(const Options& o) {
   for (const jit::EntryInfo& e : (*program)->entries())
     if (e.name == o.entry) {
       found = true;
-      if (!e.param_types.empty())
+      const std::size_t want = o.arg ? 1 : 0;
+      if (e.param_types.size() != want || (o.arg && e.param_types[0].rfind('i', 0) != 0))
         fail(2, o.entry + " takes " + std::to_string(e.param_types.size()) +
-                    " parameter(s); this driver calls entries without arguments");
+                    " parameter(s); this driver calls entries without arguments, or with one"
+                    " integer argument (--arg)");
     }
   if (!found) fail(2, o.ir_path + " has no entry '" + o.entry + "'");
   Expected<jit::ThunkFn> thunk = (*program)->thunk(o.entry);
   if (!thunk) fail(1, thunk.error().describe());
-  return Kernel(o, req.mode, compile_ms, std::move(*loader), std::move(*program), *thunk);
+  return Kernel(o, req.mode, compile_ms, compiled->times, std::move(*loader), std::move(*program),
+                *thunk);
 }
 
 } // namespace
