@@ -110,7 +110,11 @@ Expected<StageOutput> Orchestrator::prepare(const Program& program, TierUp polic
 }
 
 Expected<Precompiled> Orchestrator::precompile(const Program& program, const ProfileRef& variant) {
-  return impl_->precompile(program, variant);
+  return impl_->precompile(program, &variant, detail::JobPriority::background);
+}
+
+Expected<Precompiled> Orchestrator::tier_up_current(const Program& program) {
+  return impl_->precompile(program, nullptr, detail::JobPriority::stage);
 }
 
 std::string Orchestrator::initial_key_for(const Program& program) const {

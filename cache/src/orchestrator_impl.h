@@ -132,8 +132,10 @@ struct Orchestrator::Impl {
   // ---------------------------------------------------------------- tier-up
   // (tier_up.cpp)
 
-  // Ahead of need (Orchestrator::precompile).
-  Expected<Precompiled> precompile(const Program& program, const ProfileRef& variant);
+  // Ahead of need (Orchestrator::precompile, Orchestrator::tier_up_current):
+  // `variant`, or PK's current profile when null, queued at `priority`.
+  Expected<Precompiled> precompile(const Program& program, const ProfileRef* variant,
+                                   detail::JobPriority priority);
 
   detail::Scheduled schedule(const Target& t, const Program& program, detail::JobPriority priority);
 

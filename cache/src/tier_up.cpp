@@ -13,22 +13,25 @@ using detail::describe_profile;
 using detail::short_key;
 
 Expected<Precompiled> Orchestrator::Impl::precompile(const Program& program,
-                                                     const ProfileRef& variant) {
+                                                     const ProfileRef* variant,
+                                                     detail::JobPriority priority) {
   Target t;
   FDO_TRY_STATUS(check_scope(program.scope, program.bytes));
   t.identity = compiler.identity();
   t.ik = stage_ik(program, t.identity);
   auto pk = keys.lookup_profile_key(t.ik);
   if (!pk) return std::move(pk).error().context("look up the profile key mapping");
-  if (!*pk || **pk != variant.pk)
+  if (!*pk || (variant && **pk != variant->pk))
     return make_error(Errc::invalid_argument,
                       "precompile " + short_key(t.ik) +
-                          ": the program's profile key is not the variant's (not yet known)");
+                          (variant ? ": the program's profile key is not the variant's (not yet "
+                                     "known)"
+                                   : ": the program's profile key is not known yet"));
   t.pk = **pk;
-  FDO_TRY_STATUS(use_profile(t, variant));
+  FDO_TRY_STATUS(variant ? use_profile(t, *variant) : read_profile(t));
   t.candidates.push_back(t.ck);
   if (tiers.find_existing(t.wanted()).entry) return Precompiled::stored;
-  switch (schedule(t, program, detail::JobPriority::background)) {
+  switch (schedule(t, program, priority)) {
   case detail::Scheduled::queued:
     return Precompiled::queued;
   case detail::Scheduled::already_queued:

@@ -391,6 +391,81 @@ TEST_CASE("a caller-chosen variant of the profile is an ordinary entry under its
   CHECK(bad.error().code() == Errc::internal);
 }
 
+TEST_CASE("a rewritten profile's build queues ahead of a precompile - a sync stage joins it",
+          "[cache][orchestrator][tier_up]") {
+  MemoryKeyStore keys;
+  FakeCompiler compiler;
+  Config c = memory_only(TierUp::sync);
+  c.tier_up_threads = 1; // the daemon's default: one build at a time in the background
+  auto o = make(c, keys, compiler);
+  std::string a = program("a");
+  StageOutput s1 = stage(*o, a);
+
+  // Before the program's PK is known there is nothing to build.
+  auto unknown = o->tier_up_current(as_program(program("b")));
+  REQUIRE_FALSE(unknown);
+  CHECK(unknown.error().code() == Errc::invalid_argument);
+
+  keys.set_profile(s1.pk, profile_with_counts(100));
+  ProfileDoc plain;
+  plain.knobs.mode = CompileMode::plain;
+  ProfileRef variant;
+  variant.pk = s1.pk;
+  variant.version = 1;
+  variant.digest = profile_digest(plain);
+  variant.doc = std::make_shared<const ProfileDoc>(plain);
+
+  // The one background thread is busy with an earlier build; behind it, the
+  // guard's plain build is asked for ahead of need first, then the rewrite's.
+  compiler.close_gate();
+  ProfileRef earlier = variant;
+  earlier.version = 2;
+  ProfileDoc other = plain;
+  other.knobs.text_offset = 16;
+  earlier.digest = profile_digest(other);
+  earlier.doc = std::make_shared<const ProfileDoc>(other);
+  REQUIRE(o->precompile(as_program(a), earlier).value() == Precompiled::queued);
+  REQUIRE(eventually([&] { return compiler.blocked() == 1; }));
+  REQUIRE(o->precompile(as_program(a), variant).value() == Precompiled::queued);
+  auto current = o->tier_up_current(as_program(a));
+  REQUIRE(current);
+  CHECK(*current == Precompiled::queued);
+  CHECK(o->tier_up_current(as_program(a)).value() == Precompiled::already_queued);
+  compiler.open_gate();
+  o->wait_idle();
+  REQUIRE(compiler.calls().size() == 4);
+  CHECK(compiler.calls()[2].mode == CompileMode::optimized); // the rewrite's build first
+  CHECK(compiler.calls()[2].version == 1);
+  CHECK(compiler.calls()[3].mode == CompileMode::plain);
+  CHECK(compiler.calls()[3].digest == variant.digest);
+  CHECK(o->tier_up_current(as_program(a)).value() == Precompiled::stored);
+
+  // The next sync stage finds it built: no compile of its own.
+  StageOutput s2 = stage(*o, a);
+  CHECK(s2.outcome == Outcome::memory_hit);
+  CHECK(s2.mode == CompileMode::optimized);
+  CHECK(compiler.compiles() == 4);
+
+  // A sync stage that arrives while the rewrite's build compiles waits for
+  // that compile instead of starting another.
+  keys.set_profile(s1.pk, profile_with_counts(5000));
+  compiler.close_gate();
+  REQUIRE(o->tier_up_current(as_program(a)).value() == Precompiled::queued);
+  REQUIRE(eventually([&] { return compiler.blocked() == 1; }));
+  std::optional<StageOutput> s3;
+  std::thread waiter([&] { s3 = stage(*o, a); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(compiler.blocked() == 1);
+  compiler.open_gate();
+  waiter.join();
+  o->wait_idle();
+  REQUIRE(s3);
+  CHECK(s3->profile_version == 2);
+  CHECK(s3->outcome == Outcome::joined);
+  CHECK(s3->mode == CompileMode::optimized);
+  CHECK(compiler.compiles() == 5);
+}
+
 TEST_CASE("an evicted VK entry recompiles and is stored under CK", "[cache][orchestrator]") {
   MemoryKeyStore keys;
   FakeCompiler compiler;

@@ -538,3 +538,45 @@ TEST_CASE("service: an exec reply whose typed body is malformed fails the stage 
   CHECK_THAT(r.error().message(), Catch::Contains("exec worker sent a malformed reply") &&
                                       Catch::Contains("exec reply: truncated"));
 }
+
+TEST_CASE("service: after a rewrite the new profile's build compiles before the guard's plain "
+          "build (async tier-up)",
+          "[service][tier_up]") {
+  // docs/cache.md, "Tier-up": with one background thread, the guard's plain
+  // build asked for at the rewrite used to start first, and a big program's
+  // next stage waited for it before its own build even began.
+  std::mutex mu;
+  std::vector<std::string> order; // mode of each compile, in the order they began
+  auto recording = [&](const Message& req) -> Expected<Message> {
+    if (req.header.value("op", "") == "compile") {
+      std::lock_guard lk(mu);
+      order.push_back(req.header.value("mode", ""));
+    }
+    return fake_compile(req);
+  };
+  auto compiled = [&] {
+    std::lock_guard lk(mu);
+    return order;
+  };
+  Config c = Harness::base_config();
+  c.tier_up = TierUp::async;
+  REQUIRE(c.guard.mode != GuardMode::off);
+  Harness h(c, fake_exec, nullptr, "test-host", recording);
+  auto reg = h.call("program.register", {{"ir", "rewritten then tiered up"}});
+  REQUIRE(reg);
+  const std::string id = (*reg)["program"];
+  REQUIRE(h.call("execute", {{"program", id}, {"entry", "main"}}));
+  auto s1 = h.call("execute", {{"program", id}, {"entry", "main"}});
+  REQUIRE(s1);
+  REQUIRE((*s1)["stage"]["profile_rewritten"].is_object());
+  // Both builds were queued when the rewriting stage replied.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (compiled().size() < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(compiled() == std::vector<std::string>{"instrumented", "optimized", "plain"});
+  auto s2 = h.call("execute", {{"program", id}, {"entry", "main"}});
+  REQUIRE(s2);
+  CHECK((*s2)["stage"]["mode"] == "optimized");
+  CHECK((*s2)["stage"]["cache"]["outcome"] == "memory_hit");
+  CHECK(compiled().size() == 3);
+}

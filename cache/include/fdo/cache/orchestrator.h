@@ -231,6 +231,15 @@ public:
   // variant prepare: the program's IK -> PK is known and equals variant.pk
   // (invalid_argument otherwise).
   Expected<Precompiled> precompile(const Program& program, const ProfileRef& variant);
+  // Right after PK's profile was rewritten: makes sure the output the
+  // program's next stage looks up under PK's current profile exists, queueing
+  // its compile as a stage's tier-up (ahead of every precompile; `queued`
+  // means that here) when no tier holds it. A sync stage then joins the
+  // compile under way (single flight) instead of starting its own behind a
+  // build compiling ahead of need: with one compile worker, a big program's
+  // first optimized stage waited for the guard's plain build first. The
+  // program's IK -> PK must be known (invalid_argument otherwise).
+  Expected<Precompiled> tier_up_current(const Program& program);
 
   // IK of the program (scope and bytes) under the compiler's current identity.
   std::string initial_key_for(const Program& program) const;

@@ -463,9 +463,10 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   if (!gs.note.empty()) stage["variant"]["trial"] = gs.note;
   // Ahead of need (docs/guard.md): the plain build compiles in the
   // background, behind every stage's tier-up, when the program first has a
-  // profile, so the first trial stage finds both arms compiled.
+  // profile, so the first trial stage finds both arms compiled. After a
+  // rewrite, the new profile's own build goes first (docs/cache.md, "Tier-up").
   precompile(s, *prog, plan.ahead);
-  if (fo.rewritten) precompile(s, *prog, s.guard->ahead(prog->ik, c.guard));
+  if (fo.rewritten) after_rewrite(s, *prog, c);
 
   json result = {{"entry", entry_name},
                  {"returns", entry.return_type},

@@ -415,11 +415,9 @@ Expected<json> feedback_submit(ServiceState& s, const json& params, const CallCo
   }
   s.counters.inprocess_batches += checked.size();
   json variant = nullptr;
-  if (lease->guarded) {
-    variant = guarded_stage(s, *lease, calls, exec_ns, last_stage, *cfg);
-    if (!rewritten.is_null())
-      precompile(s, *lease->program, s.guard->ahead(lease->program->ik, cfg->guard));
-  }
+  if (lease->guarded) variant = guarded_stage(s, *lease, calls, exec_ns, last_stage, *cfg);
+  if (!rewritten.is_null())
+    after_rewrite(s, *lease->program, *cfg, lease->guarded ? GuardAhead::ask : GuardAhead::skip);
   FDO_TRY(auto current, s.feedback_store->current(lease->pk));
   const std::int64_t version = current ? current->version : 0;
   return json{{"lease", lease->id},

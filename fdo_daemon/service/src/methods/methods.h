@@ -83,6 +83,16 @@ json variant_json(const StagePlan& plan);
 // Compiles `build` (a plan's or the guard's `ahead`) in the background.
 void precompile(ServiceState& s, const ProgramRecord& prog,
                 const std::optional<cache::ProfileRef>& build);
+// After a stage whose feedback rewrote the profile (docs/cache.md,
+// "Tier-up"). Under tier_up = async: the new profile's build, queued as a
+// stage's tier-up (Orchestrator::tier_up_current), then the guard's build for
+// the new version ahead of need, behind it. Under sync the next stage
+// compiles the new build itself, and the guard's build waits for that stage's
+// plan to ask for it: queued here, it would take the compile worker first.
+// `guard`: whether to ask the guard for its build (an unguarded lease does not).
+enum class GuardAhead : std::uint8_t { ask, skip };
+void after_rewrite(ServiceState& s, const ProgramRecord& prog, const Config& c,
+                   GuardAhead guard = GuardAhead::ask);
 // Whether the stage after this one may be planned otherwise (a trial's next
 // arm, the lifecycle's next step, the planned build once compiled): a
 // guarded lease asks its runtime to lease again after its first submit.

@@ -90,6 +90,18 @@ void precompile(ServiceState& s, const ProgramRecord& prog,
                " ahead of its trial: " + std::string(cache::to_string(*done)));
 }
 
+void after_rewrite(ServiceState& s, const ProgramRecord& prog, const Config& c, GuardAhead guard) {
+  if (c.tier_up == TierUp::sync) return;
+  auto done = s.orch->tier_up_current(prog.program);
+  if (!done)
+    log::warning("cache: queueing the rewritten profile's build of " + prog.ik.substr(0, 12) +
+                 " failed: " + done.error().describe());
+  else
+    log::debug("cache: rewritten profile's build of " + prog.ik.substr(0, 12) + ": " +
+               std::string(cache::to_string(*done)));
+  if (guard == GuardAhead::ask) precompile(s, prog, s.guard->ahead(prog.ik, c.guard));
+}
+
 CompileState compile_state_of(const cache::StageOutput& so) {
   switch (so.tier_up) {
   case cache::TierUpState::none:
