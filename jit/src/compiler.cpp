@@ -3,6 +3,7 @@
 #include "arg_profile.h"
 #include "block_map.h"
 #include "code_layout.h"
+#include "cold_code.h"
 #include "fdo/util/strings.h"
 #include "fingerprint.h"
 #include "llvm_support.h"
@@ -183,6 +184,9 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
   llvm::ModuleAnalysisManager mam;
   llvm::PassInstrumentationCallbacks pic;
   bool layout_read = false, weights_read = false;
+  // Functions the profile saw called 0 times: no optimization (cold_code.h).
+  ColdFunctions cold;
+  cold.register_callbacks(pic);
   const bool profile_args = request.mode == CompileMode::instrumented && knobs.spec_min_share > 0;
   pic.registerAfterPassCallback(
       [&](llvm::StringRef pass, llvm::Any ir, const llvm::PreservedAnalyses&) {
@@ -193,6 +197,8 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
           if (const auto* mod = llvm::any_cast<const llvm::Module*>(&ir))
             result.branch_weights = read_branch_weights(**mod);
           weights_read = true;
+          if (request.mode == CompileMode::optimized && knobs.cold_code == ColdCode::baseline)
+            result.cold_functions = cold.mark(m);
           if (request.profile) {
             SpecializationPlan plan = specialize_functions(m, *request.profile);
             if (!plan.made.empty()) mam.invalidate(m, llvm::PreservedAnalyses::none());

@@ -173,6 +173,7 @@ json metadata_to_json(const CompileResult& r) {
             {"block_map", blocks_to_json(r.block_map)},
             {"branch_weights", weights_to_json(r.branch_weights)}};
   if (r.text_offset != 0) j["text_offset"] = static_cast<std::uint64_t>(r.text_offset);
+  if (r.cold_functions != 0) j["cold_functions"] = static_cast<std::uint64_t>(r.cold_functions);
   if (!r.ir.empty()) j["ir"] = r.ir;
   if (!r.specializations.empty() || !r.specializations_skipped.empty()) {
     json made = json::array();
@@ -296,6 +297,10 @@ Expected<CompileResult> metadata_from_json(const json& j) {
   FDO_TRY(r.block_map, blocks_from_json(j));
   FDO_TRY(r.branch_weights, weights_from_json(j));
   // Absent in metadata written before the knob existed, and at 0.
+  if (j.contains("cold_functions")) {
+    FDO_TRY(std::uint64_t cold, get_u64(j, "cold_functions", ""));
+    r.cold_functions = static_cast<std::size_t>(cold);
+  }
   if (j.contains("text_offset")) {
     FDO_TRY(std::uint64_t offset, get_u64(j, "text_offset", ""));
     if (offset >= static_cast<std::uint64_t>(fdo::kTextOffsetWindow) ||

@@ -443,3 +443,31 @@ TEST_CASE("argument values and the specialization knobs: round trip, digest, def
                                    {{"arg", 1}, {"values", json::array()}}})),
              Catch::Contains("twice"));
 }
+
+TEST_CASE("the cold_code knob: round trip, digest, default absent, bad values refused",
+          "[util][profile]") {
+  ProfileDoc d = sample();
+  const std::string base_digest = profile_digest(d);
+  CHECK_FALSE(to_json(d)["knobs"].contains("cold_code")); // older documents keep their digest
+  d.knobs.cold_code = ColdCode::optimize;
+  const json j = to_json(d);
+  CHECK(j["knobs"]["cold_code"] == "optimize");
+  auto back = profile_from_json(j);
+  REQUIRE(back);
+  CHECK(back->knobs.cold_code == ColdCode::optimize);
+  CHECK(profile_digest(d) != base_digest); // compile-affecting
+  json spelled = to_json(sample());
+  spelled["knobs"]["cold_code"] = "baseline";
+  auto s = profile_from_json(spelled);
+  REQUIRE(s);
+  CHECK(profile_digest(*s) == base_digest);
+  for (json v : {json("fast"), json(1), json(nullptr)}) {
+    json b = to_json(sample());
+    b["knobs"]["cold_code"] = v;
+    auto r = profile_from_json(b);
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message(), Catch::Contains("knobs.cold_code"));
+  }
+  CHECK(parse_cold_code("optimize").value() == ColdCode::optimize);
+  CHECK_FALSE(parse_cold_code("O0"));
+}

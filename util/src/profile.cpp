@@ -22,6 +22,8 @@ constexpr EnumNames<CompileMode, 4> kCompileModeNames{
 constexpr EnumNames<FunctionLayout, 3> kLayoutNames{{{{FunctionLayout::normal, "normal"},
                                                       {FunctionLayout::hot, "hot"},
                                                       {FunctionLayout::cold, "cold"}}}};
+constexpr EnumNames<ColdCode, 2> kColdCodeNames{
+    {{{ColdCode::baseline, "baseline"}, {ColdCode::optimize, "optimize"}}}};
 } // namespace
 
 std::string_view to_string(FunctionLayout layout) {
@@ -36,6 +38,17 @@ Expected<CompileMode> parse_compile_mode(std::string_view s) {
   if (auto m = kCompileModeNames.parse(s)) return *m;
   return make_error(Errc::invalid_argument, "unknown compile mode '" + std::string(s) +
                                                 "' (expected " + kCompileModeNames.alternatives() +
+                                                ")");
+}
+
+std::string_view to_string(ColdCode c) {
+  return kColdCodeNames.name(c);
+}
+
+Expected<ColdCode> parse_cold_code(std::string_view s) {
+  if (auto c = kColdCodeNames.parse(s)) return *c;
+  return make_error(Errc::invalid_argument, "unknown cold code treatment '" + std::string(s) +
+                                                "' (expected " + kColdCodeNames.alternatives() +
                                                 ")");
 }
 
@@ -54,6 +67,7 @@ json knobs_json(const Knobs& k) {
   // Likewise at their defaults.
   if (k.spec_min_share != Knobs::kDefaultSpecMinShare) j["spec_min_share"] = k.spec_min_share;
   if (k.spec_max_clones != Knobs::kDefaultSpecMaxClones) j["spec_max_clones"] = k.spec_max_clones;
+  if (k.cold_code != ColdCode::baseline) j["cold_code"] = std::string(to_string(k.cold_code));
   return j;
 }
 
@@ -221,6 +235,12 @@ Expected<Knobs> get_knobs(const json& k) {
                        "must be 0 (off) or a share in [50, 100] percent (a value passed by fewer "
                        "than half of the calls is no one value's)");
   FDO_TRY_STATUS(get_int(k, "spec_max_clones", "knobs", knobs.spec_max_clones, 0, 64));
+  if (auto c = k.find("cold_code"); c != k.end()) {
+    if (!c->is_string()) return field_error("knobs.cold_code", "must be a string");
+    auto parsed = parse_cold_code(c->get<std::string>());
+    if (!parsed) return field_error("knobs.cold_code", parsed.error().message());
+    knobs.cold_code = *parsed;
+  }
   if (knobs.text_offset % kTextOffsetStep != 0)
     return field_error("knobs.text_offset",
                        "must be a multiple of " + std::to_string(kTextOffsetStep));

@@ -197,7 +197,7 @@ Expected<Message> handle_gpu(const std::string& op, const Message& request,
 
 // What the compile decided that the explain log should say (docs/jit.md,
 // "Value specialization"), functions by the names people know them by.
-std::string explain_specializations(const jit::CompileResult& r) {
+std::string explain_decisions(const jit::CompileResult& r) {
   auto shown = [&](std::string name) {
     auto it = r.source_names.find(name);
     return it == r.source_names.end() ? name : it->second;
@@ -209,6 +209,10 @@ std::string explain_specializations(const jit::CompileResult& r) {
   }
   for (const std::string& skipped : r.specializations_skipped)
     out += (out.empty() ? "value specialization passed over " : "; passed over ") + skipped;
+  if (r.cold_functions != 0)
+    out += (out.empty() ? "" : "; ") + std::to_string(r.cold_functions) +
+           " function(s) the profile saw called 0 times compiled without optimization "
+           "(knobs.cold_code baseline)";
   return out;
 }
 
@@ -246,7 +250,7 @@ Expected<Message> CompileJobs::handle(const Message& request) {
     Message out;
     std::string metadata = jit::metadata_to_json(result).dump();
     out.header = {{"metadata_bytes", metadata.size()}};
-    if (std::string why = explain_specializations(result); !why.empty())
+    if (std::string why = explain_decisions(result); !why.empty())
       out.header["explanation"] = std::move(why);
     out.payload.reserve(metadata.size() + result.object.size());
     out.payload.append(metadata).append(result.object);

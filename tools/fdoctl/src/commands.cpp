@@ -156,6 +156,8 @@ std::string knobs_text(const json& k) {
   for (const char* key : {"spec_min_share", "spec_max_clones"})
     if (k.contains(key) && k[key].is_number_integer())
       s += std::string(" ") + key + "=" + k[key].dump();
+  if (k.contains("cold_code") && k["cold_code"].is_string())
+    s += " cold_code=" + k["cold_code"].get<std::string>();
   return s;
 }
 

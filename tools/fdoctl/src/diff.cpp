@@ -61,6 +61,7 @@ std::vector<KnobChange> diff_knobs(const Knobs& a, const Knobs& b) {
   add("text_offset", a.text_offset, b.text_offset);
   add("spec_min_share", a.spec_min_share, b.spec_min_share);
   add("spec_max_clones", a.spec_max_clones, b.spec_max_clones);
+  add("cold_code", std::string(to_string(a.cold_code)), std::string(to_string(b.cold_code)));
   return out;
 }
 

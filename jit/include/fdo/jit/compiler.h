@@ -28,7 +28,9 @@ namespace fdo::jit {
 // 4: synthetic block locations and their DWARF line table in the object.
 // 5: context-sensitive PGO (cs_instrumented mode, CSIRUse in optimized mode).
 // 6: rotates folded into a multiply made explicit before codegen.
-inline constexpr int kPipelineVersion = 6;
+// 7: optimized mode compiles functions profiled at 0 calls without
+//    optimization (knobs.cold_code baseline, the default).
+inline constexpr int kPipelineVersion = 7;
 inline constexpr std::string_view kFdoVersion = "0.1.0";
 
 struct CompilerIdentity {
@@ -119,6 +121,9 @@ struct CompileResult {
   // each (docs/jit.md, "Value specialization").
   std::vector<Specialization> specializations;
   std::vector<std::string> specializations_skipped;
+  // Optimized mode: functions the profile saw called 0 times, compiled
+  // without optimization (docs/jit.md, "Cold code").
+  std::size_t cold_functions = 0;
 };
 
 Expected<CompileResult> compile(std::string_view program_bytes, const CompileRequest& request);

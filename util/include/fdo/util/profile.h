@@ -33,6 +33,14 @@ enum class CompileMode { plain, instrumented, optimized, cs_instrumented };
 std::string_view to_string(CompileMode mode);
 Expected<CompileMode> parse_compile_mode(std::string_view s);
 
+// What the optimized compile does with the functions the profile saw called 0
+// times (docs/jit.md, "Cold code"): compile them without optimization, as a
+// tiered JIT leaves code it has not seen run to its baseline tier (default),
+// or optimize them like the rest.
+enum class ColdCode { baseline, optimize };
+std::string_view to_string(ColdCode c);
+Expected<ColdCode> parse_cold_code(std::string_view s);
+
 struct Knobs {
   int opt_level = 2;  // 0..3: the PassBuilder O-level
   int size_level = 0; // 0..2: 1 = Os, 2 = Oz (i-cache pressure)
@@ -58,6 +66,8 @@ struct Knobs {
   // defaults, so documents written before them keep their digest.
   int spec_min_share = kDefaultSpecMinShare;
   int spec_max_clones = kDefaultSpecMaxClones;
+  // Left out of the JSON at its default (baseline).
+  ColdCode cold_code = ColdCode::baseline;
 
   static constexpr int kDefaultSpecMinShare = 80;
   static constexpr int kDefaultSpecMaxClones = 4;

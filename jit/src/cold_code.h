@@ -1,0 +1,35 @@
+// Code the profile never saw run, compiled cheaply (optimized mode, knob
+// cold_code = baseline, the default): a
+// function whose profiled entry count is 0 gets no optimization passes and
+// the fast instruction selector, as a tiered JIT leaves code it has not seen
+// run to its baseline tier (docs/jit.md, "Cold code"). Such functions are
+// marked `optnone noinline` (codegen then takes its -O0 path for them), placed
+// with the unlikely text, and the pipeline's optional passes skip them.
+// Functions the program marks alwaysinline, and functions without a profiled
+// entry count (not in the profile: new code), are compiled as before.
+#pragma once
+
+#include <cstddef>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/PassInstrumentation.h>
+#include <unordered_set>
+
+namespace fdo::jit::detail {
+
+class ColdFunctions {
+public:
+  // Marks the module's cold functions; call once the profile's counts are on
+  // the IR (after PGOInstrumentationUse). Returns how many were marked.
+  std::size_t mark(llvm::Module& m);
+  // Makes the pass pipeline skip its optional passes over marked functions
+  // (and loops in them, and call graph SCCs of marked functions only). This
+  // object must outlive the pipeline's run.
+  void register_callbacks(llvm::PassInstrumentationCallbacks& pic);
+  std::size_t size() const { return cold_.size(); }
+
+private:
+  bool skips(llvm::StringRef pass, llvm::Any ir) const;
+  std::unordered_set<const llvm::Function*> cold_;
+};
+
+} // namespace fdo::jit::detail
