@@ -8,7 +8,13 @@ namespace fdo::jit::detail {
 
 std::size_t ColdFunctions::mark(llvm::Module& m) {
   for (llvm::Function& f : m) {
-    if (f.isDeclaration() || f.hasFnAttribute(llvm::Attribute::AlwaysInline)) continue;
+    // Size was asked for (the program's own optsize/minsize, or the profile's
+    // i-cache layout putting it cold for size: code_layout.h): -O0 code is
+    // bigger, and the verifier rejects optnone beside them.
+    if (f.isDeclaration() || f.hasFnAttribute(llvm::Attribute::AlwaysInline) ||
+        f.hasFnAttribute(llvm::Attribute::OptimizeForSize) ||
+        f.hasFnAttribute(llvm::Attribute::MinSize))
+      continue;
     const std::optional<llvm::Function::ProfileCount> count = f.getEntryCount();
     if (!count || count->getCount() != 0) continue;
     f.removeFnAttr(llvm::Attribute::InlineHint);

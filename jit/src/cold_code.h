@@ -5,8 +5,9 @@
 // run to its baseline tier (docs/jit.md, "Cold code"). Such functions are
 // marked `optnone noinline` (codegen then takes its -O0 path for them), placed
 // with the unlikely text, and the pipeline's optional passes skip them.
-// Functions the program marks alwaysinline, and functions without a profiled
-// entry count (not in the profile: new code), are compiled as before.
+// Functions the program marks alwaysinline, optsize or minsize (or that the
+// profile's i-cache layout compiles for size), and functions without a
+// profiled entry count (not in the profile: new code), are compiled as before.
 #pragma once
 
 #include <cstddef>

@@ -120,18 +120,65 @@ class FeedbackLoop(unittest.TestCase):
         self.assertEqual(r["value"], ((1 * 7) + 27))
 
 
+def many_functions(n):
+    """IR of n functions, each a loop around an 8-way switch, and run()
+    calling them all: big enough that its compile is still running when a
+    client's next call arrives (a few hundred ms)."""
+    out = []
+    for i in range(n):
+        out.append(f"""define internal i64 @f{i}(i64 %x) noinline {{
+entry:
+  br label %loop
+loop:
+  %k = phi i64 [ 0, %entry ], [ %k1, %next ]
+  %a = phi i64 [ %x, %entry ], [ %a1, %next ]
+  %sel = and i64 %a, 7
+  switch i64 %sel, label %d [ i64 0, label %c0 i64 1, label %c1 i64 2, label %c2 ]
+c0:
+  %v0 = mul i64 %a, {i + 3}
+  br label %next
+c1:
+  %v1 = xor i64 %a, {i * 7 + 1}
+  br label %next
+c2:
+  %v2 = lshr i64 %a, 3
+  br label %next
+d:
+  %vd = add i64 %a, {i + 11}
+  br label %next
+next:
+  %a1 = phi i64 [ %v0, %c0 ], [ %v1, %c1 ], [ %v2, %c2 ], [ %vd, %d ]
+  %k1 = add i64 %k, 1
+  %more = icmp ult i64 %k1, 64
+  br i1 %more, label %loop, label %done
+done:
+  ret i64 %a1
+}}""")
+    calls = ["define i64 @run() {", "entry:"]
+    acc = "0"
+    for i in range(n):
+        calls += [f"  %r{i} = call i64 @f{i}(i64 {i + 1})", f"  %s{i} = add i64 {acc}, %r{i}"]
+        acc = f"%s{i}"
+    calls += [f"  ret i64 {acc}", "}"]
+    return "\n".join(out + calls) + "\n"
+
+
 class AsyncTierUp(unittest.TestCase):
     def test_previous_output_serves_while_recompiling(self):
         d = Daemon({"tier_up": "async"}).start()
         try:
             c = d.client()
-            prog = c.call("program.register", {"ir": ir("branchy.ll")})["program"]
+            prog = c.call("program.register", {"ir": many_functions(60)})["program"]
             stages = []
-            for _ in range(12):
+            # Back to back: the rewrite queues the optimized build as it
+            # replies (docs/cache.md, "Tier-up"), so the next call arrives
+            # while it compiles and is served the instrumented output.
+            for _ in range(400):
                 stages.append(c.call("execute", {"program": prog, "entry": "run"})["stage"])
                 if stages[-1]["mode"] == "optimized" and not stages[-1]["recompiled"]:
                     break
-                time.sleep(0.05)
+                if stages[-1]["cache"]["outcome"] == "tier_up_pending":
+                    time.sleep(0.05)
             outcomes = [s["cache"]["outcome"] for s in stages]
             self.assertIn("tier_up_pending", outcomes, outcomes)
             pending = stages[outcomes.index("tier_up_pending")]

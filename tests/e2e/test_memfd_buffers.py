@@ -112,6 +112,17 @@ class MemfdBuffers(unittest.TestCase):
         caps = self.c.call("hello", {"client": "e2e", "protocol": {"major": 1, "minor": 0}})
         self.assertIn("buffers.memfd", caps["capabilities"])
         self.program = self.c.call("program.register", {"ir": SUM_IR, "name": "sum"})["program"]
+        # Workers start in the background (each holds a few of fdod's fds):
+        # count once every pool is full, or a worker started later reads as
+        # a leaked descriptor.
+        def pools_full():
+            workers = self.c.call("cache.stats", {}).get("workers")
+            if not workers:  # a tenant's view has no pool figures: nothing to wait for
+                return True
+            return all(p.get("live") == p.get("size") for p in workers.values())
+        deadline = time.monotonic() + 30
+        while not pools_full() and time.monotonic() < deadline:
+            time.sleep(0.02)
         self.fdod_fds = self.open_in_fdod()
 
     def tearDown(self):

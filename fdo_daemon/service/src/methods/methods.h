@@ -84,11 +84,11 @@ json variant_json(const StagePlan& plan);
 void precompile(ServiceState& s, const ProgramRecord& prog,
                 const std::optional<cache::ProfileRef>& build);
 // After a stage whose feedback rewrote the profile (docs/cache.md,
-// "Tier-up"). Under tier_up = async: the new profile's build, queued as a
-// stage's tier-up (Orchestrator::tier_up_current), then the guard's build for
+// "Tier-up"): under tier_up = async, the new profile's build, queued as a
+// stage's tier-up (Orchestrator::tier_up_current); then the guard's build for
 // the new version ahead of need, behind it. Under sync the next stage
-// compiles the new build itself, and the guard's build waits for that stage's
-// plan to ask for it: queued here, it would take the compile worker first.
+// compiles the new build itself (and waits if the guard's build holds the
+// only compile worker: see docs/cache.md).
 // `guard`: whether to ask the guard for its build (an unguarded lease does not).
 enum class GuardAhead : std::uint8_t { ask, skip };
 void after_rewrite(ServiceState& s, const ProgramRecord& prog, const Config& c,

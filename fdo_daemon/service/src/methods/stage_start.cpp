@@ -91,14 +91,15 @@ void precompile(ServiceState& s, const ProgramRecord& prog,
 }
 
 void after_rewrite(ServiceState& s, const ProgramRecord& prog, const Config& c, GuardAhead guard) {
-  if (c.tier_up == TierUp::sync) return;
-  auto done = s.orch->tier_up_current(prog.program);
-  if (!done)
-    log::warning("cache: queueing the rewritten profile's build of " + prog.ik.substr(0, 12) +
-                 " failed: " + done.error().describe());
-  else
-    log::debug("cache: rewritten profile's build of " + prog.ik.substr(0, 12) + ": " +
-               std::string(cache::to_string(*done)));
+  if (c.tier_up == TierUp::async) {
+    auto done = s.orch->tier_up_current(prog.program);
+    if (!done)
+      log::warning("cache: queueing the rewritten profile's build of " + prog.ik.substr(0, 12) +
+                   " failed: " + done.error().describe());
+    else
+      log::debug("cache: rewritten profile's build of " + prog.ik.substr(0, 12) + ": " +
+                 std::string(cache::to_string(*done)));
+  }
   if (guard == GuardAhead::ask) precompile(s, prog, s.guard->ahead(prog.ik, c.guard));
 }
 
