@@ -27,6 +27,7 @@ Usage: run_programs.py [--build-dir build] [--only NAME] [--json FILE] [--smoke]
 Exit status: 0 ok; 1 a value differed from the native build's; 2 setup problem.
 """
 import argparse
+import base64
 import json
 import os
 import pathlib
@@ -67,7 +68,6 @@ def start_daemon(build, settings, prefix):
 
 
 def register(c, ir, name):
-    import base64
     r = c.call("program.register",
                {"ir_base64": base64.b64encode(ir.read_bytes()).decode(), "name": name})
     return r["program"], r["profile_key"]

@@ -28,7 +28,7 @@ std::size_t ColdFunctions::mark(llvm::Module& m) {
   return cold_.size();
 }
 
-bool ColdFunctions::skips(llvm::StringRef, llvm::Any ir) const {
+bool ColdFunctions::skips(llvm::Any ir) const {
   if (cold_.empty()) return false;
   if (const auto* f = llvm::any_cast<const llvm::Function*>(&ir)) return cold_.count(*f) != 0;
   if (const auto* l = llvm::any_cast<const llvm::Loop*>(&ir))
@@ -43,7 +43,7 @@ bool ColdFunctions::skips(llvm::StringRef, llvm::Any ir) const {
 
 void ColdFunctions::register_callbacks(llvm::PassInstrumentationCallbacks& pic) {
   pic.registerShouldRunOptionalPassCallback(
-      [this](llvm::StringRef pass, llvm::Any ir) { return !skips(pass, ir); });
+      [this](llvm::StringRef, llvm::Any ir) { return !skips(ir); });
 }
 
 } // namespace fdo::jit::detail

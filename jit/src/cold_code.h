@@ -26,10 +26,9 @@ public:
   // (and loops in them, and call graph SCCs of marked functions only). This
   // object must outlive the pipeline's run.
   void register_callbacks(llvm::PassInstrumentationCallbacks& pic);
-  std::size_t size() const { return cold_.size(); }
 
 private:
-  bool skips(llvm::StringRef pass, llvm::Any ir) const;
+  bool skips(llvm::Any ir) const;
   std::unordered_set<const llvm::Function*> cold_;
 };
 
