@@ -37,6 +37,9 @@
 //   {"checksum": C, "warmup": W, "runs": N, "compile_ms": X, "times_us": {phase: us}, "ns": [...]}
 // (times_us: the compile's own phase times, jit::PhaseTimes). --arg N calls an
 // entry that takes one integer argument with N (bench/programs' run(n)).
+// --threads N lets the compile code-generate a large module in up to N parts
+// at once (CompileRequest::threads; docs/jit.md, "Partitioned compiles"); the
+// JSON line then says how many parts it made ("partitions").
 // or, with --serve, reads commands from stdin, one per line:
 //   run N W    -> one such JSON line per command
 //   quit (or end of input) -> exit 0
@@ -102,6 +105,7 @@ struct Options {
   std::string profile_json;
   int text_offset = 0;
   std::optional<std::int64_t> arg; // the entry's one integer argument
+  unsigned threads = 1;            // CompileRequest::threads
 };
 
 Options parse_args(int argc, char** argv) {
@@ -111,7 +115,7 @@ Options parse_args(int argc, char** argv) {
                 " --ir FILE [--mode plain|instrumented] [--entry NAME] [--runs N] [--warmup W]"
                 " [--serve] [--emit-ir FILE] [--emit-object FILE] [--block-locations on|off]"
                 " [--layout] [--clock monotonic|thread-cpu] [--profdata FILE | --profile FILE]"
-                " [--text-offset 0|16|32|48] [--arg N]");
+                " [--text-offset 0|16|32|48] [--arg N] [--threads N]");
   };
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -166,6 +170,14 @@ Options parse_args(int argc, char** argv) {
       if (v.empty() || *end != '\0' || errno == ERANGE)
         usage("--arg expects a 64-bit integer, got '" + v + "'");
       o.arg = n;
+    } else if (a == "--threads") {
+      std::string v = value();
+      char* end = nullptr;
+      const unsigned long n = std::strtoul(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < 1 || n > jit::kMaxPartitions)
+        usage("--threads expects 1 to " + std::to_string(jit::kMaxPartitions) + ", got '" + v +
+              "'");
+      o.threads = static_cast<unsigned>(n);
     } else if (a == "--layout") {
       o.layout = true;
     } else if (a == "--emit-ir") {
@@ -196,10 +208,10 @@ Options parse_args(int argc, char** argv) {
 class Kernel {
 public:
   Kernel(const Options& o, CompileMode mode, double compile_ms, jit::PhaseTimes times,
-         std::unique_ptr<jit::Loader> loader, std::unique_ptr<jit::LoadedProgram> program,
-         jit::ThunkFn thunk)
-      : opts_(o), mode_(mode), compile_ms_(compile_ms), times_(times), loader_(std::move(loader)),
-        program_(std::move(program)), thunk_(thunk) {}
+         unsigned partitions, std::unique_ptr<jit::Loader> loader,
+         std::unique_ptr<jit::LoadedProgram> program, jit::ThunkFn thunk)
+      : opts_(o), mode_(mode), compile_ms_(compile_ms), times_(times), partitions_(partitions),
+        loader_(std::move(loader)), program_(std::move(program)), thunk_(thunk) {}
 
   // One batch: `warmup` untimed calls, then `runs` timed ones. Returns the
   // JSON line, or exits with status 3 when two calls disagree.
@@ -227,7 +239,7 @@ public:
         << ", \"canonicalize\": " << times_.canonicalize
         << ", \"instrument_or_annotate\": " << times_.instrument_or_annotate
         << ", \"optimize\": " << times_.optimize << ", \"codegen\": " << times_.codegen
-        << "}, \"ns\": [";
+        << "}, \"partitions\": " << partitions_ << ", \"ns\": [";
     for (std::size_t i = 0; i < ns.size(); ++i)
       out << (i ? ", " : "") << ns[i];
     out << "]}";
@@ -239,6 +251,7 @@ private:
   CompileMode mode_;
   double compile_ms_;
   jit::PhaseTimes times_;
+  unsigned partitions_;
   std::unique_ptr<jit::Loader> loader_; // must outlive program_
   std::unique_ptr<jit::LoadedProgram> program_;
   jit::ThunkFn thunk_;
@@ -295,6 +308,7 @@ Kernel build(const Options& o) {
   }
   req.keep_ir = !o.emit_ir.empty();
   req.block_locations = o.block_locations;
+  req.threads = o.threads;
   const std::int64_t t0 = now_ns(CLOCK_MONOTONIC);
   Expected<jit::CompileResult> compiled = jit::compile(text, req);
   const double compile_ms = static_cast<double>(now_ns(CLOCK_MONOTONIC) - t0) / 1e6;
@@ -326,8 +340,8 @@ Kernel build(const Options& o) {
   if (!found) fail(2, o.ir_path + " has no entry '" + o.entry + "'");
   Expected<jit::ThunkFn> thunk = (*program)->thunk(o.entry);
   if (!thunk) fail(1, thunk.error().describe());
-  return Kernel(o, req.mode, compile_ms, compiled->times, std::move(*loader), std::move(*program),
-                *thunk);
+  return Kernel(o, req.mode, compile_ms, compiled->times, compiled->partitions, std::move(*loader),
+                std::move(*program), *thunk);
 }
 
 } // namespace

@@ -28,6 +28,15 @@ std::size_t ColdFunctions::mark(llvm::Module& m) {
   return cold_.size();
 }
 
+void ColdFunctions::adopt(const llvm::Module& m) {
+  for (const llvm::Function& f : m) {
+    if (f.isDeclaration() || !f.hasFnAttribute(llvm::Attribute::OptimizeNone)) continue;
+    const std::optional<llvm::Function::ProfileCount> count = f.getEntryCount();
+    const std::optional<llvm::StringRef> prefix = f.getSectionPrefix();
+    if (count && count->getCount() == 0 && prefix && *prefix == "unlikely") cold_.insert(&f);
+  }
+}
+
 bool ColdFunctions::skips(llvm::Any ir) const {
   if (cold_.empty()) return false;
   if (const auto* f = llvm::any_cast<const llvm::Function*>(&ir)) return cold_.count(*f) != 0;

@@ -22,6 +22,10 @@ public:
   // Marks the module's cold functions; call once the profile's counts are on
   // the IR (after PGOInstrumentationUse). Returns how many were marked.
   std::size_t mark(llvm::Module& m);
+  // Takes the functions an earlier mark() marked in the module this one was
+  // split from (a part of a partitioned compile, in a context of its own):
+  // optnone, in the unlikely section, profiled at 0 calls.
+  void adopt(const llvm::Module& m);
   // Makes the pass pipeline skip its optional passes over marked functions
   // (and loops in them, and call graph SCCs of marked functions only). This
   // object must outlive the pipeline's run.

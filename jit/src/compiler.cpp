@@ -4,10 +4,12 @@
 #include "block_map.h"
 #include "code_layout.h"
 #include "cold_code.h"
+#include "fdo/jit/object_set.h"
 #include "fdo/util/strings.h"
 #include "fingerprint.h"
 #include "llvm_support.h"
 #include "module_prep.h"
+#include "partition.h"
 #include "pgo.h"
 #include "pgo_setup.h"
 #include "pipeline_options.h"
@@ -62,6 +64,27 @@ std::size_t executable_bytes(const std::string& object) {
   return total;
 }
 
+// The O-level pipeline on one part of a split module, with a pass builder
+// of the part's own (its thread, its context, its target machine); `pic`
+// carries the part's PipelineCut, so only the passes from the inliner on run.
+void run_default_pipeline(llvm::Module& m, llvm::TargetMachine& tm,
+                          const llvm::PipelineTuningOptions& tuning,
+                          const std::optional<llvm::PGOOptions>& pgo,
+                          llvm::PassInstrumentationCallbacks& pic, llvm::OptimizationLevel level) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(&tm, tuning, pgo, &pic);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(level);
+  mpm.run(m, mam);
+}
+
 struct Prepared {
   std::unique_ptr<llvm::Module> module;
   std::unique_ptr<llvm::TargetMachine> tm;
@@ -83,6 +106,18 @@ Expected<Prepared> prepare(std::string_view bytes, const Limits& limits, llvm::L
 }
 
 } // namespace
+
+std::string_view to_string(PartitionSplit s) {
+  switch (s) {
+  case PartitionSplit::inliner:
+    return "inliner";
+  case PartitionSplit::codegen:
+    return "codegen";
+  case PartitionSplit::none:
+    break;
+  }
+  return "none";
+}
 
 std::string CompilerIdentity::canonical() const {
   return "fdo-identity-v1;llvm=" + llvm_version + ";fdo=" + fdo_version +
@@ -225,33 +260,71 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
   pb.crossRegisterProxies(lam, fam, cgam, mam);
 
   const llvm::OptimizationLevel level = optimization_level(knobs);
-  llvm::ModulePassManager mpm = level == llvm::OptimizationLevel::O0
-                                    ? pb.buildO0DefaultPipeline(level)
-                                    : pb.buildPerModuleDefaultPipeline(level);
+  const bool optimizes = level != llvm::OptimizationLevel::O0;
+  // A large module is compiled in parts at once (partition.h, docs/jit.md
+  // "Partitioned compiles"). Where the O-level pipeline has an inliner and
+  // no context-sensitive PGO pass (which finds functions by a PGO name a
+  // split changes), the whole module runs the pipeline up to the inliner —
+  // the profile's instrumentation or use, value specialization and
+  // cold-code marking see the whole program — and each part the rest on a
+  // thread of its own. Otherwise (and for kept IR) the split is for codegen.
+  const unsigned parts =
+      partition_count(instruction_count(m), std::min(request.threads, kMaxPartitions),
+                      request.min_part_instructions);
+  const bool cs_pgo = pgo->options && pgo->options->CSAction != llvm::PGOOptions::NoCSAction;
+  const PipelineCut::Pgo pgo_passes =
+      pgo->options && (pgo->options->Action == llvm::PGOOptions::IRInstr ||
+                       pgo->options->Action == llvm::PGOOptions::IRUse)
+          ? PipelineCut::Pgo::instrument_or_use
+          : PipelineCut::Pgo::none;
+  PipelineCut cut(PipelineCut::Side::before, pgo_passes);
+  if (parts > 1 && optimizes && !request.keep_ir && !cs_pgo) cut.register_callbacks(pic);
+  llvm::ModulePassManager mpm =
+      optimizes ? pb.buildPerModuleDefaultPipeline(level) : pb.buildO0DefaultPipeline(level);
   mpm.run(m, mam);
+  const bool split_early = cut.reached();
   if (instruments(request.mode)) {
     if (!layout_read)
       return make_error(Errc::internal,
                         "instrumentation: the pipeline ran no PGOInstrumentationGen");
-    if (llvm::Error e = check_runtime_calls(m))
-      return to_fdo_error(std::move(e), Errc::compile, "instrumentation");
+    // A part's own runtime calls are checked once its pipeline has run.
+    if (!split_early)
+      if (llvm::Error e = check_runtime_calls(m))
+        return to_fdo_error(std::move(e), Errc::compile, "instrumentation");
     if (llvm::Error e = expose_counters(m, result.counters_layout))
       return to_fdo_error(std::move(e), Errc::internal, "instrumentation");
   }
   lower_ctors_dtors(m);
-  add_thunks(m, result.entries);
-  // Before codegen's constant hoisting can hide them (rotate_idiom.h).
-  if (level != llvm::OptimizationLevel::O0) restore_folded_rotates(m);
+  // Entry thunks after the inliner (no entry is inlined into one), rotates
+  // made explicit before codegen's constant hoisting can hide them
+  // (rotate_idiom.h): here for the whole module, or in each part of one split
+  // before the inliner once its own pipeline has run (finish_part below).
+  if (!split_early) {
+    add_thunks(m, result.entries);
+    if (optimizes) restore_folded_rotates(m);
+  }
   if (layout) {
     layout->before_codegen(m);
     layout->configure_codegen(*p.tm);
   }
-  {
+  auto verify = [](llvm::Module& mod) -> llvm::Error {
     std::string report;
     llvm::raw_string_ostream os(report);
-    if (llvm::verifyModule(m, &os))
-      return make_error(Errc::internal, "optimised module fails the verifier: " + os.str());
-  }
+    if (llvm::verifyModule(mod, &os))
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "optimised module fails the verifier: " + os.str());
+    return llvm::Error::success();
+  };
+  if (!split_early)
+    if (llvm::Error e = verify(m)) return to_fdo_error(std::move(e), Errc::internal, "");
+  const bool instrumented = instruments(request.mode);
+  auto finish_part = [&](llvm::Module& mod) -> llvm::Error {
+    if (instrumented)
+      if (llvm::Error e = check_runtime_calls(mod)) return e;
+    add_thunks(mod, result.entries);
+    if (optimizes) restore_folded_rotates(mod);
+    return verify(mod);
+  };
   result.times.optimize = micros_since(start);
 
   if (!diagnostics.errors().empty())
@@ -266,17 +339,59 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
   }
 
   start = Clock::now();
-  auto object = emit_object(m, *p.tm);
-  if (!object) return to_fdo_error(object.takeError(), Errc::compile, "codegen");
-  result.object = std::move(*object);
-  result.code_size = executable_bytes(result.object);
+  std::vector<std::string> objects;
+  if (parts <= 1) {
+    auto object = emit_object(m, *p.tm);
+    if (!object) return to_fdo_error(object.takeError(), Errc::compile, "codegen");
+    objects.push_back(std::move(*object));
+  } else {
+    const llvm::CodeGenOpt::Level cg_level = p.tm->getOptLevel();
+    auto make_target = [&]() -> llvm::Expected<std::unique_ptr<llvm::TargetMachine>> {
+      auto tm = create_host_target_machine(cg_level);
+      if (tm && layout) layout->configure_codegen(**tm);
+      return tm;
+    };
+    // Each part's own pipeline: the O-level pipeline from the inliner on,
+    // with this compile's options, its cold functions still skipped.
+    const llvm::PipelineTuningOptions tuning = tuning_options(knobs);
+    const std::optional<llvm::PGOOptions> pgo_options = pgo->options;
+    auto compile_part = [&](llvm::Module& mod,
+                            llvm::TargetMachine& tm) -> llvm::Expected<std::string> {
+      if (split_early) {
+        ColdFunctions part_cold;
+        part_cold.adopt(mod);
+        PipelineCut part_cut(PipelineCut::Side::after, pgo_passes);
+        llvm::PassInstrumentationCallbacks part_pic;
+        part_cold.register_callbacks(part_pic);
+        part_cut.register_callbacks(part_pic);
+        run_default_pipeline(mod, tm, tuning, pgo_options, part_pic, level);
+        if (llvm::Error e = finish_part(mod)) return e;
+      }
+      return emit_object(mod, tm);
+    };
+    auto made =
+        emit_partitioned(m, parts, split_early ? Splitter::by_module_order : Splitter::by_name_hash,
+                         make_target, compile_part);
+    if (!made) return to_fdo_error(made.takeError(), Errc::compile, "partitioned compile");
+    objects = std::move(made->objects);
+    for (std::string& w : made->warnings)
+      diagnostics.add_warning(std::move(w));
+  }
+  result.partitions = static_cast<unsigned>(objects.size());
+  if (result.partitions > 1)
+    result.split = split_early ? PartitionSplit::inliner : PartitionSplit::codegen;
+  for (const std::string& object : objects)
+    result.code_size += executable_bytes(object);
   // Applied by the loader; here only carried to it with the object.
   if (request.profile) result.text_offset = request.profile->knobs.text_offset;
   if (request.block_locations == BlockLocations::on) {
-    auto blocks = read_block_map(result.object);
-    if (!blocks) return to_fdo_error(blocks.takeError(), Errc::internal, "block map");
-    result.block_map = std::move(*blocks);
+    for (const std::string& object : objects) {
+      auto blocks = read_block_map(object);
+      if (!blocks) return to_fdo_error(blocks.takeError(), Errc::internal, "block map");
+      std::move(blocks->begin(), blocks->end(), std::back_inserter(result.block_map));
+    }
   }
+  result.object = pack_objects(objects);
   result.times.codegen = micros_since(start);
   if (!diagnostics.errors().empty())
     return make_error(Errc::compile, join(diagnostics.errors(), "; "));

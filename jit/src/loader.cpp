@@ -2,6 +2,7 @@
 
 #include "code_layout.h"
 #include "fdo/jit/compiler.h"
+#include "fdo/jit/object_set.h"
 #include "fdo/util/log.h"
 #include "llvm_support.h"
 #include "near_memory.h"
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <llvm/ADT/StringSet.h>
 #include <llvm/ExecutionEngine/JITLink/EHFrameSupport.h>
 #include <llvm/ExecutionEngine/JITLink/JITLink.h>
 #include <llvm/ExecutionEngine/Orc/Core.h>
@@ -18,6 +20,7 @@
 #include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
 #include <llvm/ExecutionEngine/Orc/Shared/AllocationActions.h>
 #include <llvm/ExecutionEngine/Orc/Shared/WrapperFunctionUtils.h>
+#include <llvm/Object/ObjectFile.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <mutex>
 #include <set>
@@ -86,11 +89,18 @@ public:
     // First of all (before ORC claims weak definitions it was not told
     // about): globals outside exported_by_name become local, and stay live as
     // the exported symbols they were would have.
+    // What stays global is what the loader declared to ORC for this object
+    // (Loader::load): the exported names, and in an object set the symbols
+    // another object of the set refers to.
+    llvm::StringSet<> declared;
+    for (const auto& [name, flags] : mr.getSymbols())
+      declared.insert(*name);
     config.PrePrunePasses.insert(
-        config.PrePrunePasses.begin(), [](llvm::jitlink::LinkGraph& g) -> llvm::Error {
+        config.PrePrunePasses.begin(),
+        [declared = std::move(declared)](llvm::jitlink::LinkGraph& g) -> llvm::Error {
           for (llvm::jitlink::Symbol* sym : g.defined_symbols())
             if (sym->hasName() && sym->getScope() != llvm::jitlink::Scope::Local &&
-                !exported_by_name(sym->getName())) {
+                !declared.contains(sym->getName())) {
               sym->setScope(llvm::jitlink::Scope::Local);
               sym->setLive(true);
             }
@@ -242,6 +252,75 @@ struct LinkErrors {
   }
 };
 
+// One object of a program's output, as the loader hands it to ORC.
+struct ObjectPart {
+  std::unique_ptr<llvm::MemoryBuffer> buffer;
+  // The symbols ORC is told of (and the link plugin keeps global).
+  orc::MaterializationUnit::Interface declared;
+};
+
+// The names `object` refers to without defining them.
+Expected<std::vector<std::string>> undefined_names(llvm::MemoryBufferRef object) {
+  auto file = llvm::object::ObjectFile::createObjectFile(object);
+  if (!file) return to_fdo_error(file.takeError(), Errc::corrupt, "object");
+  std::vector<std::string> out;
+  for (const llvm::object::SymbolRef& sym : (*file)->symbols()) {
+    auto flags = sym.getFlags();
+    if (!flags) return to_fdo_error(flags.takeError(), Errc::corrupt, "object");
+    if (!(*flags & llvm::object::SymbolRef::SF_Undefined)) continue;
+    auto name = sym.getName();
+    if (!name) return to_fdo_error(name.takeError(), Errc::corrupt, "object");
+    if (!name->empty()) out.push_back(name->str());
+  }
+  return out;
+}
+
+// The objects of a program's output (one, or an object set: object_set.h)
+// and what ORC is told each defines: the names the loader looks up
+// (exported_by_name) and, in a set, the names another object of the set
+// refers to. Every other global is made local by the link plugin, so ORC
+// tracks few symbols (see exported_by_name). An object of a set that
+// nothing else refers to still declares one symbol, so the lookup links it.
+Expected<std::vector<ObjectPart>> read_object_set(orc::ExecutionSession& es,
+                                                  std::string_view object) {
+  FDO_TRY(std::vector<std::string_view> views, unpack_objects(object));
+  std::vector<ObjectPart> parts;
+  std::vector<orc::MaterializationUnit::Interface> defined;
+  llvm::StringSet<> wanted_elsewhere;
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    auto buffer = llvm::MemoryBuffer::getMemBufferCopy(
+        llvm::StringRef(views[i].data(), views[i].size()),
+        views.size() == 1 ? "program.o" : "program." + std::to_string(i) + ".o");
+    auto iface = orc::getObjectFileInterface(es, buffer->getMemBufferRef());
+    if (!iface) return to_fdo_error(iface.takeError(), Errc::corrupt, "object");
+    if (views.size() > 1) {
+      FDO_TRY(std::vector<std::string> refs, undefined_names(buffer->getMemBufferRef()));
+      for (std::string& r : refs)
+        wanted_elsewhere.insert(r);
+    }
+    parts.push_back({std::move(buffer), {}});
+    defined.push_back(std::move(*iface));
+  }
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    orc::MaterializationUnit::Interface& declared = parts[i].declared;
+    declared.InitSymbol = defined[i].InitSymbol;
+    for (const auto& [name, flags] : defined[i].SymbolFlags)
+      if (name == defined[i].InitSymbol || exported_by_name(*name) ||
+          wanted_elsewhere.contains(*name))
+        declared.SymbolFlags[name] = flags;
+    if (parts.size() > 1 && declared.SymbolFlags.empty() && !defined[i].SymbolFlags.empty()) {
+      auto anchor = defined[i].SymbolFlags.begin();
+      declared.SymbolFlags[anchor->first] = anchor->second;
+    }
+  }
+  // An object that defines nothing global cannot be reached from the
+  // others (an empty part of a set): nothing to link.
+  if (parts.size() > 1)
+    for (std::size_t i = parts.size(); i-- > 0;)
+      if (parts[i].declared.SymbolFlags.empty()) parts.erase(parts.begin() + i);
+  return parts;
+}
+
 } // namespace
 
 struct Loader::Impl {
@@ -320,10 +399,7 @@ Expected<std::unique_ptr<LoadedProgram>> Loader::load(std::string_view object,
     return make_error(Errc::invalid_argument,
                       "text offset " + std::to_string(text_offset) + " is not 0, 16, 32 or 48");
   orc::ExecutionSession& es = *impl_->es;
-  auto buffer = llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()),
-                                                     "program.o");
-  auto iface = orc::getObjectFileInterface(es, buffer->getMemBufferRef());
-  if (!iface) return to_fdo_error(iface.takeError(), Errc::corrupt, "object");
+  FDO_TRY(std::vector<ObjectPart> parts, read_object_set(es, object));
 
   orc::JITDylib& jd = es.createBareJITDylib("fdo-program-" + std::to_string(impl_->next_id++));
   auto remove_dylib = [&] {
@@ -354,28 +430,21 @@ Expected<std::unique_ptr<LoadedProgram>> Loader::load(std::string_view object,
     }
   }
 
-  // ORC is told only of the symbols the loader looks up (exported_by_name);
-  // the link plugin makes the object's other globals local.
-  orc::MaterializationUnit::Interface exported;
-  exported.InitSymbol = iface->InitSymbol;
-  for (const auto& [name, flags] : iface->SymbolFlags)
-    if (name == iface->InitSymbol || exported_by_name(*name)) exported.SymbolFlags[name] = flags;
-
   impl_->plugin->set_text_offset(&jd, text_offset);
   impl_->errors.clear();
-  if (llvm::Error e = impl_->layer->add(jd.getDefaultResourceTracker(), std::move(buffer),
-                                        std::move(exported))) {
-    remove_dylib();
-    return to_fdo_error(std::move(e), Errc::corrupt, "object");
-  }
-
-  // Look up every symbol ORC tracks: that links the whole object now (so
-  // link errors surface here, not at a later call) and yields the thunks'
+  // Look up every symbol ORC tracks: that links every object now (so link
+  // errors surface here, not at a later call) and yields the thunks'
   // addresses.
   orc::SymbolLookupSet wanted;
-  for (const auto& [name, flags] : iface->SymbolFlags)
-    if (name == iface->InitSymbol || exported_by_name(*name))
+  for (ObjectPart& part : parts) {
+    for (const auto& [name, flags] : part.declared.SymbolFlags)
       wanted.add(name, orc::SymbolLookupFlags::WeaklyReferencedSymbol);
+    if (llvm::Error e = impl_->layer->add(jd.getDefaultResourceTracker(), std::move(part.buffer),
+                                          std::move(part.declared))) {
+      remove_dylib();
+      return to_fdo_error(std::move(e), Errc::corrupt, "object");
+    }
+  }
   auto symbols =
       es.lookup(orc::makeJITDylibSearchOrder({&jd}, orc::JITDylibLookupFlags::MatchAllSymbols),
                 std::move(wanted));

@@ -174,6 +174,10 @@ json metadata_to_json(const CompileResult& r) {
             {"branch_weights", weights_to_json(r.branch_weights)}};
   if (r.text_offset != 0) j["text_offset"] = static_cast<std::uint64_t>(r.text_offset);
   if (r.cold_functions != 0) j["cold_functions"] = static_cast<std::uint64_t>(r.cold_functions);
+  if (r.partitions > 1) {
+    j["partitions"] = r.partitions;
+    j["partition_split"] = std::string(to_string(r.split));
+  }
   if (!r.ir.empty()) j["ir"] = r.ir;
   if (!r.specializations.empty() || !r.specializations_skipped.empty()) {
     json made = json::array();
@@ -300,6 +304,20 @@ Expected<CompileResult> metadata_from_json(const json& j) {
   if (j.contains("cold_functions")) {
     FDO_TRY(std::uint64_t cold, get_u64(j, "cold_functions", ""));
     r.cold_functions = static_cast<std::size_t>(cold);
+  }
+  // Absent for a compile in one part.
+  if (j.contains("partitions")) {
+    FDO_TRY(std::uint64_t parts, get_u64(j, "partitions", ""));
+    if (parts < 1 || parts > kMaxPartitions) return corrupt("partitions", "out of range");
+    r.partitions = static_cast<unsigned>(parts);
+    auto split = j.find("partition_split");
+    if (split == j.end() || !split->is_string()) return corrupt("partition_split", "missing");
+    if (*split == "inliner")
+      r.split = PartitionSplit::inliner;
+    else if (*split == "codegen")
+      r.split = PartitionSplit::codegen;
+    else
+      return corrupt("partition_split", "must be inliner or codegen");
   }
   if (j.contains("text_offset")) {
     FDO_TRY(std::uint64_t offset, get_u64(j, "text_offset", ""));

@@ -1,6 +1,7 @@
 // Argument value profiles and value specialization (jit/src/arg_profile.h):
 // the instrumented build records the values functions are called with; the
 // optimized build clones a hot function for a dominant value behind a guard.
+#include "loader_test_util.h"
 #include "pgo_test_util.h"
 
 #include <algorithm>
@@ -44,18 +45,6 @@ Profiled profiled_run() {
   for (auto& [name, v] : p.i.program->read_value_profiles())
     p.doc.functions.at(name).arg_values = v.arguments;
   return p;
-}
-
-std::unique_ptr<LoadedProgram> load(Loader& loader, const CompileResult& r) {
-  auto p = loader.load(r.object, r);
-  if (!p) FAIL(p.error().describe());
-  return std::move(p).value();
-}
-
-std::uint64_t call(const LoadedProgram& p, const char* entry, std::vector<std::uint64_t> args) {
-  auto r = p.call(entry, args);
-  if (!r) FAIL(r.error().describe());
-  return *r;
 }
 
 } // namespace
@@ -144,8 +133,8 @@ TEST_CASE("a hot function is cloned for its dominant values behind a guard", "[j
   CHECK_FALSE(contains(g.ir, ".fdo.spec"));
   auto loader = Loader::create();
   REQUIRE(loader.has_value());
-  auto fast = load(**loader, o);
-  auto general = load(**loader, g);
+  auto fast = load_or_fail(**loader, o);
+  auto general = load_or_fail(**loader, g);
   CHECK(call(*fast, "drive", {1600}) == call(*general, "drive", {1600}));
   std::mt19937_64 rng(7);
   for (int n = 0; n < 2000; ++n) {

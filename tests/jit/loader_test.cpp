@@ -3,6 +3,7 @@
 #include "fdo/jit/compiler.h"
 #include "fdo/jit/loader.h"
 #include "jit_test_util.h"
+#include "loader_test_util.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -17,18 +18,6 @@ using namespace fdo::jit::test;
 
 namespace {
 
-std::unique_ptr<Loader> make_loader() {
-  auto loader = Loader::create();
-  REQUIRE(loader.has_value());
-  return std::move(loader).value();
-}
-
-std::unique_ptr<LoadedProgram> load_or_fail(Loader& loader, const CompileResult& r) {
-  auto p = loader.load(r.object, r);
-  if (!p) FAIL(p.error().describe());
-  return std::move(p).value();
-}
-
 // Memory mappings of this process: a load that is not fully unloaded keeps
 // its code and data pages mapped.
 std::size_t mapping_count() {
@@ -37,12 +26,6 @@ std::size_t mapping_count() {
   for (std::string line; std::getline(maps, line);)
     ++n;
   return n;
-}
-
-std::uint64_t call(const LoadedProgram& p, const char* entry, std::vector<std::uint64_t> args) {
-  auto r = p.call(entry, args);
-  if (!r) FAIL(r.error().describe());
-  return *r;
 }
 
 } // namespace

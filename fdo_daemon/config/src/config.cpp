@@ -81,6 +81,11 @@ unsigned Config::effective_handler_threads() const {
   return std::max(4u, 2 * std::thread::hardware_concurrency());
 }
 
+unsigned Config::effective_compile_threads() const {
+  if (compile_threads != 0) return compile_threads;
+  return std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
+}
+
 unsigned Config::effective_max_running_compiles_per_uid() const {
   if (max_running_compiles_per_uid != 0) return max_running_compiles_per_uid;
   return std::max(1u, compile_workers - 1);

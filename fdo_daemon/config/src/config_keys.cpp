@@ -121,6 +121,12 @@ const std::vector<KeyDef>& key_defs() {
         "compile_workers", X, "Compile worker processes.",
         [](Config& c) -> unsigned& { return c.compile_workers; }, 1, 256));
     v.push_back(uint_key<unsigned>(
+        "compile_threads", R,
+        "Threads one compile may use: a large program is optimized and code-generated in up "
+        "to that many parts at once (docs/jit.md, \"Partitioned compiles\"; 0 = the host's "
+        "hardware threads, at most 8; 1 = never split).",
+        [](Config& c) -> unsigned& { return c.compile_threads; }, 0, 64));
+    v.push_back(uint_key<unsigned>(
         "exec_workers", X, "Exec worker processes.",
         [](Config& c) -> unsigned& { return c.exec_workers; }, 1, 256));
     v.push_back(enum_key("gpu", X,

@@ -213,6 +213,11 @@ std::string explain_decisions(const jit::CompileResult& r) {
     out += (out.empty() ? "" : "; ") + std::to_string(r.cold_functions) +
            " function(s) the profile saw called 0 times compiled without optimization "
            "(knobs.cold_code baseline)";
+  if (r.partitions > 1)
+    out += (out.empty() ? "" : "; ") + std::string("compiled in ") + std::to_string(r.partitions) +
+           " parts at once" +
+           (r.split == jit::PartitionSplit::inliner ? " from the inliner on"
+                                                    : " (code generation only)");
   return out;
 }
 
@@ -243,6 +248,14 @@ Expected<Message> CompileJobs::handle(const Message& request) {
     req.mode = mode;
     req.profile = doc ? &*doc : nullptr;
     req.limits = limits;
+    // Absent from an older daemon's job: one thread, as then.
+    if (auto it = request.header.find("threads"); it != request.header.end()) {
+      if (!it->is_number_integer() || it->get<std::int64_t>() < 1 ||
+          it->get<std::int64_t>() > jit::kMaxPartitions)
+        return make_error(Errc::invalid_argument, "compile job: threads must be 1 to " +
+                                                      std::to_string(jit::kMaxPartitions));
+      req.threads = it->get<unsigned>();
+    }
     FDO_TRY(jit::CompileResult result, jit::compile(request.payload, req));
     // The metadata travels as the JSON text the daemon stores beside the
     // object, ahead of it in the payload: no header codec on either side

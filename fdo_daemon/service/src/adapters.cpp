@@ -193,7 +193,8 @@ Expected<cache::CompiledOutput> RemoteCompiler::compile(const cache::Program& pr
   req.header = {{"op", "compile"},
                 {"mode", std::string(to_string(mode))},
                 {"profile", profile.doc ? to_json(*profile.doc) : json(nullptr)},
-                {"limits", {{"max_program_bytes", l.max_program_bytes}}}};
+                {"limits", {{"max_program_bytes", l.max_program_bytes}}},
+                {"threads", l.threads}};
   // Used only when the program targets NVPTX (the worker tells by its triple).
   if (gpu_) req.header["gpu"] = {{"sm", gpu_->sm}, {"driver", gpu_->driver_version}};
   req.payload = program.bytes;

@@ -72,6 +72,7 @@ private:
 struct CompileJobLimits {
   JobLimits job;
   std::uint64_t max_program_bytes = 0;
+  unsigned threads = 1; // Config::effective_compile_threads
 };
 
 class RemoteCompiler final : public cache::Compiler, public ProgramAnalyzer {

@@ -291,7 +291,8 @@ Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
       identity, *s->compile_pool,
       [raw] {
         auto cfg = raw->config.get();
-        return CompileJobLimits{compile_job_limits(*cfg), cfg->max_program_bytes};
+        return CompileJobLimits{compile_job_limits(*cfg), cfg->max_program_bytes,
+                                cfg->effective_compile_threads()};
       },
       s->gpu.target);
   cache::Config cc;

@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <sstream>
 
@@ -82,4 +83,68 @@ TEST_CASE("compile jobs: an NVPTX program gets the profile's launch bounds for i
   auto refused = jobs.handle(compile_job(program, &stray));
   REQUIRE_FALSE(refused);
   CHECK(refused.error().code() == Errc::invalid_argument);
+}
+
+namespace {
+
+// A CPU program of `n` functions of ~30 instructions each, chained.
+std::string many_functions(int n) {
+  std::string ir;
+  for (int i = 0; i < n; ++i) {
+    ir += "define internal i64 @f" + std::to_string(i) + "(i64 %x) noinline {\n";
+    std::string v = "%x";
+    for (int k = 0; k < 10; ++k) {
+      const std::string a = "%a" + std::to_string(k), b = "%b" + std::to_string(k),
+                        c = "%c" + std::to_string(k);
+      ir += "  " + a + " = mul i64 " + v + ", " + std::to_string(2 * k + 3) + "\n";
+      ir += "  " + b + " = xor i64 " + a + ", " + std::to_string(i * 7 + k) + "\n";
+      ir += "  " + c + " = lshr i64 " + b + ", 3\n";
+      v = c;
+    }
+    if (i + 1 < n)
+      ir += "  %r = call i64 @f" + std::to_string(i + 1) + "(i64 " + v + ")\n  ret i64 %r\n}\n";
+    else
+      ir += "  ret i64 " + v + "\n}\n";
+  }
+  ir += "define i64 @run(i64 %x) {\n  %r = call i64 @f0(i64 %x)\n  ret i64 %r\n}\n";
+  return ir;
+}
+
+Message cpu_compile_job(const std::string& program, std::optional<nlohmann::json> threads) {
+  Message m;
+  m.header = {{"op", "compile"},
+              {"mode", "plain"},
+              {"profile", nullptr},
+              {"limits", {{"max_program_bytes", 1 << 24}}}};
+  if (threads) m.header["threads"] = *threads;
+  m.payload = program;
+  return m;
+}
+
+} // namespace
+
+TEST_CASE("compile jobs: a large program is compiled in the parts the job's threads allow",
+          "[compile_jobs][partition]") {
+  const std::string program = many_functions(800); // ~24,000 instructions
+  CompileJobs jobs;
+  auto metadata_of = [](const Message& reply) {
+    const auto n = reply.header["metadata_bytes"].get<std::size_t>();
+    return nlohmann::json::parse(reply.payload.substr(0, n));
+  };
+  auto two = jobs.handle(cpu_compile_job(program, 2));
+  if (!two) FAIL(two.error().describe());
+  CHECK(metadata_of(*two).value("partitions", 1) == 2);
+  CHECK(two->header.value("explanation", "")
+            .find("compiled in 2 parts at once from the inliner on") != std::string::npos);
+  // An older daemon's job (no threads): one part, as then.
+  auto one = jobs.handle(cpu_compile_job(program, std::nullopt));
+  REQUIRE(one);
+  CHECK_FALSE(metadata_of(*one).contains("partitions"));
+  for (const nlohmann::json& bad :
+       {nlohmann::json(0), nlohmann::json(65), nlohmann::json("2"), nlohmann::json(-1)}) {
+    INFO(bad.dump());
+    auto r = jobs.handle(cpu_compile_job(program, bad));
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == Errc::invalid_argument);
+  }
 }

@@ -13,6 +13,7 @@
 #include "fdo/util/expected.h"
 #include "fdo/util/profile.h"
 
+#include <cstddef>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -30,7 +31,13 @@ namespace fdo::jit {
 // 6: rotates folded into a multiply made explicit before codegen.
 // 7: optimized mode compiles functions profiled at 0 calls without
 //    optimization (knobs.cold_code baseline, the default).
-inline constexpr int kPipelineVersion = 7;
+// 8: a large module may be code-generated in parts, its output an object set.
+inline constexpr int kPipelineVersion = 8;
+
+// Partitioned codegen (CompileRequest::threads): the least optimized
+// instructions per part, and the most parts one compile makes.
+inline constexpr std::size_t kMinPartInstructions = 10'000;
+inline constexpr unsigned kMaxPartitions = 64;
 inline constexpr std::string_view kFdoVersion = "0.1.0";
 
 struct CompilerIdentity {
@@ -82,7 +89,18 @@ struct CompileRequest {
   // Return the final optimised IR text in CompileResult::ir.
   bool keep_ir = false;
   BlockLocations block_locations = BlockLocations::on;
+  // Threads this compile may use (docs/jit.md, "Partitioned compiles"): a
+  // module of at least twice `min_part_instructions` optimized instructions
+  // is code-generated in up to `threads` parts at once, one per
+  // `min_part_instructions`; a smaller one, or threads = 1, in one.
+  unsigned threads = 1;
+  std::size_t min_part_instructions = kMinPartInstructions;
 };
+
+// Where a partitioned compile split the module: before the inliner (each
+// part runs the rest of the pipeline and codegen), or for codegen only.
+enum class PartitionSplit { none, inliner, codegen };
+std::string_view to_string(PartitionSplit s);
 
 struct CompileResult {
   std::string profile_key;
@@ -124,6 +142,11 @@ struct CompileResult {
   // Optimized mode: functions the profile saw called 0 times, compiled
   // without optimization (docs/jit.md, "Cold code").
   std::size_t cold_functions = 0;
+  // Parts the module was compiled in (`object` is then an object set,
+  // fdo/jit/object_set.h); 1 for a single object. `split` says where the
+  // O-level pipeline was cut (docs/jit.md, "Partitioned compiles").
+  unsigned partitions = 1;
+  PartitionSplit split = PartitionSplit::none;
 };
 
 Expected<CompileResult> compile(std::string_view program_bytes, const CompileRequest& request);

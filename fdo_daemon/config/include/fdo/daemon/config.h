@@ -83,6 +83,7 @@ struct Config {
   unsigned handler_threads = 0; // 0 = 2 x hardware threads, at least 4
   std::chrono::milliseconds drain_timeout{30000};
   unsigned compile_workers = 2;
+  unsigned compile_threads = 0; // per compile; 0 = the host's hardware threads, at most 8
   GpuUse gpu = GpuUse::automatic;
   std::string gpu_driver = "libcuda.so.1";
   unsigned gpu_workers = 1;
@@ -169,6 +170,7 @@ struct Config {
   // Effective handler thread count (resolves 0 = auto).
   unsigned effective_handler_threads() const;
   unsigned effective_max_running_compiles_per_uid() const;
+  unsigned effective_compile_threads() const;
 
   // All keys in documentation order.
   static const std::vector<ConfigKeyInfo>& keys();

@@ -1,0 +1,199 @@
+#include "module_split.h"
+
+#include <algorithm>
+#include <llvm/ADT/DenseMap.h>
+#include <llvm/ADT/DenseSet.h>
+#include <llvm/ADT/SmallPtrSet.h>
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/GlobalAlias.h>
+#include <llvm/IR/GlobalIFunc.h>
+#include <llvm/IR/InstIterator.h>
+#include <llvm/IR/Instructions.h>
+#include <llvm/Transforms/Utils/Cloning.h>
+#include <llvm/Transforms/Utils/ValueMapper.h>
+#include <string>
+#include <vector>
+
+namespace fdo::jit::detail {
+
+namespace {
+
+// The global values `c` refers to, through constant expressions and
+// aggregates.
+void globals_in(const llvm::Constant* c, llvm::SmallPtrSetImpl<const llvm::Constant*>& seen,
+                std::vector<const llvm::GlobalValue*>& out) {
+  if (!seen.insert(c).second) return;
+  if (const auto* gv = llvm::dyn_cast<llvm::GlobalValue>(c)) {
+    out.push_back(gv);
+    return;
+  }
+  for (const llvm::Value* op : c->operands())
+    if (const auto* oc = llvm::dyn_cast<llvm::Constant>(op)) globals_in(oc, seen, out);
+}
+
+std::vector<const llvm::GlobalValue*> globals_used_by(const llvm::Function& f) {
+  std::vector<const llvm::GlobalValue*> out;
+  llvm::SmallPtrSet<const llvm::Constant*, 32> seen;
+  for (const llvm::Instruction& i : llvm::instructions(f))
+    for (const llvm::Value* op : i.operands())
+      if (const auto* c = llvm::dyn_cast<llvm::Constant>(op)) globals_in(c, seen, out);
+  if (f.hasPersonalityFn()) globals_in(f.getPersonalityFn(), seen, out);
+  return out;
+}
+
+std::vector<const llvm::GlobalValue*> globals_used_by(const llvm::GlobalVariable& g) {
+  std::vector<const llvm::GlobalValue*> out;
+  llvm::SmallPtrSet<const llvm::Constant*, 8> seen;
+  if (g.hasInitializer()) globals_in(g.getInitializer(), seen, out);
+  return out;
+}
+
+// The function a constant takes a block's address in, if any.
+const llvm::Function* block_owner(const llvm::Constant* c,
+                                  llvm::SmallPtrSetImpl<const llvm::Constant*>& seen) {
+  if (!seen.insert(c).second) return nullptr;
+  if (const auto* ba = llvm::dyn_cast<llvm::BlockAddress>(c)) return ba->getFunction();
+  if (llvm::isa<llvm::GlobalValue>(c)) return nullptr;
+  for (const llvm::Value* op : c->operands())
+    if (const auto* oc = llvm::dyn_cast<llvm::Constant>(op))
+      if (const llvm::Function* f = block_owner(oc, seen)) return f;
+  return nullptr;
+}
+
+bool importable(const llvm::Function& f) {
+  if (llvm::any_of(f, [](const llvm::BasicBlock& b) { return b.hasAddressTaken(); }))
+    return false; // its blocks' addresses are its own
+  return !f.isDeclaration() && !f.hasFnAttribute(llvm::Attribute::NoInline) &&
+         !f.hasFnAttribute(llvm::Attribute::OptimizeNone) && !f.hasComdat() &&
+         !f.isInterposable() && f.getInstructionCount() <= kImportInstructions;
+}
+
+} // namespace
+
+SplitStats split_by_module_order(llvm::Module& m, unsigned parts,
+                                 const std::function<void(std::unique_ptr<llvm::Module>)>& take) {
+  SplitStats stats;
+  // 1. Functions: runs of the module order of about equal instruction counts.
+  std::vector<llvm::Function*> defined;
+  std::size_t total = 0;
+  for (llvm::Function& f : m)
+    if (!f.isDeclaration()) {
+      defined.push_back(&f);
+      total += f.getInstructionCount() + 1;
+    }
+  parts = std::max(1u, std::min<unsigned>(parts, static_cast<unsigned>(defined.size())));
+  llvm::DenseMap<const llvm::GlobalValue*, unsigned> home;
+  {
+    std::size_t so_far = 0;
+    unsigned part = 0;
+    for (llvm::Function* f : defined) {
+      home[f] = part;
+      so_far += f->getInstructionCount() + 1;
+      if (part + 1 < parts && so_far * parts >= total * (part + 1)) ++part;
+    }
+  }
+  // 2. Variables with the first function (in module order) that uses them,
+  // else with the first variable whose initializer does, else in part 0
+  // (llvm.* arrays among them).
+  for (llvm::Function* f : defined)
+    for (const llvm::GlobalValue* g : globals_used_by(*f))
+      if (llvm::isa<llvm::GlobalVariable>(g) && !g->isDeclaration()) home.try_emplace(g, home[f]);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (llvm::GlobalVariable& v : m.globals()) {
+      auto it = home.find(&v);
+      if (v.isDeclaration() || it == home.end()) continue;
+      for (const llvm::GlobalValue* g : globals_used_by(v))
+        if (llvm::isa<llvm::GlobalVariable>(g) && !g->isDeclaration() &&
+            home.try_emplace(g, it->second).second)
+          changed = true;
+    }
+  }
+  for (llvm::GlobalVariable& v : m.globals())
+    if (!v.isDeclaration()) home.try_emplace(&v, 0u);
+  // A table of block addresses (computed goto) can only live beside the
+  // function whose blocks it names.
+  for (llvm::GlobalVariable& v : m.globals()) {
+    llvm::SmallPtrSet<const llvm::Constant*, 8> seen;
+    if (v.hasInitializer())
+      if (const llvm::Function* f = block_owner(v.getInitializer(), seen)) home[&v] = home[f];
+  }
+  // Aliases and ifuncs go with what they name.
+  for (llvm::GlobalAlias& a : m.aliases())
+    if (const llvm::GlobalObject* base = a.getAliaseeObject()) home[&a] = home.lookup(base);
+  for (llvm::GlobalIFunc& i : m.ifuncs())
+    if (const llvm::Function* r = i.getResolverFunction()) home[&i] = home.lookup(r);
+  // A comdat stays whole, with its first member.
+  llvm::DenseMap<const llvm::Comdat*, unsigned> comdat_home;
+  for (auto& [gv, part] : home)
+    if (const llvm::Comdat* c = llvm::cast<llvm::GlobalValue>(gv)->getComdat())
+      comdat_home.try_emplace(c, part);
+  for (auto& [gv, part] : home)
+    if (const llvm::Comdat* c = llvm::cast<llvm::GlobalValue>(gv)->getComdat())
+      part = comdat_home[c];
+
+  // 3. Imports: each part gets copies of the small functions of other parts
+  // its functions call directly.
+  std::vector<llvm::DenseSet<const llvm::GlobalValue*>> imports(parts);
+  for (llvm::Function* f : defined)
+    for (const llvm::Instruction& i : llvm::instructions(*f))
+      if (const auto* call = llvm::dyn_cast<llvm::CallBase>(&i))
+        if (const llvm::Function* callee = call->getCalledFunction();
+            callee && importable(*callee) && home.lookup(callee) != home[f])
+          imports[home[f]].insert(callee);
+
+  // 4. What each part refers to that another part defines: made a hidden
+  // global of its part, kept even when its part does not use it.
+  llvm::DenseSet<const llvm::GlobalValue*> shared;
+  auto note_uses = [&](unsigned part, const std::vector<const llvm::GlobalValue*>& used) {
+    for (const llvm::GlobalValue* g : used)
+      if (!g->isDeclaration() && home.lookup(g) != part) shared.insert(g);
+  };
+  for (llvm::Function* f : defined)
+    note_uses(home[f], globals_used_by(*f));
+  for (unsigned p = 0; p < parts; ++p)
+    for (const llvm::GlobalValue* g : imports[p])
+      note_uses(p, globals_used_by(*llvm::cast<llvm::Function>(g)));
+  for (llvm::GlobalVariable& v : m.globals())
+    if (!v.isDeclaration()) note_uses(home[&v], globals_used_by(v));
+  for (unsigned p = 0; p < parts; ++p)
+    for (const llvm::GlobalValue* g : imports[p])
+      shared.insert(g);
+  for (const llvm::GlobalValue* cg : shared) {
+    auto* g = const_cast<llvm::GlobalValue*>(cg);
+    if (!g->isDiscardableIfUnused()) continue;
+    if (g->hasLocalLinkage()) {
+      ++stats.externalized;
+      g->setVisibility(llvm::GlobalValue::HiddenVisibility);
+    }
+    g->setLinkage(llvm::GlobalValue::ExternalLinkage);
+    g->setDSOLocal(true);
+    if (!g->hasName()) g->setName("__fdo_part_shared");
+  }
+
+  // 5. Each part: its own definitions, its imports as available_externally
+  // copies, every other global a declaration.
+  for (unsigned p = 0; p < parts; ++p) {
+    llvm::ValueToValueMapTy vmap;
+    std::unique_ptr<llvm::Module> part =
+        llvm::CloneModule(m, vmap, [&](const llvm::GlobalValue* g) {
+          return home.lookup(g) == p || imports[p].contains(g);
+        });
+    for (const llvm::GlobalValue* g : imports[p]) {
+      auto* copy = llvm::cast<llvm::Function>(vmap[g]);
+      copy->setLinkage(llvm::GlobalValue::AvailableExternallyLinkage);
+      ++stats.imported;
+    }
+    // The llvm.* arrays live in part 0; elsewhere their declarations go.
+    std::vector<llvm::GlobalVariable*> stray;
+    for (llvm::GlobalVariable& v : part->globals())
+      if (v.isDeclaration() && v.getName().startswith("llvm.") && v.use_empty())
+        stray.push_back(&v);
+    for (llvm::GlobalVariable* v : stray)
+      v->eraseFromParent();
+    take(std::move(part));
+  }
+  return stats;
+}
+
+} // namespace fdo::jit::detail

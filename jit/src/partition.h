@@ -1,0 +1,78 @@
+// Partitioned codegen (docs/jit.md, "Partitioned compiles"): once the whole
+// module is optimized (every inlining and profile decision made on the whole
+// program), a large module is split into parts that are code-generated at
+// once, one thread and one LLVMContext each, and linked together by the
+// loader from one object set (fdo/jit/object_set.h).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/PassInstrumentation.h>
+#include <llvm/Support/Error.h>
+#include <llvm/Target/TargetMachine.h>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace fdo::jit::detail {
+
+// Instructions in the module's defined functions.
+std::size_t instruction_count(const llvm::Module& m);
+
+// How many parts a module of `instructions` instructions is split into: one
+// per `min_instructions` (at least one), at most `threads`.
+unsigned partition_count(std::size_t instructions, unsigned threads, std::size_t min_instructions);
+
+// A target machine for one part's codegen (each thread needs its own).
+using TargetMachineFactory = std::function<llvm::Expected<std::unique_ptr<llvm::TargetMachine>>()>;
+// Generates one part's object.
+using EmitObject = std::function<llvm::Expected<std::string>(llvm::Module&, llvm::TargetMachine&)>;
+
+struct PartitionedObjects {
+  std::vector<std::string> objects;  // one per part, in part order
+  std::vector<std::string> warnings; // what the parts' contexts reported
+};
+
+// Where a partitioned compile cuts the O-level pipeline: the whole module
+// runs the passes before the inliner (the profile's instrumentation or use
+// among them), each part the inliner and everything after it. A pass
+// instrumentation callback skips the other side's optional passes; the
+// required ones left on either side (coroutine lowering, the always-inliner)
+// do nothing the second time.
+class PipelineCut {
+public:
+  enum class Side { before, after };
+  // `pgo`: the pipeline instruments or applies a profile, so a PGO
+  // pre-inliner runs ahead of the profile's passes; the cut is at the main
+  // inliner, after them.
+  enum class Pgo { none, instrument_or_use };
+  PipelineCut(Side side, Pgo pgo) : side_(side), inliners_before_cut_(pgo == Pgo::none ? 0 : 1) {}
+  // Registers the callback; this object must outlive the pipeline's run.
+  void register_callbacks(llvm::PassInstrumentationCallbacks& pic);
+  // Whether the cut was met (the pipeline has an inliner to cut at).
+  bool reached() const { return reached_; }
+
+private:
+  bool runs(llvm::StringRef pass);
+  Side side_;
+  int inliners_before_cut_;
+  bool reached_ = false;
+};
+
+// Splits `m` into `parts` modules with LLVM's SplitModule (the module's local
+// symbols become hidden globals, so that parts can reach each other's) and
+// generates each part's object on a thread of its own, in a context of its
+// own (parts travel to their thread as bitcode). `m` is changed (its locals
+// externalized) and should not be code-generated afterwards. An error in any
+// part fails the whole (no partial set).
+enum class Splitter {
+  by_name_hash,    // llvm::SplitModule: after the inliner, any mode
+  by_module_order, // module_split.h: before the inliner, with imports
+};
+llvm::Expected<PartitionedObjects> emit_partitioned(llvm::Module& m, unsigned parts,
+                                                    Splitter splitter,
+                                                    const TargetMachineFactory& make_target,
+                                                    const EmitObject& emit);
+
+} // namespace fdo::jit::detail

@@ -1,0 +1,297 @@
+// Partitioned compiles (docs/jit.md, "Partitioned compiles"): the object set
+// container, how many parts a compile makes, and that a program linked from
+// parts behaves as the same program compiled whole: values, constructors,
+// counters, value profiles, writable data restarted, function ranges and the
+// block map; a damaged set is an error, never a crash or a partial link.
+#include "fdo/jit/compiler.h"
+#include "fdo/jit/loader.h"
+#include "fdo/jit/object_set.h"
+#include "jit_test_util.h"
+#include "loader_test_util.h"
+
+#include <catch2/catch.hpp>
+#include <set>
+
+using namespace fdo;
+using namespace fdo::jit;
+using namespace fdo::jit::test;
+
+namespace {
+
+// A program of `n` functions that reach each other in every way a split
+// separates: direct calls along a chain, calls through a table of function
+// pointers, internal functions and constants, a writable global counting
+// calls, a constructor, and a loop with branches for the block map.
+std::string program(int n) {
+  std::string ir = "@calls = internal global i64 0\n@seed = internal global i64 0\n"
+                   "@table = internal constant [" +
+                   std::to_string(n) + " x ptr] [";
+  for (int i = 0; i < n; ++i)
+    ir += (i ? ", ptr @f" : "ptr @f") + std::to_string(i);
+  ir += "]\n@weights = internal constant [4 x i64] [i64 3, i64 5, i64 7, i64 11]\n"
+        "@llvm.global_ctors = appending global [1 x { i32, ptr, ptr }] "
+        "[{ i32, ptr, ptr } { i32 65535, ptr @init, ptr null }]\n"
+        "define internal void @init() {\n  store i64 17, ptr @seed\n  ret void\n}\n";
+  for (int i = 0; i < n; ++i) {
+    const std::string f = "@f" + std::to_string(i);
+    const std::string next = i + 1 < n ? "@f" + std::to_string(i + 1) : "";
+    ir += "define internal i64 " + f + "(i64 %x) noinline {\nentry:\n" +
+          "  %w.p = getelementptr [4 x i64], ptr @weights, i64 0, i64 " + std::to_string(i % 4) +
+          "\n  %w = load i64, ptr %w.p\n  br label %loop\nloop:\n"
+          "  %i = phi i64 [ 0, %entry ], [ %i.next, %body ]\n"
+          "  %acc = phi i64 [ %x, %entry ], [ %acc.next, %body ]\n"
+          "  %done = icmp uge i64 %i, 3\n  br i1 %done, label %out, label %body\nbody:\n"
+          "  %odd = and i64 %acc, 1\n  %c = icmp eq i64 %odd, 0\n"
+          "  %m = mul i64 %acc, %w\n  %a = add i64 %acc, " +
+          std::to_string(i + 1) +
+          "\n  %acc.next = select i1 %c, i64 %m, i64 %a\n  %i.next = add i64 %i, 1\n"
+          "  br label %loop\nout:\n";
+    if (!next.empty())
+      ir += "  %r = call i64 " + next + "(i64 %acc)\n  ret i64 %r\n}\n";
+    else
+      ir += "  ret i64 %acc\n}\n";
+  }
+  ir += "define i64 @run(i64 %k) {\n"
+        "  %c = load i64, ptr @calls\n  %c1 = add i64 %c, 1\n  store i64 %c1, ptr @calls\n"
+        "  %s = load i64, ptr @seed\n  %x = add i64 %k, %s\n"
+        "  %r = call i64 @f0(i64 %x)\n  ret i64 %r\n}\n"
+        "define i64 @via_table(i64 %i, i64 %x) {\n"
+        "  %p = getelementptr [" +
+        std::to_string(n) + " x ptr], ptr @table, i64 0, i64 %i\n" +
+        "  %f = load ptr, ptr %p\n  %r = call i64 %f(i64 %x)\n  ret i64 %r\n}\n"
+        "define i64 @calls_so_far() {\n  %c = load i64, ptr @calls\n  ret i64 %c\n}\n";
+  return ir;
+}
+
+CompileRequest partitioned(CompileMode mode, unsigned threads) {
+  CompileRequest r = request(mode);
+  r.threads = threads;
+  r.min_part_instructions = 1; // split even this small module
+  return r;
+}
+
+std::set<std::string> symbols_of(const std::vector<FunctionRange>& ranges) {
+  std::set<std::string> out;
+  for (const FunctionRange& r : ranges)
+    out.insert(r.name);
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("object set: packs several objects, passes one through, refuses damage",
+          "[jit][partition]") {
+  const std::vector<std::string> one{"\x7f"
+                                     "ELF-one"};
+  CHECK(pack_objects(one) == one.front());
+  auto single = unpack_objects(one.front());
+  REQUIRE(single.has_value());
+  CHECK(*single == std::vector<std::string_view>{one.front()});
+
+  const std::vector<std::string> three{"first", "second object", "3"};
+  const std::string blob = pack_objects(three);
+  CHECK(blob.starts_with(kObjectSetMagic));
+  auto back = unpack_objects(blob);
+  REQUIRE(back.has_value());
+  REQUIRE(back->size() == 3);
+  for (std::size_t i = 0; i < 3; ++i)
+    CHECK((*back)[i] == three[i]);
+
+  auto corrupt = [](std::string bytes) {
+    auto r = unpack_objects(bytes);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().code() == Errc::corrupt);
+  };
+  corrupt(blob.substr(0, blob.size() - 1));                // last object cut short
+  corrupt(blob + "x");                                     // bytes past the last object
+  corrupt(blob.substr(0, kObjectSetMagic.size() + 2));     // count cut short
+  corrupt(blob.substr(0, kObjectSetMagic.size() + 4 + 8)); // sizes cut short
+  std::string one_count = blob;
+  one_count[kObjectSetMagic.size()] = 1; // a "set" of one
+  corrupt(one_count);
+  std::string huge = blob;
+  huge[kObjectSetMagic.size() + 4 + 7] = '\x7f'; // first size ~2^62
+  corrupt(huge);
+  corrupt(pack_objects(std::vector<std::string>{"a", ""})); // an empty object inside
+}
+
+TEST_CASE("partitions: a small program, or one thread, pays nothing", "[jit][partition]") {
+  const std::string ir = program(12);
+  CompileRequest r = request(CompileMode::plain);
+  r.threads = 8; // the default min_part_instructions: far more than this program has
+  CompileResult small = compile_or_throw(ir, r);
+  CHECK(small.partitions == 1);
+  CHECK_FALSE(small.object.starts_with(kObjectSetMagic));
+  CHECK(small.object.starts_with("\x7f"
+                                 "ELF"));
+
+  CompileResult one_thread = compile_or_throw(ir, partitioned(CompileMode::plain, 1));
+  CHECK(one_thread.partitions == 1);
+  CHECK(one_thread.object == small.object);
+
+  CompileResult split = compile_or_throw(ir, partitioned(CompileMode::plain, 4));
+  CHECK(split.partitions == 4);
+  CHECK(split.object.starts_with(kObjectSetMagic));
+  // The metadata says so, and reads back.
+  auto meta = metadata_from_json(metadata_to_json(split));
+  REQUIRE(meta.has_value());
+  CHECK(meta->partitions == 4);
+  CHECK(meta->split == PartitionSplit::inliner);
+  // Kept IR is the whole module's: such a compile splits for codegen only.
+  CompileRequest keep = partitioned(CompileMode::plain, 4);
+  keep.keep_ir = true;
+  CompileResult kept = compile_or_throw(ir, keep);
+  CHECK(kept.partitions == 4);
+  CHECK(kept.split == PartitionSplit::codegen);
+  CHECK(contains(kept.ir, "define"));
+}
+
+TEST_CASE("partitions: the program linked from parts behaves as the whole one",
+          "[jit][partition]") {
+  const CompileMode mode = GENERATE(CompileMode::plain, CompileMode::instrumented);
+  INFO(to_string(mode));
+  const int n = 40;
+  const std::string ir = program(n);
+  CompileResult whole = compile_or_throw(ir, request(mode));
+  CompileResult split = compile_or_throw(ir, partitioned(mode, 3));
+  REQUIRE(whole.partitions == 1);
+  REQUIRE(split.partitions == 3);
+  CHECK(split.split == PartitionSplit::inliner);
+  CHECK(split.code_size > 0);
+  CHECK(split.entries.size() == whole.entries.size());
+  CHECK(split.counters_layout.size() == whole.counters_layout.size());
+
+  auto loader = make_loader();
+  auto a = load_or_fail(*loader, whole);
+  auto b = load_or_fail(*loader, split);
+  // Constructors ran in both (run adds @seed = 17).
+  for (std::uint64_t k : {0ULL, 1ULL, 12345ULL, 0xdeadbeefULL})
+    CHECK(call(*b, "run", {k}) == call(*a, "run", {k}));
+  for (std::uint64_t i : {0ULL, 7ULL, 21ULL, 39ULL})
+    CHECK(call(*b, "via_table", {i, 5}) == call(*a, "via_table", {i, 5}));
+  CHECK(call(*b, "calls_so_far", {}) == 4);
+  CHECK(call(*a, "calls_so_far", {}) == 4);
+
+  // Every function is found, with its range, in the parts.
+  CHECK(symbols_of(b->function_ranges()) == symbols_of(a->function_ranges()));
+  if (mode == CompileMode::instrumented) {
+    // Counters and value profiles (the table's indirect calls) are read
+    // wherever their part put them.
+    CHECK(b->read_counters() == a->read_counters());
+    auto va = a->read_value_profiles(), vb = b->read_value_profiles();
+    REQUIRE(va.size() == vb.size());
+    CHECK_FALSE(vb.empty());
+  }
+  // The block map covers the same functions and blocks.
+  REQUIRE(split.block_map.size() == whole.block_map.size());
+
+  // Writable data of every part goes back to its link-time contents.
+  REQUIRE(b->restart().has_value());
+  CHECK(call(*b, "calls_so_far", {}) == 0);
+  CHECK(call(*b, "run", {1}) == call(*a, "run", {1}));
+  CHECK(call(*b, "calls_so_far", {}) == 1);
+  if (mode == CompileMode::instrumented) {
+    // Counted since the restart only: two calls.
+    for (const auto& [name, counts] : b->read_counters())
+      if (name.ends_with("calls_so_far")) CHECK(counts.front() == 2);
+  }
+}
+
+TEST_CASE("partitions: fixtures with constructors, destructors and every thunk",
+          "[jit][partition]") {
+  auto loader = make_loader();
+  CompileResult r = compile_or_throw(fixture("thunks.ll"), partitioned(CompileMode::plain, 2));
+  auto p = load_or_fail(*loader, r);
+  CHECK(call(*p, "add_i32", {40, 2}) == 42);
+  CHECK(call(*p, "calls_internal", {5}) == call(*p, "calls_internal", {5}));
+  CHECK(as_double(call(*p, "cos_f64", {slot(0.0)})) == 1.0);
+  CompileResult c = compile_or_throw(fixture("ctors.ll"), partitioned(CompileMode::plain, 2));
+  CompileResult c1 = compile_or_throw(fixture("ctors.ll"), request(CompileMode::plain));
+  auto pc = load_or_fail(*loader, c);
+  auto pc1 = load_or_fail(*loader, c1);
+  CHECK(call(*pc, "get_state", {}) == call(*pc1, "get_state", {}));
+}
+
+TEST_CASE("partitions: a damaged object set is an error, never a partial link",
+          "[jit][partition]") {
+  CompileResult split = compile_or_throw(program(30), partitioned(CompileMode::plain, 3));
+  REQUIRE(split.partitions == 3);
+  auto parts = unpack_objects(split.object);
+  REQUIRE(parts.has_value());
+  auto loader = make_loader();
+
+  SECTION("truncated") {
+    auto r =
+        loader->load(std::string_view(split.object).substr(0, split.object.size() - 100), split);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().code() == Errc::corrupt);
+  }
+  SECTION("a part missing") {
+    std::vector<std::string> two{std::string((*parts)[0]), std::string((*parts)[1])};
+    auto r = loader->load(pack_objects(two), split);
+    REQUIRE_FALSE(r.has_value());
+    CHECK((r.error().code() == Errc::link || r.error().code() == Errc::invalid_argument));
+  }
+  SECTION("a part that is not an object") {
+    std::vector<std::string> bad{std::string((*parts)[0]), std::string((*parts)[1]),
+                                 std::string((*parts)[2].size(), 'x')};
+    auto r = loader->load(pack_objects(bad), split);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().code() == Errc::corrupt);
+  }
+  SECTION("a part from another compile") {
+    CompileResult other = compile_or_throw(program(31), partitioned(CompileMode::plain, 3));
+    auto theirs = unpack_objects(other.object);
+    REQUIRE(theirs.has_value());
+    std::vector<std::string> mixed{std::string((*parts)[0]), std::string((*parts)[1]),
+                                   std::string((*theirs)[2])};
+    // Either a link error, or (when the foreign part happens to define what
+    // is missing) a program; never a crash. A cache entry is one blob, so a
+    // mixed set cannot come from the cache.
+    auto r = loader->load(pack_objects(mixed), split);
+    if (!r) CHECK((r.error().code() == Errc::link || r.error().code() == Errc::invalid_argument));
+  }
+  // The loader still links the intact set afterwards.
+  auto ok = load_or_fail(*loader, split);
+  CHECK(call(*ok, "calls_so_far", {}) == 0);
+}
+
+TEST_CASE("partitions: a profiled program compiled in parts behaves as the whole one",
+          "[jit][partition]") {
+  const std::string ir = program(40);
+  auto loader = make_loader();
+  // Its profile, as the daemon gathers it: counters of an instrumented run.
+  CompileResult instrumented = compile_or_throw(ir, request(CompileMode::instrumented));
+  ProfileDoc doc;
+  {
+    auto p = load_or_fail(*loader, instrumented);
+    for (std::uint64_t k = 0; k < 50; ++k)
+      call(*p, "run", {k});
+    call(*p, "via_table", {3, 4});
+    auto counts = p->read_counters();
+    for (const InstrumentedFunction& f : instrumented.counters_layout)
+      doc.functions[f.pgo_name] = FunctionProfile{
+          .cfg_hash = f.cfg_hash, .counts = counts.at(f.pgo_name), .source_name = f.pgo_name};
+  }
+  // Optimized mode splits before the inliner; cs_instrumented (its
+  // instrumentation comes after the inliner) for codegen only.
+  const CompileMode mode = GENERATE(CompileMode::optimized, CompileMode::cs_instrumented);
+  INFO(to_string(mode));
+  CompileResult whole = compile_or_throw(ir, request(mode, &doc));
+  CompileRequest r = partitioned(mode, 3);
+  r.profile = &doc;
+  CompileResult split = compile_or_throw(ir, r);
+  REQUIRE(split.partitions == 3);
+  CHECK(split.split ==
+        (mode == CompileMode::optimized ? PartitionSplit::inliner : PartitionSplit::codegen));
+  CHECK(split.branch_weights == whole.branch_weights);
+  CHECK(split.cold_functions == whole.cold_functions);
+  CHECK(split.counters_layout.size() == whole.counters_layout.size());
+  auto a = load_or_fail(*loader, whole);
+  auto b = load_or_fail(*loader, split);
+  for (std::uint64_t k : {0ULL, 9ULL, 77ULL, 1ULL << 40})
+    CHECK(call(*b, "run", {k}) == call(*a, "run", {k}));
+  for (std::uint64_t i : {0ULL, 13ULL, 39ULL})
+    CHECK(call(*b, "via_table", {i, 11}) == call(*a, "via_table", {i, 11}));
+  if (mode == CompileMode::cs_instrumented) CHECK(b->read_counters() == a->read_counters());
+}
