@@ -15,9 +15,11 @@ one run on this host:
    its own compile, or the one it joined); every stage's value must equal
    the native build's (exit 1 otherwise).
 3. The settled profile (`profile.export`) compiled again in optimized mode in
-   one process (`fdo_effect_jit --profile`): wall time and the compile's own
-   phase times, and what they leave unaccounted; then the settled code timed
-   against the native build, call for call.
+   one process (`fdo_effect_jit --profile`), in one piece (`--threads 1`) and
+   in parts on every core (`--threads N`, docs/jit.md "Partitioned
+   compiles"), one after the other: wall time and the compile's own phase
+   times, and what they leave unaccounted; then the settled code of both
+   timed against the native build, call for call.
 4. fdod with its defaults (background tier-up), a client calling `run`
    back to back: how many stages, and how long, until the first optimized
    stage (`--async-limit` seconds at most).
@@ -75,10 +77,11 @@ def register(c, ir, name):
 
 def sync_run(build, ir, name, n, expected, stages, bad):
     """Stages under tier_up = sync until settled: per mode, its compile_ms;
-    the settled stages' exec times; the exported profile document."""
+    the settled stages' exec times and overheads (round trip - exec, ms);
+    the exported profile document."""
     settings = {"tier_up": "sync", "exec_timeout_ms": 120000}
     d = start_daemon(build, settings, "fdo-programs-")
-    compiles, settled, last_mode = {}, [], None
+    compiles, settled, overhead, last_mode = {}, [], [], None
     try:
         c = harness.Client(d.socket, timeout=900)
         pid, pk = register(c, ir, name)
@@ -97,13 +100,15 @@ def sync_run(build, ir, name, n, expected, stages, bad):
                 compiles.setdefault(st["mode"], []).append(rtt_ms - st["exec_ns"] / 1e6)
             if st["mode"] == "optimized" and last_mode == "optimized":
                 settled.append(st["exec_ns"] / 1e6)
+                if st["cache"]["outcome"] not in ("compiled", "joined"):
+                    overhead.append(rtt_ms - st["exec_ns"] / 1e6)
             last_mode = st["mode"]
         bundle = c.call("profile.export", {"profile_keys": [pk], "format": "json"})["bundle"]
     finally:
         d.cleanup()
     profiles = bundle.get("profiles") or [{}]
     doc = (profiles[0].get("current") or {}).get("profile")
-    return compiles, settled, doc
+    return compiles, (settled, overhead), doc
 
 
 def async_run(build, ir, name, n, expected, limit_s, bad):
@@ -128,17 +133,20 @@ def async_run(build, ir, name, n, expected, limit_s, bad):
         d.cleanup()
 
 
-def jit_compile(build, ir, doc, n, tmp):
-    """The settled profile compiled in one process: (wall ms, phases, call times)."""
+def jit_compile(build, ir, doc, n, tmp, threads):
+    """The settled profile compiled in one process with up to `threads` parts:
+    (wall ms, phases, checksum, call times, parts)."""
     path = tmp / "profile.json"
     path.write_text(json.dumps(doc))
     r = subprocess.run([str(build / "bench" / "fdo_effect" / "fdo_effect_jit"), "--ir", str(ir),
                         "--entry", "run", "--arg", str(n), "--profile", str(path), "--runs", "15",
-                        "--warmup", "2"], capture_output=True, text=True)
+                        "--warmup", "2", "--threads", str(threads)], capture_output=True,
+                       text=True)
     if r.returncode != 0:
         raise RuntimeError(f"fdo_effect_jit: {r.stderr.strip()}")
     out = json.loads(r.stdout)
-    return out["compile_ms"], out["times_us"], out["checksum"], [x / 1e6 for x in out["ns"]]
+    return (out["compile_ms"], out["times_us"], out["checksum"], [x / 1e6 for x in out["ns"]],
+            out.get("partitions", 1))
 
 
 def main():
@@ -171,7 +179,7 @@ def main():
         n = ARGS[name]
         expected, native_ms = native_times(native, n, 15)
         if args.smoke:
-            compiles, settled, _ = sync_run(build, ir, name, n, expected, args.stages, bad)
+            compiles, (settled, _), _ = sync_run(build, ir, name, n, expected, args.stages, bad)
             print(f"{name}: run({n}) = {expected} natively; {args.stages} stages through fdod "
                   f"(compiled {', '.join(compiles)}, {len(settled)} settled optimized stages)")
             if not settled:
@@ -182,22 +190,31 @@ def main():
             serial = programs.timed_native_build(program, out_dir, 1)
             parallel = programs.timed_native_build(program, out_dir, cores)
             module = clang_module_seconds(ir, tmp / "module.o")
-            compiles, settled, doc = sync_run(build, ir, name, n, expected, args.stages, bad)
+            compiles, (settled, overhead), doc = sync_run(build, ir, name, n, expected,
+                                                          args.stages, bad)
             if doc is None:
                 print(f"run_programs: {name}: no profile exported", file=sys.stderr)
                 return 2
             # Kept to compile again by hand: fdo_effect_jit --profile FILE.
             (out_dir / name / "settled_profile.json").write_text(json.dumps(doc))
-            wall_ms, phases, checksum, fdo_ms = jit_compile(build, ir, doc, n, tmp)
+            wall_ms, phases, checksum, fdo_ms, _ = jit_compile(build, ir, doc, n, tmp, 1)
             if checksum != expected:
                 bad.append(f"{name}: fdo_effect_jit's optimized build returned {checksum}")
+            split_ms, split_phases, checksum, split_call_ms, parts = jit_compile(
+                build, ir, doc, n, tmp, cores)
+            if checksum != expected:
+                bad.append(f"{name}: fdo_effect_jit's partitioned optimized build returned "
+                           f"{checksum}")
             first_opt = (async_run(build, ir, name, n, expected, args.async_limit, bad)
                          if args.async_limit > 0 else None)
         rec = {"functions": doc and len(doc.get("functions", {})), "arg": n,
                "clang_o2_serial_s": serial, f"clang_o2_j{cores}_s": parallel,
                "clang_o2_module_s": module,
                "fdod_compile_ms": compiles, "settled_exec_ms": settled,
+               "settled_overhead_ms": overhead,
                "jit_optimized_wall_ms": wall_ms, "jit_phases_us": phases,
+               "jit_partitioned_wall_ms": split_ms, "jit_partitioned_phases_us": split_phases,
+               "jit_partitions": parts, "fdo_partitioned_call_ms": split_call_ms,
                "native_call_ms": native_ms, "fdo_call_ms": fdo_ms}
         if first_opt is not None:
             rec["async_stages_before_optimized"], rec["async_seconds"], rec["async_modes"] = \
@@ -212,15 +229,24 @@ def main():
             worst = max(ms) / 1e3
             print(f"fdod {mode:16s} stage waited {worst:6.2f} s = {worst / parallel:5.2f}x clang "
                   f"-j{cores}, {worst / module:5.2f}x the module")
-        accounted = sum(phases.get(p, 0) for p in PHASES) / 1e3
-        print(f"optimized compile in one process: {wall_ms / 1e3:6.2f} s; phases (s): " +
-              ", ".join(f"{p} {phases.get(p, 0) / 1e6:.2f}" for p in PHASES) +
-              f"; unaccounted {(wall_ms - accounted) / 1e3:.2f}")
+        for label, ms, ph in (("in one piece", wall_ms, phases),
+                              (f"in {parts} parts", split_ms, split_phases)):
+            accounted = sum(ph.get(p, 0) for p in PHASES) / 1e3
+            print(f"optimized compile {label:12s}: {ms / 1e3:6.2f} s = {ms / 1e3 / parallel:5.2f}x "
+                  f"clang -j{cores}; phases (s): " +
+                  ", ".join(f"{p} {ph.get(p, 0) / 1e6:.2f}" for p in PHASES) +
+                  f"; unaccounted {(ms - accounted) / 1e3:.2f}")
+        print(f"  per call, median: in one piece {statistics.median(fdo_ms):.2f} ms, in parts "
+              f"{statistics.median(split_call_ms):.2f} ms")
         nat, fdo = statistics.median(native_ms), statistics.median(fdo_ms)
         print(f"run({n}) per call, median (min): native clang -O2 {nat:7.2f} "
               f"({min(native_ms):.2f}) ms, fdo settled {fdo:7.2f} ({min(fdo_ms):.2f}) ms: "
               f"{fdo / nat:4.2f}x ({min(fdo_ms) / min(native_ms):4.2f}x); fdod settled stages' "
               f"exec {statistics.median(settled) if settled else float('nan'):7.2f} ms")
+        if overhead:
+            print(f"fdod settled stages (memory hits): round trip - exec median "
+                  f"{statistics.median(overhead):.2f} ms (min {min(overhead):.2f}) over "
+                  f"{len(overhead)} stages")
         if first_opt is not None:
             count, secs, modes = first_opt
             shown = "none within the limit" if count is None else f"{count}"
