@@ -33,6 +33,7 @@ import base64
 import json
 import os
 import pathlib
+import re
 import statistics
 import subprocess
 import sys
@@ -104,6 +105,10 @@ def sync_run(build, ir, name, n, expected, stages, bad):
                     overhead.append(rtt_ms - st["exec_ns"] / 1e6)
             last_mode = st["mode"]
         bundle = c.call("profile.export", {"profile_keys": [pk], "format": "json"})["bundle"]
+        # What fdod's compiles said of their parts (docs/jit.md, "Partitioned compiles").
+        text = json.dumps(c.call("cache.explain", {"program": pid}, check_schema=False))
+        parts = sorted(set(re.findall(r"compiled in \d+ parts at once[^;\"]*", text)))
+        print(f"{name}: fdod's builds: {'; '.join(parts) if parts else 'each in one piece'}")
     finally:
         d.cleanup()
     profiles = bundle.get("profiles") or [{}]

@@ -95,17 +95,21 @@ SplitStats split_by_module_order(llvm::Module& m, unsigned parts,
   // 2. Variables with the first function (in module order) that uses them,
   // else with the first variable whose initializer does, else in part 0
   // (llvm.* arrays among them).
-  for (llvm::Function* f : defined)
+  // (Values are read out of `home` before an insertion can move its buckets.)
+  for (llvm::Function* f : defined) {
+    const unsigned part = home.lookup(f);
     for (const llvm::GlobalValue* g : globals_used_by(*f))
-      if (llvm::isa<llvm::GlobalVariable>(g) && !g->isDeclaration()) home.try_emplace(g, home[f]);
+      if (llvm::isa<llvm::GlobalVariable>(g) && !g->isDeclaration()) home.try_emplace(g, part);
+  }
   for (bool changed = true; changed;) {
     changed = false;
     for (llvm::GlobalVariable& v : m.globals()) {
       auto it = home.find(&v);
       if (v.isDeclaration() || it == home.end()) continue;
+      const unsigned part = it->second;
       for (const llvm::GlobalValue* g : globals_used_by(v))
         if (llvm::isa<llvm::GlobalVariable>(g) && !g->isDeclaration() &&
-            home.try_emplace(g, it->second).second)
+            home.try_emplace(g, part).second)
           changed = true;
     }
   }
@@ -116,7 +120,10 @@ SplitStats split_by_module_order(llvm::Module& m, unsigned parts,
   for (llvm::GlobalVariable& v : m.globals()) {
     llvm::SmallPtrSet<const llvm::Constant*, 8> seen;
     if (v.hasInitializer())
-      if (const llvm::Function* f = block_owner(v.getInitializer(), seen)) home[&v] = home[f];
+      if (const llvm::Function* f = block_owner(v.getInitializer(), seen)) {
+        const unsigned part = home.lookup(f);
+        home[&v] = part;
+      }
   }
   // Aliases and ifuncs go with what they name.
   for (llvm::GlobalAlias& a : m.aliases())
@@ -139,8 +146,8 @@ SplitStats split_by_module_order(llvm::Module& m, unsigned parts,
     for (const llvm::Instruction& i : llvm::instructions(*f))
       if (const auto* call = llvm::dyn_cast<llvm::CallBase>(&i))
         if (const llvm::Function* callee = call->getCalledFunction();
-            callee && importable(*callee) && home.lookup(callee) != home[f])
-          imports[home[f]].insert(callee);
+            callee && importable(*callee) && home.lookup(callee) != home.lookup(f))
+          imports[home.lookup(f)].insert(callee);
 
   // 4. What each part refers to that another part defines: made a hidden
   // global of its part, kept even when its part does not use it.
@@ -150,12 +157,12 @@ SplitStats split_by_module_order(llvm::Module& m, unsigned parts,
       if (!g->isDeclaration() && home.lookup(g) != part) shared.insert(g);
   };
   for (llvm::Function* f : defined)
-    note_uses(home[f], globals_used_by(*f));
+    note_uses(home.lookup(f), globals_used_by(*f));
   for (unsigned p = 0; p < parts; ++p)
     for (const llvm::GlobalValue* g : imports[p])
       note_uses(p, globals_used_by(*llvm::cast<llvm::Function>(g)));
   for (llvm::GlobalVariable& v : m.globals())
-    if (!v.isDeclaration()) note_uses(home[&v], globals_used_by(v));
+    if (!v.isDeclaration()) note_uses(home.lookup(&v), globals_used_by(v));
   for (unsigned p = 0; p < parts; ++p)
     for (const llvm::GlobalValue* g : imports[p])
       shared.insert(g);
