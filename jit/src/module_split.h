@@ -19,7 +19,7 @@ namespace fdo::jit::detail {
 
 // Functions of at most this many instructions are imported by the parts
 // that call them.
-inline constexpr unsigned kImportInstructions = 400;
+inline constexpr unsigned kImportInstructions = 1000;
 
 struct SplitStats {
   std::size_t imported = 0;     // function copies made, over all parts
