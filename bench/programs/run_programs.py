@@ -108,7 +108,8 @@ def sync_run(build, ir, name, n, expected, stages, bad):
         # What fdod's compiles said of their parts (docs/jit.md, "Partitioned compiles").
         text = json.dumps(c.call("cache.explain", {"program": pid}, check_schema=False))
         parts = sorted(set(re.findall(r"compiled in \d+ parts at once[^;\"]*", text)))
-        print(f"{name}: fdod's builds: {'; '.join(parts) if parts else 'each in one piece'}")
+        print(f"{name}: fdod's builds: "
+              f"{'; '.join(parts) if parts else 'none in parts among the explain records kept'}")
     finally:
         d.cleanup()
     profiles = bundle.get("profiles") or [{}]
