@@ -87,11 +87,10 @@ public:
   void modifyPassConfig(orc::MaterializationResponsibility& mr, llvm::jitlink::LinkGraph&,
                         llvm::jitlink::PassConfiguration& config) override {
     // First of all (before ORC claims weak definitions it was not told
-    // about): globals outside exported_by_name become local, and stay live as
-    // the exported symbols they were would have.
-    // What stays global is what the loader declared to ORC for this object
-    // (Loader::load): the exported names, and in an object set the symbols
-    // another object of the set refers to.
+    // about): globals the loader did not declare to ORC for this object
+    // (read_object_set: the exported names, and in an object set the symbols
+    // another object of the set refers to) become local, and stay live as the
+    // exported symbols they were would have.
     llvm::StringSet<> declared;
     for (const auto& [name, flags] : mr.getSymbols())
       declared.insert(*name);

@@ -70,9 +70,8 @@ bool importable(const llvm::Function& f) {
 
 } // namespace
 
-SplitStats split_by_module_order(llvm::Module& m, unsigned parts,
-                                 const std::function<void(std::unique_ptr<llvm::Module>)>& take) {
-  SplitStats stats;
+void split_by_module_order(llvm::Module& m, unsigned parts,
+                           const std::function<void(std::unique_ptr<llvm::Module>)>& take) {
   // 1. Functions: runs of the module order of about equal instruction counts.
   std::vector<llvm::Function*> defined;
   std::size_t total = 0;
@@ -169,10 +168,7 @@ SplitStats split_by_module_order(llvm::Module& m, unsigned parts,
   for (const llvm::GlobalValue* cg : shared) {
     auto* g = const_cast<llvm::GlobalValue*>(cg);
     if (!g->isDiscardableIfUnused()) continue;
-    if (g->hasLocalLinkage()) {
-      ++stats.externalized;
-      g->setVisibility(llvm::GlobalValue::HiddenVisibility);
-    }
+    if (g->hasLocalLinkage()) g->setVisibility(llvm::GlobalValue::HiddenVisibility);
     g->setLinkage(llvm::GlobalValue::ExternalLinkage);
     g->setDSOLocal(true);
     if (!g->hasName()) g->setName("__fdo_part_shared");
@@ -189,7 +185,6 @@ SplitStats split_by_module_order(llvm::Module& m, unsigned parts,
     for (const llvm::GlobalValue* g : imports[p]) {
       auto* copy = llvm::cast<llvm::Function>(vmap[g]);
       copy->setLinkage(llvm::GlobalValue::AvailableExternallyLinkage);
-      ++stats.imported;
     }
     // The llvm.* arrays live in part 0; elsewhere their declarations go.
     std::vector<llvm::GlobalVariable*> stray;
@@ -200,7 +195,6 @@ SplitStats split_by_module_order(llvm::Module& m, unsigned parts,
       v->eraseFromParent();
     take(std::move(part));
   }
-  return stats;
 }
 
 } // namespace fdo::jit::detail

@@ -21,15 +21,10 @@ namespace fdo::jit::detail {
 // that call them.
 inline constexpr unsigned kImportInstructions = 1000;
 
-struct SplitStats {
-  std::size_t imported = 0;     // function copies made, over all parts
-  std::size_t externalized = 0; // local globals another part refers to
-};
-
 // Cuts `m` into `parts` modules (fewer when it has fewer functions), each
 // handed to `take` in order; `m` itself is changed (locals referred to
 // across parts externalized) and should not be compiled afterwards.
-SplitStats split_by_module_order(llvm::Module& m, unsigned parts,
-                                 const std::function<void(std::unique_ptr<llvm::Module>)>& take);
+void split_by_module_order(llvm::Module& m, unsigned parts,
+                           const std::function<void(std::unique_ptr<llvm::Module>)>& take);
 
 } // namespace fdo::jit::detail

@@ -1,8 +1,8 @@
-// Partitioned codegen (docs/jit.md, "Partitioned compiles"): once the whole
-// module is optimized (every inlining and profile decision made on the whole
-// program), a large module is split into parts that are code-generated at
-// once, one thread and one LLVMContext each, and linked together by the
-// loader from one object set (fdo/jit/object_set.h).
+// Partitioned compiles (docs/jit.md, "Partitioned compiles"): a large
+// module, once the whole of it has run the O-level pipeline up to the inliner
+// (PipelineCut), is split into parts that run the rest of the pipeline and
+// codegen at once, one thread and one LLVMContext each, and are linked
+// together by the loader from one object set (fdo/jit/object_set.h).
 #pragma once
 
 #include <cstddef>
@@ -26,7 +26,7 @@ unsigned partition_count(std::size_t instructions, unsigned threads, std::size_t
 
 // A target machine for one part's codegen (each thread needs its own).
 using TargetMachineFactory = std::function<llvm::Expected<std::unique_ptr<llvm::TargetMachine>>()>;
-// Generates one part's object.
+// Compiles one part to its object (the rest of its pipeline, then codegen).
 using EmitObject = std::function<llvm::Expected<std::string>(llvm::Module&, llvm::TargetMachine&)>;
 
 struct PartitionedObjects {
@@ -60,15 +60,14 @@ private:
   bool reached_ = false;
 };
 
-// Splits `m` into `parts` modules with LLVM's SplitModule (the module's local
-// symbols become hidden globals, so that parts can reach each other's) and
-// generates each part's object on a thread of its own, in a context of its
-// own (parts travel to their thread as bitcode). `m` is changed (its locals
-// externalized) and should not be code-generated afterwards. An error in any
-// part fails the whole (no partial set).
+// Splits `m` into `parts` modules (locals another part refers to become
+// hidden globals) and hands each to `emit` on a thread of its own, in a
+// context of its own (parts travel to their thread as bitcode). `m` is
+// changed and should not be compiled afterwards. An error in any part fails
+// the whole (no partial set).
 enum class Splitter {
-  by_name_hash,    // llvm::SplitModule: after the inliner, any mode
-  by_module_order, // module_split.h: before the inliner, with imports
+  by_name_hash,    // llvm::SplitModule: a fully optimized module, for codegen only
+  by_module_order, // module_split.h: cut at the inliner, with imports
 };
 llvm::Expected<PartitionedObjects> emit_partitioned(llvm::Module& m, unsigned parts,
                                                     Splitter splitter,
