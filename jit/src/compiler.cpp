@@ -9,6 +9,7 @@
 #include "fingerprint.h"
 #include "llvm_support.h"
 #include "module_prep.h"
+#include "part_keys.h"
 #include "partition.h"
 #include "pgo.h"
 #include "pgo_setup.h"
@@ -117,6 +118,22 @@ std::string_view to_string(PartitionSplit s) {
     break;
   }
   return "none";
+}
+
+std::string_view to_string(PartOrigin o) {
+  switch (o) {
+  case PartOrigin::reused:
+    return "reused";
+  case PartOrigin::profile_changed:
+    return "profile slice changed";
+  case PartOrigin::input_changed:
+    return "code or settings changed";
+  case PartOrigin::held_damaged:
+    return "held object damaged";
+  case PartOrigin::not_held:
+    break;
+  }
+  return "not held";
 }
 
 std::string CompilerIdentity::canonical() const {
@@ -268,9 +285,9 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
   // the profile's instrumentation or use, value specialization and
   // cold-code marking see the whole program — and each part the rest on a
   // thread of its own. Otherwise (and for kept IR) the split is for codegen.
-  const unsigned parts =
-      partition_count(instruction_count(m), std::min(request.threads, kMaxPartitions),
-                      request.min_part_instructions);
+  const unsigned parts = partition_count(
+      instruction_count(m), std::min(request.threads, kMaxPartitions),
+      request.min_part_instructions, request.max_parts != 0 ? request.max_parts : request.threads);
   const bool cs_pgo = pgo->options && pgo->options->CSAction != llvm::PGOOptions::NoCSAction;
   const PipelineCut::Pgo pgo_passes =
       pgo->options && (pgo->options->Action == llvm::PGOOptions::IRInstr ||
@@ -278,11 +295,20 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
           ? PipelineCut::Pgo::instrument_or_use
           : PipelineCut::Pgo::none;
   PipelineCut cut(PipelineCut::Side::before, pgo_passes);
-  if (parts > 1 && optimizes && !request.keep_ir && !cs_pgo) cut.register_callbacks(pic);
+  PartPlan plan;
+  if (parts > 1 && optimizes && !request.keep_ir && !cs_pgo) {
+    cut.register_callbacks(pic);
+    // On the program as submitted: the same whatever the profile
+    // (module_split.h), so a rewrite leaves the parts it does not reach alone.
+    plan = plan_by_module_order(m, parts);
+  }
   llvm::ModulePassManager mpm =
       optimizes ? pb.buildPerModuleDefaultPipeline(level) : pb.buildO0DefaultPipeline(level);
   mpm.run(m, mam);
   const bool split_early = cut.reached();
+  // Each part carries the summary: rounded, so that counts elsewhere in the
+  // program do not change a part's input (part_keys.h).
+  if (split_early) round_profile_summary(m);
   if (instruments(request.mode)) {
     if (!layout_read)
       return make_error(Errc::internal,
@@ -369,11 +395,25 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
       }
       return emit_object(mod, tm);
     };
-    auto made =
-        emit_partitioned(m, parts, split_early ? Splitter::by_module_order : Splitter::by_name_hash,
-                         make_target, compile_part);
+    // Split at the inliner, a part whose input a held part shares takes
+    // its object (part_keys.h, docs/jit.md "Incremental recompiles").
+    PartReuse reuse(request.held_parts, part_settings(request, result.entries));
+    SplitSpec spec;
+    spec.threads = std::min(request.threads, kMaxPartitions);
+    if (split_early) {
+      spec.splitter = Splitter::by_module_order;
+      spec.plan = &plan;
+      spec.reuse = [&](unsigned index, const llvm::Module& part, llvm::StringRef bitcode) {
+        return reuse.offer(index, part, bitcode);
+      };
+    } else {
+      spec.splitter = Splitter::by_name_hash;
+      spec.parts = parts;
+    }
+    auto made = emit_partitioned(m, spec, make_target, compile_part);
     if (!made) return to_fdo_error(made.takeError(), Errc::compile, "partitioned compile");
     objects = std::move(made->objects);
+    if (split_early && objects.size() > 1) result.part_builds = reuse.finish(objects);
     for (std::string& w : made->warnings)
       diagnostics.add_warning(std::move(w));
   }

@@ -1,5 +1,7 @@
 #include "module_split.h"
 
+#include "part_keys.h"
+
 #include <algorithm>
 #include <llvm/ADT/DenseMap.h>
 #include <llvm/ADT/DenseSet.h>
@@ -70,25 +72,40 @@ bool importable(const llvm::Function& f) {
 
 } // namespace
 
-void split_by_module_order(llvm::Module& m, unsigned parts,
-                           const std::function<void(std::unique_ptr<llvm::Module>)>& take) {
-  // 1. Functions: runs of the module order of about equal instruction counts.
-  std::vector<llvm::Function*> defined;
+PartPlan plan_by_module_order(const llvm::Module& m, unsigned parts) {
+  std::vector<const llvm::Function*> defined;
   std::size_t total = 0;
-  for (llvm::Function& f : m)
+  for (const llvm::Function& f : m)
     if (!f.isDeclaration()) {
       defined.push_back(&f);
       total += f.getInstructionCount() + 1;
     }
-  parts = std::max(1u, std::min<unsigned>(parts, static_cast<unsigned>(defined.size())));
+  PartPlan plan;
+  plan.parts = std::max(1u, std::min<unsigned>(parts, static_cast<unsigned>(defined.size())));
+  std::size_t so_far = 0;
+  unsigned part = 0;
+  for (const llvm::Function* f : defined) {
+    plan.part_of[f->getName()] = part;
+    so_far += f->getInstructionCount() + 1;
+    if (part + 1 < plan.parts && so_far * plan.parts >= total * (part + 1)) ++part;
+  }
+  return plan;
+}
+
+void split_by_module_order(llvm::Module& m, const PartPlan& plan,
+                           const std::function<void(std::unique_ptr<llvm::Module>)>& take) {
+  // 1. Functions: where the plan put them.
+  std::vector<llvm::Function*> defined;
+  for (llvm::Function& f : m)
+    if (!f.isDeclaration()) defined.push_back(&f);
+  const unsigned parts = std::max(1u, plan.parts);
   llvm::DenseMap<const llvm::GlobalValue*, unsigned> home;
   {
-    std::size_t so_far = 0;
     unsigned part = 0;
     for (llvm::Function* f : defined) {
+      if (auto it = plan.part_of.find(f->getName()); it != plan.part_of.end())
+        part = std::min(it->second, parts - 1);
       home[f] = part;
-      so_far += f->getInstructionCount() + 1;
-      if (part + 1 < parts && so_far * parts >= total * (part + 1)) ++part;
     }
   }
   // 2. Variables with the first function (in module order) that uses them,
@@ -139,14 +156,28 @@ void split_by_module_order(llvm::Module& m, unsigned parts,
       part = comdat_home[c];
 
   // 3. Imports: each part gets copies of the small functions of other parts
-  // its functions call directly.
+  // its functions call, and of what those call in turn (ThinLTO's import,
+  // with its limit shrinking by kImportDecay a level): an inliner that sees
+  // a copy also sees what the copy calls.
   std::vector<llvm::DenseSet<const llvm::GlobalValue*>> imports(parts);
-  for (llvm::Function* f : defined)
-    for (const llvm::Instruction& i : llvm::instructions(*f))
+  std::vector<std::pair<const llvm::Function*, double>> work;
+  auto calls_out = [&](unsigned part, const llvm::Function& from, double limit) {
+    for (const llvm::Instruction& i : llvm::instructions(from))
       if (const auto* call = llvm::dyn_cast<llvm::CallBase>(&i))
         if (const llvm::Function* callee = call->getCalledFunction();
-            callee && importable(*callee) && home.lookup(callee) != home.lookup(f))
-          imports[home.lookup(f)].insert(callee);
+            callee && importable(*callee) && home.lookup(callee) != part &&
+            callee->getInstructionCount() <= limit && imports[part].insert(callee).second)
+          work.emplace_back(callee, limit * kImportDecay);
+  };
+  for (llvm::Function* f : defined) {
+    const unsigned part = home.lookup(f);
+    calls_out(part, *f, kImportInstructions);
+    while (!work.empty()) {
+      auto [next, limit] = work.back();
+      work.pop_back();
+      calls_out(part, *next, limit);
+    }
+  }
 
   // 4. What each part refers to that another part defines: made a hidden
   // global of its part, kept even when its part does not use it.
@@ -193,6 +224,7 @@ void split_by_module_order(llvm::Module& m, unsigned parts,
         stray.push_back(&v);
     for (llvm::GlobalVariable* v : stray)
       v->eraseFromParent();
+    drop_unused_declarations(*part);
     take(std::move(part));
   }
 }

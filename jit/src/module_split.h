@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <llvm/ADT/StringMap.h>
 #include <llvm/IR/Module.h>
 #include <memory>
 
@@ -20,11 +21,27 @@ namespace fdo::jit::detail {
 // Functions of at most this many instructions are imported by the parts
 // that call them.
 inline constexpr unsigned kImportInstructions = 1000;
+// ... and what those call, of at most this share of the limit a level.
+inline constexpr double kImportDecay = 0.7;
 
-// Cuts `m` into `parts` modules (fewer when it has fewer functions), each
-// handed to `take` in order; `m` itself is changed (locals referred to
-// across parts externalized) and should not be compiled afterwards.
-void split_by_module_order(llvm::Module& m, unsigned parts,
+// Which part each defined function goes to: runs of the module order of
+// about equal instruction counts. Planned on the module as submitted, before
+// any pass runs: the plan then depends on the program alone, not on its
+// profile, so a profile rewrite keeps every function in its part (and the
+// parts it does not reach keep their input, docs/jit.md "Incremental
+// recompiles").
+struct PartPlan {
+  unsigned parts = 1;
+  llvm::StringMap<unsigned> part_of; // function name -> part
+};
+PartPlan plan_by_module_order(const llvm::Module& m, unsigned parts);
+
+// Cuts `m` into `plan.parts` modules (fewer when it has fewer functions),
+// each handed to `take` in order; `m` itself is changed (locals referred to
+// across parts externalized) and should not be compiled afterwards. A
+// function the plan does not name (made by a pass since) goes with the
+// nearest function before it in module order that it names.
+void split_by_module_order(llvm::Module& m, const PartPlan& plan,
                            const std::function<void(std::unique_ptr<llvm::Module>)>& take);
 
 } // namespace fdo::jit::detail

@@ -4,12 +4,15 @@
 #include "module_split.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
 #include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/Bitcode/BitcodeWriter.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Transforms/Utils/SplitModule.h>
+#include <mutex>
 #include <optional>
 #include <system_error>
 #include <thread>
@@ -23,10 +26,12 @@ std::size_t instruction_count(const llvm::Module& m) {
   return n;
 }
 
-unsigned partition_count(std::size_t instructions, unsigned threads, std::size_t min_instructions) {
+unsigned partition_count(std::size_t instructions, unsigned threads, std::size_t min_instructions,
+                         unsigned max_parts) {
   if (threads <= 1) return 1;
   const std::size_t by_size = instructions / std::max<std::size_t>(min_instructions, 1);
-  return static_cast<unsigned>(std::clamp<std::size_t>(by_size, 1, threads));
+  return static_cast<unsigned>(
+      std::clamp<std::size_t>(by_size, 1, std::clamp(max_parts, 1u, kMaxPartitions)));
 }
 
 namespace {
@@ -83,32 +88,78 @@ void PipelineCut::register_callbacks(llvm::PassInstrumentationCallbacks& pic) {
       [this](llvm::StringRef pass, llvm::Any) { return runs(pass); });
 }
 
-llvm::Expected<PartitionedObjects> emit_partitioned(llvm::Module& m, unsigned parts,
-                                                    Splitter splitter,
+// Whether a part defines anything (its functions may all have been
+// inlined and deleted before the cut).
+static bool defines_anything(const llvm::Module& part) {
+  for (const llvm::GlobalValue& g : part.global_values())
+    if (!g.isDeclaration() && !g.hasAvailableExternallyLinkage()) return true;
+  return false;
+}
+
+llvm::Expected<PartitionedObjects> emit_partitioned(llvm::Module& m, const SplitSpec& spec,
                                                     const TargetMachineFactory& make_target,
                                                     const EmitObject& emit) {
   std::vector<std::unique_ptr<PartJob>> jobs;
+  // Parts are compiled by up to spec.threads threads, each taking the next
+  // part in order as soon as it is split off (the split goes on on this
+  // thread meanwhile).
+  std::mutex mu;
+  std::condition_variable ready;
+  std::deque<PartJob*> queue;
+  bool split_done = false;
   std::vector<std::thread> threads;
-  // Each part's thread starts as soon as its bitcode is written, while the
-  // next part is split off on this one.
+  auto compile_parts = [&] {
+    for (;;) {
+      PartJob* job = nullptr;
+      {
+        std::unique_lock lock(mu);
+        ready.wait(lock, [&] { return split_done || !queue.empty(); });
+        if (queue.empty()) return;
+        job = queue.front();
+        queue.pop_front();
+      }
+      job->run(make_target, emit);
+    }
+  };
   auto start_part = [&](std::unique_ptr<llvm::Module> part) {
+    if (!defines_anything(*part)) return;
     auto job = std::make_unique<PartJob>();
     llvm::raw_svector_ostream os(job->bitcode);
     llvm::WriteBitcodeToFile(*part, os);
+    if (spec.reuse)
+      job->object = spec.reuse(static_cast<unsigned>(jobs.size()), *part,
+                               llvm::StringRef(job->bitcode.data(), job->bitcode.size()));
     part.reset();
     PartJob* raw = job.get();
     jobs.push_back(std::move(job));
-    try {
-      threads.emplace_back([raw, &make_target, &emit] { raw->run(make_target, emit); });
-    } catch (const std::system_error&) {
-      // No thread to be had: this part is compiled here instead.
-      raw->run(make_target, emit);
+    if (raw->object) {
+      raw->bitcode = {};
+      return;
+    }
+    {
+      std::lock_guard lock(mu);
+      queue.push_back(raw);
+    }
+    ready.notify_one();
+    if (threads.size() < std::max(1u, spec.threads)) {
+      try {
+        threads.emplace_back(compile_parts);
+      } catch (const std::system_error&) {
+        // No thread to be had: the parts wait for the threads there are,
+        // or for this one once the split is done.
+      }
     }
   };
-  if (splitter == Splitter::by_module_order)
-    split_by_module_order(m, parts, start_part);
+  if (spec.splitter == Splitter::by_module_order && spec.plan)
+    split_by_module_order(m, *spec.plan, start_part);
   else
-    llvm::SplitModule(m, parts, start_part, /*PreserveLocals=*/false);
+    llvm::SplitModule(m, spec.parts, start_part, /*PreserveLocals=*/false);
+  {
+    std::lock_guard lock(mu);
+    split_done = true;
+  }
+  ready.notify_all();
+  if (threads.empty()) compile_parts();
   for (std::thread& t : threads)
     t.join();
 

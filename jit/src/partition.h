@@ -5,6 +5,9 @@
 // together by the loader from one object set (fdo/jit/object_set.h).
 #pragma once
 
+#include "fdo/jit/compiler.h"
+#include "module_split.h"
+
 #include <cstddef>
 #include <functional>
 #include <llvm/IR/Module.h>
@@ -12,6 +15,7 @@
 #include <llvm/Support/Error.h>
 #include <llvm/Target/TargetMachine.h>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,8 +25,12 @@ namespace fdo::jit::detail {
 std::size_t instruction_count(const llvm::Module& m);
 
 // How many parts a module of `instructions` instructions is split into: one
-// per `min_instructions` (at least one), at most `threads`.
-unsigned partition_count(std::size_t instructions, unsigned threads, std::size_t min_instructions);
+// when `threads` is 1, else one per `min_instructions` (at least one), at
+// most `max_parts` (and kMaxPartitions). More parts than threads make a
+// recompile that reaches a few of them cheaper (docs/jit.md, "Incremental
+// recompiles") but cost the code more; the threads compile them in turn.
+unsigned partition_count(std::size_t instructions, unsigned threads, std::size_t min_instructions,
+                         unsigned max_parts);
 
 // A target machine for one part's codegen (each thread needs its own).
 using TargetMachineFactory = std::function<llvm::Expected<std::unique_ptr<llvm::TargetMachine>>()>;
@@ -60,17 +68,30 @@ private:
   bool reached_ = false;
 };
 
-// Splits `m` into `parts` modules (locals another part refers to become
-// hidden globals) and hands each to `emit` on a thread of its own, in a
-// context of its own (parts travel to their thread as bitcode). `m` is
-// changed and should not be compiled afterwards. An error in any part fails
-// the whole (no partial set).
+// Offered each part of a split at the inliner on its splitting thread,
+// in order, with the bitcode its thread would compile: an object to take
+// instead of compiling it (a held part with the same input, part_keys.h), or
+// nothing.
+using ReusePart = std::function<std::optional<std::string>(unsigned index, const llvm::Module& part,
+                                                           llvm::StringRef bitcode)>;
+
+// Splits `m` into parts (locals another part refers to become hidden
+// globals) and hands each to `emit` on one of up to `threads` threads, in a
+// context of its own (parts travel to their thread as bitcode). `m` is changed and
+// should not be compiled afterwards. An error in any part fails the whole
+// (no partial set). A part that defines nothing is left out.
 enum class Splitter {
   by_name_hash,    // llvm::SplitModule: a fully optimized module, for codegen only
-  by_module_order, // module_split.h: cut at the inliner, with imports
+  by_module_order, // module_split.h: cut at the inliner, with imports, per `plan`
 };
-llvm::Expected<PartitionedObjects> emit_partitioned(llvm::Module& m, unsigned parts,
-                                                    Splitter splitter,
+struct SplitSpec {
+  Splitter splitter = Splitter::by_name_hash;
+  unsigned parts = 1;             // by_name_hash
+  unsigned threads = 1;           // compiling parts at once
+  const PartPlan* plan = nullptr; // by_module_order
+  ReusePart reuse;                // by_module_order, optional
+};
+llvm::Expected<PartitionedObjects> emit_partitioned(llvm::Module& m, const SplitSpec& spec,
                                                     const TargetMachineFactory& make_target,
                                                     const EmitObject& emit);
 

@@ -6,6 +6,7 @@
 #include "fdo/jit/compiler.h"
 #include "fdo/jit/loader.h"
 #include "fdo/jit/object_set.h"
+#include "fdo/util/hash.h"
 #include "jit_test_util.h"
 #include "loader_test_util.h"
 
@@ -67,6 +68,7 @@ CompileRequest partitioned(CompileMode mode, unsigned threads) {
   CompileRequest r = request(mode);
   r.threads = threads;
   r.min_part_instructions = 1; // split even this small module
+  r.max_parts = threads;       // into as many parts as threads
   return r;
 }
 
@@ -294,4 +296,183 @@ TEST_CASE("partitions: a profiled program compiled in parts behaves as the whole
   for (std::uint64_t i : {0ULL, 13ULL, 39ULL})
     CHECK(call(*b, "via_table", {i, 11}) == call(*a, "via_table", {i, 11}));
   if (mode == CompileMode::cs_instrumented) CHECK(b->read_counters() == a->read_counters());
+}
+
+// --- Incremental recompiles (docs/jit.md, "Incremental recompiles") ---
+
+namespace {
+
+// The profile of program(n) as the daemon gathers it: counters of an
+// instrumented run of `run` and one call through the table.
+ProfileDoc gathered_profile(const std::string& ir, Loader& loader) {
+  CompileResult instrumented = compile_or_throw(ir, request(CompileMode::instrumented));
+  ProfileDoc doc;
+  auto p = load_or_fail(loader, instrumented);
+  for (std::uint64_t k = 0; k < 50; ++k)
+    call(*p, "run", {k});
+  call(*p, "via_table", {3, 4});
+  auto counts = p->read_counters();
+  for (const InstrumentedFunction& f : instrumented.counters_layout)
+    doc.functions[f.pgo_name] = FunctionProfile{
+        .cfg_hash = f.cfg_hash, .counts = counts.at(f.pgo_name), .source_name = f.pgo_name};
+  return doc;
+}
+
+// What a later compile is offered of `earlier`: its parts with their objects
+// (views into earlier.object, which must outlive them).
+std::vector<HeldPart> held_from(const CompileResult& earlier) {
+  auto objects = unpack_objects(earlier.object);
+  REQUIRE(objects.has_value());
+  REQUIRE(objects->size() == earlier.part_builds.size());
+  std::vector<HeldPart> held;
+  for (std::size_t i = 0; i < objects->size(); ++i)
+    held.push_back(HeldPart{earlier.part_builds[i].key, earlier.part_builds[i].slice,
+                            earlier.part_builds[i].object_hash, (*objects)[i]});
+  return held;
+}
+
+std::vector<PartOrigin> origins(const CompileResult& r) {
+  std::vector<PartOrigin> out;
+  for (const PartBuild& b : r.part_builds)
+    out.push_back(b.origin);
+  return out;
+}
+
+// The index of the part defining f<function>: parts are runs of the module
+// order f0, f1, ...; the last part whose first function (a canonical name,
+// mapped back through local_names) comes at or before it.
+std::size_t part_defining(const CompileResult& r, int function) {
+  std::size_t found = 0;
+  for (std::size_t i = 0; i < r.part_builds.size(); ++i) {
+    auto it = r.local_names.find(r.part_builds[i].first_function);
+    const std::string first =
+        it == r.local_names.end() ? r.part_builds[i].first_function : it->second;
+    if (first.size() > 1 && first[0] == 'f' &&
+        first.find_first_not_of("0123456789", 1) == std::string::npos &&
+        std::stoi(first.substr(1)) <= function)
+      found = i;
+  }
+  return found;
+}
+
+} // namespace
+
+TEST_CASE("incremental: the same input again takes every part; a one-function profile change "
+          "recompiles only the part it reaches",
+          "[jit][partition][incremental]") {
+  const std::string ir = program(40);
+  auto loader = make_loader();
+  const ProfileDoc doc = gathered_profile(ir, *loader);
+  CompileRequest r = partitioned(CompileMode::optimized, 4);
+  r.profile = &doc;
+  const CompileResult first = compile_or_throw(ir, r);
+  REQUIRE(first.partitions == 4);
+  REQUIRE(first.part_builds.size() == 4);
+  std::set<std::string> keys;
+  for (const PartBuild& b : first.part_builds) {
+    CHECK(b.origin == PartOrigin::not_held);
+    CHECK(is_hex_key(b.key));
+    CHECK(is_hex_key(b.slice));
+    CHECK(is_hex_key(b.object_hash));
+    CHECK(b.functions > 0);
+    keys.insert(b.key);
+  }
+  CHECK(keys.size() == 4);
+
+  // The same program and profile: every part taken, the same object set.
+  r.held_parts = held_from(first);
+  const CompileResult again = compile_or_throw(ir, r);
+  CHECK(origins(again) == std::vector<PartOrigin>(4, PartOrigin::reused));
+  CHECK(again.object == first.object);
+  CHECK(again.block_map.size() == first.block_map.size());
+
+  // One function's counts move by a tenth: only its part is recompiled,
+  // and the set is what a compile from nothing gives (no mixed versions).
+  ProfileDoc changed = doc;
+  const int moved = 21;
+  std::string moved_name;
+  std::string canonical;
+  const std::string moved_submitted = std::string("f").append(std::to_string(moved));
+  for (const auto& [canon, submitted] : first.local_names)
+    if (submitted == moved_submitted) canonical = canon;
+  REQUIRE_FALSE(canonical.empty());
+  for (auto& [name, f] : changed.functions)
+    if (name == canonical || name.ends_with(":" + canonical) || name.ends_with(";" + canonical)) {
+      moved_name = name;
+      for (std::uint64_t& c : f.counts)
+        c += c / 10;
+    }
+  INFO("f21 is " << canonical);
+  REQUIRE_FALSE(moved_name.empty());
+  CompileRequest fresh_request = partitioned(CompileMode::optimized, 4);
+  fresh_request.profile = &changed;
+  const CompileResult fresh = compile_or_throw(ir, fresh_request);
+  CompileRequest incremental_request = fresh_request;
+  incremental_request.held_parts = held_from(first);
+  const CompileResult incremental = compile_or_throw(ir, incremental_request);
+  REQUIRE(incremental.part_builds.size() == 4);
+  const std::size_t reached = part_defining(incremental, moved);
+  for (std::size_t i = 0; i < 4; ++i) {
+    INFO("part " << i << " from " << incremental.part_builds[i].first_function);
+    CHECK(incremental.part_builds[i].origin ==
+          (i == reached ? PartOrigin::profile_changed : PartOrigin::reused));
+  }
+  // (Counts a tenth higher throughout keep f21's branch ratios: its code may
+  // come out as before, but its part had to be compiled to know.)
+  CHECK(incremental.object == fresh.object);
+  // And it runs as the whole program compiled with that profile.
+  const CompileResult whole = compile_or_throw(ir, request(CompileMode::optimized, &changed));
+  auto a = load_or_fail(*loader, whole);
+  auto b = load_or_fail(*loader, incremental);
+  for (std::uint64_t k : {0ULL, 9ULL, 77ULL, 1ULL << 40})
+    CHECK(call(*b, "run", {k}) == call(*a, "run", {k}));
+  for (std::uint64_t i : {0ULL, 21ULL, 39ULL})
+    CHECK(call(*b, "via_table", {i, 11}) == call(*a, "via_table", {i, 11}));
+}
+
+TEST_CASE("incremental: a damaged or foreign held part is compiled afresh, never linked",
+          "[jit][partition][incremental]") {
+  const std::string ir = program(40);
+  auto loader = make_loader();
+  const ProfileDoc doc = gathered_profile(ir, *loader);
+  CompileRequest r = partitioned(CompileMode::optimized, 4);
+  r.profile = &doc;
+  const CompileResult first = compile_or_throw(ir, r);
+  REQUIRE(first.part_builds.size() == 4);
+
+  // Part 2's held object damaged (its hash no longer matches): recompiled.
+  std::vector<HeldPart> held = held_from(first);
+  std::string damaged(held[2].object);
+  damaged[damaged.size() / 2] ^= 0x5a;
+  held[2].object = damaged;
+  r.held_parts = held;
+  const CompileResult repaired = compile_or_throw(ir, r);
+  CHECK(origins(repaired) == std::vector<PartOrigin>{PartOrigin::reused, PartOrigin::reused,
+                                                     PartOrigin::held_damaged, PartOrigin::reused});
+  CHECK(repaired.object == first.object);
+  auto ok = load_or_fail(*loader, repaired);
+  CHECK(call(*ok, "run", {5}) != 0);
+
+  // Held parts of a compile with other settings (another knob): none taken.
+  ProfileDoc other = doc;
+  other.knobs.unroll = !doc.knobs.unroll;
+  CompileRequest o = partitioned(CompileMode::optimized, 4);
+  o.profile = &other;
+  o.held_parts = held_from(first);
+  const CompileResult foreign = compile_or_throw(ir, o);
+  CHECK(origins(foreign) == std::vector<PartOrigin>(4, PartOrigin::input_changed));
+
+  // Plain mode takes held parts too (its input does not move with the
+  // profile), and a compile split for codegen only takes none.
+  const CompileResult plain = compile_or_throw(ir, partitioned(CompileMode::plain, 3));
+  REQUIRE(plain.part_builds.size() == 3);
+  CompileRequest p = partitioned(CompileMode::plain, 3);
+  p.held_parts = held_from(plain);
+  CHECK(origins(compile_or_throw(ir, p)) == std::vector<PartOrigin>(3, PartOrigin::reused));
+  CompileRequest cs = partitioned(CompileMode::cs_instrumented, 3);
+  cs.profile = &doc;
+  cs.held_parts = held_from(first);
+  const CompileResult codegen_only = compile_or_throw(ir, cs);
+  CHECK(codegen_only.split == PartitionSplit::codegen);
+  CHECK(codegen_only.part_builds.empty());
 }

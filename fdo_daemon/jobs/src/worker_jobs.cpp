@@ -1,5 +1,6 @@
 #include "fdo/daemon/worker_jobs.h"
 
+#include "fdo/daemon/compile_parts.h"
 #include "fdo/daemon/exec_messages.h"
 #include "fdo/daemon/exit_catch.h"
 #include "fdo/daemon/stage_sampling.h"
@@ -256,15 +257,27 @@ Expected<Message> CompileJobs::handle(const Message& request) {
                                                       std::to_string(jit::kMaxPartitions));
       req.threads = it->get<unsigned>();
     }
-    FDO_TRY(jit::CompileResult result, jit::compile(request.payload, req));
+    // Parts of the program's last build fdod holds (compile_parts.h).
+    FDO_TRY(JobParts parts, read_job_parts(request));
+    req.held_parts = std::move(parts.held);
+    FDO_TRY(jit::CompileResult result, jit::compile(parts.program, req));
     // The metadata travels as the JSON text the daemon stores beside the
     // object, ahead of it in the payload: no header codec on either side
     // (a big program's metadata is megabytes: block map, names, fingerprints).
     Message out;
     std::string metadata = jit::metadata_to_json(result).dump();
     out.header = {{"metadata_bytes", metadata.size()}};
-    if (std::string why = explain_decisions(result); !why.empty())
-      out.header["explanation"] = std::move(why);
+    std::string why = explain_decisions(result);
+    if (!result.part_builds.empty()) {
+      out.header["parts"] = part_builds_to_json(result.part_builds);
+      if (std::string reuse = explain_parts(result.part_builds, result.source_names);
+          !reuse.empty())
+        why += "; " + reuse;
+    }
+    if (!parts.unreadable.empty())
+      why += (why.empty() ? "" : "; ") +
+             ("the held parts were unreadable (" + parts.unreadable + "): every part compiled");
+    if (!why.empty()) out.header["explanation"] = std::move(why);
     out.payload.reserve(metadata.size() + result.object.size());
     out.payload.append(metadata).append(result.object);
     return out;

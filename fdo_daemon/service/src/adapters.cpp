@@ -2,6 +2,7 @@
 
 #include "fdo/cache/keys.h"
 #include "fdo/daemon/isolation.h"
+#include "fdo/jit/object_set.h"
 #include "fdo/util/log.h"
 #include "fdo/util/log_record.h"
 
@@ -198,6 +199,10 @@ Expected<cache::CompiledOutput> RemoteCompiler::compile(const cache::Program& pr
   // Used only when the program targets NVPTX (the worker tells by its triple).
   if (gpu_) req.header["gpu"] = {{"sm", gpu_->sm}, {"driver", gpu_->driver_version}};
   req.payload = program.bytes;
+  // The parts of this program's last build in this mode, for the worker to
+  // take where their input is unchanged (compile_parts.h).
+  if (held_)
+    if (auto held = held_->find(program.scope, program.ik, mode)) add_held_parts(req, *held);
   FDO_TRY(Message resp,
           run_compile_job(pool_, req, JobOptions{l.job, sandbox_tenant(program.scope)},
                           program.scope, program.ik));
@@ -214,6 +219,19 @@ Expected<cache::CompiledOutput> RemoteCompiler::compile(const cache::Program& pr
   out.metadata = resp.payload.substr(0, metadata_bytes);
   resp.payload.erase(0, metadata_bytes);
   out.object = std::move(resp.payload);
+  // A build in parts replaces what is held for the program and mode; a
+  // whole one (codegen split, one thread) leaves it.
+  if (auto parts = resp.header.find("parts"); held_ && parts != resp.header.end()) {
+    auto build = std::make_shared<HeldBuild>();
+    FDO_TRY(build->parts, part_builds_from_json(*parts));
+    auto objects = jit::unpack_objects(out.object);
+    if (!objects || objects->size() != build->parts.size())
+      return make_error(Errc::internal, "compile worker named " +
+                                            std::to_string(build->parts.size()) +
+                                            " parts for an object set it did not send");
+    build->objects = out.object;
+    held_->put(program.scope, program.ik, mode, std::move(build));
+  }
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include "fdo/daemon/tenant.h"
 #include "fdo/jit/nvptx.h"
 #include "fdo/profile_store/profile_store.h"
+#include "held_parts.h"
 
 #include <functional>
 #include <string>
@@ -79,9 +80,13 @@ class RemoteCompiler final : public cache::Compiler, public ProgramAnalyzer {
 public:
   // `gpu`: the host GPU NVPTX programs are compiled for (docs/gpu.md); its
   // identity is part of `identity`. None: they are analysed but not compiled.
+  // `held`: where the parts of partitioned builds are kept for the next
+  // compile of the same program and mode (held_parts.h); none, every
+  // compile is whole.
   RemoteCompiler(std::string identity, JobRunner& pool, std::function<CompileJobLimits()> limits,
-                 std::optional<jit::GpuTarget> gpu = std::nullopt)
-      : identity_(std::move(identity)), pool_(pool), limits_(std::move(limits)), gpu_(gpu) {}
+                 std::optional<jit::GpuTarget> gpu = std::nullopt, HeldParts* held = nullptr)
+      : identity_(std::move(identity)), pool_(pool), limits_(std::move(limits)), gpu_(gpu),
+        held_(held) {}
 
   std::string identity() const override { return identity_; }
   // The profile key is scoped to the program's tenant (tenant.h). Every job
@@ -98,6 +103,7 @@ private:
   JobRunner& pool_;
   std::function<CompileJobLimits()> limits_;
   std::optional<jit::GpuTarget> gpu_;
+  HeldParts* held_;
 };
 
 } // namespace fdo::daemon

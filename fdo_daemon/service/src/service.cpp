@@ -287,6 +287,7 @@ Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
   // it is recompiled once).
   const std::string identity =
       s->identity.canonical() + (s->gpu.usable() ? ";gpu=" + s->gpu.identity : "");
+  s->held_parts = std::make_unique<HeldParts>(kHeldPartsBytes);
   s->compiler = std::make_unique<RemoteCompiler>(
       identity, *s->compile_pool,
       [raw] {
@@ -294,7 +295,7 @@ Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
         return CompileJobLimits{compile_job_limits(*cfg), cfg->max_program_bytes,
                                 cfg->effective_compile_threads()};
       },
-      s->gpu.target);
+      s->gpu.target, s->held_parts.get());
   cache::Config cc;
   cc.state_dir = c.state_dir;
   cc.memory_budget_bytes = c.memory_cache_bytes;

@@ -100,6 +100,9 @@ struct ServiceState {
   cache::KeyStore* keys = nullptr;
   FeedbackStore* feedback_store = nullptr;
   ProgramIndex* program_index = nullptr;
+  // Parts of recent partitioned builds, offered to the next compile of the
+  // same program (held_parts.h); declared before `compiler`, which uses it.
+  std::unique_ptr<HeldParts> held_parts;
   std::unique_ptr<RemoteCompiler> compiler;
   std::unique_ptr<ProgramRegistry> programs;
   // Every program's lifecycle (lifecycle.h): the stage path asks it what to

@@ -3,6 +3,7 @@
 // architecture reaching the PTX. No GPU needed.
 #include "fdo/daemon/worker_jobs.h"
 #include "fdo/util/profile.h"
+#include "many_functions.h"
 
 #include <catch2/catch.hpp>
 #include <fstream>
@@ -12,6 +13,7 @@
 
 using namespace fdo;
 using namespace fdo::daemon;
+using fdo::daemon::testing::many_functions;
 
 namespace {
 
@@ -86,29 +88,6 @@ TEST_CASE("compile jobs: an NVPTX program gets the profile's launch bounds for i
 }
 
 namespace {
-
-// A CPU program of `n` functions of ~30 instructions each, chained.
-std::string many_functions(int n) {
-  std::string ir;
-  for (int i = 0; i < n; ++i) {
-    ir += "define internal i64 @f" + std::to_string(i) + "(i64 %x) noinline {\n";
-    std::string v = "%x";
-    for (int k = 0; k < 10; ++k) {
-      const std::string a = "%a" + std::to_string(k), b = "%b" + std::to_string(k),
-                        c = "%c" + std::to_string(k);
-      ir += "  " + a + " = mul i64 " + v + ", " + std::to_string(2 * k + 3) + "\n";
-      ir += "  " + b + " = xor i64 " + a + ", " + std::to_string(i * 7 + k) + "\n";
-      ir += "  " + c + " = lshr i64 " + b + ", 3\n";
-      v = c;
-    }
-    if (i + 1 < n)
-      ir += "  %r = call i64 @f" + std::to_string(i + 1) + "(i64 " + v + ")\n  ret i64 %r\n}\n";
-    else
-      ir += "  ret i64 " + v + "\n}\n";
-  }
-  ir += "define i64 @run(i64 %x) {\n  %r = call i64 @f0(i64 %x)\n  ret i64 %r\n}\n";
-  return ir;
-}
 
 Message cpu_compile_job(const std::string& program, std::optional<nlohmann::json> threads) {
   Message m;

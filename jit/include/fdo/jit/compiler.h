@@ -79,6 +79,18 @@ Expected<Analysis> analyze(std::string_view program_bytes, const Limits& limits 
 // (docs/perf.md). `off` exists to measure what they cost (bench/jit).
 enum class BlockLocations { on, off };
 
+// Incremental recompiles (docs/jit.md, "Incremental recompiles"): a part of
+// an earlier partitioned compile of the program, offered for reuse. A part
+// of this compile whose input has the same `key` takes `object` instead of
+// being compiled, if the object's BLAKE3 is `object_hash` (a damaged copy is
+// compiled afresh, never linked). `slice` only explains a recompile.
+struct HeldPart {
+  std::string key;
+  std::string slice;
+  std::string object_hash;
+  std::string_view object; // must outlive compile()
+};
+
 struct CompileRequest {
   fdo::CompileMode mode = fdo::CompileMode::plain;
   // Knobs and unpredictable branches apply in every mode when given; counts
@@ -89,18 +101,45 @@ struct CompileRequest {
   // Return the final optimised IR text in CompileResult::ir.
   bool keep_ir = false;
   BlockLocations block_locations = BlockLocations::on;
-  // Threads this compile may use (docs/jit.md, "Partitioned compiles"): a
-  // module of at least twice `min_part_instructions` optimized instructions
-  // is code-generated in up to `threads` parts at once, one per
-  // `min_part_instructions`; a smaller one, or threads = 1, in one.
+  // Threads this compile may use (docs/jit.md, "Partitioned compiles"): with
+  // more than one, a module of at least twice `min_part_instructions`
+  // instructions is compiled in parts, one per `min_part_instructions`, at
+  // most `max_parts` (0: as many as threads), `threads` at a time; a
+  // smaller one, or threads = 1, in one piece.
   unsigned threads = 1;
   std::size_t min_part_instructions = kMinPartInstructions;
+  unsigned max_parts = 0;
+  // Parts of an earlier compile of this program (usually its last one in
+  // this mode), in their order there; only a compile split at the inliner
+  // takes any.
+  std::vector<HeldPart> held_parts;
 };
 
 // Where a partitioned compile split the module: before the inliner (each
 // part runs the rest of the pipeline and codegen), or for codegen only.
 enum class PartitionSplit { none, inliner, codegen };
 std::string_view to_string(PartitionSplit s);
+
+// Why a part of a compile split at the inliner has the object it has.
+enum class PartOrigin {
+  reused,          // a held part had its key
+  not_held,        // no held part at its position
+  profile_changed, // the held part at its position had another profile slice
+  input_changed,   // ... the same slice: its code or the compile's settings differ
+  held_damaged,    // a held part had its key, but not its object hash
+};
+std::string_view to_string(PartOrigin o);
+
+// One part of a compile split at the inliner: what a later compile offers
+// back as a HeldPart (with the part's object from the object set).
+struct PartBuild {
+  std::string key;            // BLAKE3 hex over its bitcode and the compile's settings
+  std::string slice;          // BLAKE3 hex over its profile annotations
+  std::string object_hash;    // BLAKE3 hex over its object
+  std::size_t functions = 0;  // defined here (imported copies not counted)
+  std::string first_function; // its first, by canonical name
+  PartOrigin origin = PartOrigin::not_held;
+};
 
 struct CompileResult {
   std::string profile_key;
@@ -147,6 +186,9 @@ struct CompileResult {
   // O-level pipeline was cut (docs/jit.md, "Partitioned compiles").
   unsigned partitions = 1;
   PartitionSplit split = PartitionSplit::none;
+  // Split at the inliner: one per part, in the object set's order. Not part
+  // of the metadata (the compile worker's reply carries the keys).
+  std::vector<PartBuild> part_builds;
 };
 
 Expected<CompileResult> compile(std::string_view program_bytes, const CompileRequest& request);

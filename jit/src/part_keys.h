@@ -1,0 +1,66 @@
+// Incremental recompiles (docs/jit.md, "Incremental recompiles"): what a
+// part of a partitioned compile is keyed by, so that a later compile of the
+// same program can take a part's object from an earlier one when the part's
+// input — its code, the profile's annotations on it and on the functions it
+// imports, and the compile's settings — is the same.
+#pragma once
+
+#include "fdo/jit/compiler.h"
+
+#include <llvm/ADT/StringRef.h>
+#include <llvm/IR/Module.h>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace fdo::jit::detail {
+
+// Replaces the module's profile summary (if any) with one whose counts are
+// rounded down to a power of two (each cutoff's count of counters only kept
+// on the same side of the working-set thresholds ProfileSummaryInfo compares
+// it with). Every part carries
+// the summary, and an exact one changes with any count anywhere in the
+// program: rounded, a rewrite that moves a few functions' counts leaves the
+// other parts' input — and so their keys — unchanged. The hot and cold
+// thresholds then lie up to 2x lower than the exact ones.
+void round_profile_summary(llvm::Module& m);
+
+// BLAKE3 hex over the profile's annotations in `part`: every function's
+// entry count and the branch weights and value profiles of its
+// instructions, and the module's summary. Two builds of a part with the same
+// code whose slices differ were recompiled because the profile moved.
+std::string profile_slice_hash(const llvm::Module& part);
+
+// BLAKE3 hex over a part's bitcode and `settings` (everything else the
+// compile of a part depends on: compiler identity, mode, knobs, entries).
+std::string part_key(llvm::StringRef bitcode, const std::string& settings);
+
+// Removes declarations nothing in `part` refers to (a part is cloned with a
+// declaration of every global of the whole module): its bitcode, and so its
+// key, then depends only on what it uses.
+void drop_unused_declarations(llvm::Module& part);
+
+// Everything besides its bitcode a part's compile depends on: the
+// compiler's identity, the mode, the knobs, the block locations, the
+// program's entries (whose thunks a part adds).
+std::string part_settings(const CompileRequest& request, const std::vector<EntryInfo>& entries);
+
+// The parts of one compile against the held parts of an earlier one: offer()
+// is partition.h's ReusePart (called in part order on the splitting
+// thread), finish() the builds once every part has its object.
+class PartReuse {
+public:
+  PartReuse(std::span<const HeldPart> held, std::string settings)
+      : held_(held), settings_(std::move(settings)) {}
+  std::optional<std::string> offer(unsigned index, const llvm::Module& part,
+                                   llvm::StringRef bitcode);
+  std::vector<PartBuild> finish(std::span<const std::string> objects);
+
+private:
+  std::span<const HeldPart> held_;
+  std::string settings_;
+  std::vector<PartBuild> builds_;
+};
+
+} // namespace fdo::jit::detail

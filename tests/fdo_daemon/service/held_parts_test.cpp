@@ -1,0 +1,154 @@
+// fdod's side of incremental recompiles (held_parts.h, adapters.h; docs/jit.md
+// "Incremental recompiles"): the parts of a program's last build in parts
+// are offered to its next compile in the same mode and tenant, and to no
+// other; the store keeps to its byte budget.
+#include "adapters.h"
+#include "fakes.h"
+#include "fdo/daemon/compile_parts.h"
+#include "fdo/jit/object_set.h"
+#include "fdo/util/hash.h"
+#include "held_parts.h"
+
+#include <catch2/catch.hpp>
+#include <list>
+
+using namespace fdo;
+using namespace fdo::daemon;
+using namespace fdo::daemon::testing;
+using nlohmann::json;
+
+namespace {
+
+std::shared_ptr<HeldBuild> build_of(const std::vector<std::string>& objects) {
+  auto b = std::make_shared<HeldBuild>();
+  for (const std::string& o : objects) {
+    jit::PartBuild p;
+    p.key = blake3_hex("key:" + o);
+    p.slice = blake3_hex("slice:" + o);
+    p.object_hash = blake3_hex(o);
+    p.functions = 1;
+    p.first_function = "f";
+    b->parts.push_back(p);
+  }
+  b->objects = jit::pack_objects(objects);
+  return b;
+}
+
+// A stand-in compile worker: replies with a build in the parts `objects`
+// (none: one object, no parts) and records what each job offered.
+struct PartsWorker {
+  std::vector<std::string> objects{"part zero", "part one"};
+  std::vector<JobParts> offered;
+  std::vector<std::string> programs;
+  std::list<std::string> payloads; // kept (and never moved): `offered` views into them
+
+  Expected<Message> operator()(const Message& req) {
+    payloads.push_back(req.payload);
+    Message copy = req;
+    copy.payload = payloads.back();
+    FDO_TRY(JobParts parts, read_job_parts(copy));
+    programs.emplace_back(parts.program);
+    offered.push_back(std::move(parts));
+    Message out;
+    const std::string metadata = "{}";
+    out.header = {{"metadata_bytes", metadata.size()}};
+    if (objects.size() > 1) {
+      out.header["parts"] = part_builds_to_json(build_of(objects)->parts);
+      out.payload = metadata + jit::pack_objects(objects);
+    } else {
+      out.payload = metadata + (objects.empty() ? std::string("object") : objects[0]);
+    }
+    return out;
+  }
+};
+
+} // namespace
+
+TEST_CASE("held parts: a program's last build in parts is offered to its next compile only",
+          "[held_parts][incremental]") {
+  PartsWorker worker;
+  FakeRunner runner("compile", [&](const Message& m) { return worker(m); });
+  HeldParts held(1 << 20);
+  RemoteCompiler compiler(
+      "identity", runner, [] { return CompileJobLimits{}; }, std::nullopt, &held);
+  cache::Program lua;
+  lua.ik = "ik-lua";
+  lua.scope = "uid:1000";
+  lua.bytes = "the program";
+  const cache::ProfileRef none = cache::no_profile("pk");
+
+  auto first = compiler.compile(lua, none, CompileMode::optimized);
+  REQUIRE(first);
+  CHECK(worker.offered.back().held.empty());
+  CHECK(held.builds() == 1);
+
+  // The same program and mode again: the program, then its parts.
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized));
+  CHECK(worker.programs.back() == "the program");
+  REQUIRE(worker.offered.back().held.size() == 2);
+  CHECK(worker.offered.back().held[0].object == "part zero");
+  CHECK(worker.offered.back().held[1].object == "part one");
+  CHECK(worker.offered.back().held[1].object_hash == blake3_hex("part one"));
+
+  // Another mode, another tenant's copy of the program: nothing offered.
+  REQUIRE(compiler.compile(lua, none, CompileMode::instrumented));
+  CHECK(worker.offered.back().held.empty());
+  cache::Program other = lua;
+  other.scope = "uid:1001";
+  REQUIRE(compiler.compile(other, none, CompileMode::optimized));
+  CHECK(worker.offered.back().held.empty());
+
+  // A whole build leaves what is held; the next build in parts replaces it.
+  worker.objects = {"whole"};
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized));
+  worker.objects = {"new zero", "new one", "new two"};
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized));
+  CHECK(worker.offered.back().held.size() == 2);
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized));
+  REQUIRE(worker.offered.back().held.size() == 3);
+  CHECK(worker.offered.back().held[2].object == "new two");
+}
+
+TEST_CASE("held parts: a reply naming parts its object set lacks is an error, nothing held",
+          "[held_parts][incremental]") {
+  HeldParts held(1 << 20);
+  FakeRunner runner("compile", [](const Message&) -> Expected<Message> {
+    Message out;
+    out.header = {{"metadata_bytes", 2},
+                  {"parts", part_builds_to_json(build_of({"a", "b"})->parts)}};
+    out.payload = "{}" + std::string("a single object");
+    return out;
+  });
+  RemoteCompiler compiler(
+      "identity", runner, [] { return CompileJobLimits{}; }, std::nullopt, &held);
+  cache::Program p;
+  p.ik = "ik";
+  p.bytes = "program";
+  auto r = compiler.compile(p, cache::no_profile("pk"), CompileMode::optimized);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code() == Errc::internal);
+  CHECK(held.builds() == 0);
+}
+
+TEST_CASE("held parts: the least recently used builds go past the byte budget",
+          "[held_parts][incremental]") {
+  const auto a = build_of({std::string(400, 'a'), std::string(400, 'A')});
+  const auto b = build_of({std::string(400, 'b'), std::string(400, 'B')});
+  const auto c = build_of({std::string(400, 'c'), std::string(400, 'C')});
+  HeldParts held(2 * a->objects.size());
+  held.put("", "a", CompileMode::optimized, a);
+  held.put("", "b", CompileMode::optimized, b);
+  CHECK(held.find("", "a", CompileMode::optimized) == a); // a is now the most recent
+  held.put("", "c", CompileMode::optimized, c);
+  CHECK(held.builds() == 2);
+  CHECK(held.bytes() <= 2 * a->objects.size());
+  CHECK(held.find("", "a", CompileMode::optimized) == a);
+  CHECK(held.find("", "b", CompileMode::optimized) == nullptr);
+  CHECK(held.find("", "c", CompileMode::optimized) == c);
+  // One build larger than the budget is not held; a one-part build neither.
+  HeldParts small(10);
+  small.put("", "a", CompileMode::optimized, a);
+  CHECK(small.builds() == 0);
+  held.put("", "d", CompileMode::optimized, build_of({"only"}));
+  CHECK(held.find("", "d", CompileMode::optimized) == nullptr);
+}
