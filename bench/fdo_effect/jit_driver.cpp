@@ -39,7 +39,22 @@
 // entry that takes one integer argument with N (bench/programs' run(n)).
 // --threads N lets the compile code-generate a large module in up to N parts
 // at once (CompileRequest::threads; docs/jit.md, "Partitioned compiles"); the
-// JSON line then says how many parts it made ("partitions").
+// JSON line then says how many parts it made ("partitions"); --parts N
+// allows up to N parts (CompileRequest::max_parts; default as many as
+// threads), compiled --threads at a time.
+// --recompile-percent P (with --profile or --profdata, and --threads > 1)
+// times incremental recompiles (docs/jit.md, "Incremental recompiles"): two
+// rewrites each double the counts of P per cent of the profile's functions
+// at most — "scattered" (every k-th by name) and "clustered" (a run of the
+// program's own order from its middle, as when work moves into one
+// subsystem), and a third the counts of one function (the clustered run's
+// first) — and each is compiled from nothing ("full_ms") and again
+// offered the first build's parts ("ms"); the kernel then runs the clustered
+// incremental build, and the JSON line gains
+//   "recompile": {"scattered": R, "clustered": R, "single": R}, R = {"ms", "full_ms",
+//       "optimize_ms", "parts", "reused", "functions_changed", "functions", "identical"}
+// ("identical": the incremental object set is the full compile's, byte for
+// byte; "optimize_ms": the whole module's pipeline up to the cut).
 // or, with --serve, reads commands from stdin, one per line:
 //   run N W    -> one such JSON line per command
 //   quit (or end of input) -> exit 0
@@ -48,9 +63,11 @@
 // values on two calls (not deterministic), 1 compile/load failure.
 #include "fdo/jit/compiler.h"
 #include "fdo/jit/loader.h"
+#include "fdo/jit/object_set.h"
 #include "fdo/jit/profdata.h"
 #include "fdo/util/profile.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -58,6 +75,7 @@
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -106,6 +124,8 @@ struct Options {
   int text_offset = 0;
   std::optional<std::int64_t> arg; // the entry's one integer argument
   unsigned threads = 1;            // CompileRequest::threads
+  int recompile_percent = 0;       // 0: no recompile
+  unsigned parts = 0;              // CompileRequest::max_parts (0: as many as threads)
 };
 
 Options parse_args(int argc, char** argv) {
@@ -115,7 +135,8 @@ Options parse_args(int argc, char** argv) {
                 " --ir FILE [--mode plain|instrumented] [--entry NAME] [--runs N] [--warmup W]"
                 " [--serve] [--emit-ir FILE] [--emit-object FILE] [--block-locations on|off]"
                 " [--layout] [--clock monotonic|thread-cpu] [--profdata FILE | --profile FILE]"
-                " [--text-offset 0|16|32|48] [--arg N] [--threads N]");
+                " [--text-offset 0|16|32|48] [--arg N] [--threads N]"
+                " [--parts N] [--recompile-percent P]");
   };
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -178,6 +199,20 @@ Options parse_args(int argc, char** argv) {
         usage("--threads expects 1 to " + std::to_string(jit::kMaxPartitions) + ", got '" + v +
               "'");
       o.threads = static_cast<unsigned>(n);
+    } else if (a == "--parts") {
+      std::string v = value();
+      char* end = nullptr;
+      const unsigned long n = std::strtoul(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < 1 || n > jit::kMaxPartitions)
+        usage("--parts expects 1 to " + std::to_string(jit::kMaxPartitions) + ", got '" + v + "'");
+      o.parts = static_cast<unsigned>(n);
+    } else if (a == "--recompile-percent") {
+      std::string v = value();
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < 1 || n > 100)
+        usage("--recompile-percent expects 1 to 100, got '" + v + "'");
+      o.recompile_percent = static_cast<int>(n);
     } else if (a == "--layout") {
       o.layout = true;
     } else if (a == "--emit-ir") {
@@ -202,6 +237,8 @@ Options parse_args(int argc, char** argv) {
   if (!o.profdata.empty() && !o.profile_json.empty())
     usage("--profdata and --profile are alternatives: give one");
   if (o.runs < 1) usage("--runs must be at least 1");
+  if (o.recompile_percent != 0 && (o.threads < 2 || (o.profdata.empty() && o.profile_json.empty())))
+    usage("--recompile-percent needs --profile or --profdata and --threads 2 or more");
   return o;
 }
 
@@ -209,9 +246,10 @@ class Kernel {
 public:
   Kernel(const Options& o, CompileMode mode, double compile_ms, jit::PhaseTimes times,
          unsigned partitions, std::unique_ptr<jit::Loader> loader,
-         std::unique_ptr<jit::LoadedProgram> program, jit::ThunkFn thunk)
+         std::unique_ptr<jit::LoadedProgram> program, jit::ThunkFn thunk, std::string recompile)
       : opts_(o), mode_(mode), compile_ms_(compile_ms), times_(times), partitions_(partitions),
-        loader_(std::move(loader)), program_(std::move(program)), thunk_(thunk) {}
+        loader_(std::move(loader)), program_(std::move(program)), thunk_(thunk),
+        recompile_(std::move(recompile)) {}
 
   // One batch: `warmup` untimed calls, then `runs` timed ones. Returns the
   // JSON line, or exits with status 3 when two calls disagree.
@@ -239,7 +277,9 @@ public:
         << ", \"canonicalize\": " << times_.canonicalize
         << ", \"instrument_or_annotate\": " << times_.instrument_or_annotate
         << ", \"optimize\": " << times_.optimize << ", \"codegen\": " << times_.codegen
-        << "}, \"partitions\": " << partitions_ << ", \"ns\": [";
+        << "}, \"partitions\": " << partitions_;
+    if (!recompile_.empty()) out << ", \"recompile\": " << recompile_;
+    out << ", \"ns\": [";
     for (std::size_t i = 0; i < ns.size(); ++i)
       out << (i ? ", " : "") << ns[i];
     out << "]}";
@@ -255,8 +295,84 @@ private:
   std::unique_ptr<jit::Loader> loader_; // must outlive program_
   std::unique_ptr<jit::LoadedProgram> program_;
   jit::ThunkFn thunk_;
+  std::string recompile_; // JSON object, or empty
   std::optional<std::uint64_t> first_;
 };
+
+// --recompile-percent: which profiled functions a rewrite moves. Scattered:
+// every k-th in name order; clustered: a run of the program's own order (its
+// functions by address once linked, a part after another), from its middle,
+// as when the work moves into one subsystem. At most `percent` per cent of
+// the profile's functions either way.
+enum class Spread { scattered, clustered, single };
+
+bool counted(const FunctionProfile& f) {
+  return std::any_of(f.counts.begin(), f.counts.end(), [](std::uint64_t c) { return c != 0; });
+}
+
+std::vector<std::string> moved_functions(const ProfileDoc& doc, int percent, Spread spread,
+                                         const std::vector<jit::FunctionRange>& by_address) {
+  const std::size_t most = doc.functions.size() * static_cast<std::size_t>(percent) / 100;
+  std::vector<std::string> order; // profiled functions, in the spread's order
+  if (spread == Spread::scattered) {
+    for (const auto& [name, f] : doc.functions)
+      if (counted(f)) order.push_back(name);
+    const std::size_t every = std::max<std::size_t>(1, 100 / static_cast<std::size_t>(percent));
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < order.size() && out.size() < most; i += every)
+      out.push_back(order[i]);
+    return out;
+  }
+  // A PGO name is the symbol, or "file:symbol" for a local.
+  std::map<std::string, std::string> by_symbol;
+  for (const auto& [name, f] : doc.functions)
+    if (counted(f))
+      by_symbol[name.substr(name.rfind(':') == std::string::npos ? 0 : name.rfind(':') + 1)] = name;
+  for (const jit::FunctionRange& r : by_address)
+    if (auto it = by_symbol.find(r.name); it != by_symbol.end()) order.push_back(it->second);
+  const std::size_t start = order.size() * 45 / 100;
+  const std::size_t count = spread == Spread::single ? 1 : most;
+  return {order.begin() + static_cast<std::ptrdiff_t>(start),
+          order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), start + count))};
+}
+
+// One rewrite compiled from nothing and from `first`'s parts: its JSON.
+std::string time_recompile(const std::string& text, const jit::CompileRequest& req,
+                           const jit::CompileResult& first, const std::vector<std::string>& moved,
+                           const std::string& ir_path, std::optional<jit::CompileResult>* keep) {
+  ProfileDoc doc = *req.profile;
+  for (const std::string& name : moved)
+    for (std::uint64_t& c : doc.functions.at(name).counts)
+      c *= 2;
+  jit::CompileRequest again = req;
+  again.profile = &doc;
+  const std::int64_t f0 = now_ns(CLOCK_MONOTONIC);
+  Expected<jit::CompileResult> full = jit::compile(text, again);
+  const double full_ms = static_cast<double>(now_ns(CLOCK_MONOTONIC) - f0) / 1e6;
+  if (!full) fail(1, ir_path + ": " + full.error().describe());
+  auto objects = jit::unpack_objects(first.object);
+  if (!objects || objects->size() != first.part_builds.size())
+    fail(1, ir_path + ": the first build has no parts to offer (not split at the inliner)");
+  for (std::size_t i = 0; i < objects->size(); ++i) {
+    const jit::PartBuild& b = first.part_builds[i];
+    again.held_parts.push_back(jit::HeldPart{b.key, b.slice, b.object_hash, (*objects)[i]});
+  }
+  const std::int64_t r0 = now_ns(CLOCK_MONOTONIC);
+  Expected<jit::CompileResult> incremental = jit::compile(text, again);
+  const double ms = static_cast<double>(now_ns(CLOCK_MONOTONIC) - r0) / 1e6;
+  if (!incremental) fail(1, ir_path + ": " + incremental.error().describe());
+  std::size_t reused = 0;
+  for (const jit::PartBuild& b : incremental->part_builds)
+    reused += b.origin == jit::PartOrigin::reused;
+  std::ostringstream r;
+  r << "{\"ms\": " << ms << ", \"full_ms\": " << full_ms
+    << ", \"optimize_ms\": " << static_cast<double>(incremental->times.optimize) / 1e3
+    << ", \"parts\": " << incremental->part_builds.size() << ", \"reused\": " << reused
+    << ", \"functions_changed\": " << moved.size() << ", \"functions\": " << doc.functions.size()
+    << ", \"identical\": " << (incremental->object == full->object ? "true" : "false") << "}";
+  if (keep) *keep = std::move(*incremental);
+  return r.str();
+}
 
 // Writes `bytes` to `path` (nothing when `path` is empty); exits 1 on failure.
 void write_file(const std::string& path, const std::string& bytes) {
@@ -309,10 +425,37 @@ Kernel build(const Options& o) {
   req.keep_ir = !o.emit_ir.empty();
   req.block_locations = o.block_locations;
   req.threads = o.threads;
+  req.max_parts = o.parts;
   const std::int64_t t0 = now_ns(CLOCK_MONOTONIC);
   Expected<jit::CompileResult> compiled = jit::compile(text, req);
   const double compile_ms = static_cast<double>(now_ns(CLOCK_MONOTONIC) - t0) / 1e6;
   if (!compiled) fail(1, o.ir_path + ": " + compiled.error().describe());
+  std::string recompile;
+  if (o.recompile_percent != 0) {
+    // The first build's layout, for the clustered rewrite's order.
+    Expected<std::unique_ptr<jit::Loader>> l = jit::Loader::create();
+    if (!l) fail(1, "loader: " + l.error().describe());
+    Expected<std::unique_ptr<jit::LoadedProgram>> linked = (*l)->load(compiled->object, *compiled);
+    if (!linked) fail(1, o.ir_path + ": load: " + linked.error().describe());
+    const std::vector<jit::FunctionRange> by_address = (*linked)->function_ranges();
+    linked->reset();
+    std::optional<jit::CompileResult> incremental;
+    const std::string scattered = time_recompile(
+        text, req, *compiled,
+        moved_functions(*req.profile, o.recompile_percent, Spread::scattered, by_address),
+        o.ir_path, nullptr);
+    const std::string clustered = time_recompile(
+        text, req, *compiled,
+        moved_functions(*req.profile, o.recompile_percent, Spread::clustered, by_address),
+        o.ir_path, &incremental);
+    const std::string single = time_recompile(
+        text, req, *compiled,
+        moved_functions(*req.profile, o.recompile_percent, Spread::single, by_address), o.ir_path,
+        nullptr);
+    recompile = "{\"scattered\": " + scattered + ", \"clustered\": " + clustered +
+                ", \"single\": " + single + "}";
+    compiled = std::move(*incremental);
+  }
   write_file(o.emit_ir, compiled->ir);
   write_file(o.emit_object, compiled->object);
 
@@ -341,7 +484,7 @@ Kernel build(const Options& o) {
   Expected<jit::ThunkFn> thunk = (*program)->thunk(o.entry);
   if (!thunk) fail(1, thunk.error().describe());
   return Kernel(o, req.mode, compile_ms, compiled->times, compiled->partitions, std::move(*loader),
-                std::move(*program), *thunk);
+                std::move(*program), *thunk, std::move(recompile));
 }
 
 } // namespace

@@ -19,7 +19,12 @@ one run on this host:
    in parts on every core (`--threads N`, docs/jit.md "Partitioned
    compiles"), one after the other: wall time and the compile's own phase
    times, and what they leave unaccounted; then the settled code of both
-   timed against the native build, call for call.
+   timed against the native build, call for call. Then two rewrites that
+   double the counts of 10 % of the profiled functions, scattered over the
+   program or clustered in one run of it, and one of one function, each
+   compiled in up to 8 parts from nothing and again from the first build's parts (docs/jit.md "Incremental
+   recompiles"): the recompile's share of a full compile, parts reused, and
+   the incremental build's value (it must equal the full compile's bytes).
 4. fdod with its defaults (background tier-up), a client calling `run`
    back to back: how many stages, and how long, until the first optimized
    stage (`--async-limit` seconds at most).
@@ -49,6 +54,10 @@ import harness  # noqa: E402
 
 # run's argument per program: ~10 ms a call natively on this host.
 ARGS = {"lua": 20000, "brotli": 256}
+RECOMPILE_PERCENT = 10
+# Parts of the recompile runs (fdod's default is as many as compile threads:
+# more parts than cores make a recompile that reaches few of them cheaper).
+RECOMPILE_PARTS = 8
 PHASES = ("parse", "canonicalize", "instrument_or_annotate", "optimize", "codegen")
 
 
@@ -139,18 +148,23 @@ def async_run(build, ir, name, n, expected, limit_s, bad):
         d.cleanup()
 
 
-def jit_compile(build, ir, doc, n, tmp, threads):
-    """The settled profile compiled in one process with up to `threads` parts:
-    (wall ms, phases, checksum, call times, parts)."""
+def jit_run(build, ir, doc, n, tmp, threads, extra=()):
+    """fdo_effect_jit on the settled profile with up to `threads` parts: its JSON line."""
     path = tmp / "profile.json"
     path.write_text(json.dumps(doc))
     r = subprocess.run([str(build / "bench" / "fdo_effect" / "fdo_effect_jit"), "--ir", str(ir),
                         "--entry", "run", "--arg", str(n), "--profile", str(path), "--runs", "15",
-                        "--warmup", "2", "--threads", str(threads)], capture_output=True,
+                        "--warmup", "2", "--threads", str(threads), *extra], capture_output=True,
                        text=True)
     if r.returncode != 0:
         raise RuntimeError(f"fdo_effect_jit: {r.stderr.strip()}")
-    out = json.loads(r.stdout)
+    return json.loads(r.stdout)
+
+
+def jit_compile(build, ir, doc, n, tmp, threads):
+    """The settled profile compiled in one process with up to `threads` parts:
+    (wall ms, phases, checksum, call times, parts)."""
+    out = jit_run(build, ir, doc, n, tmp, threads)
     return (out["compile_ms"], out["times_us"], out["checksum"], [x / 1e6 for x in out["ns"]],
             out.get("partitions", 1))
 
@@ -211,6 +225,20 @@ def main():
             if checksum != expected:
                 bad.append(f"{name}: fdo_effect_jit's partitioned optimized build returned "
                            f"{checksum}")
+            # A rewrite that moves RECOMPILE_PERCENT % of the functions' counts,
+            # compiled from nothing and again from the first build's parts
+            # (docs/jit.md "Incremental recompiles"); the kernel runs the latter.
+            rec_out = jit_run(build, ir, doc, n, tmp, max(cores, 2),
+                              ("--recompile-percent", str(RECOMPILE_PERCENT),
+                               "--parts", str(RECOMPILE_PARTS)))
+            recompile = rec_out["recompile"]
+            if rec_out["checksum"] != expected:
+                bad.append(f"{name}: the incremental optimized build returned "
+                           f"{rec_out['checksum']}")
+            for spread, r in recompile.items():
+                if not r["identical"]:
+                    bad.append(f"{name}: the {spread} incremental build differs from the full "
+                               f"compile's")
             first_opt = (async_run(build, ir, name, n, expected, args.async_limit, bad)
                          if args.async_limit > 0 else None)
         rec = {"functions": doc and len(doc.get("functions", {})), "arg": n,
@@ -221,7 +249,7 @@ def main():
                "jit_optimized_wall_ms": wall_ms, "jit_phases_us": phases,
                "jit_partitioned_wall_ms": split_ms, "jit_partitioned_phases_us": split_phases,
                "jit_partitions": parts, "fdo_partitioned_call_ms": split_call_ms,
-               "native_call_ms": native_ms, "fdo_call_ms": fdo_ms}
+               "native_call_ms": native_ms, "fdo_call_ms": fdo_ms, "recompile": recompile}
         if first_opt is not None:
             rec["async_stages_before_optimized"], rec["async_seconds"], rec["async_modes"] = \
                 first_opt
@@ -242,6 +270,13 @@ def main():
                   f"clang -j{cores}; phases (s): " +
                   ", ".join(f"{p} {ph.get(p, 0) / 1e6:.2f}" for p in PHASES) +
                   f"; unaccounted {(ms - accounted) / 1e3:.2f}")
+        for spread, r in recompile.items():
+            print(f"recompile, a rewrite doubling {r['functions_changed']} of {r['functions']} "
+                  f"functions' counts ({spread}): {r['ms'] / 1e3:6.2f} s = "
+                  f"{r['ms'] / r['full_ms']:4.2f}x a full compile in parts "
+                  f"({r['full_ms'] / 1e3:.2f} s); {r['reused']} of {r['parts']} parts reused; "
+                  f"whole-module share before the cut {r['optimize_ms'] / 1e3:.2f} s; "
+                  f"identical to the full compile: {'yes' if r['identical'] else 'NO'}")
         print(f"  per call, median: in one piece {statistics.median(fdo_ms):.2f} ms, in parts "
               f"{statistics.median(split_call_ms):.2f} ms")
         nat, fdo = statistics.median(native_ms), statistics.median(fdo_ms)
