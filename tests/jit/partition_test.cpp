@@ -357,7 +357,7 @@ std::size_t part_defining(const CompileResult& r, int function) {
 
 } // namespace
 
-TEST_CASE("incremental: the same input again takes every part; a one-function profile change "
+TEST_CASE("incremental: the same input again takes every part, a one-function profile change "
           "recompiles only the part it reaches",
           "[jit][partition][incremental]") {
   const std::string ir = program(40);

@@ -61,7 +61,7 @@ TEST_CASE("compile parts: a job carries the held parts after its program, and re
   CHECK(parts->held[1].object == "object one");
 }
 
-TEST_CASE("compile parts: a damaged object set is a miss; a malformed header an error",
+TEST_CASE("compile parts: a damaged object set is a miss, a malformed header an error",
           "[compile_jobs][incremental]") {
   const HeldBuild held = held_of({"object zero", "object one"});
   auto job_with = [&](const std::function<void(Message&)>& edit) {

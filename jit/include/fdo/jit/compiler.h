@@ -32,7 +32,9 @@ namespace fdo::jit {
 // 7: optimized mode compiles functions profiled at 0 calls without
 //    optimization (knobs.cold_code baseline, the default).
 // 8: a large module may be code-generated in parts, its output an object set.
-inline constexpr int kPipelineVersion = 8;
+// 9: parts planned on the submitted module, imports transitive, the profile
+//    summary rounded in parts (incremental recompiles).
+inline constexpr int kPipelineVersion = 9;
 
 // Partitioned codegen (CompileRequest::threads): the least optimized
 // instructions per part, and the most parts one compile makes.
