@@ -72,6 +72,22 @@ CompileRequest partitioned(CompileMode mode, unsigned threads) {
   return r;
 }
 
+// The profile of program(n) as the daemon gathers it: counters of an
+// instrumented run of `run` and one call through the table.
+ProfileDoc gathered_profile(const std::string& ir, Loader& loader) {
+  CompileResult instrumented = compile_or_throw(ir, request(CompileMode::instrumented));
+  ProfileDoc doc;
+  auto p = load_or_fail(loader, instrumented);
+  for (std::uint64_t k = 0; k < 50; ++k)
+    call(*p, "run", {k});
+  call(*p, "via_table", {3, 4});
+  auto counts = p->read_counters();
+  for (const InstrumentedFunction& f : instrumented.counters_layout)
+    doc.functions[f.pgo_name] = FunctionProfile{
+        .cfg_hash = f.cfg_hash, .counts = counts.at(f.pgo_name), .source_name = f.pgo_name};
+  return doc;
+}
+
 std::set<std::string> symbols_of(const std::vector<FunctionRange>& ranges) {
   std::set<std::string> out;
   for (const FunctionRange& r : ranges)
@@ -262,19 +278,7 @@ TEST_CASE("partitions: a profiled program compiled in parts behaves as the whole
           "[jit][partition]") {
   const std::string ir = program(40);
   auto loader = make_loader();
-  // Its profile, as the daemon gathers it: counters of an instrumented run.
-  CompileResult instrumented = compile_or_throw(ir, request(CompileMode::instrumented));
-  ProfileDoc doc;
-  {
-    auto p = load_or_fail(*loader, instrumented);
-    for (std::uint64_t k = 0; k < 50; ++k)
-      call(*p, "run", {k});
-    call(*p, "via_table", {3, 4});
-    auto counts = p->read_counters();
-    for (const InstrumentedFunction& f : instrumented.counters_layout)
-      doc.functions[f.pgo_name] = FunctionProfile{
-          .cfg_hash = f.cfg_hash, .counts = counts.at(f.pgo_name), .source_name = f.pgo_name};
-  }
+  const ProfileDoc doc = gathered_profile(ir, *loader);
   // Optimized mode splits before the inliner; cs_instrumented (its
   // instrumentation comes after the inliner) for codegen only.
   const CompileMode mode = GENERATE(CompileMode::optimized, CompileMode::cs_instrumented);
@@ -301,22 +305,6 @@ TEST_CASE("partitions: a profiled program compiled in parts behaves as the whole
 // --- Incremental recompiles (docs/jit.md, "Incremental recompiles") ---
 
 namespace {
-
-// The profile of program(n) as the daemon gathers it: counters of an
-// instrumented run of `run` and one call through the table.
-ProfileDoc gathered_profile(const std::string& ir, Loader& loader) {
-  CompileResult instrumented = compile_or_throw(ir, request(CompileMode::instrumented));
-  ProfileDoc doc;
-  auto p = load_or_fail(loader, instrumented);
-  for (std::uint64_t k = 0; k < 50; ++k)
-    call(*p, "run", {k});
-  call(*p, "via_table", {3, 4});
-  auto counts = p->read_counters();
-  for (const InstrumentedFunction& f : instrumented.counters_layout)
-    doc.functions[f.pgo_name] = FunctionProfile{
-        .cfg_hash = f.cfg_hash, .counts = counts.at(f.pgo_name), .source_name = f.pgo_name};
-  return doc;
-}
 
 // What a later compile is offered of `earlier`: its parts with their objects
 // (views into earlier.object, which must outlive them).
