@@ -87,6 +87,18 @@ std::string result_response(const json& id, const json& result) {
   return out;
 }
 
+std::string result_response_text(const json& id, std::string_view result_text) {
+  std::string id_text = dump(id);
+  std::string out;
+  out.reserve(30 + id_text.size() + result_text.size());
+  out += R"({"jsonrpc":"2.0","id":)";
+  out += id_text;
+  out += R"(,"result":)";
+  out += result_text;
+  out += '}';
+  return out;
+}
+
 std::string error_response(const json& id, int code, std::string_view message,
                            std::string_view data_code, const json& extra) {
   json data = json::object();
@@ -209,7 +221,15 @@ std::string_view to_string(MethodClass c) {
 
 void Dispatcher::add(std::string method, Handler handler, MethodClass method_class,
                      RequestFds request_fds) {
-  Entry e{std::make_shared<const Handler>(std::move(handler)), method_class, request_fds};
+  Entry e{std::make_shared<const Handler>(std::move(handler)), nullptr, method_class, request_fds};
+  std::unique_lock lk(mu_);
+  handlers_[std::move(method)] = std::move(e);
+}
+
+void Dispatcher::add_text(std::string method, TextHandler handler, MethodClass method_class,
+                          RequestFds request_fds) {
+  Entry e{nullptr, std::make_shared<const TextHandler>(std::move(handler)), method_class,
+          request_fds};
   std::unique_lock lk(mu_);
   handlers_[std::move(method)] = std::move(e);
 }
@@ -339,19 +359,26 @@ std::optional<std::string> Dispatcher::invoke(const Request& req, const CallCont
         to_string(Errc::invalid_argument),
         {{"method", req.method}, {"fds", ctx.request_fds->size()}}); // a method of ours
   }
-  const std::shared_ptr<const Handler>& handler = entry->handler;
   std::string failure;
-  try {
-    Expected<json> result = (*handler)(req.params, ctx);
+  // A failed handler's error, or a notification's outcome, the same for both kinds.
+  auto finish = [&](const Error* error) -> std::optional<std::string> {
     if (req.is_notification()) {
       if (ctx.reply_fds) ctx.reply_fds->clear(); // no reply to carry them
-      if (!result)
-        log::debug("notification '" + req.method + "' failed: " + result.error().describe());
+      if (error) log::debug("notification '" + req.method + "' failed: " + error->describe());
       return std::nullopt;
     }
-    if (result) return rpc::result_response(rid, *result);
     if (ctx.reply_fds) ctx.reply_fds->clear();
-    return rpc::error_response(rid, result.error());
+    return rpc::error_response(rid, *error);
+  };
+  try {
+    if (entry->text_handler) {
+      Expected<ResultText> result = (*entry->text_handler)(req.params, ctx);
+      if (result && !req.is_notification()) return rpc::result_response_text(rid, result->json);
+      return finish(result ? nullptr : &result.error());
+    }
+    Expected<json> result = (*entry->handler)(req.params, ctx);
+    if (result && !req.is_notification()) return rpc::result_response(rid, *result);
+    return finish(result ? nullptr : &result.error());
   } catch (const std::exception& e) {
     failure = e.what();
   } catch (...) {

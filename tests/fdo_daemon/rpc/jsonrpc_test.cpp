@@ -414,3 +414,48 @@ TEST_CASE("request descriptors reach only methods added to take them", "[rpc][fd
   CHECK(json::parse(*d.handle_line(R"({"jsonrpc":"2.0","id":4,"method":"echo"})", ctx))
             .contains("result"));
 }
+
+TEST_CASE("jsonrpc: a method that writes its result as text", "[jsonrpc][text]") {
+  Dispatcher d;
+  int calls = 0;
+  d.add_text("text.echo", [&](const json& p, const CallContext&) -> Expected<ResultText> {
+    ++calls;
+    if (p.contains("fail")) return fdo::make_error(Errc::not_found, "no such thing");
+    if (p.contains("throw")) throw std::runtime_error("kaboom");
+    return ResultText{R"({"got":)" + p.dump() + "}"};
+  });
+  REQUIRE(d.has("text.echo"));
+  REQUIRE(d.method_class("text.echo") == MethodClass::work);
+
+  // The text goes into the response as written, the id echoed as for any method.
+  auto line =
+      d.handle_line(R"({"jsonrpc":"2.0","id":"a","method":"text.echo","params":{"x":[1]}})", {});
+  REQUIRE(line);
+  CHECK(*line == R"({"jsonrpc":"2.0","id":"a","result":{"got":{"x":[1]}}})");
+  json r = respond(d, R"({"jsonrpc":"2.0","id":18446744073709551615,"method":"text.echo"})");
+  CHECK(r["id"].get<std::uint64_t>() == 18446744073709551615ull);
+  CHECK(r["result"] == json{{"got", json::object()}});
+
+  // Errors, exceptions and notifications as for a method returning a tree.
+  r = respond(d, R"({"jsonrpc":"2.0","id":2,"method":"text.echo","params":{"fail":1}})");
+  CHECK(code_of(r) == rpc::error_code(Errc::not_found));
+  CHECK(message_of(r) == "no such thing");
+  r = respond(d, R"({"jsonrpc":"2.0","id":3,"method":"text.echo","params":{"throw":1}})");
+  CHECK(code_of(r) == rpc::internal_error);
+  CHECK_THAT(message_of(r), Catch::Contains("kaboom"));
+  const int before = calls;
+  CHECK_FALSE(d.handle_line(R"({"jsonrpc":"2.0","method":"text.echo","params":{}})", {}));
+  CHECK_FALSE(d.handle_line(R"({"jsonrpc":"2.0","method":"text.echo","params":{"fail":1}})", {}));
+  CHECK(calls == before + 2); // notifications run, and are not answered
+
+  // Replaced by a tree method (and back), the class going with it.
+  d.add(
+      "text.echo", [](const json&, const CallContext&) -> Expected<json> { return 5; },
+      MethodClass::control);
+  CHECK(respond(d, R"({"jsonrpc":"2.0","id":4,"method":"text.echo"})")["result"] == 5);
+  CHECK(d.method_class("text.echo") == MethodClass::control);
+  d.add_text("text.echo", [](const json&, const CallContext&) -> Expected<ResultText> {
+    return ResultText{"6"};
+  });
+  CHECK(respond(d, R"({"jsonrpc":"2.0","id":5,"method":"text.echo"})")["result"] == 6);
+}

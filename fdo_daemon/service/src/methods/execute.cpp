@@ -8,6 +8,7 @@
 #include "fdo/daemon/memfd_buffers.h"
 #include "fdo/daemon/stage_metadata.h"
 #include "fdo/jit/compiler.h"
+#include "fdo/util/json_text.h"
 #include "fdo/util/log_record.h"
 #include "methods.h"
 
@@ -247,58 +248,78 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 // opened them, and clock samples per function (PGO names) and outside the
 // program's code. null when the stage was not sampled. Unless `verbose`, the
 // events without their reason text (capabilities.perf has it once).
-json stage_samples_summary(const StageSamples& samples, const StageSampleReport* raw,
+void write_samples_summary(JsonText& t, const StageSamples& samples, const StageSampleReport* raw,
                            bool verbose) {
-  if (raw == nullptr) return nullptr;
-  json events = json::array();
-  for (const perf::SamplerEvent& e : raw->events) {
-    json j = perf::to_json(e);
-    if (!verbose) j.erase("reason");
-    events.push_back(std::move(j));
+  if (raw == nullptr) {
+    t.null();
+    return;
   }
-  json out = {
-      {"events", std::move(events)},
-      {"recorded", raw->recorded},
-      {"attributed", raw->attributed},
-      {"lost_samples", raw->lost_samples},
-      {"clock_event", samples.clock_event.empty() ? json(nullptr) : json(samples.clock_event)},
-      {"outside_jit", samples.clock_outside}};
-  json functions = json::object();
+  t.begin_object().key("events").begin_array();
+  for (const perf::SamplerEvent& e : raw->events) {
+    if (verbose) {
+      t.value(perf::to_json(e));
+      continue;
+    }
+    t.begin_object()
+        .field("name", e.name)
+        .field("status", to_string(e.status))
+        .field("errno", e.error)
+        .field("branch_stack", e.branch_stack)
+        .end_object();
+  }
+  t.end_array()
+      .field("recorded", raw->recorded)
+      .field("attributed", raw->attributed)
+      .field("lost_samples", raw->lost_samples);
+  if (samples.clock_event.empty())
+    t.null_field("clock_event");
+  else
+    t.field("clock_event", samples.clock_event);
+  t.field("outside_jit", samples.clock_outside).key("functions").begin_object();
   for (const auto& [fn, n] : samples.clock)
-    functions[fn] = n;
-  out["functions"] = std::move(functions);
-  if (!raw->error.empty()) out["error"] = raw->error;
-  return out;
+    t.field(fn, n);
+  t.end_object();
+  if (!raw->error.empty()) t.field("error", raw->error);
+  t.end_object();
 }
 
 // The stage's counters for the reply (stage.counters). Unless `verbose`,
 // without the per-event explanations (the same text every stage: "no PMU
 // ..."), which capabilities reports once, and an event that did not count is
 // only its name, status and errno (its counts and times are all zero).
-json measurement_json(const perf::Measurement& m, bool verbose) {
-  if (verbose) return perf::to_json(m);
-  // Built compact, not built whole and then trimmed: this is every stage's reply.
-  json events = json::array();
-  for (const perf::EventReading& e : m.events) {
-    json j = {{"name", e.name}, {"status", std::string(to_string(e.status))}, {"errno", e.error}};
-    if (e.value) {
-      j["value"] = *e.value;
-      j["raw"] = e.raw;
-      j["enabled_ns"] = e.enabled_ns;
-      j["running_ns"] = e.running_ns;
-      j["running_ratio"] = e.running_ratio;
-      j["multiplexed"] = e.multiplexed;
-    } else {
-      j["value"] = nullptr;
-    }
-    events.push_back(std::move(j));
+void write_measurement(JsonText& t, const perf::Measurement& m, bool verbose) {
+  if (verbose) {
+    t.value(perf::to_json(m));
+    return;
   }
-  return {{"events", std::move(events)},
-          {"task_clock_ns", m.task_clock_ns ? json(*m.task_clock_ns) : json(nullptr)},
-          {"thread_cpu_ns", m.thread_cpu_ns},
-          {"process_cpu_ns", m.process_cpu_ns},
-          {"wall_ns", m.wall_ns},
-          {"read_method", std::string(to_string(m.method))}};
+  t.begin_object().key("events").begin_array();
+  for (const perf::EventReading& e : m.events) {
+    t.begin_object()
+        .field("name", e.name)
+        .field("status", to_string(e.status))
+        .field("errno", e.error);
+    if (e.value) {
+      t.field("value", *e.value)
+          .field("raw", e.raw)
+          .field("enabled_ns", e.enabled_ns)
+          .field("running_ns", e.running_ns)
+          .field("running_ratio", e.running_ratio)
+          .field("multiplexed", e.multiplexed);
+    } else {
+      t.null_field("value");
+    }
+    t.end_object();
+  }
+  t.end_array();
+  if (m.task_clock_ns)
+    t.field("task_clock_ns", *m.task_clock_ns);
+  else
+    t.null_field("task_clock_ns");
+  t.field("thread_cpu_ns", m.thread_cpu_ns)
+      .field("process_cpu_ns", m.process_cpu_ns)
+      .field("wall_ns", m.wall_ns)
+      .field("read_method", to_string(m.method))
+      .end_object();
 }
 
 namespace {
@@ -323,12 +344,17 @@ void stage_record(log::Level level, const std::string& what, const cache::StageO
 
 } // namespace
 
-Expected<json> execute(ServiceState& s, const json& params, const CallContext& ctx) {
+Expected<ResultText> execute(ServiceState& s, const json& params, const CallContext& ctx) {
   FDO_TRY(std::string entry_name, require_param<std::string>(params, "entry"));
   FDO_TRY(ProgramRef prog, program_param(s, params, ctx));
   FDO_TRY(jit::EntryInfo entry, find_entry(*prog, entry_name));
   FDO_TRY(Signature sig, signature_of(entry));
-  if (prog->target == ProgramTarget::nvptx) return execute_gpu(s, params, ctx, *prog, sig);
+  if (prog->target == ProgramTarget::nvptx) {
+    FDO_TRY(json reply, execute_gpu(s, params, ctx, *prog, sig));
+    JsonText t;
+    t.value(reply);
+    return ResultText{std::move(t).take()};
+  }
   std::shared_ptr<const Config> cfg = s.config.get();
   const Config& c = *cfg;
   json buffers_param = params.contains("buffers") ? params["buffers"] : json(nullptr);
@@ -393,17 +419,23 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
     return std::move(resp).error().context("execute " + entry_name);
   }
   so.entry = {}; // the object ran: let the cache evict it while the feedback is folded
-  json stage = {{"number", stage_number},
-                {"program", so.ik},
-                {"profile_key", so.pk},
-                {"cache_key", so.ck},
-                {"storage_key", so.storage_key},
-                {"profile_version", so.profile_version},
-                {"mode", std::string(to_string(so.mode))},
-                {"cache", cache_outcome_json(so)},
-                {"recompiled", so.compiled},
-                {"compile_ms", so.compile_ms},
-                {"variant", variant_json(plan)}};
+  const std::string_view outcome = cache::to_string(so.outcome);
+  // The reply is written as text (schemas/execute.result.schema.json), no
+  // tree built: this is every stage's reply. The stage's fields up to its
+  // counters, the same whether the program ended its worker or not.
+  auto write_stage_head = [&](JsonText& t, const json& variant) {
+    t.field("number", stage_number)
+        .field("program", so.ik)
+        .field("profile_key", so.pk)
+        .field("cache_key", so.ck)
+        .field("storage_key", so.storage_key)
+        .field("profile_version", so.profile_version)
+        .field("mode", to_string(so.mode))
+        .field("cache", cache_outcome_json(so))
+        .field("recompiled", so.compiled)
+        .field("compile_ms", so.compile_ms)
+        .field("variant", variant);
+  };
 
   // The program ended with exit(n). Called on the thread that ran the entry,
   // the exec worker caught it and measured the stage as any other (its counts
@@ -412,20 +444,35 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   if (!resp->observation) {
     const int status = resp->exited_worker;
     s.orch->record_execution(so.ik, so.explain_sequence, elapsed_ns);
-    stage["exec_ns"] = elapsed_ns;
-    stage["counters"] = {{"wall_ns", elapsed_ns},
-                         {"thread_cpu_ns", 0},
-                         {"process_cpu_ns", 0},
-                         {"events", json::array()}};
-    stage["profile_rewritten"] = nullptr;
-    stage["policy"] = "the program exited with status " + std::to_string(status) +
-                      " from another thread, ending its worker: no feedback from this stage";
-    stage["lifecycle"] = start.life.json_since_start();
-    s.metrics->stage_finished(stage["cache"].value("outcome", ""), seconds_since(stage_started),
+    s.metrics->stage_finished(outcome, seconds_since(stage_started),
                               so.compiled ? so.compile_ms : 0.0, elapsed_ns / 1e9, false);
-    return json{
-        {"entry", entry_name},   {"returns", entry.return_type},  {"value", nullptr},
-        {"exit_status", status}, {"output", output_json(output)}, {"stage", std::move(stage)}};
+    JsonText t;
+    t.begin_object()
+        .field("entry", entry_name)
+        .field("returns", entry.return_type)
+        .null_field("value")
+        .field("exit_status", status)
+        .field("output", output_json(output))
+        .key("stage")
+        .begin_object();
+    write_stage_head(t, variant_json(plan));
+    t.field("exec_ns", elapsed_ns)
+        .key("counters")
+        .begin_object()
+        .field("wall_ns", elapsed_ns)
+        .field("thread_cpu_ns", 0)
+        .field("process_cpu_ns", 0)
+        .key("events")
+        .begin_array()
+        .end_array()
+        .end_object()
+        .null_field("profile_rewritten")
+        .field("policy", "the program exited with status " + std::to_string(status) +
+                             " from another thread, ending its worker: no feedback from this stage")
+        .field("lifecycle", start.life.json_since_start())
+        .end_object()
+        .end_object();
+    return ResultText{std::move(t).take()};
   }
 
   StageReport report;
@@ -448,8 +495,6 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   observe(report, obs, known_functions.get());
   if (!known_functions && report.samples.present && obs.function_ranges)
     meta->functions_with_code.set(report.samples.functions);
-  json samples_summary =
-      stage_samples_summary(report.samples, obs.samples ? &*obs.samples : nullptr, verbose);
   FeedbackOutcome fo = s.feedback->fold(report, c.policy, lifecycle_config(c));
   GuardStage gs =
       s.guard->record(plan, so.profile_digest, {report.feedback.exec_ns, report.feedback.cpu_ns},
@@ -459,8 +504,9 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
     start.life.entry->lc.trial_ended(*gs.ended, gs.version, stage_number, gs.note,
                                      std::chrono::system_clock::now());
   }
-  stage["variant"]["counted"] = gs.counted;
-  if (!gs.note.empty()) stage["variant"]["trial"] = gs.note;
+  json variant = variant_json(plan);
+  variant["counted"] = gs.counted;
+  if (!gs.note.empty()) variant["trial"] = gs.note;
   // Ahead of need (docs/guard.md): the plain build compiles in the
   // background, behind every stage's tier-up, when the program first has a
   // profile, so the first trial stage finds both arms compiled. After a
@@ -468,42 +514,49 @@ Expected<json> execute(ServiceState& s, const json& params, const CallContext& c
   precompile(s, *prog, plan.ahead);
   if (fo.rewritten) after_rewrite(s, *prog, c);
 
-  json result = {{"entry", entry_name},
-                 {"returns", entry.return_type},
-                 {"value", exit_status ? json(nullptr) : decode_return(sig.ret, obs.ret)}};
-  if (exit_status) result["exit_status"] = *exit_status;
+  JsonText t;
+  t.begin_object().field("entry", entry_name).field("returns", entry.return_type);
+  if (exit_status)
+    t.null_field("value").field("exit_status", *exit_status);
+  else
+    t.field("value", decode_return(sig.ret, obs.ret));
   if (return_buffers) {
     FDO_TRY(json buffers, returned_buffers(obs, resp->returned, call, encoding));
-    result["buffers"] = std::move(buffers);
+    t.field("buffers", buffers);
   }
-  json measurement = obs.measurement ? measurement_json(*obs.measurement, verbose) : json::object();
-  json rewritten = nullptr;
-  if (fo.rewritten)
-    rewritten = {
-        {"from", fo.rewritten->from}, {"to", fo.rewritten->to}, {"reason", fo.rewritten->reason}};
-  result["output"] = output_json(output);
+  t.field("output", output_json(output));
   const std::uint64_t exec_ns = obs.exec_ns;
   s.orch->record_execution(so.ik, so.explain_sequence, exec_ns);
-  const json& ran = stage["variant"];
-  s.orch->record_variant(so.ik, so.explain_sequence, ran.value("role", ""),
-                         ran["name"].is_string() ? ran["name"].get<std::string>() : "");
-  stage["exec_ns"] = exec_ns;
-  stage["counters"] = std::move(measurement);
-  stage["profile_rewritten"] = std::move(rewritten);
-  stage["policy"] = fo.policy;
-  stage["samples"] = std::move(samples_summary);
+  s.orch->record_variant(so.ik, so.explain_sequence, std::string(to_string(plan.role)), plan.name);
+  t.key("stage").begin_object();
+  write_stage_head(t, variant);
+  t.field("exec_ns", exec_ns).key("counters");
+  if (obs.measurement)
+    write_measurement(t, *obs.measurement, verbose);
+  else
+    t.begin_object().end_object();
+  t.key("profile_rewritten");
+  if (fo.rewritten)
+    t.begin_object()
+        .field("from", fo.rewritten->from)
+        .field("to", fo.rewritten->to)
+        .field("reason", fo.rewritten->reason)
+        .end_object();
+  else
+    t.null();
+  t.field("policy", fo.policy).key("samples");
+  write_samples_summary(t, report.samples, obs.samples ? &*obs.samples : nullptr, verbose);
   // The stage's lifecycle: the phase after it and what it moved. Its own
   // entry when the stage started one; else (the program's first stage) the
   // entry the fold started.
   if (!start.life.entry) start.life.entry = s.lifecycles->find(so.pk);
-  stage["lifecycle"] = start.life.json_since_start();
-  s.metrics->stage_finished(stage["cache"].value("outcome", ""), seconds_since(stage_started),
+  t.field("lifecycle", start.life.json_since_start()).end_object().end_object();
+  s.metrics->stage_finished(outcome, seconds_since(stage_started),
                             so.compiled ? so.compile_ms : 0.0, static_cast<double>(exec_ns) / 1e9,
                             fo.rewritten.has_value());
-  result["stage"] = std::move(stage);
   stage_record(log::Level::debug, "ran in " + std::to_string(exec_ns) + " ns", so, stage_number,
                ctx);
-  return result;
+  return ResultText{std::move(t).take()};
 }
 
 } // namespace fdo::daemon::methods

@@ -357,7 +357,7 @@ json guarded_stage(ServiceState& s, const ProgramLease& lease, std::uint64_t cal
   return variant;
 }
 
-Expected<json> feedback_submit(ServiceState& s, const json& params, const CallContext& ctx) {
+Expected<ResultText> feedback_submit(ServiceState& s, const json& params, const CallContext& ctx) {
   FDO_TRY(std::uint64_t id, lease_param(params));
   FDO_TRY(LeaseRef lease, s.leases->find(id, ctx.uid, ctx.connection));
   FDO_TRY(json batches, require_param<json>(params, "batches"));
@@ -420,18 +420,23 @@ Expected<json> feedback_submit(ServiceState& s, const json& params, const CallCo
     after_rewrite(s, *lease->program, *cfg, lease->guarded ? GuardAhead::ask : GuardAhead::skip);
   FDO_TRY(auto current, s.feedback_store->current(lease->pk));
   const std::int64_t version = current ? current->version : 0;
-  return json{{"lease", lease->id},
-              {"variant", std::move(variant)},
-              {"renew", lease->guarded ? lease->guarded->renew : false},
-              {"accepted", checked.size()},
-              {"calls", calls},
-              {"profile_version", version},
-              {"leased_profile_version", lease->profile_version},
-              {"stale", version != lease->profile_version},
-              {"profile_rewritten", std::move(rewritten)},
-              {"policy", policy},
-              {"samples", sampled ? stage_samples_summary(samples, &*checked.back().samples, false)
-                                  : json(nullptr)}};
+  // Written as text, as execute's reply is: a runtime submits often.
+  JsonText t;
+  t.begin_object()
+      .field("lease", lease->id)
+      .field("variant", variant)
+      .field("renew", lease->guarded ? lease->guarded->renew : false)
+      .field("accepted", checked.size())
+      .field("calls", calls)
+      .field("profile_version", version)
+      .field("leased_profile_version", lease->profile_version)
+      .field("stale", version != lease->profile_version)
+      .field("profile_rewritten", rewritten)
+      .field("policy", policy)
+      .key("samples");
+  write_samples_summary(t, samples, sampled ? &*checked.back().samples : nullptr, false);
+  t.end_object();
+  return ResultText{std::move(t).take()};
 }
 
 // The runtime's threads that run the leased code and where its loader put

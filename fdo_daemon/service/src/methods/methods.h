@@ -4,6 +4,7 @@
 
 #include "../state.h"
 #include "fdo/daemon/jsonrpc.h"
+#include "fdo/util/json_text.h"
 
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -98,8 +99,8 @@ void after_rewrite(ServiceState& s, const ProgramRecord& prog, const Config& c,
 // guarded lease asks its runtime to lease again after its first submit.
 bool renews(const StageStart& start);
 
-// The execute method (execute.cpp): one stage.
-Expected<json> execute(ServiceState& s, const json& params, const CallContext& ctx);
+// The execute method (execute.cpp): one stage, its reply written as text.
+Expected<ResultText> execute(ServiceState& s, const json& params, const CallContext& ctx);
 // One stage of an NVPTX program (execute_gpu.cpp, docs/gpu.md): `entry` is a
 // kernel, launched on the host's GPU.
 Expected<json> execute_gpu(ServiceState& s, const json& params, const CallContext& ctx,
@@ -111,11 +112,12 @@ Expected<BufferEncoding> buffer_encoding_param(const json& params);
 // What a job printed, for a reply's "output" (execute.cpp).
 json output_json(const JobOutput& o);
 
-// What a stage's sampling saw, for a reply (execute.cpp): null when `reply`
-// (an exec worker's, or in-process samples in the same form) has no samples.
-json stage_samples_summary(const StageSamples& samples, const StageSampleReport* raw, bool verbose);
+// What a stage's sampling saw, for a reply (execute.cpp): null when `raw`
+// (an exec worker's, or in-process samples in the same form) is null.
+void write_samples_summary(JsonText& t, const StageSamples& samples, const StageSampleReport* raw,
+                           bool verbose);
 // A stage's counters for its reply (stage.counters; execute.cpp).
-json measurement_json(const perf::Measurement& m, bool verbose);
+void write_measurement(JsonText& t, const perf::Measurement& m, bool verbose);
 
 // A state-changing handler that leaves an audit record, allowed or refused
 // (audit.h): pin, unpin, reset and the deletes name their key or program; an
@@ -177,19 +179,29 @@ template <class Fn> auto store_direct(const char* method, Fn fn) {
 }
 
 // Binds a handler of the form `Expected<json> fn(ServiceState&, const json&,
-// const CallContext&)` to the dispatcher. MethodClass::control only for
-// methods that never wait on a worker, the store or a compile (the server
-// runs them on its small control pool).
+// const CallContext&)` (or `Expected<ResultText>`, a result written as text)
+// to the dispatcher. MethodClass::control only for methods that never wait on
+// a worker, the store or a compile (the server runs them on its small control
+// pool).
 template <class Fn>
 void bind(Dispatcher& d, const char* method, ServiceState& s, Fn fn,
           MethodClass method_class = MethodClass::work,
           RequestFds request_fds = RequestFds::refused) {
-  d.add(
-      method,
-      [&s, fn](const json& params, const CallContext& ctx) -> Expected<json> {
-        return fn(s, params, ctx);
-      },
-      method_class, request_fds);
+  using R = std::invoke_result_t<Fn, ServiceState&, const json&, const CallContext&>;
+  if constexpr (std::is_same_v<R, Expected<ResultText>>)
+    d.add_text(
+        method,
+        [&s, fn](const json& params, const CallContext& ctx) -> Expected<ResultText> {
+          return fn(s, params, ctx);
+        },
+        method_class, request_fds);
+  else
+    d.add(
+        method,
+        [&s, fn](const json& params, const CallContext& ctx) -> Expected<json> {
+          return fn(s, params, ctx);
+        },
+        method_class, request_fds);
 }
 
 } // namespace fdo::daemon::methods

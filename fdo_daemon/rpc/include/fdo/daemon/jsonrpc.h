@@ -49,6 +49,15 @@ struct CallContext {
 using Handler =
     std::function<Expected<nlohmann::json>(const nlohmann::json& params, const CallContext&)>;
 
+// A result already written as compact JSON text (fdo/util/json_text.h), put
+// into the response as it is: methods on the hot path (execute,
+// feedback.submit) write their replies without building a tree.
+struct ResultText {
+  std::string json;
+};
+using TextHandler =
+    std::function<Expected<ResultText>(const nlohmann::json& params, const CallContext&)>;
+
 // Which of the server's thread pools runs a method. Work methods may block for
 // seconds (compiles, executions, the store); control methods answer from
 // counters and configuration without waiting on anything work holds, so the
@@ -102,6 +111,8 @@ std::optional<Errc> parse_errc(std::string_view name);
 // (string, number or null; parse() refuses numbers it could not echo as the
 // same number). The error message is cut to error_message_max_bytes.
 std::string result_response(const nlohmann::json& id, const nlohmann::json& result);
+// The same with the result's text as a ResultText holds it (not checked).
+std::string result_response_text(const nlohmann::json& id, std::string_view result_text);
 // error.data is {"code": <data_code>} merged with `extra` (an object or null).
 std::string error_response(const nlohmann::json& id, int code, std::string_view message,
                            std::string_view data_code, const nlohmann::json& extra = nullptr);
@@ -147,6 +158,10 @@ public:
   // Registers or replaces `method` (a replacement takes the new class too).
   void add(std::string method, Handler handler, MethodClass method_class = MethodClass::work,
            RequestFds request_fds = RequestFds::refused);
+  // The same for a method that writes its result as text.
+  void add_text(std::string method, TextHandler handler,
+                MethodClass method_class = MethodClass::work,
+                RequestFds request_fds = RequestFds::refused);
   bool has(std::string_view method) const;
   // The class `method` was added with; nullopt when there is no such method.
   std::optional<MethodClass> method_class(std::string_view method) const;
@@ -174,7 +189,9 @@ public:
 
 private:
   struct Entry {
+    // One of the two.
     std::shared_ptr<const Handler> handler;
+    std::shared_ptr<const TextHandler> text_handler;
     MethodClass method_class = MethodClass::work;
     RequestFds request_fds = RequestFds::refused;
   };
