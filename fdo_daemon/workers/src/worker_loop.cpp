@@ -225,8 +225,13 @@ public:
                                ? UINT64_MAX
                                : vm_now + limits.address_space_bytes;
       rlimit r{clamp_soft(static_cast<rlim_t>(want), as_), as_.rlim_max};
-      if (::setrlimit(RLIMIT_AS, &r) != 0) return Error::from_errno("setrlimit(RLIMIT_AS)", errno);
-      as_set_ = true;
+      // Clamped to the sandbox's hard limit, the job's limit is the one in
+      // force already (the usual case): no call to set it, none to restore.
+      if (r.rlim_cur != as_.rlim_cur) {
+        if (::setrlimit(RLIMIT_AS, &r) != 0)
+          return Error::from_errno("setrlimit(RLIMIT_AS)", errno);
+        as_set_ = true;
+      }
     }
     rusage ru{};
     ::getrusage(RUSAGE_SELF, &ru);
