@@ -127,6 +127,13 @@ const std::vector<KeyDef>& key_defs() {
         "hardware threads, at most 8; 1 = never split).",
         [](Config& c) -> unsigned& { return c.compile_threads; }, 0, 64));
     v.push_back(uint_key<unsigned>(
+        "compile_parts", R,
+        "Most parts a large program is compiled in (0 = as many as compile_threads); more parts "
+        "than threads make a recompile after a rewrite touch less of the program, and cost "
+        "its code a few per cent (docs/jit.md, \"Incremental recompiles\"). No effect with "
+        "compile_threads = 1.",
+        [](Config& c) -> unsigned& { return c.compile_parts; }, 0, 64));
+    v.push_back(uint_key<unsigned>(
         "exec_workers", X, "Exec worker processes.",
         [](Config& c) -> unsigned& { return c.exec_workers; }, 1, 256));
     v.push_back(enum_key("gpu", X,

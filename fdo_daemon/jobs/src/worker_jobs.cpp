@@ -257,6 +257,14 @@ Expected<Message> CompileJobs::handle(const Message& request) {
                                                       std::to_string(jit::kMaxPartitions));
       req.threads = it->get<unsigned>();
     }
+    // At most this many parts (absent: as many as threads).
+    if (auto it = request.header.find("parts"); it != request.header.end()) {
+      if (!it->is_number_integer() || it->get<std::int64_t>() < 1 ||
+          it->get<std::int64_t>() > jit::kMaxPartitions)
+        return make_error(Errc::invalid_argument,
+                          "compile job: parts must be 1 to " + std::to_string(jit::kMaxPartitions));
+      req.max_parts = it->get<unsigned>();
+    }
     // Parts of the program's last build fdod holds (compile_parts.h).
     FDO_TRY(JobParts parts, read_job_parts(request));
     req.held_parts = std::move(parts.held);

@@ -196,6 +196,7 @@ Expected<cache::CompiledOutput> RemoteCompiler::compile(const cache::Program& pr
                 {"profile", profile.doc ? to_json(*profile.doc) : json(nullptr)},
                 {"limits", {{"max_program_bytes", l.max_program_bytes}}},
                 {"threads", l.threads}};
+  if (l.parts != 0) req.header["parts"] = l.parts;
   // Used only when the program targets NVPTX (the worker tells by its triple).
   if (gpu_) req.header["gpu"] = {{"sm", gpu_->sm}, {"driver", gpu_->driver_version}};
   req.payload = program.bytes;

@@ -74,6 +74,7 @@ struct CompileJobLimits {
   JobLimits job;
   std::uint64_t max_program_bytes = 0;
   unsigned threads = 1; // Config::effective_compile_threads
+  unsigned parts = 0;   // Config::compile_parts (0: as many as threads)
 };
 
 class RemoteCompiler final : public cache::Compiler, public ProgramAnalyzer {

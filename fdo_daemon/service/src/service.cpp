@@ -293,7 +293,7 @@ Expected<std::unique_ptr<Service>> ServiceBuilder::create() {
       [raw] {
         auto cfg = raw->config.get();
         return CompileJobLimits{compile_job_limits(*cfg), cfg->max_program_bytes,
-                                cfg->effective_compile_threads()};
+                                cfg->effective_compile_threads(), cfg->compile_parts};
       },
       s->gpu.target, s->held_parts.get());
   cache::Config cc;

@@ -165,3 +165,42 @@ TEST_CASE("compile parts: a compile worker takes the parts of its last reply",
   CHECK(third->header.value("explanation", "").find("the held parts were unreadable") !=
         std::string::npos);
 }
+
+TEST_CASE("compile parts: a job may ask for more parts than threads, within bounds",
+          "[compile_jobs][incremental]") {
+  const std::string program = many_functions(800); // ~24,000 instructions: 2 parts by size
+  CompileJobs jobs;
+  Message job;
+  job.header = {{"op", "compile"},
+                {"mode", "plain"},
+                {"profile", nullptr},
+                {"limits", {{"max_program_bytes", 1 << 24}}},
+                {"threads", 2}};
+  job.payload = program;
+  auto parts_of = [&](const nlohmann::json& parts) -> std::size_t {
+    Message j = job;
+    if (!parts.is_null()) j.header["parts"] = parts;
+    auto reply = jobs.handle(j);
+    if (!reply) FAIL(reply.error().describe());
+    if (!reply->header.contains("parts")) return 1;
+    auto builds = part_builds_from_json(reply->header["parts"]);
+    REQUIRE(builds);
+    return builds->size();
+  };
+  // At most one part per kMinPartInstructions: a bound of 8 still gives 2 here,
+  // a bound of 1 one piece; absent, as many as threads.
+  CHECK(parts_of(nullptr) == 2);
+  CHECK(parts_of(8) == 2);
+  CHECK(parts_of(1) == 1);
+  // Twice the size: four parts on the job's two threads when asked for.
+  job.payload = many_functions(1400); // ~42,000 instructions
+  CHECK(parts_of(4) == 4);
+  job.payload = program;
+  for (const nlohmann::json& bad : {nlohmann::json(0), nlohmann::json(65), nlohmann::json("2")}) {
+    Message j = job;
+    j.header["parts"] = bad;
+    auto reply = jobs.handle(j);
+    REQUIRE_FALSE(reply);
+    CHECK(reply.error().code() == Errc::invalid_argument);
+  }
+}

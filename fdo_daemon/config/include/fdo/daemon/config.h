@@ -84,6 +84,10 @@ struct Config {
   std::chrono::milliseconds drain_timeout{30000};
   unsigned compile_workers = 2;
   unsigned compile_threads = 0; // per compile; 0 = the host's hardware threads, at most 8
+  // Most parts a large program is compiled in (docs/jit.md, "Incremental
+  // recompiles"); 0 = as many as compile_threads. More parts than threads
+  // make a rewrite's recompile smaller, at some cost to the code.
+  unsigned compile_parts = 0;
   GpuUse gpu = GpuUse::automatic;
   std::string gpu_driver = "libcuda.so.1";
   unsigned gpu_workers = 1;

@@ -8,7 +8,7 @@
 //   compile role
 //     {"op":"analyze", "limits":{...}}                 payload: program bytes
 //       -> {"profile_key", "entries":[...], "function_fingerprints":{...}}
-//     {"op":"compile", "mode", "profile":doc|null, "limits":{...}}
+//     {"op":"compile", "mode", "profile":doc|null, "limits":{...}, "threads", "parts"?}
 //                                                      payload: program bytes
 //       -> {"metadata_bytes":n}     payload: n bytes of jit metadata JSON text
 //                                   (jit::metadata_to_json), then the object bytes
