@@ -35,6 +35,18 @@ HeldBuild held_of(const std::vector<std::string>& objects) {
   return h;
 }
 
+// A plain compile of `program` on two threads, as fdod sends it.
+Message plain_compile_job(const std::string& program) {
+  Message job;
+  job.header = {{"op", "compile"},
+                {"mode", "plain"},
+                {"profile", nullptr},
+                {"limits", {{"max_program_bytes", 1 << 24}}},
+                {"threads", 2}};
+  job.payload = program;
+  return job;
+}
+
 } // namespace
 
 TEST_CASE("compile parts: a job carries the held parts after its program, and reads back",
@@ -128,13 +140,7 @@ TEST_CASE("compile parts: a compile worker takes the parts of its last reply",
           "[compile_jobs][incremental]") {
   const std::string program = many_functions(800); // ~24,000 instructions: 2 parts
   CompileJobs jobs;
-  Message job;
-  job.header = {{"op", "compile"},
-                {"mode", "plain"},
-                {"profile", nullptr},
-                {"limits", {{"max_program_bytes", 1 << 24}}},
-                {"threads", 2}};
-  job.payload = program;
+  Message job = plain_compile_job(program);
   auto first = jobs.handle(job);
   if (!first) FAIL(first.error().describe());
   REQUIRE(first->header.contains("parts"));
@@ -170,13 +176,7 @@ TEST_CASE("compile parts: a job may ask for more parts than threads, within boun
           "[compile_jobs][incremental]") {
   const std::string program = many_functions(800); // ~24,000 instructions: 2 parts by size
   CompileJobs jobs;
-  Message job;
-  job.header = {{"op", "compile"},
-                {"mode", "plain"},
-                {"profile", nullptr},
-                {"limits", {{"max_program_bytes", 1 << 24}}},
-                {"threads", 2}};
-  job.payload = program;
+  Message job = plain_compile_job(program);
   auto parts_of = [&](const nlohmann::json& parts) -> std::size_t {
     Message j = job;
     if (!parts.is_null()) j.header["parts"] = parts;
