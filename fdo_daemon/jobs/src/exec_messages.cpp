@@ -1,9 +1,12 @@
 #include "fdo/daemon/exec_messages.h"
 
+#include "fdo/util/profile_wire.h"
 #include "fdo/util/wire.h"
+#include "message_body.h"
 
 namespace fdo::daemon {
 
+using namespace detail;
 using wire::WireReader;
 using wire::WireWriter;
 
@@ -16,12 +19,6 @@ constexpr std::uint32_t kReplyMagic = 0x32525845u; // "EXR2" (2: argument value 
 // Least bytes an element takes, for count checks: a string is its u32 length.
 constexpr std::size_t kStr = 4;
 constexpr std::size_t kU64 = 8;
-
-void magic(WireReader& r, std::uint32_t expected) {
-  if (std::uint32_t m = r.u32(); !r.failed() && m != expected)
-    r.fail("unknown layout (magic " + std::to_string(m) + ", this build speaks " +
-           std::to_string(expected) + ")");
-}
 
 void put_strings(WireWriter& w, const std::vector<std::string>& v) {
   w.count(v.size());
@@ -100,7 +97,7 @@ void put_job(WireWriter& w, const ExecJob& j) {
 }
 
 void get_job(WireReader& r, ExecJob& j) {
-  magic(r, kJobMagic);
+  expect_magic(r, kJobMagic);
   j.key = r.str();
   j.entry = r.str();
   j.slots = get_u64s(r);
@@ -180,54 +177,6 @@ void get_measurement(WireReader& r, perf::Measurement& m) {
   m.wall_ns = r.u64();
   m.method = static_cast<perf::ReadMethod>(
       r.enum_u8(last_of(perf::ReadMethod::none), "the measurement's read method"));
-}
-
-void put_sites(WireWriter& w, const std::vector<ValueSite>& sites) {
-  w.count(sites.size());
-  for (const ValueSite& site : sites) {
-    w.count(site.size());
-    for (const auto& [value, count] : site) {
-      w.u64(value);
-      w.u64(count);
-    }
-  }
-}
-void put_args(WireWriter& w, const std::vector<ArgValues>& args) {
-  w.count(args.size());
-  for (const ArgValues& a : args) {
-    w.u32(a.arg);
-    w.u64(a.other);
-    w.count(a.values.size());
-    for (const auto& [value, count] : a.values) {
-      w.u64(value);
-      w.u64(count);
-    }
-  }
-}
-std::vector<ArgValues> get_args(WireReader& r) {
-  std::vector<ArgValues> args(r.count(4 + kU64 + 4));
-  for (ArgValues& a : args) {
-    a.arg = r.u32();
-    a.other = r.u64();
-    a.values.resize(r.count(2 * kU64));
-    for (auto& [value, count] : a.values) {
-      value = r.u64();
-      count = r.u64();
-    }
-  }
-  return args;
-}
-
-std::vector<ValueSite> get_sites(WireReader& r) {
-  std::vector<ValueSite> sites(r.count(4));
-  for (ValueSite& site : sites) {
-    site.resize(r.count(2 * kU64));
-    for (auto& [value, count] : site) {
-      value = r.u64();
-      count = r.u64();
-    }
-  }
-  return sites;
 }
 
 void put_samples(WireWriter& w, const StageSampleReport& s) {
@@ -329,9 +278,9 @@ void put_reply(WireWriter& w, const ExecReply& reply) {
   w.count(o.values.size());
   for (const auto& [fn, v] : o.values) {
     w.str(fn);
-    put_sites(w, v.indirect_calls);
-    put_sites(w, v.memop_sizes);
-    put_args(w, v.arguments);
+    wire::put_value_sites(w, v.indirect_calls);
+    wire::put_value_sites(w, v.memop_sizes);
+    wire::put_arg_values(w, v.arguments);
   }
   w.boolean(o.samples.has_value());
   if (o.samples) put_samples(w, *o.samples);
@@ -349,7 +298,7 @@ void put_reply(WireWriter& w, const ExecReply& reply) {
 
 void get_reply(WireReader& r, ExecReply& reply) {
   StageObservation& o = reply.observation;
-  magic(r, kReplyMagic);
+  expect_magic(r, kReplyMagic);
   reply.outcome =
       static_cast<ExecOutcome>(r.enum_u8(last_of(ExecOutcome::missing_object), "the outcome"));
   if (r.failed() || reply.outcome == ExecOutcome::missing_object) return;
@@ -369,9 +318,9 @@ void get_reply(WireReader& r, ExecReply& reply) {
   }
   for (std::size_t i = 0, n = r.count(kStr + 12); i < n; ++i) {
     jit::FunctionValueProfile& v = o.values[r.str()];
-    v.indirect_calls = get_sites(r);
-    v.memop_sizes = get_sites(r);
-    v.arguments = get_args(r);
+    v.indirect_calls = wire::get_value_sites(r);
+    v.memop_sizes = wire::get_value_sites(r);
+    v.arguments = wire::get_arg_values(r);
   }
   if (r.boolean()) get_samples(r, o.samples.emplace());
   if (r.boolean()) {
@@ -384,39 +333,6 @@ void get_reply(WireReader& r, ExecReply& reply) {
     }
   }
   o.buffer_sizes = get_u64s(r);
-}
-
-constexpr const char* kBodyBytes = "body_bytes";
-
-// The body's length from the header, checked against the payload.
-Expected<std::size_t> body_length(const Message& m, Errc code, std::string_view what) {
-  auto it = m.header.find(kBodyBytes);
-  // Decoded headers hold it unsigned; headers built in memory may hold it signed.
-  if (it == m.header.end() || !it->is_number_integer() || it->get<std::int64_t>() < 0)
-    return make_error(code, std::string(what) + " has no '" + kBodyBytes + "' length");
-  const std::uint64_t n = it->get<std::uint64_t>();
-  if (n > m.payload.size())
-    return make_error(code, std::string(what) + ": a body of " + std::to_string(n) +
-                                " bytes in a payload of " + std::to_string(m.payload.size()));
-  return static_cast<std::size_t>(n);
-}
-
-// One encode and one decode per message type, over its put/get pair.
-template <class T>
-Expected<std::string> encode_with(void (*put)(WireWriter&, const T&), const T& v) {
-  WireWriter w;
-  put(w, v);
-  return std::move(w).take();
-}
-
-template <class T>
-Expected<T> decode_with(void (*get)(WireReader&, T&), std::string_view bytes,
-                        std::string_view what) {
-  WireReader r(bytes, what);
-  T v;
-  get(r, v);
-  FDO_TRY_STATUS(r.finish());
-  return v;
 }
 
 } // namespace

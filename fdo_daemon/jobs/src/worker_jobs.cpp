@@ -1,5 +1,6 @@
 #include "fdo/daemon/worker_jobs.h"
 
+#include "fdo/daemon/compile_messages.h"
 #include "fdo/daemon/compile_parts.h"
 #include "fdo/daemon/exec_messages.h"
 #include "fdo/daemon/exit_catch.h"
@@ -147,37 +148,34 @@ namespace {
 
 // An NVPTX program (docs/gpu.md): its kernels are its entries, and it
 // compiles to PTX for the GPU the daemon names in the job.
-Expected<Message> handle_gpu(const std::string& op, const Message& request,
-                             const jit::Limits& limits) {
-  if (op == "analyze") {
-    FDO_TRY(jit::GpuAnalysis a, jit::analyze_gpu(request.payload, limits));
-    json entries = json::array();
-    for (const jit::GpuKernel& k : a.kernels)
-      entries.push_back({{"name", k.name}, {"returns", "void"}, {"params", k.param_types}});
-    Message out;
-    out.header = {{"profile_key", a.profile_key},
-                  {"entries", std::move(entries)},
-                  {"function_fingerprints", json::object()},
-                  {"target", "nvptx"}};
-    return out;
-  }
-  auto gpu = request.header.find("gpu");
-  if (gpu == request.header.end() || !gpu->is_object())
+Expected<Message> gpu_analysis(std::string_view program, const jit::Limits& limits) {
+  FDO_TRY(jit::GpuAnalysis a, jit::analyze_gpu(program, limits));
+  json entries = json::array();
+  for (const jit::GpuKernel& k : a.kernels)
+    entries.push_back({{"name", k.name}, {"returns", "void"}, {"params", k.param_types}});
+  Message out;
+  out.header = {{"profile_key", a.profile_key},
+                {"entries", std::move(entries)},
+                {"function_fingerprints", json::object()},
+                {"target", "nvptx"}};
+  return out;
+}
+
+Expected<Message> compile_gpu(const CompileJobView& job) {
+  if (!job.job.gpu)
     return make_error(Errc::unsupported,
                       "the program targets NVPTX and fdod runs no GPU on this host (docs/gpu.md)");
   jit::GpuCompileRequest req;
-  req.target.sm = gpu->value("sm", 0);
-  req.target.driver_version = gpu->value("driver", 0);
-  req.limits = limits;
+  req.target = *job.job.gpu;
+  req.limits = job.job.limits;
   // The launch bounds the profile keeps for this GPU's kernels (the guard's
   // kept trials): compile-affecting, so part of the profile's digest and key.
-  if (auto p = request.header.find("profile"); p != request.header.end() && !p->is_null()) {
-    FDO_TRY(ProfileDoc doc, profile_from_json(*p));
+  if (job.job.profile) {
     const std::string arch = jit::sm_name(req.target.sm);
-    for (const GpuKernelBounds& b : doc.gpu.launch_bounds)
+    for (const GpuKernelBounds& b : job.job.profile->gpu.launch_bounds)
       if (b.arch == arch) req.launch_bounds[b.kernel] = {b.max_threads, b.min_blocks_per_sm};
   }
-  FDO_TRY(jit::GpuCompileResult r, jit::compile_gpu(request.payload, req));
+  FDO_TRY(jit::GpuCompileResult r, jit::compile_gpu(job.program, req));
   json kernels = json::array();
   for (const jit::GpuKernel& k : r.kernels)
     kernels.push_back({{"name", k.name}, {"params", k.param_types}});
@@ -190,10 +188,7 @@ Expected<Message> handle_gpu(const std::string& op, const Message& request,
        {{"parse", r.times.parse}, {"optimize", r.times.optimize}, {"codegen", r.times.codegen}}},
       {"diagnostics",
        r.diagnostics}}.dump();
-  Message out;
-  out.header = {{"metadata_bytes", metadata.size()}};
-  out.payload = metadata + r.ptx;
-  return out;
+  return compile_reply_message(CompileReply{}, metadata, r.ptx);
 }
 
 // What the compile decided that the explain log should say (docs/jit.md,
@@ -226,10 +221,9 @@ std::string explain_decisions(const jit::CompileResult& r) {
 
 Expected<Message> CompileJobs::handle(const Message& request) {
   FDO_TRY(std::string op, header_string(request.header, "op"));
-  jit::Limits limits = limits_from(request.header);
-  if ((op == "analyze" || op == "compile") && jit::is_nvptx_program(request.payload))
-    return handle_gpu(op, request, limits);
   if (op == "analyze") {
+    jit::Limits limits = limits_from(request.header);
+    if (jit::is_nvptx_program(request.payload)) return gpu_analysis(request.payload, limits);
     FDO_TRY(jit::Analysis a, jit::analyze(request.payload, limits));
     Message out;
     out.header = {{"profile_key", a.profile_key},
@@ -238,57 +232,33 @@ Expected<Message> CompileJobs::handle(const Message& request) {
     return out;
   }
   if (op == "compile") {
-    FDO_TRY(std::string mode_text, header_string(request.header, "mode"));
-    FDO_TRY(CompileMode mode, parse_compile_mode(mode_text));
-    std::optional<ProfileDoc> doc;
-    if (auto it = request.header.find("profile"); it != request.header.end() && !it->is_null()) {
-      FDO_TRY(ProfileDoc d, profile_from_json(*it));
-      doc = std::move(d);
-    }
+    FDO_TRY(CompileJobView job, compile_job_of(request));
+    if (jit::is_nvptx_program(job.program)) return compile_gpu(job);
     jit::CompileRequest req;
-    req.mode = mode;
-    req.profile = doc ? &*doc : nullptr;
-    req.limits = limits;
-    // Absent from an older daemon's job: one thread, as then.
-    if (auto it = request.header.find("threads"); it != request.header.end()) {
-      if (!it->is_number_integer() || it->get<std::int64_t>() < 1 ||
-          it->get<std::int64_t>() > jit::kMaxPartitions)
-        return make_error(Errc::invalid_argument, "compile job: threads must be 1 to " +
-                                                      std::to_string(jit::kMaxPartitions));
-      req.threads = it->get<unsigned>();
-    }
-    // At most this many parts (absent: as many as threads).
-    if (auto it = request.header.find("parts"); it != request.header.end()) {
-      if (!it->is_number_integer() || it->get<std::int64_t>() < 1 ||
-          it->get<std::int64_t>() > jit::kMaxPartitions)
-        return make_error(Errc::invalid_argument,
-                          "compile job: parts must be 1 to " + std::to_string(jit::kMaxPartitions));
-      req.max_parts = it->get<unsigned>();
-    }
+    req.mode = job.job.mode;
+    req.profile = job.job.profile.get();
+    req.limits = job.job.limits;
+    req.threads = job.job.threads;
+    req.max_parts = job.job.parts;
     // Parts of the program's last build fdod holds (compile_parts.h).
-    FDO_TRY(JobParts parts, read_job_parts(request));
-    req.held_parts = std::move(parts.held);
-    FDO_TRY(jit::CompileResult result, jit::compile(parts.program, req));
-    // The metadata travels as the JSON text the daemon stores beside the
-    // object, ahead of it in the payload: no header codec on either side
-    // (a big program's metadata is megabytes: block map, names, fingerprints).
-    Message out;
-    std::string metadata = jit::metadata_to_json(result).dump();
-    out.header = {{"metadata_bytes", metadata.size()}};
-    std::string why = explain_decisions(result);
+    req.held_parts = std::move(job.held);
+    FDO_TRY(jit::CompileResult result, jit::compile(job.program, req));
+    CompileReply reply;
+    reply.explanation = explain_decisions(result);
     if (!result.part_builds.empty()) {
-      out.header["parts"] = part_builds_to_json(result.part_builds);
       if (std::string reuse = explain_parts(result.part_builds, result.source_names);
           !reuse.empty())
-        why += "; " + reuse;
+        reply.explanation += (reply.explanation.empty() ? "" : "; ") + reuse;
+      reply.parts = std::move(result.part_builds);
     }
-    if (!parts.unreadable.empty())
-      why += (why.empty() ? "" : "; ") +
-             ("the held parts were unreadable (" + parts.unreadable + "): every part compiled");
-    if (!why.empty()) out.header["explanation"] = std::move(why);
-    out.payload.reserve(metadata.size() + result.object.size());
-    out.payload.append(metadata).append(result.object);
-    return out;
+    if (!job.unreadable.empty())
+      reply.explanation +=
+          (reply.explanation.empty() ? "" : "; ") +
+          ("the held parts were unreadable (" + job.unreadable + "): every part compiled");
+    // The metadata travels as the JSON text the daemon stores beside the
+    // object (a big program's metadata is megabytes: block map, names,
+    // fingerprints), ahead of the object in the payload.
+    return compile_reply_message(reply, jit::metadata_to_json(result).dump(), result.object);
   }
   if (op == "identity") {
     Message out;

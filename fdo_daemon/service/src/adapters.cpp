@@ -1,6 +1,7 @@
 #include "adapters.h"
 
 #include "fdo/cache/keys.h"
+#include "fdo/daemon/compile_messages.h"
 #include "fdo/daemon/isolation.h"
 #include "fdo/jit/object_set.h"
 #include "fdo/util/log.h"
@@ -190,41 +191,41 @@ Expected<cache::CompiledOutput> RemoteCompiler::compile(const cache::Program& pr
                                                         const cache::ProfileRef& profile,
                                                         CompileMode mode) {
   CompileJobLimits l = limits_();
-  Message req;
-  req.header = {{"op", "compile"},
-                {"mode", std::string(to_string(mode))},
-                {"profile", profile.doc ? to_json(*profile.doc) : json(nullptr)},
-                {"limits", {{"max_program_bytes", l.max_program_bytes}}},
-                {"threads", l.threads}};
-  if (l.parts != 0) req.header["parts"] = l.parts;
+  CompileJob job;
+  job.mode = mode;
+  job.profile = profile.doc;
+  job.limits.max_program_bytes = l.max_program_bytes;
+  job.threads = l.threads;
+  job.parts = l.parts;
   // Used only when the program targets NVPTX (the worker tells by its triple).
-  if (gpu_) req.header["gpu"] = {{"sm", gpu_->sm}, {"driver", gpu_->driver_version}};
-  req.payload = program.bytes;
+  job.gpu = gpu_;
   // The parts of this program's last build in this mode, for the worker to
   // take where their input is unchanged (compile_parts.h).
-  if (held_)
-    if (auto held = held_->find(program.scope, program.ik, mode)) add_held_parts(req, *held);
+  std::shared_ptr<const HeldBuild> held =
+      held_ ? held_->find(program.scope, program.ik, mode) : nullptr;
+  if (held)
+    for (const jit::PartBuild& p : held->parts)
+      job.held.push_back(HeldPartRef{p.key, p.slice, p.object_hash});
+  FDO_TRY(Message req,
+          compile_job_message(job, program.bytes, held ? std::string_view(held->objects) : ""));
   FDO_TRY(Message resp,
           run_compile_job(pool_, req, JobOptions{l.job, sandbox_tenant(program.scope)},
                           program.scope, program.ik));
-  // The metadata text, then the object (worker_jobs.h).
-  auto n = resp.header.find("metadata_bytes");
-  if (n == resp.header.end() || !n->is_number_unsigned() ||
-      n->get<std::uint64_t>() > resp.payload.size())
+  auto reply = compile_reply_of(resp);
+  if (!reply)
     return make_error(Errc::internal,
-                      "compile worker's reply has no metadata_bytes within its payload");
-  const std::size_t metadata_bytes = n->get<std::size_t>();
+                      "compile worker's reply does not decode: " + reply.error().message());
   cache::CompiledOutput out;
-  if (auto why = resp.header.find("explanation"); why != resp.header.end() && why->is_string())
-    out.explanation = why->get<std::string>();
-  out.metadata = resp.payload.substr(0, metadata_bytes);
-  resp.payload.erase(0, metadata_bytes);
+  out.explanation = std::move(reply->reply.explanation);
+  out.metadata = std::string(reply->metadata);
+  // The object is the payload's tail: keep those bytes rather than copy them.
+  resp.payload.erase(0, static_cast<std::size_t>(reply->object.data() - resp.payload.data()));
   out.object = std::move(resp.payload);
   // A build in parts replaces what is held for the program and mode; a
   // whole one (codegen split, one thread) leaves it.
-  if (auto parts = resp.header.find("parts"); held_ && parts != resp.header.end()) {
+  if (held_ && !reply->reply.parts.empty()) {
     auto build = std::make_shared<HeldBuild>();
-    FDO_TRY(build->parts, part_builds_from_json(*parts));
+    build->parts = std::move(reply->reply.parts);
     auto objects = jit::unpack_objects(out.object);
     if (!objects || objects->size() != build->parts.size())
       return make_error(Errc::internal, "compile worker named " +

@@ -1,6 +1,7 @@
 // The compile role's NVPTX path (worker_jobs.h, docs/gpu.md): kernels listed
 // by analyze, and the launch bounds the profile keeps for the job's GPU
 // architecture reaching the PTX. No GPU needed.
+#include "fdo/daemon/compile_messages.h"
 #include "fdo/daemon/worker_jobs.h"
 #include "fdo/util/profile.h"
 #include "many_functions.h"
@@ -26,20 +27,21 @@ std::string gpu_kernels() {
 }
 
 Message compile_job(const std::string& program, const ProfileDoc* profile) {
-  Message m;
-  m.header = {{"op", "compile"},
-              {"mode", "instrumented"},
-              {"profile", profile ? to_json(*profile) : nlohmann::json(nullptr)},
-              {"limits", {{"max_program_bytes", 1 << 24}}},
-              {"gpu", {{"sm", 90}, {"driver", 12040}}}};
-  m.payload = program;
-  return m;
+  CompileJob job;
+  job.mode = CompileMode::instrumented;
+  if (profile) job.profile = std::make_shared<const ProfileDoc>(*profile);
+  job.limits.max_program_bytes = 1 << 24;
+  job.gpu = jit::GpuTarget{90, 12040};
+  auto m = compile_job_message(job, program);
+  REQUIRE(m);
+  return *m;
 }
 
 // The PTX of a compile reply (after its metadata).
 std::string ptx_of(const Message& reply) {
-  const auto n = reply.header["metadata_bytes"].get<std::size_t>();
-  return reply.payload.substr(n);
+  auto r = compile_reply_of(reply);
+  REQUIRE(r);
+  return std::string(r->object);
 }
 
 // The .maxntid directive of `kernel`'s entry, or "" when it has none.
@@ -89,15 +91,13 @@ TEST_CASE("compile jobs: an NVPTX program gets the profile's launch bounds for i
 
 namespace {
 
-Message cpu_compile_job(const std::string& program, std::optional<nlohmann::json> threads) {
-  Message m;
-  m.header = {{"op", "compile"},
-              {"mode", "plain"},
-              {"profile", nullptr},
-              {"limits", {{"max_program_bytes", 1 << 24}}}};
-  if (threads) m.header["threads"] = *threads;
-  m.payload = program;
-  return m;
+Message cpu_compile_job(const std::string& program, std::uint32_t threads) {
+  CompileJob job;
+  job.limits.max_program_bytes = 1 << 24;
+  job.threads = threads;
+  auto m = compile_job_message(job, program);
+  REQUIRE(m);
+  return *m;
 }
 
 } // namespace
@@ -106,22 +106,22 @@ TEST_CASE("compile jobs: a large program is compiled in the parts the job's thre
           "[compile_jobs][partition]") {
   const std::string program = many_functions(800); // ~24,000 instructions
   CompileJobs jobs;
-  auto metadata_of = [](const Message& reply) {
-    const auto n = reply.header["metadata_bytes"].get<std::size_t>();
-    return nlohmann::json::parse(reply.payload.substr(0, n));
+  auto reply_of = [](const Message& reply) {
+    auto r = compile_reply_of(reply);
+    REQUIRE(r);
+    return std::pair{nlohmann::json::parse(r->metadata), r->reply.explanation};
   };
   auto two = jobs.handle(cpu_compile_job(program, 2));
   if (!two) FAIL(two.error().describe());
-  CHECK(metadata_of(*two).value("partitions", 1) == 2);
-  CHECK(two->header.value("explanation", "")
-            .find("compiled in 2 parts at once from the inliner on") != std::string::npos);
-  // An older daemon's job (no threads): one part, as then.
-  auto one = jobs.handle(cpu_compile_job(program, std::nullopt));
+  CHECK(reply_of(*two).first.value("partitions", 1) == 2);
+  CHECK(reply_of(*two).second.find("compiled in 2 parts at once from the inliner on") !=
+        std::string::npos);
+  // One thread (a job's default): one part.
+  auto one = jobs.handle(cpu_compile_job(program, 1));
   REQUIRE(one);
-  CHECK_FALSE(metadata_of(*one).contains("partitions"));
-  for (const nlohmann::json& bad :
-       {nlohmann::json(0), nlohmann::json(65), nlohmann::json("2"), nlohmann::json(-1)}) {
-    INFO(bad.dump());
+  CHECK_FALSE(reply_of(*one).first.contains("partitions"));
+  for (std::uint32_t bad : {0u, 65u, 0xffffffffu}) {
+    INFO(bad);
     auto r = jobs.handle(cpu_compile_job(program, bad));
     REQUIRE_FALSE(r);
     CHECK(r.error().code() == Errc::invalid_argument);

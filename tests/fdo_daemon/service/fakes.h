@@ -2,6 +2,7 @@
 // feedback store, and job runners that stand in for compile/exec workers.
 #pragma once
 
+#include "fdo/daemon/compile_messages.h"
 #include "fdo/daemon/exec_messages.h"
 #include "fdo/daemon/feedback_loop.h"
 #include "fdo/daemon/isolation.h"
@@ -287,6 +288,13 @@ inline Expected<Message> fake_exec_ran(StageObservation obs) {
   ExecReply r;
   r.observation = std::move(obs);
   return exec_reply_message(r);
+}
+
+// The mode of a compile job as a stand-in compile worker reads it
+// (compile_messages.h), or "" when the message is not a compile job.
+inline std::string compile_job_mode(const Message& req) {
+  auto job = compile_job_of(req);
+  return job ? std::string(to_string(job->job.mode)) : "";
 }
 
 // A job runner answering with a function of the request.

@@ -4,6 +4,7 @@
 // other; the store keeps to its byte budget.
 #include "adapters.h"
 #include "fakes.h"
+#include "fdo/daemon/compile_messages.h"
 #include "fdo/daemon/compile_parts.h"
 #include "fdo/jit/object_set.h"
 #include "fdo/util/hash.h"
@@ -38,27 +39,22 @@ std::shared_ptr<HeldBuild> build_of(const std::vector<std::string>& objects) {
 // (none: one object, no parts) and records what each job offered.
 struct PartsWorker {
   std::vector<std::string> objects{"part zero", "part one"};
-  std::vector<JobParts> offered;
+  std::vector<std::vector<jit::HeldPart>> offered;
   std::vector<std::string> programs;
-  std::list<std::string> payloads; // kept (and never moved): `offered` views into them
+  std::list<Message> jobs; // kept (and never moved): `offered` views into them
 
   Expected<Message> operator()(const Message& req) {
-    payloads.push_back(req.payload);
-    Message copy = req;
-    copy.payload = payloads.back();
-    FDO_TRY(JobParts parts, read_job_parts(copy));
-    programs.emplace_back(parts.program);
-    offered.push_back(std::move(parts));
-    Message out;
-    const std::string metadata = "{}";
-    out.header = {{"metadata_bytes", metadata.size()}};
+    jobs.push_back(req);
+    FDO_TRY(CompileJobView job, compile_job_of(jobs.back()));
+    if (!job.unreadable.empty()) return make_error(Errc::internal, job.unreadable);
+    programs.emplace_back(job.program);
+    offered.push_back(std::move(job.held));
+    CompileReply reply;
     if (objects.size() > 1) {
-      out.header["parts"] = part_builds_to_json(build_of(objects)->parts);
-      out.payload = metadata + jit::pack_objects(objects);
-    } else {
-      out.payload = metadata + (objects.empty() ? std::string("object") : objects[0]);
+      reply.parts = build_of(objects)->parts;
+      return compile_reply_message(reply, "{}", jit::pack_objects(objects));
     }
-    return out;
+    return compile_reply_message(reply, "{}", objects.empty() ? std::string("object") : objects[0]);
   }
 };
 
@@ -79,45 +75,43 @@ TEST_CASE("held parts: a program's last build in parts is offered to its next co
 
   auto first = compiler.compile(lua, none, CompileMode::optimized);
   REQUIRE(first);
-  CHECK(worker.offered.back().held.empty());
+  CHECK(worker.offered.back().empty());
   CHECK(held.builds() == 1);
 
   // The same program and mode again: the program, then its parts.
   REQUIRE(compiler.compile(lua, none, CompileMode::optimized));
   CHECK(worker.programs.back() == "the program");
-  REQUIRE(worker.offered.back().held.size() == 2);
-  CHECK(worker.offered.back().held[0].object == "part zero");
-  CHECK(worker.offered.back().held[1].object == "part one");
-  CHECK(worker.offered.back().held[1].object_hash == blake3_hex("part one"));
+  REQUIRE(worker.offered.back().size() == 2);
+  CHECK(worker.offered.back()[0].object == "part zero");
+  CHECK(worker.offered.back()[1].object == "part one");
+  CHECK(worker.offered.back()[1].object_hash == blake3_hex("part one"));
 
   // Another mode, another tenant's copy of the program: nothing offered.
   REQUIRE(compiler.compile(lua, none, CompileMode::instrumented));
-  CHECK(worker.offered.back().held.empty());
+  CHECK(worker.offered.back().empty());
   cache::Program other = lua;
   other.scope = "uid:1001";
   REQUIRE(compiler.compile(other, none, CompileMode::optimized));
-  CHECK(worker.offered.back().held.empty());
+  CHECK(worker.offered.back().empty());
 
   // A whole build leaves what is held; the next build in parts replaces it.
   worker.objects = {"whole"};
   REQUIRE(compiler.compile(lua, none, CompileMode::optimized));
   worker.objects = {"new zero", "new one", "new two"};
   REQUIRE(compiler.compile(lua, none, CompileMode::optimized));
-  CHECK(worker.offered.back().held.size() == 2);
+  CHECK(worker.offered.back().size() == 2);
   REQUIRE(compiler.compile(lua, none, CompileMode::optimized));
-  REQUIRE(worker.offered.back().held.size() == 3);
-  CHECK(worker.offered.back().held[2].object == "new two");
+  REQUIRE(worker.offered.back().size() == 3);
+  CHECK(worker.offered.back()[2].object == "new two");
 }
 
 TEST_CASE("held parts: a reply naming parts its object set lacks is an error, nothing held",
           "[held_parts][incremental]") {
   HeldParts held(1 << 20);
   FakeRunner runner("compile", [](const Message&) -> Expected<Message> {
-    Message out;
-    out.header = {{"metadata_bytes", 2},
-                  {"parts", part_builds_to_json(build_of({"a", "b"})->parts)}};
-    out.payload = "{}" + std::string("a single object");
-    return out;
+    CompileReply reply;
+    reply.parts = build_of({"a", "b"})->parts;
+    return compile_reply_message(reply, "{}", "a single object");
   });
   RemoteCompiler compiler(
       "identity", runner, [] { return CompileJobLimits{}; }, std::nullopt, &held);

@@ -232,8 +232,7 @@ TEST_CASE("guarded lease: a stage served an earlier build while the planned one 
   Config c = guarded_config();
   c.tier_up = TierUp::async;
   FakeRunner::Fn compile = [open_gate](const Message& req) -> Expected<Message> {
-    if (req.header.value("op", "") == "compile" && req.header.value("mode", "") == "optimized")
-      open_gate.wait();
+    if (compile_job_mode(req) == "optimized") open_gate.wait();
     return fake_compile(req);
   };
   struct Opener {

@@ -49,11 +49,12 @@ FakeRunner::Fn compile_fn(World& world) {
       return out;
     }
     if (op != "compile") return make_error(Errc::invalid_argument, "unknown op " + op);
+    FDO_TRY(CompileJobView job, compile_job_of(req));
     jit::CompileResult r;
-    FDO_TRY(r.mode, parse_compile_mode(req.header.value("mode", "")));
+    r.mode = job.job.mode;
     if (r.mode == CompileMode::optimized && world.optimized_compiles_fail)
       return make_error(Errc::compile, "LLVM ERROR: the optimizer fell over (injected)");
-    r.profile_key = blake3_hex(req.payload);
+    r.profile_key = blake3_hex(job.program);
     r.entries.push_back(jit::EntryInfo{"run", "i64", {"i64", "i64"}, true});
     r.source_names = {{"phase_a", "phase_a"}, {"phase_b", "phase_b"}, {"run", "run"}};
     if (r.mode == CompileMode::instrumented) {

@@ -22,13 +22,9 @@ inline constexpr std::uint64_t kHash = 0xfeed;
 // A compile worker stand-in: analysis from the bytes, "objects" naming the
 // mode, instrumented builds with one counted function "main" (cs_instrumented
 // ones too, under a CFG hash with the CS flag).
-// A compile worker's reply (worker_jobs.h): the metadata text, then the object.
-inline Message compile_reply(const jit::CompileResult& r, const std::string& object) {
-  Message out;
-  std::string metadata = jit::metadata_to_json(r).dump();
-  out.header = {{"metadata_bytes", metadata.size()}};
-  out.payload = metadata + object;
-  return out;
+// A compile worker's reply (compile_messages.h): the metadata text, then the object.
+inline Expected<Message> compile_reply(const jit::CompileResult& r, const std::string& object) {
+  return compile_reply_message(CompileReply{}, jit::metadata_to_json(r).dump(), object);
 }
 
 inline Expected<Message> fake_compile(const Message& req) {
@@ -41,9 +37,10 @@ inline Expected<Message> fake_compile(const Message& req) {
     return out;
   }
   if (op == "compile") {
+    FDO_TRY(CompileJobView job, compile_job_of(req));
     jit::CompileResult r;
-    FDO_TRY(r.mode, parse_compile_mode(req.header.value("mode", "")));
-    r.profile_key = blake3_hex(req.payload);
+    r.mode = job.job.mode;
+    r.profile_key = blake3_hex(job.program);
     r.entries.push_back(jit::EntryInfo{"main", "i64", {}, true});
     r.mutable_globals = false;
     // One indirect-call site and one profiled argument (in-process value
@@ -54,9 +51,7 @@ inline Expected<Message> fake_compile(const Message& req) {
       r.counters_layout.push_back({"main", kHash | kCsHashFlag, 3});
     std::string object = "object:" + std::string(to_string(r.mode));
     // Compiled with context-sensitive counts (what CSIRUse would apply).
-    if (const json& p = req.header.value("profile", json());
-        p.is_object() && p.contains("cs_functions"))
-      object += "+cs";
+    if (job.job.profile && !job.job.profile->cs_functions.empty()) object += "+cs";
     return compile_reply(r, object);
   }
   return make_error(Errc::invalid_argument, "unknown op " + op);

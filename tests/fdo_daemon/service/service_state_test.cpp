@@ -309,18 +309,21 @@ TEST_CASE("service: every state file and directory is private under umask 022", 
   CHECK(files >= 4);
 }
 
-TEST_CASE("service: a compile reply without its metadata is a clear error and caches nothing",
+TEST_CASE("service: a compile reply that does not decode is a clear error and caches nothing",
           "[service][errors]") {
   TempDir dir;
   auto broken = std::make_shared<std::atomic<bool>>(true);
   Daemon d(base_config(dir.path()), [broken](const Message& req) -> Expected<Message> {
     auto out = fake_compile(req);
-    // The metadata's length missing, or past the payload's end.
+    // The body's length missing, or its metadata running past the payload's
+    // end (the typed reply cut after its body).
     if (out && *broken && req.header.value("op", "") == "compile") {
-      if (req.payload.size() % 2 == 0)
+      auto job = compile_job_of(req);
+      if (!job) return job.error();
+      if (job->program == "a program")
         out->header = json::object();
       else
-        out->header["metadata_bytes"] = out->payload.size() + 1;
+        out->payload.resize(out->header["body_bytes"].get<std::size_t>());
     }
     return out;
   });
@@ -329,7 +332,8 @@ TEST_CASE("service: a compile reply without its metadata is a clear error and ca
     Daemon::Reply r = d.call("execute", {{"program", reg["program"]}, {"entry", "main"}}, kAlice);
     REQUIRE_FALSE(r.ok());
     CHECK(r.error["data"]["code"] == "internal");
-    CHECK(r.error["message"].get<std::string>().find("metadata_bytes") != std::string::npos);
+    CHECK(r.error["message"].get<std::string>().find("compile worker's reply does not decode") !=
+          std::string::npos);
   }
   // Nothing half-made was kept: once the worker answers properly, the same
   // program compiles and runs.

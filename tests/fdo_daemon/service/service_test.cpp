@@ -550,7 +550,7 @@ TEST_CASE("service: after a rewrite the new profile's build compiles before the 
   auto recording = [&](const Message& req) -> Expected<Message> {
     if (req.header.value("op", "") == "compile") {
       std::lock_guard lk(mu);
-      order.push_back(req.header.value("mode", ""));
+      order.push_back(compile_job_mode(req));
     }
     return fake_compile(req);
   };

@@ -8,10 +8,16 @@
 //   compile role
 //     {"op":"analyze", "limits":{...}}                 payload: program bytes
 //       -> {"profile_key", "entries":[...], "function_fingerprints":{...}}
-//     {"op":"compile", "mode", "profile":doc|null, "limits":{...}, "threads", "parts"?}
-//                                                      payload: program bytes
-//       -> {"metadata_bytes":n}     payload: n bytes of jit metadata JSON text
-//                                   (jit::metadata_to_json), then the object bytes
+//       (analyze runs once per program registration: its JSON header stays)
+//     {"op":"compile", "body_bytes":n}   payload: the typed CompileJob
+//                                     (compile_messages.h: mode, the profile's
+//                                     compile-affecting fields, limits, threads,
+//                                     parts, GPU, held parts), the program, then
+//                                     the held parts' object set
+//       -> {"body_bytes":n}           payload: the typed CompileReply (explanation,
+//                                     how each part was made, metadata length), the
+//                                     jit metadata JSON text (jit::metadata_to_json),
+//                                     then the object bytes
 //   exec role
 //     {"op":"exec", "body_bytes":n}   payload: the typed ExecJob (exec_messages.h), then
 //                                     the object (if attached), then each buffer's bytes,

@@ -1,0 +1,23 @@
+#include "message_body.h"
+
+namespace fdo::daemon::detail {
+
+void expect_magic(wire::WireReader& r, std::uint32_t expected) {
+  if (std::uint32_t m = r.u32(); !r.failed() && m != expected)
+    r.fail("unknown layout (magic " + std::to_string(m) + ", this build speaks " +
+           std::to_string(expected) + ")");
+}
+
+Expected<std::size_t> body_length(const Message& m, Errc code, std::string_view what) {
+  auto it = m.header.find(kBodyBytes);
+  // Decoded headers hold it unsigned; headers built in memory may hold it signed.
+  if (it == m.header.end() || !it->is_number_integer() || it->get<std::int64_t>() < 0)
+    return make_error(code, std::string(what) + " has no '" + kBodyBytes + "' length");
+  const std::uint64_t n = it->get<std::uint64_t>();
+  if (n > m.payload.size())
+    return make_error(code, std::string(what) + ": a body of " + std::to_string(n) +
+                                " bytes in a payload of " + std::to_string(m.payload.size()));
+  return static_cast<std::size_t>(n);
+}
+
+} // namespace fdo::daemon::detail
