@@ -22,9 +22,11 @@ one run on this host:
    timed against the native build, call for call. Then two rewrites that
    double the counts of 10 % of the profiled functions, scattered over the
    program or clustered in one run of it, and one of one function, each
-   compiled in up to 8 parts from nothing and again from the first build's parts (docs/jit.md "Incremental
-   recompiles"): the recompile's share of a full compile, parts reused, and
-   the incremental build's value (it must equal the full compile's bytes).
+   compiled in up to 8 parts from nothing, from the first build's parts, and
+   from its parts and pipeline prefix (docs/jit.md "Incremental recompiles",
+   "The pipeline's prefix"): the recompile's share of a full compile, parts
+   reused, and the incremental builds' value (they must equal the full
+   compile's bytes).
 4. fdod with its defaults (background tier-up), a client calling `run`
    back to back: how many stages, and how long, until the first optimized
    stage (`--async-limit` seconds at most).
@@ -226,8 +228,9 @@ def main():
                 bad.append(f"{name}: fdo_effect_jit's partitioned optimized build returned "
                            f"{checksum}")
             # A rewrite that moves RECOMPILE_PERCENT % of the functions' counts,
-            # compiled from nothing and again from the first build's parts
-            # (docs/jit.md "Incremental recompiles"); the kernel runs the latter.
+            # compiled from nothing, from the first build's parts, and from its
+            # parts and pipeline prefix (docs/jit.md "Incremental recompiles",
+            # "The pipeline's prefix"); the kernel runs the last.
             rec_out = jit_run(build, ir, doc, n, tmp, max(cores, 2),
                               ("--recompile-percent", str(RECOMPILE_PERCENT),
                                "--parts", str(RECOMPILE_PARTS)))
@@ -274,7 +277,9 @@ def main():
             print(f"recompile, a rewrite doubling {r['functions_changed']} of {r['functions']} "
                   f"functions' counts ({spread}): {r['ms'] / 1e3:6.2f} s = "
                   f"{r['ms'] / r['full_ms']:4.2f}x a full compile in parts "
-                  f"({r['full_ms'] / 1e3:.2f} s); {r['reused']} of {r['parts']} parts reused; "
+                  f"({r['full_ms'] / 1e3:.2f} s); {r['reused']} of {r['parts']} parts reused, "
+                  f"pipeline prefix {r['prefix']} (offered the parts alone: "
+                  f"{r['parts_only_ms'] / r['full_ms']:4.2f}x); "
                   f"whole-module share before the cut {r['optimize_ms'] / 1e3:.2f} s; "
                   f"identical to the full compile: {'yes' if r['identical'] else 'NO'}")
         print(f"  per call, median: in one piece {statistics.median(fdo_ms):.2f} ms, in parts "

@@ -14,6 +14,7 @@
 #include "pgo.h"
 #include "pgo_setup.h"
 #include "pipeline_options.h"
+#include "pipeline_prefix.h"
 #include "rotate_idiom.h"
 #include "thunks.h"
 
@@ -65,27 +66,6 @@ std::size_t executable_bytes(const std::string& object) {
   return total;
 }
 
-// The O-level pipeline on one part of a split module, with a pass builder
-// of the part's own (its thread, its context, its target machine); `pic`
-// carries the part's PipelineCut, so only the passes from the inliner on run.
-void run_default_pipeline(llvm::Module& m, llvm::TargetMachine& tm,
-                          const llvm::PipelineTuningOptions& tuning,
-                          const std::optional<llvm::PGOOptions>& pgo,
-                          llvm::PassInstrumentationCallbacks& pic, llvm::OptimizationLevel level) {
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
-  llvm::PassBuilder pb(&tm, tuning, pgo, &pic);
-  pb.registerModuleAnalyses(mam);
-  pb.registerCGSCCAnalyses(cgam);
-  pb.registerFunctionAnalyses(fam);
-  pb.registerLoopAnalyses(lam);
-  pb.crossRegisterProxies(lam, fam, cgam, mam);
-  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(level);
-  mpm.run(m, mam);
-}
-
 struct Prepared {
   std::unique_ptr<llvm::Module> module;
   std::unique_ptr<llvm::TargetMachine> tm;
@@ -131,6 +111,20 @@ std::string_view to_string(PartOrigin o) {
   case PartOrigin::held_damaged:
     return "held object damaged";
   case PartOrigin::not_held:
+    break;
+  }
+  return "not held";
+}
+
+std::string_view to_string(PrefixOrigin o) {
+  switch (o) {
+  case PrefixOrigin::reused:
+    return "reused";
+  case PrefixOrigin::input_changed:
+    return "program or settings changed";
+  case PrefixOrigin::held_damaged:
+    return "held prefix damaged";
+  case PrefixOrigin::not_held:
     break;
   }
   return "not held";
@@ -185,32 +179,37 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
   CompileResult result;
   result.mode = request.mode;
   llvm::LLVMContext ctx;
+  // Where a held pipeline prefix is read (pipeline_prefix.h): declared
+  // before the module, which may come to live in it.
+  llvm::LLVMContext prefix_ctx;
   DiagnosticCollector diagnostics(ctx);
+  diagnostics.also_collect(prefix_ctx);
   FDO_TRY(Prepared p,
           prepare(program_bytes, request.limits, ctx, codegen_level(knobs), result.times));
-  llvm::Module& m = *p.module;
+  // The module as submitted, until the pipeline's prefix (which may replace it).
+  llvm::Module& submitted = *p.module;
   result.local_names = std::move(p.names.local_names);
   result.source_names = std::move(p.names.source_names);
   {
     Clock::time_point start = Clock::now();
-    Fingerprints fp = fingerprint_module(m);
+    Fingerprints fp = fingerprint_module(submitted);
     result.profile_key = std::move(fp.module);
     result.function_fingerprints = std::move(fp.functions);
-    result.entries = find_entries(m);
-    result.mutable_globals = has_mutable_globals(m);
+    result.entries = find_entries(submitted);
+    result.mutable_globals = has_mutable_globals(submitted);
     result.times.canonicalize += micros_since(start);
   }
 
   Clock::time_point start = Clock::now();
   if (request.profile) {
     std::vector<std::string> warnings;
-    mark_unpredictable(m, *request.profile, warnings);
+    mark_unpredictable(submitted, *request.profile, warnings);
     for (std::string& w : warnings)
       diagnostics.add_warning(std::move(w));
   }
   const std::optional<CodeLayout> layout = CodeLayout::from(request.profile, request.mode);
-  if (layout) layout->before_pipeline(m);
-  if (request.block_locations == BlockLocations::on) add_block_locations(m);
+  if (layout) layout->before_pipeline(submitted);
+  if (request.block_locations == BlockLocations::on) add_block_locations(submitted);
   // PGO runs inside the O-level pipeline, as clang's -fprofile-generate /
   // -fprofile-use: a pre-inliner and early cleanup, then
   // PGOInstrumentationGen (and its lowering) or PGOInstrumentationUse +
@@ -225,6 +224,42 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
   result.times.instrument_or_annotate = micros_since(start);
 
   start = Clock::now();
+  const llvm::OptimizationLevel level = optimization_level(knobs);
+  const bool optimizes = level != llvm::OptimizationLevel::O0;
+  // A large module is compiled in parts at once (partition.h, docs/jit.md
+  // "Partitioned compiles"). Where the O-level pipeline has an inliner and
+  // no context-sensitive PGO pass (which finds functions by a PGO name a
+  // split changes), the whole module runs the pipeline up to the inliner —
+  // the profile's instrumentation or use, value specialization and
+  // cold-code marking see the whole program — and each part the rest on a
+  // thread of its own. Otherwise (and for kept IR) the split is for codegen.
+  const unsigned parts = partition_count(
+      instruction_count(submitted), std::min(request.threads, kMaxPartitions),
+      request.min_part_instructions, request.max_parts != 0 ? request.max_parts : request.threads);
+  const bool cs_pgo = pgo->options && pgo->options->CSAction != llvm::PGOOptions::NoCSAction;
+  const PipelineCut::Pgo pgo_passes =
+      pgo->options && (pgo->options->Action == llvm::PGOOptions::IRInstr ||
+                       pgo->options->Action == llvm::PGOOptions::IRUse)
+          ? PipelineCut::Pgo::instrument_or_use
+          : PipelineCut::Pgo::none;
+  const bool split_wanted = parts > 1 && optimizes && !request.keep_ir && !cs_pgo;
+  PartPlan plan;
+  if (split_wanted) {
+    // On the program as submitted: the same whatever the profile
+    // (module_split.h), so a rewrite leaves the parts it does not reach alone.
+    plan = plan_by_module_order(submitted, parts);
+    // The pipeline's prefix apart (pipeline_prefix.h): taken from the held
+    // one when its key matches, else run here and kept for the next compile.
+    if (pgo_passes == PipelineCut::Pgo::instrument_or_use) {
+      const PrefixPipeline prefix{p.tm.get(), tuning_options(knobs), pgo->options, level};
+      auto built = bring_to_prefix(p.module, prefix_ctx, prefix, prefix_key(submitted, knobs),
+                                   request.held_prefix);
+      if (!built) return to_fdo_error(built.takeError(), Errc::internal, "pipeline prefix");
+      result.prefix = std::move(*built);
+    }
+  }
+  // From here on the module the pipeline continues with.
+  llvm::Module& m = *p.module;
   // The counter layout is read off the intrinsics between
   // PGOInstrumentationGen and the lowering that replaces them; the argument
   // value recording goes in there too, and value specialization right after
@@ -276,31 +311,11 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
   pb.registerLoopAnalyses(lam);
   pb.crossRegisterProxies(lam, fam, cgam, mam);
 
-  const llvm::OptimizationLevel level = optimization_level(knobs);
-  const bool optimizes = level != llvm::OptimizationLevel::O0;
-  // A large module is compiled in parts at once (partition.h, docs/jit.md
-  // "Partitioned compiles"). Where the O-level pipeline has an inliner and
-  // no context-sensitive PGO pass (which finds functions by a PGO name a
-  // split changes), the whole module runs the pipeline up to the inliner —
-  // the profile's instrumentation or use, value specialization and
-  // cold-code marking see the whole program — and each part the rest on a
-  // thread of its own. Otherwise (and for kept IR) the split is for codegen.
-  const unsigned parts = partition_count(
-      instruction_count(m), std::min(request.threads, kMaxPartitions),
-      request.min_part_instructions, request.max_parts != 0 ? request.max_parts : request.threads);
-  const bool cs_pgo = pgo->options && pgo->options->CSAction != llvm::PGOOptions::NoCSAction;
-  const PipelineCut::Pgo pgo_passes =
-      pgo->options && (pgo->options->Action == llvm::PGOOptions::IRInstr ||
-                       pgo->options->Action == llvm::PGOOptions::IRUse)
-          ? PipelineCut::Pgo::instrument_or_use
-          : PipelineCut::Pgo::none;
   PipelineCut cut(PipelineCut::Side::before, pgo_passes);
-  PartPlan plan;
-  if (parts > 1 && optimizes && !request.keep_ir && !cs_pgo) {
+  PrefixCut prefix_cut(PrefixCut::Side::rest);
+  if (split_wanted) {
     cut.register_callbacks(pic);
-    // On the program as submitted: the same whatever the profile
-    // (module_split.h), so a rewrite leaves the parts it does not reach alone.
-    plan = plan_by_module_order(m, parts);
+    if (result.prefix) prefix_cut.register_callbacks(pic);
   }
   llvm::ModulePassManager mpm =
       optimizes ? pb.buildPerModuleDefaultPipeline(level) : pb.buildO0DefaultPipeline(level);

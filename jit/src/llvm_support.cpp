@@ -97,6 +97,13 @@ DiagnosticCollector::DiagnosticCollector(llvm::LLVMContext& ctx) : ctx_(ctx) {
 
 DiagnosticCollector::~DiagnosticCollector() {
   ctx_.setDiagnosticHandlerCallBack(nullptr, nullptr);
+  for (llvm::LLVMContext* other : others_)
+    other->setDiagnosticHandlerCallBack(nullptr, nullptr);
+}
+
+void DiagnosticCollector::also_collect(llvm::LLVMContext& other) {
+  other.setDiagnosticHandlerCallBack(&DiagnosticCollector::handle, this);
+  others_.push_back(&other);
 }
 
 void DiagnosticCollector::handle(const llvm::DiagnosticInfo& info, void* self) {

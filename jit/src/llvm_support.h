@@ -75,10 +75,13 @@ public:
   const std::vector<std::string>& warnings() const { return warnings_; }
   const std::vector<std::string>& errors() const { return errors_; }
   void add_warning(std::string msg) { warnings_.push_back(std::move(msg)); }
+  // Collects `other`'s diagnostics too (it must outlive this collector).
+  void also_collect(llvm::LLVMContext& other);
 
 private:
   static void handle(const llvm::DiagnosticInfo& info, void* self);
   llvm::LLVMContext& ctx_;
+  std::vector<llvm::LLVMContext*> others_;
   std::vector<std::string> warnings_;
   std::vector<std::string> errors_;
 };

@@ -225,6 +225,7 @@ void split_by_module_order(llvm::Module& m, const PartPlan& plan,
     for (llvm::GlobalVariable* v : stray)
       v->eraseFromParent();
     drop_unused_declarations(*part);
+    strip_local_names(*part);
     take(std::move(part));
   }
 }

@@ -113,6 +113,18 @@ void drop_unused_declarations(llvm::Module& part) {
     g->eraseFromParent();
 }
 
+void strip_local_names(llvm::Module& part) {
+  for (llvm::Function& f : part) {
+    for (llvm::Argument& a : f.args())
+      a.setName("");
+    for (llvm::BasicBlock& b : f) {
+      b.setName("");
+      for (llvm::Instruction& i : b)
+        i.setName("");
+    }
+  }
+}
+
 std::string part_settings(const CompileRequest& request, const std::vector<EntryInfo>& entries) {
   const Knobs knobs = request.profile ? request.profile->knobs : Knobs{};
   std::string s = host_identity().canonical();

@@ -41,6 +41,14 @@ std::string part_key(llvm::StringRef bitcode, const std::string& settings);
 // key, then depends only on what it uses.
 void drop_unused_declarations(llvm::Module& part);
 
+// Removes the names of a part's local values (arguments, blocks,
+// instructions). They record the history of the module the part was cut
+// from, not its code: a name made unique takes the next free number in its
+// function, so the same code cut from a module that ran the pipeline's
+// prefix in memory, or from one read back from a held prefix
+// (pipeline_prefix.h), would otherwise differ in names, and so in key.
+void strip_local_names(llvm::Module& part);
+
 // Everything besides its bitcode a part's compile depends on: the
 // compiler's identity, the mode, the knobs, the block locations, the
 // program's entries (whose thunks a part adds).

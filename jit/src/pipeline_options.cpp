@@ -1,5 +1,9 @@
 #include "pipeline_options.h"
 
+#include <llvm/Analysis/CGSCCPassManager.h>
+#include <llvm/Analysis/LoopAnalysisManager.h>
+#include <llvm/IR/PassManager.h>
+
 namespace fdo::jit::detail {
 
 // Knobs -> PassBuilder level. Os/Oz are O2 with a size bias in LLVM, so a
@@ -35,6 +39,24 @@ llvm::PipelineTuningOptions tuning_options(const fdo::Knobs& k) {
   // JITLink refuses.
   pto.CallGraphProfile = false;
   return pto;
+}
+
+void run_default_pipeline(llvm::Module& m, llvm::TargetMachine& tm,
+                          const llvm::PipelineTuningOptions& tuning,
+                          const std::optional<llvm::PGOOptions>& pgo,
+                          llvm::PassInstrumentationCallbacks& pic, llvm::OptimizationLevel level) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(&tm, tuning, pgo, &pic);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(level);
+  mpm.run(m, mam);
 }
 
 } // namespace fdo::jit::detail

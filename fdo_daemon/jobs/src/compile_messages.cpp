@@ -31,7 +31,26 @@ std::string get_key(WireReader& r, std::string_view what) {
   return key;
 }
 
-void put_job(WireWriter& w, const CompileJob& j, std::uint64_t program_bytes) {
+void put_prefix(WireWriter& w, const std::optional<PrefixRef>& prefix, std::uint64_t bytes) {
+  w.boolean(prefix.has_value());
+  if (!prefix) return;
+  w.str(prefix->key);
+  w.str(prefix->bitcode_hash);
+  w.u64(bytes);
+}
+
+void get_prefix(WireReader& r, std::optional<PrefixRef>& prefix, std::uint64_t& bytes) {
+  bytes = 0;
+  if (!r.boolean()) return;
+  PrefixRef p;
+  p.key = get_key(r, "the prefix's key");
+  p.bitcode_hash = get_key(r, "the prefix's bitcode hash");
+  bytes = r.u64();
+  prefix = std::move(p);
+}
+
+void put_job(WireWriter& w, const CompileJob& j, std::uint64_t program_bytes,
+             std::uint64_t prefix_bytes) {
   w.u32(kJobMagic);
   w.u8(static_cast<std::uint8_t>(j.mode));
   w.boolean(j.profile != nullptr);
@@ -52,10 +71,12 @@ void put_job(WireWriter& w, const CompileJob& j, std::uint64_t program_bytes) {
     w.str(p.slice);
     w.str(p.object_hash);
   }
+  put_prefix(w, j.prefix, prefix_bytes);
   w.u64(program_bytes);
 }
 
-void get_job(WireReader& r, CompileJob& j, std::uint64_t& program_bytes) {
+void get_job(WireReader& r, CompileJob& j, std::uint64_t& program_bytes,
+             std::uint64_t& prefix_bytes) {
   expect_magic(r, kJobMagic);
   j.mode = static_cast<CompileMode>(r.enum_u8(last_of(CompileMode::cs_instrumented), "mode"));
   if (r.boolean()) j.profile = std::make_shared<const ProfileDoc>(wire::get_compile_profile(r));
@@ -81,10 +102,12 @@ void get_job(WireReader& r, CompileJob& j, std::uint64_t& program_bytes) {
     j.held[i].slice = get_key(r, part + "slice");
     j.held[i].object_hash = get_key(r, part + "object hash");
   }
+  get_prefix(r, j.prefix, prefix_bytes);
   program_bytes = r.u64();
 }
 
-void put_reply(WireWriter& w, const CompileReply& reply, std::uint64_t metadata_bytes) {
+void put_reply(WireWriter& w, const CompileReply& reply, std::uint64_t metadata_bytes,
+               std::uint64_t prefix_bytes) {
   w.u32(kReplyMagic);
   w.str(reply.explanation);
   w.count(reply.parts.size());
@@ -96,10 +119,13 @@ void put_reply(WireWriter& w, const CompileReply& reply, std::uint64_t metadata_
     w.str(p.first_function);
     w.u8(static_cast<std::uint8_t>(p.origin));
   }
+  put_prefix(w, reply.prefix, prefix_bytes);
+  w.u8(static_cast<std::uint8_t>(reply.prefix_origin));
   w.u64(metadata_bytes);
 }
 
-void get_reply(WireReader& r, CompileReply& reply, std::uint64_t& metadata_bytes) {
+void get_reply(WireReader& r, CompileReply& reply, std::uint64_t& metadata_bytes,
+               std::uint64_t& prefix_bytes) {
   expect_magic(r, kReplyMagic);
   reply.explanation = r.str();
   reply.parts.resize(r.count(3 * kStr + kU64 + kStr + 1));
@@ -114,6 +140,9 @@ void get_reply(WireReader& r, CompileReply& reply, std::uint64_t& metadata_bytes
     p.origin =
         static_cast<jit::PartOrigin>(r.enum_u8(last_of(jit::PartOrigin::held_damaged), "origin"));
   }
+  get_prefix(r, reply.prefix, prefix_bytes);
+  reply.prefix_origin = static_cast<jit::PrefixOrigin>(
+      r.enum_u8(last_of(jit::PrefixOrigin::held_damaged), "prefix origin"));
   metadata_bytes = r.u64();
 }
 
@@ -128,26 +157,33 @@ Status check_bound(std::uint32_t v, std::uint32_t least, std::string_view what) 
 } // namespace
 
 Expected<Message> compile_job_message(const CompileJob& job, std::string_view program,
-                                      std::string_view held_objects) {
+                                      std::string_view held_objects,
+                                      std::string_view prefix_bitcode) {
+  if (job.prefix.has_value() == prefix_bitcode.empty())
+    return make_error(Errc::invalid_argument,
+                      "compile job: a held prefix needs its bitcode, and bitcode its prefix");
   WireWriter w;
-  put_job(w, job, program.size());
+  put_job(w, job, program.size(), prefix_bitcode.size());
   Message m;
   FDO_TRY(m.payload, std::move(w).take());
   m.header = {{"op", "compile"}, {kBodyBytes, m.payload.size()}};
-  m.payload.reserve(m.payload.size() + program.size() + held_objects.size());
-  m.payload.append(program).append(held_objects);
+  m.payload.reserve(m.payload.size() + program.size() + prefix_bitcode.size() +
+                    held_objects.size());
+  m.payload.append(program).append(prefix_bitcode).append(held_objects);
   return m;
 }
 
 Expected<Message> compile_reply_message(const CompileReply& reply, std::string_view metadata,
-                                        std::string_view object) {
+                                        std::string_view object, std::string_view prefix_bitcode) {
+  if (!reply.prefix && !prefix_bitcode.empty())
+    return make_error(Errc::invalid_argument, "compile reply: prefix bitcode without a prefix");
   WireWriter w;
-  put_reply(w, reply, metadata.size());
+  put_reply(w, reply, metadata.size(), prefix_bitcode.size());
   Message m;
   FDO_TRY(m.payload, std::move(w).take());
   m.header = {{kBodyBytes, m.payload.size()}};
-  m.payload.reserve(m.payload.size() + metadata.size() + object.size());
-  m.payload.append(metadata).append(object);
+  m.payload.reserve(m.payload.size() + metadata.size() + prefix_bitcode.size() + object.size());
+  m.payload.append(metadata).append(prefix_bitcode).append(object);
   return m;
 }
 
@@ -157,9 +193,9 @@ Expected<CompileJobView> compile_job_of(const Message& m) {
   FDO_TRY(std::size_t n, body_length(m, Errc::invalid_argument, "compile job"));
   const std::string_view payload = m.payload;
   CompileJobView out;
-  std::uint64_t program_bytes = 0;
+  std::uint64_t program_bytes = 0, prefix_bytes = 0;
   WireReader r(payload.substr(0, n), "compile job");
-  get_job(r, out.job, program_bytes);
+  get_job(r, out.job, program_bytes, prefix_bytes);
   FDO_TRY_STATUS(r.finish());
   FDO_TRY_STATUS(check_bound(out.job.threads, 1, "threads"));
   if (out.job.parts != 0) FDO_TRY_STATUS(check_bound(out.job.parts, 1, "parts"));
@@ -169,7 +205,15 @@ Expected<CompileJobView> compile_job_of(const Message& m) {
                       "compile job: a program of " + std::to_string(program_bytes) + " bytes in " +
                           std::to_string(rest.size()) + " bytes of payload");
   out.program = rest.substr(0, program_bytes);
-  const std::string_view held_objects = rest.substr(program_bytes);
+  const std::string_view after = rest.substr(program_bytes);
+  if (out.job.prefix && (prefix_bytes == 0 || prefix_bytes > after.size()))
+    return make_error(Errc::invalid_argument,
+                      "compile job: a held prefix of " + std::to_string(prefix_bytes) +
+                          " bytes in " + std::to_string(after.size()) + " bytes after the program");
+  if (out.job.prefix)
+    out.prefix = jit::HeldPrefix{out.job.prefix->key, out.job.prefix->bitcode_hash,
+                                 after.substr(0, prefix_bytes)};
+  const std::string_view held_objects = after.substr(prefix_bytes);
   if (out.job.held.empty()) {
     if (!held_objects.empty())
       return make_error(Errc::invalid_argument,
@@ -197,9 +241,9 @@ Expected<CompileReplyView> compile_reply_of(const Message& m) {
   FDO_TRY(std::size_t n, body_length(m, Errc::corrupt, "compile reply"));
   const std::string_view payload = m.payload;
   CompileReplyView out;
-  std::uint64_t metadata_bytes = 0;
+  std::uint64_t metadata_bytes = 0, prefix_bytes = 0;
   WireReader r(payload.substr(0, n), "compile reply");
-  get_reply(r, out.reply, metadata_bytes);
+  get_reply(r, out.reply, metadata_bytes, prefix_bytes);
   FDO_TRY_STATUS(r.finish());
   const std::string_view rest = payload.substr(n);
   if (metadata_bytes > rest.size())
@@ -207,7 +251,13 @@ Expected<CompileReplyView> compile_reply_of(const Message& m) {
                                          std::to_string(metadata_bytes) + " bytes in " +
                                          std::to_string(rest.size()) + " bytes of payload");
   out.metadata = rest.substr(0, metadata_bytes);
-  out.object = rest.substr(metadata_bytes);
+  const std::string_view after = rest.substr(metadata_bytes);
+  if (prefix_bytes > after.size())
+    return make_error(Errc::corrupt, "compile reply: a prefix of " + std::to_string(prefix_bytes) +
+                                         " bytes in " + std::to_string(after.size()) +
+                                         " bytes after the metadata");
+  out.prefix_bitcode = after.substr(0, prefix_bytes);
+  out.object = after.substr(prefix_bytes);
   return out;
 }
 

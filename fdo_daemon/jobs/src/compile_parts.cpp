@@ -4,6 +4,19 @@
 
 namespace fdo::daemon {
 
+std::string explain_prefix(const jit::PrefixBuild& prefix) {
+  switch (prefix.origin) {
+  case jit::PrefixOrigin::reused:
+    return "the pipeline's prefix taken from the program's last build";
+  case jit::PrefixOrigin::not_held:
+    return "";
+  case jit::PrefixOrigin::input_changed:
+  case jit::PrefixOrigin::held_damaged:
+    break;
+  }
+  return "the pipeline's prefix run again (" + std::string(jit::to_string(prefix.origin)) + ")";
+}
+
 std::string explain_parts(const std::vector<jit::PartBuild>& parts,
                           const std::map<std::string, std::string>& source_names) {
   std::size_t reused = 0;

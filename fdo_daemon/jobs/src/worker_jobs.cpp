@@ -242,9 +242,19 @@ Expected<Message> CompileJobs::handle(const Message& request) {
     req.max_parts = job.job.parts;
     // Parts of the program's last build fdod holds (compile_parts.h).
     req.held_parts = std::move(job.held);
+    // And its pipeline prefix (docs/jit.md, "The pipeline's prefix").
+    req.held_prefix = job.prefix;
     FDO_TRY(jit::CompileResult result, jit::compile(job.program, req));
     CompileReply reply;
     reply.explanation = explain_decisions(result);
+    std::string prefix_bitcode;
+    if (result.prefix) {
+      if (std::string clause = explain_prefix(*result.prefix); !clause.empty())
+        reply.explanation += (reply.explanation.empty() ? "" : "; ") + clause;
+      reply.prefix = PrefixRef{result.prefix->key, result.prefix->bitcode_hash};
+      reply.prefix_origin = result.prefix->origin;
+      prefix_bitcode = std::move(result.prefix->bitcode);
+    }
     if (!result.part_builds.empty()) {
       if (std::string reuse = explain_parts(result.part_builds, result.source_names);
           !reuse.empty())
@@ -258,7 +268,8 @@ Expected<Message> CompileJobs::handle(const Message& request) {
     // The metadata travels as the JSON text the daemon stores beside the
     // object (a big program's metadata is megabytes: block map, names,
     // fingerprints), ahead of the object in the payload.
-    return compile_reply_message(reply, jit::metadata_to_json(result).dump(), result.object);
+    return compile_reply_message(reply, jit::metadata_to_json(result).dump(), result.object,
+                                 prefix_bitcode);
   }
   if (op == "identity") {
     Message out;

@@ -4,6 +4,7 @@
 #include "fdo/daemon/compile_messages.h"
 #include "fdo/daemon/isolation.h"
 #include "fdo/jit/object_set.h"
+#include "fdo/util/hash.h"
 #include "fdo/util/log.h"
 #include "fdo/util/log_record.h"
 
@@ -206,8 +207,14 @@ Expected<cache::CompiledOutput> RemoteCompiler::compile(const cache::Program& pr
   if (held)
     for (const jit::PartBuild& p : held->parts)
       job.held.push_back(HeldPartRef{p.key, p.slice, p.object_hash});
+  // And the pipeline prefix of its last build in parts, in any mode
+  // (docs/jit.md, "The pipeline's prefix").
+  std::shared_ptr<const HeldPrefixBuild> prefix =
+      held_ ? held_->find_prefix(program.scope, program.ik) : nullptr;
+  if (prefix) job.prefix = PrefixRef{prefix->key, prefix->bitcode_hash};
   FDO_TRY(Message req,
-          compile_job_message(job, program.bytes, held ? std::string_view(held->objects) : ""));
+          compile_job_message(job, program.bytes, held ? std::string_view(held->objects) : "",
+                              prefix ? std::string_view(prefix->bitcode) : ""));
   FDO_TRY(Message resp,
           run_compile_job(pool_, req, JobOptions{l.job, sandbox_tenant(program.scope)},
                           program.scope, program.ik));
@@ -218,6 +225,14 @@ Expected<cache::CompiledOutput> RemoteCompiler::compile(const cache::Program& pr
   cache::CompiledOutput out;
   out.explanation = std::move(reply->reply.explanation);
   out.metadata = std::string(reply->metadata);
+  // A prefix the compile ran replaces the one held; one that does not hash
+  // as the worker says is not kept (the next compile runs it again).
+  if (held_ && reply->reply.prefix && !reply->prefix_bitcode.empty() &&
+      blake3_hex(reply->prefix_bitcode) == reply->reply.prefix->bitcode_hash)
+    held_->put_prefix(program.scope, program.ik,
+                      std::make_shared<const HeldPrefixBuild>(HeldPrefixBuild{
+                          reply->reply.prefix->key, reply->reply.prefix->bitcode_hash,
+                          std::string(reply->prefix_bitcode)}));
   // The object is the payload's tail: keep those bytes rather than copy them.
   resp.payload.erase(0, static_cast<std::size_t>(reply->object.data() - resp.payload.data()));
   out.object = std::move(resp.payload);

@@ -18,6 +18,14 @@ using fdo::daemon::testing::many_functions;
 
 namespace {
 
+// A reply with an explanation and parts, the rest at its defaults.
+CompileReply reply_with(std::string explanation, std::vector<jit::PartBuild> parts) {
+  CompileReply r;
+  r.explanation = std::move(explanation);
+  r.parts = std::move(parts);
+  return r;
+}
+
 jit::PartBuild build(const std::string& object, jit::PartOrigin origin, const std::string& first) {
   jit::PartBuild b;
   b.key = blake3_hex("key:" + object);
@@ -140,7 +148,7 @@ TEST_CASE("compile parts: the reply's part builds read back and explain themselv
   const std::vector<jit::PartBuild> builds{build("a", jit::PartOrigin::reused, "l0"),
                                            build("b", jit::PartOrigin::profile_changed, "l1"),
                                            build("c", jit::PartOrigin::held_damaged, "main")};
-  auto message = compile_reply_message(CompileReply{"why", builds}, "{}", "objects");
+  auto message = compile_reply_message(reply_with("why", builds), "{}", "objects");
   REQUIRE(message);
   const Reply r = reply_of(*message);
   const std::vector<jit::PartBuild>* back = &r.reply.parts;
@@ -159,12 +167,12 @@ TEST_CASE("compile parts: the reply's part builds read back and explain themselv
   // An origin past the last, a key that is none: refused.
   std::vector<jit::PartBuild> bad = builds;
   bad[1].origin = static_cast<jit::PartOrigin>(9);
-  auto guessed = compile_reply_message(CompileReply{"", bad}, "{}", "objects");
+  auto guessed = compile_reply_message(reply_with("", bad), "{}", "objects");
   REQUIRE(guessed);
   CHECK_FALSE(compile_reply_of(*guessed));
   bad = builds;
   bad[2].object_hash = "zz";
-  auto unkeyed = compile_reply_message(CompileReply{"", bad}, "{}", "objects");
+  auto unkeyed = compile_reply_message(reply_with("", bad), "{}", "objects");
   REQUIRE(unkeyed);
   CHECK_FALSE(compile_reply_of(*unkeyed));
 

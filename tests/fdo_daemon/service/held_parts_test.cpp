@@ -146,3 +146,92 @@ TEST_CASE("held parts: the least recently used builds go past the byte budget",
   held.put("", "d", CompileMode::optimized, build_of({"only"}));
   CHECK(held.find("", "d", CompileMode::optimized) == nullptr);
 }
+
+TEST_CASE("held parts: a program's pipeline prefix is offered to its next compile in any mode",
+          "[held_parts][incremental][prefix]") {
+  // A stand-in compile worker that answers with a build in two parts and the
+  // prefix `next` (its bitcode, unless `taken`), recording the prefix offered.
+  struct PrefixWorker {
+    std::string next = "prefix one";
+    bool taken = false;
+    std::string claimed_hash; // "" = the bitcode's own
+    std::vector<std::optional<std::pair<std::string, std::string>>> offered; // key, bitcode
+    Expected<Message> operator()(const Message& req) {
+      FDO_TRY(CompileJobView job, compile_job_of(req));
+      if (job.prefix)
+        offered.emplace_back(std::pair{job.prefix->key, std::string(job.prefix->bitcode)});
+      else
+        offered.emplace_back(std::nullopt);
+      CompileReply reply;
+      reply.parts = build_of({"p0", "p1"})->parts;
+      reply.prefix = PrefixRef{blake3_hex("key:" + next),
+                               claimed_hash.empty() ? blake3_hex(next) : claimed_hash};
+      reply.prefix_origin = taken ? jit::PrefixOrigin::reused : jit::PrefixOrigin::not_held;
+      return compile_reply_message(reply, "{}",
+                                   jit::pack_objects(std::vector<std::string>{"p0", "p1"}),
+                                   taken ? std::string() : next);
+    }
+  } worker;
+  FakeRunner runner("compile", [&](const Message& m) { return worker(m); });
+  HeldParts held(1 << 20);
+  RemoteCompiler compiler(
+      "identity", runner, [] { return CompileJobLimits{}; }, std::nullopt, &held);
+  cache::Program lua;
+  lua.ik = "ik-lua";
+  lua.scope = "uid:1000";
+  lua.bytes = "the program";
+  const cache::ProfileRef none = cache::no_profile("pk");
+
+  REQUIRE(compiler.compile(lua, none, CompileMode::instrumented));
+  CHECK_FALSE(worker.offered.back().has_value());
+  CHECK(held.prefixes() == 1);
+  CHECK(held.builds() == 1);
+  // The instrumented build's prefix goes to the optimized compile.
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized));
+  REQUIRE(worker.offered.back().has_value());
+  CHECK(worker.offered.back()->first == blake3_hex("key:prefix one"));
+  CHECK(worker.offered.back()->second == "prefix one");
+  // Taken: nothing comes back, the same one stays held.
+  worker.taken = true;
+  worker.next = "prefix one";
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized));
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized));
+  CHECK(worker.offered.back()->second == "prefix one");
+  // One run again replaces it.
+  worker.taken = false;
+  worker.next = "prefix two";
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized));
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized));
+  CHECK(worker.offered.back()->second == "prefix two");
+  CHECK(held.prefixes() == 1);
+  // Bitcode that does not hash as the reply says is not held: the one
+  // before stays (a later compile runs it again if it no longer fits).
+  worker.next = "prefix three";
+  worker.claimed_hash = blake3_hex("something else");
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized));
+  worker.claimed_hash.clear();
+  worker.taken = true;
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized));
+  CHECK(worker.offered.back()->second == "prefix two");
+  // Another tenant's copy of the program: nothing offered.
+  cache::Program other = lua;
+  other.scope = "uid:1001";
+  REQUIRE(compiler.compile(other, none, CompileMode::optimized));
+  CHECK_FALSE(worker.offered.back().has_value());
+
+  // Prefixes share the byte budget and its order with part sets.
+  HeldParts small(100);
+  small.put_prefix(
+      "", "a",
+      std::make_shared<const HeldPrefixBuild>(HeldPrefixBuild{"k", "h", std::string(60, 'a')}));
+  small.put_prefix(
+      "", "b",
+      std::make_shared<const HeldPrefixBuild>(HeldPrefixBuild{"k", "h", std::string(60, 'b')}));
+  CHECK(small.prefixes() == 1);
+  CHECK(small.find_prefix("", "a") == nullptr);
+  CHECK(small.find_prefix("", "b") != nullptr);
+  CHECK(small.bytes() == 60);
+  small.put_prefix("", "b", nullptr);
+  CHECK(small.prefixes() == 0);
+  CHECK(small.bytes() == 0);
+}

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -93,6 +94,38 @@ struct HeldPart {
   std::string_view object; // must outlive compile()
 };
 
+// The pipeline's prefix (docs/jit.md, "The pipeline's prefix"): the module
+// as the O-level pipeline leaves it just before the profile's first pass,
+// kept from an earlier compile of the program that was split at the inliner.
+// A compile whose prefix has the same `key` starts from `bitcode` instead of
+// running the prefix again, if the bitcode's BLAKE3 is `bitcode_hash` (a
+// damaged copy is ignored, the prefix run afresh).
+struct HeldPrefix {
+  std::string key;
+  std::string bitcode_hash;
+  std::string_view bitcode; // must outlive compile()
+};
+
+// How a compile came by its prefix.
+enum class PrefixOrigin {
+  reused,        // the held prefix had its key
+  not_held,      // none was held
+  input_changed, // the held one had another key: the program, what fdo applied
+                 // to it before the pipeline, or the pipeline's settings differ
+  held_damaged,  // the held one had its key, but not its bitcode's hash
+};
+std::string_view to_string(PrefixOrigin o);
+
+// The prefix of a compile split at the inliner: what a later compile is
+// offered back as a HeldPrefix. `bitcode` is empty when the held prefix was
+// taken (the caller holds it already).
+struct PrefixBuild {
+  std::string key;
+  std::string bitcode_hash;
+  std::string bitcode;
+  PrefixOrigin origin = PrefixOrigin::not_held;
+};
+
 struct CompileRequest {
   fdo::CompileMode mode = fdo::CompileMode::plain;
   // Knobs and unpredictable branches apply in every mode when given; counts
@@ -115,6 +148,9 @@ struct CompileRequest {
   // this mode), in their order there; only a compile split at the inliner
   // takes any.
   std::vector<HeldPart> held_parts;
+  // The prefix of an earlier compile of this program (any mode: the prefix
+  // reads no counts); only a compile split at the inliner takes it.
+  std::optional<HeldPrefix> held_prefix;
 };
 
 // Where a partitioned compile split the module: before the inliner (each
@@ -191,6 +227,9 @@ struct CompileResult {
   // Split at the inliner: one per part, in the object set's order. Not part
   // of the metadata (the compile worker's reply carries the keys).
   std::vector<PartBuild> part_builds;
+  // Split at the inliner with a PGO pipeline: its prefix. Not part of the
+  // metadata either.
+  std::optional<PrefixBuild> prefix;
 };
 
 Expected<CompileResult> compile(std::string_view program_bytes, const CompileRequest& request);

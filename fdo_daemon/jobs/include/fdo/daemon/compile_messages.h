@@ -3,11 +3,13 @@
 // profile_wire.h writes them). They travel in ipc.h messages whose header is
 // only {"op": "compile", "body_bytes": n} (a reply's {"body_bytes": n}):
 //
-//   job    payload: the typed CompileJob, the program (program_bytes), then
-//          the object set of the held parts (fdo/jit/object_set.h), if any
+//   job    payload: the typed CompileJob, the program (program_bytes), the
+//          held pipeline prefix's bitcode (prefix_bytes; none without one),
+//          then the object set of the held parts (fdo/jit/object_set.h), if any
 //   reply  payload: the typed CompileReply, the compile metadata
 //          (metadata_bytes: jit::metadata_to_json as text, as the daemon
-//          stores it beside the object), then the object or object set
+//          stores it beside the object), the pipeline prefix's bitcode when
+//          the compile ran it (prefix_bytes), then the object or object set
 //
 // A reply comes from a process that ran LLVM on client IR: compile_reply_of
 // checks every length, key and enum (Errc::corrupt naming the offset). A held
@@ -38,6 +40,14 @@ struct HeldPartRef {
   bool operator==(const HeldPartRef&) const = default;
 };
 
+// A pipeline prefix (docs/jit.md, "The pipeline's prefix"): its key and its
+// bitcode's BLAKE3.
+struct PrefixRef {
+  std::string key;
+  std::string bitcode_hash;
+  bool operator==(const PrefixRef&) const = default;
+};
+
 struct CompileJob {
   CompileMode mode = CompileMode::plain;
   // Only its compile-affecting fields travel (fdo::compile_view); shared, so
@@ -51,6 +61,9 @@ struct CompileJob {
   // The parts of the program's last build fdod holds, in their order; their
   // objects follow the program in the payload as one object set.
   std::vector<HeldPartRef> held;
+  // The pipeline prefix of the program's last build fdod holds; its bitcode
+  // follows the program in the payload.
+  std::optional<PrefixRef> prefix;
 };
 
 struct CompileReply {
@@ -58,15 +71,24 @@ struct CompileReply {
   // How each part of a build split at the inliner was made; empty for a
   // build in one piece (or split for codegen only).
   std::vector<jit::PartBuild> parts;
+  // A build split at the inliner with a PGO pipeline: its prefix and how it
+  // came by it; the bitcode follows the metadata in the payload unless the
+  // held one was taken (origin reused: none travels back).
+  std::optional<PrefixRef> prefix;
+  jit::PrefixOrigin prefix_origin = jit::PrefixOrigin::not_held;
 };
 
-// The job as a message: body, `program`, then `held_objects` (the object set
-// of job.held; empty when nothing is held).
+// The job as a message: body, `program`, `prefix_bitcode` (that of
+// job.prefix; required with it, refused without), then `held_objects` (the
+// object set of job.held; empty when nothing is held).
 Expected<Message> compile_job_message(const CompileJob& job, std::string_view program,
-                                      std::string_view held_objects = {});
-// The reply as a message: body, `metadata`, then `object`.
+                                      std::string_view held_objects = {},
+                                      std::string_view prefix_bitcode = {});
+// The reply as a message: body, `metadata`, `prefix_bitcode` (only with
+// reply.prefix), then `object`.
 Expected<Message> compile_reply_message(const CompileReply& reply, std::string_view metadata,
-                                        std::string_view object);
+                                        std::string_view object,
+                                        std::string_view prefix_bitcode = {});
 
 // A decoded job, its program and the held parts with their objects, as views
 // into the message's payload (it must outlive them). `unreadable` says why
@@ -76,6 +98,8 @@ struct CompileJobView {
   std::string_view program;
   std::vector<jit::HeldPart> held;
   std::string unreadable;
+  // job.prefix with its bitcode, a view into the payload.
+  std::optional<jit::HeldPrefix> prefix;
 };
 // Errc::invalid_argument for a message that is not a compile job, a body out
 // of range or a threads/parts value out of range; the decoder's errors
@@ -85,6 +109,7 @@ Expected<CompileJobView> compile_job_of(const Message& message);
 struct CompileReplyView {
   CompileReply reply;
   std::string_view metadata;
+  std::string_view prefix_bitcode; // empty unless the compile ran the prefix
   std::string_view object;
 };
 // Errc::corrupt for anything that does not decode or add up.

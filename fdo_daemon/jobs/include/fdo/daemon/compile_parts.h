@@ -22,6 +22,18 @@ struct HeldBuild {
   std::string objects;
 };
 
+// The pipeline's prefix of a program's last build split at the inliner
+// (docs/jit.md, "The pipeline's prefix"), in any mode: its key and the
+// module's bitcode as the prefix left it.
+struct HeldPrefixBuild {
+  std::string key;
+  std::string bitcode_hash;
+  std::string bitcode;
+};
+
+// One explain clause: how the compile came by the pipeline's prefix.
+std::string explain_prefix(const jit::PrefixBuild& prefix);
+
 // One explain clause: how many parts were reused, which were recompiled and
 // why ("" when nothing was held and nothing reused).
 std::string explain_parts(const std::vector<jit::PartBuild>& parts,
