@@ -23,6 +23,7 @@ void StageCounters::copy_to(Stats& s) const {
   s.ahead_failed = ahead_failed;
   s.stale_serves = stale_serves;
   s.key_store_errors = key_store_errors;
+  s.queued_dropped_by_evict = queued_dropped_by_evict;
 }
 
 } // namespace detail
@@ -65,7 +66,9 @@ nlohmann::json local_json(const Stats& s) {
             {"stale_serves", s.stale_serves},
             {"ahead_started", s.ahead_started},
             {"ahead_installed", s.ahead_installed},
-            {"ahead_failed", s.ahead_failed}}},
+            {"ahead_failed", s.ahead_failed},
+            {"dropped_after_evict", s.dropped_after_evict},
+            {"queued_dropped_by_evict", s.queued_dropped_by_evict}}},
           {"key_store_errors", s.key_store_errors}};
 }
 

@@ -16,6 +16,7 @@ struct StageCounters {
   std::atomic<std::uint64_t> tier_ups_started{0}, tier_ups_installed{0}, tier_ups_failed{0};
   std::atomic<std::uint64_t> ahead_started{0}, ahead_installed{0}, ahead_failed{0};
   std::atomic<std::uint64_t> stale_serves{0}, key_store_errors{0};
+  std::atomic<std::uint64_t> queued_dropped_by_evict{0};
 
   // Fills the fields of `s` these counters own; the tier and queue figures
   // come from their owners.

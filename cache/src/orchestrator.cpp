@@ -149,6 +149,7 @@ Stats Orchestrator::stats() const {
   s.single_flight_waits = d.compile_flights.waits() + d.tiers.load_waits();
   MemoryTierStats m = d.tiers.memory().stats();
   s.memory_evictions = m.evictions;
+  s.dropped_after_evict = d.tiers.dropped_after_evict();
   s.memory_entries = m.entries;
   s.memory_bytes = m.bytes;
   s.memory_budget_bytes = m.budget_bytes;
@@ -174,6 +175,7 @@ void Orchestrator::wait_idle() {
 }
 
 std::size_t Orchestrator::evict(std::string_view prefix) {
+  impl_->n.queued_dropped_by_evict += impl_->tier_ups.drop_prefix(prefix);
   return impl_->tiers.evict_prefix(prefix);
 }
 

@@ -42,6 +42,9 @@ struct Target {
   CompileMode mode = CompileMode::plain;
   std::string identity;
   std::vector<std::string> candidates; // storage keys to look up, in order
+  // TierLookup::eviction_mark() when the stage (or precompile) began: its
+  // compile's output is dropped again if its program is evicted meanwhile.
+  std::uint64_t eviction_mark = 0;
 
   detail::Wanted wanted() const { return {ik, ck, identity, candidates}; }
 };

@@ -64,6 +64,7 @@ Expected<StageOutput> Orchestrator::Impl::prepare(const Program& program, TierUp
                                                   const ProfileRef* variant) {
   n.prepares++;
   Target t;
+  t.eviction_mark = tiers.eviction_mark();
   if (auto st = check_scope(program.scope, program.bytes); !st)
     return fail(base_record(t, std::nullopt), std::move(st).error());
   t.identity = compiler.identity();
@@ -247,7 +248,7 @@ Expected<Fetched> Orchestrator::Impl::compile_and_store(const Target& t, const P
   entry->object = std::move(out->object);
   entry->metadata = std::move(out->metadata);
   std::string key = entry->key;
-  EntryRef ref = tiers.store(std::move(entry));
+  EntryRef ref = tiers.store(std::move(entry), t.eviction_mark);
   return Fetched{std::move(ref), Outcome::compiled, std::move(key), ms,
                  std::move(out->explanation)};
 }

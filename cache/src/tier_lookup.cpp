@@ -12,6 +12,11 @@ namespace {
 // its newest files are enough to find one that still validates.
 constexpr int kPreviousFilesTried = 3;
 
+// Prefix evictions remembered for compiles still running; one older than the
+// oldest remembered counts as covering every key (the output is dropped again,
+// a later stage compiles it: a miss, never an orphan).
+constexpr std::size_t kRecentEvictions = 256;
+
 // Only entries compiled for the wanted CK under the wanted identity count.
 bool usable(const EntryRef& ref, const Wanted& want) {
   return ref && ref->info.ck == want.ck && ref->info.compiler_identity == want.identity;
@@ -150,13 +155,42 @@ EntryRef TierLookup::find_previous(const Wanted& want, const std::string& last_s
   return {};
 }
 
-EntryRef TierLookup::store(std::shared_ptr<const Entry> entry) {
+EntryRef TierLookup::store(std::shared_ptr<const Entry> entry, std::uint64_t mark) {
   EntryRef ref = memory_->insert(entry);
   if (disk_)
     if (auto st = disk_->store(*entry); !st)
       log::warning("cache: " + st.error().describe() + " (kept in memory only)");
+  // Checked after both local stores: an eviction that came before them is
+  // seen here, one that comes after them finds the entry in the tiers.
+  if (evicted_since(mark, entry->key)) {
+    memory_->evict_prefix(entry->key);
+    if (disk_) disk_->evict_prefix(entry->key);
+    std::lock_guard lock(evictions_mu_);
+    dropped_after_evict_++;
+    return ref;
+  }
   if (remote_) remote_->store(std::move(entry));
   return ref;
+}
+
+std::uint64_t TierLookup::eviction_mark() const {
+  std::lock_guard lock(evictions_mu_);
+  return evictions_;
+}
+
+std::uint64_t TierLookup::dropped_after_evict() const {
+  std::lock_guard lock(evictions_mu_);
+  return dropped_after_evict_;
+}
+
+bool TierLookup::evicted_since(std::uint64_t mark, std::string_view key) const {
+  std::lock_guard lock(evictions_mu_);
+  if (mark >= evictions_) return false;
+  if (evictions_ - mark > recent_evicts_.size()) return true;
+  for (auto it = recent_evicts_.end() - static_cast<std::ptrdiff_t>(evictions_ - mark);
+       it != recent_evicts_.end(); ++it)
+    if (key.starts_with(*it)) return true;
+  return false;
 }
 
 EvictedFrom TierLookup::evicted_from(const std::string& key) const {
@@ -169,6 +203,14 @@ EvictedFrom TierLookup::evicted_from(const std::string& key) const {
 }
 
 std::size_t TierLookup::evict_prefix(std::string_view prefix) {
+  {
+    // Noted before the tiers are swept: a store that misses this note ran
+    // before the sweep, which then finds its entry.
+    std::lock_guard lock(evictions_mu_);
+    evictions_++;
+    recent_evicts_.emplace_back(prefix);
+    if (recent_evicts_.size() > kRecentEvictions) recent_evicts_.pop_front();
+  }
   std::size_t n = memory_->evict_prefix(prefix);
   if (disk_) n += disk_->evict_prefix(prefix);
   return n;

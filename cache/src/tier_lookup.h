@@ -14,7 +14,9 @@
 #include "single_flight.h"
 
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -72,12 +74,20 @@ public:
   EntryRef find_previous(const Wanted& want, const std::string& last_served);
   // Inserts into memory, stores on disk and queues the remote write; a disk
   // failure only logs (the output still serves from memory). Returns the
-  // memory tier's handle.
-  EntryRef store(std::shared_ptr<const Entry> entry);
+  // memory tier's handle. `mark` is eviction_mark() from before the compile
+  // began: an evict_prefix since then that covers the entry's key (its
+  // program was deleted while it compiled) drops it again from the local
+  // tiers and skips the remote write, so a compile that outlives its program
+  // leaves no object behind; the handle still serves whoever compiled it.
+  EntryRef store(std::shared_ptr<const Entry> entry, std::uint64_t mark);
+  // Counts evict_prefix calls: a compile notes it before it starts.
+  std::uint64_t eviction_mark() const;
 
   EvictedFrom evicted_from(const std::string& key) const;
   // Drops every entry whose key starts with `prefix` from both tiers.
   std::size_t evict_prefix(std::string_view prefix);
+  // Entries a store() dropped again because their program went meanwhile.
+  std::uint64_t dropped_after_evict() const;
   // Stages that waited for another's load of the same file.
   std::uint64_t load_waits() const { return loads_.waits(); }
 
@@ -103,6 +113,15 @@ private:
     Outcome source = Outcome::remote_hit; // memory_hit when a concurrent fetch had filled memory
   };
   RemoteLoaded fetch_remote(const std::string& key, const std::string& identity);
+
+  // Whether an evict_prefix after `mark` covers `key` (true, to be safe, when
+  // the bounded memory of prefixes no longer reaches back to `mark`).
+  bool evicted_since(std::uint64_t mark, std::string_view key) const;
+
+  mutable std::mutex evictions_mu_;
+  std::uint64_t evictions_ = 0;           // evict_prefix calls so far
+  std::deque<std::string> recent_evicts_; // the latest prefixes, oldest first
+  std::uint64_t dropped_after_evict_ = 0;
 
   std::unique_ptr<MemoryTier> memory_;
   std::unique_ptr<DiskTier> disk_;

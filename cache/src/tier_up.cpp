@@ -16,6 +16,7 @@ Expected<Precompiled> Orchestrator::Impl::precompile(const Program& program,
                                                      const ProfileRef* variant,
                                                      detail::JobPriority priority) {
   Target t;
+  t.eviction_mark = tiers.eviction_mark();
   FDO_TRY_STATUS(check_scope(program.scope, program.bytes));
   t.identity = compiler.identity();
   t.ik = stage_ik(program, t.identity);

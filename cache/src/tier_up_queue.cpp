@@ -80,6 +80,20 @@ void TierUpQueue::worker() {
   }
 }
 
+std::size_t TierUpQueue::drop_prefix(std::string_view prefix) {
+  std::lock_guard lock(mu_);
+  std::size_t dropped = 0;
+  for (auto* queue : {&jobs_, &background_})
+    std::erase_if(*queue, [&](const Queued& q) {
+      if (!q.ck.starts_with(prefix)) return false;
+      pending_cks_.erase(q.ck);
+      dropped++;
+      return true;
+    });
+  if (jobs_.empty() && background_.empty() && running_ == 0) idle_cv_.notify_all();
+  return dropped;
+}
+
 void TierUpQueue::wait_idle() {
   std::unique_lock lock(mu_);
   idle_cv_.wait(

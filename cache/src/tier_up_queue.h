@@ -18,6 +18,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -44,6 +45,9 @@ public:
   // CK is accepted, so a stage that finds its CK already queued copies nothing.
   Scheduled schedule(const std::string& ck, const std::function<Job()>& make_job,
                      JobPriority priority = JobPriority::stage);
+  // Drops the queued (not running) jobs whose CK starts with `prefix`; returns
+  // how many.
+  std::size_t drop_prefix(std::string_view prefix);
   // Blocks until no job is queued or running (or the queue is stopped).
   void wait_idle();
   // Drops queued jobs, lets running ones finish and joins the threads. Later

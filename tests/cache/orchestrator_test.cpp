@@ -466,6 +466,63 @@ TEST_CASE("a rewritten profile's build queues ahead of a precompile - a sync sta
   CHECK(compiler.compiles() == 5);
 }
 
+TEST_CASE("evicting a program reaches its compiles - running ones and queued ones leave nothing",
+          "[cache][orchestrator][tier_up][disk]") {
+  TempDir dir;
+  MemoryKeyStore keys;
+  FakeCompiler compiler;
+  Config c = with_disk(dir);
+  c.tier_up_threads = 1;
+  auto o = make(c, keys, compiler);
+  std::string a = program("a"), b = program("b");
+  StageOutput sa = stage(*o, a), sb = stage(*o, b);
+  const std::string ia = sa.ik, ib = sb.ik;
+  keys.set_profile(sa.pk, profile_with_counts(100));
+  keys.set_profile(sb.pk, profile_with_counts(100));
+  auto on_disk = [&](const std::string& ik) {
+    int n = 0;
+    for (const auto& f : fs::recursive_directory_iterator(dir.path()))
+      if (f.is_regular_file() && f.path().filename().string().starts_with(ik)) n++;
+    return n;
+  };
+  REQUIRE(on_disk(ia) == 1);
+
+  // a's rewritten build compiles on the one background thread (held at the
+  // gate); b's waits behind it, then a second build of a behind that.
+  compiler.close_gate();
+  REQUIRE(o->tier_up_current(as_program(a)).value() == Precompiled::queued);
+  REQUIRE(eventually([&] { return compiler.blocked() == 1; }));
+  REQUIRE(o->tier_up_current(as_program(b)).value() == Precompiled::queued);
+  ProfileDoc plain;
+  plain.knobs.mode = CompileMode::plain;
+  ProfileRef variant;
+  variant.pk = sa.pk;
+  variant.version = 1;
+  variant.digest = profile_digest(plain);
+  variant.doc = std::make_shared<const ProfileDoc>(plain);
+  REQUIRE(o->precompile(as_program(a), variant).value() == Precompiled::queued);
+
+  // a is deleted meanwhile: its files go, its queued build is dropped, and its
+  // running build, once done, leaves nothing behind in either tier.
+  CHECK(o->evict(ia) >= 1);
+  CHECK(on_disk(ia) == 0);
+  compiler.open_gate();
+  o->wait_idle();
+  CHECK(compiler.compiles() == 4); // a, b, a's rewrite, b's rewrite: not a's plain build
+  CHECK(on_disk(ia) == 0);
+  CHECK(o->stats().dropped_after_evict == 1);
+  CHECK(o->stats().queued_dropped_by_evict == 1);
+  CHECK(o->tier_up_current(as_program(a)).value() == Precompiled::queued); // nothing stored
+  o->wait_idle();
+  CHECK(on_disk(ia) == 1); // compiled after the evict: kept as usual
+  // b was not evicted: its build stored and serves.
+  CHECK(on_disk(ib) == 2);
+  StageOutput b2 = stage(*o, b);
+  CHECK(b2.outcome == Outcome::memory_hit);
+  CHECK(b2.profile_version == 1);
+  CHECK(to_json(o->stats())["tier_up"]["dropped_after_evict"] == 1);
+}
+
 TEST_CASE("an evicted VK entry recompiles and is stored under CK", "[cache][orchestrator]") {
   MemoryKeyStore keys;
   FakeCompiler compiler;

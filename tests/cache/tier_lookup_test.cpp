@@ -66,12 +66,13 @@ TEST_CASE("tier lookup: only an entry for the wanted CK and identity counts",
   Want w = want("a", std::string(64, '1'));
   CHECK_FALSE(t->find_existing(w.view()).entry);
   // Under the VK but compiled for an older profile: a stale mapping, a miss.
-  t->store(entry(w.candidates[0], cache_key(w.ik, std::string(64, '0'), CompileMode::optimized)));
+  t->store(entry(w.candidates[0], cache_key(w.ik, std::string(64, '0'), CompileMode::optimized)),
+           t->eviction_mark());
   CHECK_FALSE(t->find_existing(w.view()).entry);
   // Under CK but by another compiler: a miss.
-  t->store(entry(w.ck, w.ck, "llvm-17"));
+  t->store(entry(w.ck, w.ck, "llvm-17"), t->eviction_mark());
   CHECK_FALSE(t->find_existing(w.view()).entry);
-  t->store(entry(w.ck, w.ck));
+  t->store(entry(w.ck, w.ck), t->eviction_mark());
   Found f = t->find_existing(w.view());
   REQUIRE(f.entry);
   CHECK(f.source == Outcome::memory_hit);
@@ -87,7 +88,7 @@ TEST_CASE("tier lookup: disk behind memory - one load - corrupt files reported",
   std::string vk = w.candidates[0];
   {
     auto t = tiers(&dir);
-    t->store(entry(vk, w.ck));
+    t->store(entry(vk, w.ck), t->eviction_mark());
     REQUIRE(t->disk()->contains(vk));
   }
   auto t = tiers(&dir); // a restart: memory is empty
@@ -120,9 +121,9 @@ TEST_CASE("tier lookup: an earlier output for a tier-up - last served first then
   {
     auto t = tiers(&dir);
     CHECK_FALSE(t->find_previous(now.view(), ""));
-    t->store(entry(old.ck, old.ck));
+    t->store(entry(old.ck, old.ck), t->eviction_mark());
     // The wanted CK itself never counts as "earlier".
-    t->store(entry(now.ck, now.ck));
+    t->store(entry(now.ck, now.ck), t->eviction_mark());
     EntryRef prev = t->find_previous(now.view(), old.ck);
     REQUIRE(prev);
     CHECK(prev->key == old.ck);
@@ -143,9 +144,50 @@ TEST_CASE("tier lookup: eviction is remembered per tier", "[cache][tier_lookup][
   TempDir dir;
   auto t = tiers(&dir);
   Want w = want("a", std::string(64, '1'));
-  t->store(entry(w.ck, w.ck));
+  t->store(entry(w.ck, w.ck), t->eviction_mark());
   CHECK(t->evicted_from(w.ck) == EvictedFrom::neither);
   CHECK(t->evict_prefix(w.ik) == 2); // one entry in each tier
   CHECK(t->evicted_from(w.ck) == EvictedFrom::both);
   CHECK_FALSE(t->find_existing(w.view()).entry);
+}
+
+TEST_CASE("tier lookup: an output stored after its program's eviction is dropped again",
+          "[cache][tier_lookup][disk]") {
+  TempDir dir;
+  auto t = tiers(&dir);
+  Want a = want("a", std::string(64, '1')), b = want("b", std::string(64, '1'));
+  const std::uint64_t before = t->eviction_mark();
+  CHECK(t->evict_prefix(a.ik) == 0); // a is deleted while its compile runs
+  CHECK(t->eviction_mark() == before + 1);
+
+  // Its compile began before the eviction: stored, then dropped from both
+  // tiers; the handle still serves whoever compiled it.
+  EntryRef late = t->store(entry(a.ck, a.ck), before);
+  REQUIRE(late);
+  CHECK(late->key == a.ck);
+  late = {}; // the compiling stage is done with it
+  CHECK_FALSE(t->find_existing(a.view()).entry);
+  CHECK_FALSE(t->disk()->contains(a.ck));
+  CHECK(t->dropped_after_evict() == 1);
+  // Another program's compile of the same age is not touched.
+  t->store(entry(b.ck, b.ck), before);
+  CHECK(t->find_existing(b.view()).entry);
+  CHECK(t->disk()->contains(b.ck));
+  // A compile that began after the eviction stores as usual.
+  t->store(entry(a.ck, a.ck), t->eviction_mark());
+  CHECK(t->find_existing(a.view()).entry);
+  CHECK(t->dropped_after_evict() == 1);
+
+  // When the evictions since a compile began outrun what is remembered, its
+  // output is dropped to be safe (a later miss, never an orphan).
+  const std::uint64_t old = t->eviction_mark();
+  for (int i = 0; i < 300; ++i) {
+    std::string gone = "f";
+    gone += std::to_string(i);
+    t->evict_prefix(gone);
+  }
+  Want c = want("c", std::string(64, '1'));
+  t->store(entry(c.ck, c.ck), old);
+  CHECK_FALSE(t->find_existing(c.view()).entry);
+  CHECK(t->dropped_after_evict() == 2);
 }

@@ -163,6 +163,9 @@ struct Stats {
   std::uint64_t stale_serves = 0;     // stages served an earlier profile's output (tier_up_pending)
   std::uint64_t key_store_errors = 0; // mapping writes that failed (the stage still succeeded)
   std::uint64_t memory_evictions = 0, disk_evictions = 0;
+  // Compiles whose program was evicted while they ran: their output was
+  // dropped again (no orphan), and queued compiles of it that never ran.
+  std::uint64_t dropped_after_evict = 0, queued_dropped_by_evict = 0;
   std::uint64_t memory_entries = 0, memory_bytes = 0, memory_budget_bytes = 0;
   std::uint64_t memory_held_entries = 0, memory_held_bytes = 0; // marked, still referenced
   std::uint64_t disk_entries = 0, disk_bytes = 0, disk_budget_bytes = 0;
@@ -260,6 +263,9 @@ public:
   void wait_idle();
   // Drops every entry whose storage key starts with `prefix` (an IK drops a
   // whole program) from both tiers; held entries are freed on release.
+  // Background compiles of it still queued are dropped, and a compile of it
+  // running now drops its output again once stored (a deleted program's
+  // objects never come back behind its delete).
   std::size_t evict(std::string_view prefix);
 
   const Config& config() const;
