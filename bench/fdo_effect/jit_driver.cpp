@@ -41,7 +41,9 @@
 // at once (CompileRequest::threads; docs/jit.md, "Partitioned compiles"); the
 // JSON line then says how many parts it made ("partitions"); --parts N
 // allows up to N parts (CompileRequest::max_parts; default as many as
-// threads), compiled --threads at a time.
+// threads), compiled --threads at a time; --part-instructions N makes one
+// part per N instructions (CompileRequest::min_part_instructions; default
+// jit::kMinPartInstructions).
 // --recompile-percent P (with --profile or --profdata, and --threads > 1)
 // times incremental recompiles (docs/jit.md, "Incremental recompiles"): two
 // rewrites each double the counts of P per cent of the profile's functions
@@ -130,6 +132,8 @@ struct Options {
   unsigned threads = 1;            // CompileRequest::threads
   int recompile_percent = 0;       // 0: no recompile
   unsigned parts = 0;              // CompileRequest::max_parts (0: as many as threads)
+  std::size_t part_instructions =
+      jit::kMinPartInstructions; // CompileRequest::min_part_instructions
 };
 
 Options parse_args(int argc, char** argv) {
@@ -140,7 +144,7 @@ Options parse_args(int argc, char** argv) {
                 " [--serve] [--emit-ir FILE] [--emit-object FILE] [--block-locations on|off]"
                 " [--layout] [--clock monotonic|thread-cpu] [--profdata FILE | --profile FILE]"
                 " [--text-offset 0|16|32|48] [--arg N] [--threads N]"
-                " [--parts N] [--recompile-percent P]");
+                " [--parts N] [--part-instructions N] [--recompile-percent P]");
   };
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -210,6 +214,13 @@ Options parse_args(int argc, char** argv) {
       if (v.empty() || *end != '\0' || n < 1 || n > jit::kMaxPartitions)
         usage("--parts expects 1 to " + std::to_string(jit::kMaxPartitions) + ", got '" + v + "'");
       o.parts = static_cast<unsigned>(n);
+    } else if (a == "--part-instructions") {
+      std::string v = value();
+      char* end = nullptr;
+      const unsigned long n = std::strtoul(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < 100 || n > 100'000'000)
+        usage("--part-instructions expects 100 to 100000000, got '" + v + "'");
+      o.part_instructions = n;
     } else if (a == "--recompile-percent") {
       std::string v = value();
       char* end = nullptr;
@@ -444,6 +455,7 @@ Kernel build(const Options& o) {
   req.block_locations = o.block_locations;
   req.threads = o.threads;
   req.max_parts = o.parts;
+  req.min_part_instructions = o.part_instructions;
   const std::int64_t t0 = now_ns(CLOCK_MONOTONIC);
   Expected<jit::CompileResult> compiled = jit::compile(text, req);
   const double compile_ms = static_cast<double>(now_ns(CLOCK_MONOTONIC) - t0) / 1e6;

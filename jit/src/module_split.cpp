@@ -6,6 +6,7 @@
 #include <llvm/ADT/DenseMap.h>
 #include <llvm/ADT/DenseSet.h>
 #include <llvm/ADT/SmallPtrSet.h>
+#include <llvm/Analysis/ProfileSummaryInfo.h>
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/GlobalAlias.h>
 #include <llvm/IR/GlobalIFunc.h>
@@ -66,8 +67,17 @@ bool importable(const llvm::Function& f) {
   if (llvm::any_of(f, [](const llvm::BasicBlock& b) { return b.hasAddressTaken(); }))
     return false; // its blocks' addresses are its own
   return !f.isDeclaration() && !f.hasFnAttribute(llvm::Attribute::NoInline) &&
-         !f.hasFnAttribute(llvm::Attribute::OptimizeNone) && !f.hasComdat() &&
-         !f.isInterposable() && f.getInstructionCount() <= kImportInstructions;
+         !f.hasFnAttribute(llvm::Attribute::OptimizeNone) && !f.hasComdat() && !f.isInterposable();
+}
+
+// How many instructions a copy of `f` may have to be imported, before the
+// per-level decay: kImportInstructions, scaled by what the module's profile
+// (when it has one) says of f's entry.
+double import_limit(const llvm::Function& f, const llvm::ProfileSummaryInfo& psi) {
+  if (!psi.hasProfileSummary() || !f.getEntryCount()) return kImportInstructions;
+  if (psi.isFunctionEntryHot(&f)) return double(kImportInstructions) * kHotImportMultiplier;
+  if (psi.isFunctionEntryCold(&f)) return 0;
+  return kImportInstructions;
 }
 
 } // namespace
@@ -161,17 +171,19 @@ void split_by_module_order(llvm::Module& m, const PartPlan& plan,
   // a copy also sees what the copy calls.
   std::vector<llvm::DenseSet<const llvm::GlobalValue*>> imports(parts);
   std::vector<std::pair<const llvm::Function*, double>> work;
-  auto calls_out = [&](unsigned part, const llvm::Function& from, double limit) {
+  const llvm::ProfileSummaryInfo psi(m);
+  auto calls_out = [&](unsigned part, const llvm::Function& from, double share) {
     for (const llvm::Instruction& i : llvm::instructions(from))
       if (const auto* call = llvm::dyn_cast<llvm::CallBase>(&i))
         if (const llvm::Function* callee = call->getCalledFunction();
             callee && importable(*callee) && home.lookup(callee) != part &&
-            callee->getInstructionCount() <= limit && imports[part].insert(callee).second)
-          work.emplace_back(callee, limit * kImportDecay);
+            callee->getInstructionCount() <= import_limit(*callee, psi) * share &&
+            imports[part].insert(callee).second)
+          work.emplace_back(callee, share * kImportDecay);
   };
   for (llvm::Function* f : defined) {
     const unsigned part = home.lookup(f);
-    calls_out(part, *f, kImportInstructions);
+    calls_out(part, *f, 1.0);
     while (!work.empty()) {
       auto [next, limit] = work.back();
       work.pop_back();

@@ -19,8 +19,13 @@
 namespace fdo::jit::detail {
 
 // Functions of at most this many instructions are imported by the parts
-// that call them.
-inline constexpr unsigned kImportInstructions = 1000;
+// that call them (ThinLTO's import-instr-limit)...
+inline constexpr unsigned kImportInstructions = 100;
+// ... ten times as many when the module's profile says the function's entry
+// is hot (ThinLTO's hot call-site multiplier), none when it says it is cold
+// (the inliner leaves a cold callee alone but for the smallest, which the
+// part's own code rarely calls anyway)...
+inline constexpr unsigned kHotImportMultiplier = 10;
 // ... and what those call, of at most this share of the limit a level.
 inline constexpr double kImportDecay = 0.7;
 

@@ -1,0 +1,109 @@
+// Splitting before the inliner (jit/src/module_split.h): which functions of
+// other parts a part gets copies of. Small callees always; medium ones only
+// when the module's profile says their entry is hot; none the profile calls
+// cold (ThinLTO's import limits and call-site multipliers).
+#include "module_split.h"
+
+#include <catch2/catch.hpp>
+#include <llvm/AsmParser/Parser.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/Support/SourceMgr.h>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace fdo::jit::detail;
+
+namespace {
+
+// A function of about `n` instructions (a chain of adds), with an entry
+// count when `entry` is not negative.
+std::string function(const std::string& name, int n, long entry) {
+  std::string s = "define i32 @" + name + "(i32 %x)";
+  if (entry >= 0) s += " !prof !{!\"function_entry_count\", i64 " + std::to_string(entry) + "}";
+  s += " {\n  %v0 = add i32 %x, 1\n";
+  for (int i = 1; i < n; ++i)
+    s += "  %v" + std::to_string(i) + " = add i32 %v" + std::to_string(i - 1) + ", " +
+         std::to_string(i) + "\n";
+  return s + "  ret i32 %v" + std::to_string(n - 1) + "\n}\n";
+}
+
+// Hot entries count at least 100, cold ones at most 1.
+const char* kSummary = R"(
+!llvm.module.flags = !{!0}
+!0 = !{i32 1, !"ProfileSummary", !1}
+!1 = !{!2, !3, !4, !5, !6, !7, !8, !9}
+!2 = !{!"ProfileFormat", !"InstrProf"}
+!3 = !{!"TotalCount", i64 100000}
+!4 = !{!"MaxCount", i64 10000}
+!5 = !{!"MaxInternalCount", i64 1000}
+!6 = !{!"MaxFunctionCount", i64 10000}
+!7 = !{!"NumCounts", i64 8}
+!8 = !{!"NumFunctions", i64 8}
+!9 = !{!"DetailedSummary", !10}
+!10 = !{!11, !12, !13}
+!11 = !{i32 10000, i64 10000, i32 1}
+!12 = !{i32 990000, i64 100, i32 3}
+!13 = !{i32 999999, i64 1, i32 8}
+)";
+
+// The caller in part 0, every callee in part 1: the functions part 0 gets
+// copies of.
+std::set<std::string> imported_by_caller(bool profiled) {
+  struct Callee {
+    const char* name;
+    int size;
+    long entry; // with a profile
+  };
+  const std::vector<Callee> callees = {
+      {"hot_medium", 400, 5000}, {"warm_medium", 400, 50}, {"cold_medium", 400, 0},
+      {"hot_small", 40, 5000},   {"warm_small", 40, 50},   {"cold_small", 40, 0},
+      {"hot_huge", 1500, 5000},
+  };
+  std::string ir = "define i32 @caller(i32 %x)";
+  if (profiled) ir += " !prof !{!\"function_entry_count\", i64 5000}";
+  ir += " {\n";
+  std::string last = "%x";
+  for (std::size_t i = 0; i < callees.size(); ++i) {
+    std::string v = "%c" + std::to_string(i);
+    ir += "  " + v + " = call i32 @" + callees[i].name + "(i32 " + last + ")\n";
+    last = v;
+  }
+  ir += "  ret i32 " + last + "\n}\n";
+  for (const Callee& c : callees)
+    ir += function(c.name, c.size, profiled ? c.entry : -1);
+  if (profiled) ir += kSummary;
+
+  llvm::LLVMContext ctx;
+  llvm::SMDiagnostic err;
+  std::unique_ptr<llvm::Module> m = llvm::parseAssemblyString(ir, err, ctx);
+  if (!m) FAIL("the test's IR does not parse: " << err.getMessage().str());
+  PartPlan plan;
+  plan.parts = 2;
+  plan.part_of["caller"] = 0;
+  for (const Callee& c : callees)
+    plan.part_of[c.name] = 1;
+  std::set<std::string> copies;
+  unsigned index = 0;
+  split_by_module_order(*m, plan, [&](std::unique_ptr<llvm::Module> part) {
+    if (index++ != 0) return;
+    for (const llvm::Function& f : *part)
+      if (!f.isDeclaration() && f.hasAvailableExternallyLinkage()) copies.insert(f.getName().str());
+  });
+  CHECK(index == 2);
+  return copies;
+}
+
+} // namespace
+
+TEST_CASE("split: a part imports small callees - and medium ones only where the profile says hot",
+          "[jit][partition][import]") {
+  SECTION("with a profile: hot up to ten times the limit, cold none") {
+    CHECK(imported_by_caller(true) ==
+          std::set<std::string>{"hot_medium", "hot_small", "warm_small"});
+  }
+  SECTION("without a profile: small callees only") {
+    CHECK(imported_by_caller(false) ==
+          std::set<std::string>{"hot_small", "warm_small", "cold_small"});
+  }
+}
