@@ -50,6 +50,18 @@ bool compiled_with(const StageOutput& s, const std::string& identity, std::int64
                                      "|");
 }
 
+// The guard's plain build of PK as a variant of its profile (version 1).
+ProfileRef plain_variant(const std::string& pk) {
+  ProfileDoc plain;
+  plain.knobs.mode = CompileMode::plain;
+  ProfileRef variant;
+  variant.pk = pk;
+  variant.version = 1;
+  variant.digest = profile_digest(plain);
+  variant.doc = std::make_shared<const ProfileDoc>(plain);
+  return variant;
+}
+
 } // namespace
 
 TEST_CASE("stage 1 goes through VK and records IK->PK and CK->VK", "[cache][orchestrator]") {
@@ -340,13 +352,7 @@ TEST_CASE("a caller-chosen variant of the profile is an ordinary entry under its
   std::string a = program("a");
   StageOutput s1 = stage(*o, a);
   // First stage (PK not known yet): the variant is ignored, the stage is plain prepare().
-  ProfileDoc plain;
-  plain.knobs.mode = CompileMode::plain;
-  ProfileRef variant;
-  variant.pk = s1.pk;
-  variant.version = 1;
-  variant.digest = profile_digest(plain);
-  variant.doc = std::make_shared<const ProfileDoc>(plain);
+  ProfileRef variant = plain_variant(s1.pk);
   keys.set_profile(s1.pk, profile_with_counts(100));
   o->wait_idle();
 
@@ -407,20 +413,14 @@ TEST_CASE("a rewritten profile's build queues ahead of a precompile - a sync sta
   CHECK(unknown.error().code() == Errc::invalid_argument);
 
   keys.set_profile(s1.pk, profile_with_counts(100));
-  ProfileDoc plain;
-  plain.knobs.mode = CompileMode::plain;
-  ProfileRef variant;
-  variant.pk = s1.pk;
-  variant.version = 1;
-  variant.digest = profile_digest(plain);
-  variant.doc = std::make_shared<const ProfileDoc>(plain);
+  ProfileRef variant = plain_variant(s1.pk);
 
   // The one background thread is busy with an earlier build; behind it, the
   // guard's plain build is asked for ahead of need first, then the rewrite's.
   compiler.close_gate();
   ProfileRef earlier = variant;
   earlier.version = 2;
-  ProfileDoc other = plain;
+  ProfileDoc other = *variant.doc;
   other.knobs.text_offset = 16;
   earlier.digest = profile_digest(other);
   earlier.doc = std::make_shared<const ProfileDoc>(other);
@@ -493,13 +493,7 @@ TEST_CASE("evicting a program reaches its compiles - running ones and queued one
   REQUIRE(o->tier_up_current(as_program(a)).value() == Precompiled::queued);
   REQUIRE(eventually([&] { return compiler.blocked() == 1; }));
   REQUIRE(o->tier_up_current(as_program(b)).value() == Precompiled::queued);
-  ProfileDoc plain;
-  plain.knobs.mode = CompileMode::plain;
-  ProfileRef variant;
-  variant.pk = sa.pk;
-  variant.version = 1;
-  variant.digest = profile_digest(plain);
-  variant.doc = std::make_shared<const ProfileDoc>(plain);
+  ProfileRef variant = plain_variant(sa.pk);
   REQUIRE(o->precompile(as_program(a), variant).value() == Precompiled::queued);
 
   // a is deleted meanwhile: its files go, its queued build is dropped, and its
