@@ -140,4 +140,13 @@ TEST_CASE("profile show's GPU part: kept bounds, tuned launches and trials", "[g
   CHECK_THAT(text, Catch::Contains("1048576"));
   CHECK_THAT(text, Catch::Contains("0.0123"));
   CHECK_THAT(text, Catch::Contains("accepted"));
+
+  // Dimensions print as many as are not 1: 528, 64x4, 8x8x2.
+  doc.gpu.launches.push_back(GpuLaunchRecord{
+      "sm_90", "stencil", 4096, {{64, 4, 1}, {8, 8, 2}, 0.5}, {{{64, 4, 1}, {8, 8, 2}, 0.5}}});
+  const std::string more = render_gpu_profile(doc.gpu);
+  CHECK_THAT(more, Catch::Contains("64x4 "));
+  CHECK_THAT(more, Catch::Contains("8x8x2"));
+  CHECK_THAT(more, !Catch::Contains("64x4x1"));
+  CHECK_THAT(more, !Catch::Contains("528x"));
 }

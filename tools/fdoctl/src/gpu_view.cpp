@@ -10,8 +10,10 @@ namespace {
 
 std::string dims(const GpuDims& d) {
   std::string s = std::to_string(d[0]);
-  if (d[1] != 1 || d[2] != 1) s += "x" + std::to_string(d[1]);
-  if (d[2] != 1) s += "x" + std::to_string(d[2]);
+  // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on
+  // "x" + std::to_string(...).
+  if (d[1] != 1 || d[2] != 1) s.append("x").append(std::to_string(d[1]));
+  if (d[2] != 1) s.append("x").append(std::to_string(d[2]));
   return s;
 }
 
