@@ -15,7 +15,7 @@ constexpr int kPreviousFilesTried = 3;
 // Prefix evictions remembered for compiles still running; one older than the
 // oldest remembered counts as covering every key (the output is dropped again,
 // a later stage compiles it: a miss, never an orphan).
-constexpr std::size_t kRecentEvictions = 256;
+constexpr std::size_t kRecentEvictions = 4096;
 
 // Only entries compiled for the wanted CK under the wanted identity count.
 bool usable(const EntryRef& ref, const Wanted& want) {

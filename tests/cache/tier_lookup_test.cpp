@@ -181,7 +181,7 @@ TEST_CASE("tier lookup: an output stored after its program's eviction is dropped
   // When the evictions since a compile began outrun what is remembered, its
   // output is dropped to be safe (a later miss, never an orphan).
   const std::uint64_t old = t->eviction_mark();
-  for (int i = 0; i < 300; ++i) {
+  for (int i = 0; i < 4100; ++i) {
     std::string gone = "f";
     gone += std::to_string(i);
     t->evict_prefix(gone);
