@@ -191,7 +191,9 @@ TEST_CASE("sandbox: GPU workers' filter lets the driver open an AF_UNIX socket, 
     int sv[2];
     report(out, "socketpair", ::socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
     report(out, "fork", ::fork());
-    report(out, "execve", ::execve("/bin/true", nullptr, nullptr));
+    char* const argv[] = {const_cast<char*>("/bin/true"), nullptr};
+    char* const envp[] = {nullptr};
+    report(out, "execve", ::execve("/bin/true", argv, envp));
   });
   INFO(Catch::Detail::stringify(r.lines));
   REQUIRE(r.exited_ok());
