@@ -185,9 +185,9 @@ void split_by_module_order(llvm::Module& m, const PartPlan& plan,
     const unsigned part = home.lookup(f);
     calls_out(part, *f, 1.0);
     while (!work.empty()) {
-      auto [next, limit] = work.back();
+      auto [next, share] = work.back();
       work.pop_back();
-      calls_out(part, *next, limit);
+      calls_out(part, *next, share);
     }
   }
 
