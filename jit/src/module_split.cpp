@@ -228,6 +228,7 @@ void split_by_module_order(llvm::Module& m, const PartPlan& plan,
     for (const llvm::GlobalValue* g : imports[p]) {
       auto* copy = llvm::cast<llvm::Function>(vmap[g]);
       copy->setLinkage(llvm::GlobalValue::AvailableExternallyLinkage);
+      normalize_import_profile(*copy, psi);
     }
     // The llvm.* arrays live in part 0; elsewhere their declarations go.
     std::vector<llvm::GlobalVariable*> stray;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <llvm/Analysis/ProfileSummaryInfo.h>
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Function.h>
 #include <llvm/IR/Instructions.h>
@@ -12,6 +13,7 @@
 #include <llvm/IR/Metadata.h>
 #include <llvm/IR/ProfileSummary.h>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace fdo::jit::detail {
@@ -38,6 +40,48 @@ std::uint64_t round_num_counts(std::uint64_t n) {
   return kHugeWorkingSet + 1;
 }
 
+// ProfileSummaryInfo's cutoffs (its cl::opt defaults): hot
+// (profile-summary-cutoff-hot), cold (profile-summary-cutoff-cold), and the
+// one profile-guided size optimization asks of an instrumentation profile
+// (pgso-cutoff-instr-prof). No other cutoff is read in the pipelines fdo runs.
+constexpr std::uint32_t kReadCutoffs[] = {950'000, 990'000, 999'999};
+
+// What a copy's multi-way branch weights add up to once normalized.
+constexpr std::uint64_t kBranchWeightTotal = std::uint64_t{1} << 20;
+
+// count * num / den, rounded down, saturated.
+std::uint64_t scale(std::uint64_t count, std::uint64_t num, std::uint64_t den) {
+  const unsigned __int128 v = static_cast<unsigned __int128>(count) * num / den;
+  return v > ~std::uint64_t{0} ? ~std::uint64_t{0} : static_cast<std::uint64_t>(v);
+}
+
+// floor(sqrt(v)).
+std::uint64_t isqrt(unsigned __int128 v) {
+  std::uint64_t lo = 0, hi = ~std::uint64_t{0};
+  while (lo < hi) {
+    const std::uint64_t mid = lo + (hi - lo) / 2 + 1;
+    if (static_cast<unsigned __int128>(mid) * mid <= v)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+// The entry count a copy gets for `c`: one count per class
+// ProfileSummaryInfo tells apart — zero, cold, neither, hot — the same for
+// every count of the class.
+std::uint64_t class_count(std::uint64_t c, const llvm::ProfileSummaryInfo& psi) {
+  if (c == 0) return 0;
+  const std::uint64_t hot = psi.getOrCompHotCountThreshold();
+  const std::uint64_t cold = psi.getOrCompColdCountThreshold();
+  if (psi.isHotCount(c)) return hot;
+  if (psi.isColdCount(c)) return cold;
+  // cold < c < hot: their geometric mean, inside the same open range.
+  const std::uint64_t lo = cold + 1, hi = hot - 1;
+  return std::clamp(isqrt(static_cast<unsigned __int128>(lo) * hi), lo, hi);
+}
+
 void hash_metadata(Hasher& h, const llvm::Metadata* md) {
   if (const auto* s = llvm::dyn_cast_or_null<llvm::MDString>(md)) {
     h.update_u8(1).update_field(s->getString());
@@ -62,16 +106,73 @@ void round_profile_summary(llvm::Module& m) {
   if (!md) return;
   std::unique_ptr<llvm::ProfileSummary> s(llvm::ProfileSummary::getFromMD(md));
   if (!s) return;
+  // Only the entries ProfileSummaryInfo answers the read cutoffs from: for
+  // each, the first entry at or past it (its own lookup).
+  const llvm::SummaryEntryVector& all = s->getDetailedSummary();
   std::vector<llvm::ProfileSummaryEntry> detailed;
-  for (const llvm::ProfileSummaryEntry& e : s->getDetailedSummary())
-    detailed.emplace_back(e.Cutoff, floor_pow2(e.MinCount), round_num_counts(e.NumCounts));
-  llvm::ProfileSummary rounded(s->getKind(), detailed, floor_pow2(s->getTotalCount()),
-                               floor_pow2(s->getMaxCount()), floor_pow2(s->getMaxInternalCount()),
-                               floor_pow2(s->getMaxFunctionCount()),
-                               static_cast<std::uint32_t>(floor_pow2(s->getNumCounts())),
-                               static_cast<std::uint32_t>(floor_pow2(s->getNumFunctions())),
-                               s->isPartialProfile(), s->getPartialProfileRatio());
-  m.setProfileSummary(rounded.getMD(m.getContext()), s->getKind());
+  for (std::uint32_t cutoff : kReadCutoffs) {
+    auto it = std::find_if(all.begin(), all.end(),
+                           [&](const llvm::ProfileSummaryEntry& e) { return e.Cutoff >= cutoff; });
+    if (it == all.end() || (!detailed.empty() && detailed.back().Cutoff == it->Cutoff)) continue;
+    detailed.emplace_back(it->Cutoff, floor_pow2(it->MinCount), round_num_counts(it->NumCounts));
+  }
+  // The totals and maxima are read by nothing after the cut: left out.
+  llvm::ProfileSummary reduced(s->getKind(), detailed, 0, 0, 0, 0, 0, 0, s->isPartialProfile(),
+                               s->getPartialProfileRatio());
+  m.setProfileSummary(reduced.getMD(m.getContext()), s->getKind());
+}
+
+void normalize_import_profile(llvm::Function& copy, const llvm::ProfileSummaryInfo& psi) {
+  std::optional<std::uint64_t> entry;
+  std::optional<std::uint64_t> rep;
+  if (auto c = copy.getEntryCount(); c && c->getType() == llvm::Function::PCT_Real) {
+    entry = c->getCount();
+    rep = class_count(*entry, psi);
+    copy.setEntryCount(llvm::Function::ProfileCount(*rep, llvm::Function::PCT_Real));
+  }
+  llvm::LLVMContext& ctx = copy.getContext();
+  for (llvm::BasicBlock& b : copy)
+    for (llvm::Instruction& i : b) {
+      llvm::MDNode* prof = i.getMetadata(llvm::LLVMContext::MD_prof);
+      if (!prof || prof->getNumOperands() < 2) continue;
+      const auto* kind = llvm::dyn_cast<llvm::MDString>(prof->getOperand(0));
+      if (!kind) continue;
+      std::vector<std::uint64_t> values;
+      for (unsigned k = 1; k < prof->getNumOperands(); ++k) {
+        const auto* c = llvm::mdconst::dyn_extract<llvm::ConstantInt>(prof->getOperand(k));
+        if (!c) break;
+        values.push_back(c->getZExtValue());
+      }
+      if (values.size() + 1 != prof->getNumOperands()) continue;
+      const llvm::StringRef what = kind->getString();
+      if (what == "branch_weights" && values.size() >= 2) {
+        // Only their ratios are read: a fixed total, no weight made zero.
+        std::uint64_t total = 0;
+        for (std::uint64_t v : values)
+          total += v;
+        if (total == 0) continue;
+        for (std::uint64_t& v : values)
+          if (v != 0) v = std::max<std::uint64_t>(1, scale(v, kBranchWeightTotal, total));
+      } else if (entry && *entry != 0 && what == "branch_weights" && llvm::isa<llvm::CallBase>(i)) {
+        values[0] = scale(values[0], *rep, *entry); // a call's count, with the entry's
+      } else if (entry && *entry != 0 && what == "VP" && values.size() >= 2) {
+        // kind, total, then value/count pairs: the counts with the entry's.
+        values[1] = scale(values[1], *rep, *entry);
+        for (std::size_t k = 3; k < values.size(); k += 2)
+          values[k] = scale(values[k], *rep, *entry);
+      } else {
+        continue;
+      }
+      std::vector<llvm::Metadata*> ops{prof->getOperand(0).get()};
+      for (unsigned k = 1; k < prof->getNumOperands(); ++k) {
+        auto* old = llvm::mdconst::extract<llvm::ConstantInt>(prof->getOperand(k));
+        const unsigned bits = old->getType()->getIntegerBitWidth();
+        const std::uint64_t most = bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits) - 1;
+        ops.push_back(llvm::ConstantAsMetadata::get(
+            llvm::ConstantInt::get(old->getType(), std::min(values[k - 1], most))));
+      }
+      i.setMetadata(llvm::LLVMContext::MD_prof, llvm::MDNode::get(ctx, ops));
+    }
 }
 
 std::string profile_slice_hash(const llvm::Module& part) {

@@ -8,6 +8,7 @@
 #include "fdo/jit/compiler.h"
 
 #include <llvm/ADT/StringRef.h>
+#include <llvm/Analysis/ProfileSummaryInfo.h>
 #include <llvm/IR/Module.h>
 #include <optional>
 #include <span>
@@ -16,15 +17,27 @@
 
 namespace fdo::jit::detail {
 
-// Replaces the module's profile summary (if any) with one whose counts are
-// rounded down to a power of two (each cutoff's count of counters only kept
-// on the same side of the working-set thresholds ProfileSummaryInfo compares
-// it with). Every part carries
-// the summary, and an exact one changes with any count anywhere in the
-// program: rounded, a rewrite that moves a few functions' counts leaves the
-// other parts' input — and so their keys — unchanged. The hot and cold
-// thresholds then lie up to 2x lower than the exact ones.
+// Replaces the module's profile summary (if any) with what
+// ProfileSummaryInfo reads of it in fdo's pipelines: the detailed entries of
+// the hot, cold and size-optimization cutoffs (99%, 99.9999%, 95%), each
+// count rounded down to a power of two and each count of counters kept only
+// on the same side of the working-set thresholds it is compared with; the
+// totals and maxima, read by nothing after the cut, are zero. Every part
+// carries the summary, and an exact one changes with any count anywhere in
+// the program: reduced so, a rewrite that moves a few functions' counts
+// leaves the other parts' input — and so their keys — unchanged. The hot and
+// cold thresholds then lie up to 2x lower than the exact ones.
 void round_profile_summary(llvm::Module& m);
+
+// Rewrites the profile annotations of `copy`, a function a part imports
+// (an available_externally copy of another part's function), to what the
+// part's compile reads of them, so that a rewrite scaling the function's
+// counts does not change the importing parts' input: its entry count becomes
+// one count per class `psi` tells apart (zero, cold, neither, hot); its
+// branches' weights keep their ratios at a fixed total; a call's count and
+// its value profiles' counts scale with the entry count. The function's own
+// part keeps the exact counts.
+void normalize_import_profile(llvm::Function& copy, const llvm::ProfileSummaryInfo& psi);
 
 // BLAKE3 hex over the profile's annotations in `part`: every function's
 // entry count and the branch weights and value profiles of its
