@@ -46,11 +46,10 @@
 // jit::kMinPartInstructions).
 // --recompile-percent P (with --profile or --profdata, and --threads > 1)
 // times incremental recompiles (docs/jit.md, "Incremental recompiles"): two
-// rewrites each double the counts of P per cent of the profile's functions
-// at most — "scattered" (every k-th by name) and "clustered" (a run of the
-// program's own order from its middle, as when work moves into one
-// subsystem), and a third the counts of one function (the clustered run's
-// first) — and each is compiled from nothing ("full_ms"), offered the
+// rewrites each double the counts (block and value-profile counts) of P per cent of the profile's
+// functions at most — "scattered" (every k-th by name) and "clustered" (a run of the program's own
+// order from its middle, as when work moves into one subsystem), and a third the counts of one
+// function (the clustered run's first) — and each is compiled from nothing ("full_ms"), offered the
 // first build's parts ("parts_only_ms"), and offered its parts and its
 // pipeline prefix ("ms"); the kernel then runs the clustered
 // incremental build, and the JSON line gains
@@ -356,9 +355,22 @@ std::string time_recompile(const std::string& text, const jit::CompileRequest& r
                            const jit::CompileResult& first, const std::vector<std::string>& moved,
                            const std::string& ir_path, std::optional<jit::CompileResult>* keep) {
   ProfileDoc doc = *req.profile;
-  for (const std::string& name : moved)
-    for (std::uint64_t& c : doc.functions.at(name).counts)
+  // A moved function ran twice as often: its block counts, and the counts
+  // of its value profiles, double.
+  for (const std::string& name : moved) {
+    FunctionProfile& f = doc.functions.at(name);
+    for (std::uint64_t& c : f.counts)
       c *= 2;
+    for (std::vector<ValueSite>* sites : {&f.indirect_calls, &f.memop_sizes})
+      for (ValueSite& site : *sites)
+        for (auto& [value, count] : site)
+          count *= 2;
+    for (ArgValues& a : f.arg_values) {
+      for (auto& [value, count] : a.values)
+        count *= 2;
+      a.other *= 2;
+    }
+  }
   jit::CompileRequest again = req;
   again.profile = &doc;
   const std::int64_t f0 = now_ns(CLOCK_MONOTONIC);
