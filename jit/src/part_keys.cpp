@@ -125,7 +125,9 @@ void round_profile_summary(llvm::Module& m) {
 void normalize_import_profile(llvm::Function& copy, const llvm::ProfileSummaryInfo& psi) {
   std::optional<std::uint64_t> entry;
   std::optional<std::uint64_t> rep;
-  if (auto c = copy.getEntryCount(); c && c->getType() == llvm::Function::PCT_Real) {
+  // Classes need a summary: without one the counts are left as they are.
+  if (auto c = copy.getEntryCount();
+      c && c->getType() == llvm::Function::PCT_Real && psi.hasProfileSummary()) {
     entry = c->getCount();
     rep = class_count(*entry, psi);
     copy.setEntryCount(llvm::Function::ProfileCount(*rep, llvm::Function::PCT_Real));

@@ -200,6 +200,14 @@ TEST_CASE("part keys: an imported copy carries its class, not its counts",
     CHECK(hot.weights == std::vector<std::uint64_t>{786432, 262144});
     CHECK(hot.vp == std::vector<std::uint64_t>{2457, 1234, 2457});
   }
+  SECTION("without a summary: the copy keeps its counts, its branches their ratios") {
+    std::string ir = program(100);
+    ir.erase(ir.find("\n!llvm.module.flags"));
+    const Parts bare = split(ir);
+    CHECK(bare.entry == std::optional<std::uint64_t>{100});
+    CHECK(bare.vp == std::vector<std::uint64_t>{60, 1234, 60});
+    CHECK(bare.weights == std::vector<std::uint64_t>{786432, 262144});
+  }
   SECTION("other ratios: the importer's part changes") {
     std::string ir = program(100);
     const std::string from = "i32 75, i32 25";
