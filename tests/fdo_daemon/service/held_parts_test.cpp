@@ -28,7 +28,7 @@ std::shared_ptr<HeldBuild> build_of(const std::vector<std::string>& objects) {
     p.slice = blake3_hex("slice:" + o);
     p.object_hash = blake3_hex(o);
     p.functions = 1;
-    p.first_function = "f";
+    p.first_function = std::string(1, 'f'); // (GCC 12 -Wrestrict on a literal)
     b->parts.push_back(p);
   }
   b->objects = jit::pack_objects(objects);
