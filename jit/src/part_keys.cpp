@@ -40,11 +40,13 @@ std::uint64_t round_num_counts(std::uint64_t n) {
   return kHugeWorkingSet + 1;
 }
 
-// ProfileSummaryInfo's cutoffs (its cl::opt defaults): hot
-// (profile-summary-cutoff-hot), cold (profile-summary-cutoff-cold), and the
-// one profile-guided size optimization asks of an instrumentation profile
-// (pgso-cutoff-instr-prof). No other cutoff is read in the pipelines fdo runs.
-constexpr std::uint32_t kReadCutoffs[] = {950'000, 990'000, 999'999};
+// The cutoffs read after the cut (LLVM 16's cl::opt defaults): hot
+// (profile-summary-cutoff-hot), cold (profile-summary-cutoff-cold), the one
+// profile-guided size optimization asks of an instrumentation profile
+// (pgso-cutoff-instr-prof), and the machine function splitter's cold blocks
+// (mfs-psi-cutoff; the i-cache layout turns the splitter on). No other
+// cutoff is read in the pipelines fdo runs.
+constexpr std::uint32_t kReadCutoffs[] = {950'000, 990'000, 999'950, 999'999};
 
 // What a copy's multi-way branch weights add up to once normalized.
 constexpr std::uint64_t kBranchWeightTotal = std::uint64_t{1} << 20;

@@ -19,7 +19,8 @@ namespace fdo::jit::detail {
 
 // Replaces the module's profile summary (if any) with what
 // ProfileSummaryInfo reads of it in fdo's pipelines: the detailed entries of
-// the hot, cold and size-optimization cutoffs (99%, 99.9999%, 95%), each
+// the hot, cold, size-optimization and function-splitting cutoffs (99%,
+// 99.9999%, 95%, 99.995%), each
 // count rounded down to a power of two and each count of counters kept only
 // on the same side of the working-set thresholds it is compared with; the
 // totals and maxima, read by nothing after the cut, are zero. Every part

@@ -42,7 +42,7 @@ std::string summary(long total, long at_60) {
 !7 = !{!"NumCounts", i64 40}
 !8 = !{!"NumFunctions", i64 8}
 !9 = !{!"DetailedSummary", !10}
-!10 = !{!11, !12, !13, !14, !15, !16}
+!10 = !{!11, !12, !13, !14, !15, !17, !16}
 !11 = !{i32 10000, i64 1000000, i32 1}
 !12 = !{i32 600000, i64 )" +
          std::to_string(at_60) + R"(, i32 4}
@@ -50,6 +50,7 @@ std::string summary(long total, long at_60) {
 !14 = !{i32 990000, i64 5000, i32 14}
 !15 = !{i32 999000, i64 70, i32 20}
 !16 = !{i32 999999, i64 3, i32 40}
+!17 = !{i32 999990, i64 5, i32 30}
 )";
 }
 
@@ -156,10 +157,14 @@ TEST_CASE("part keys: the summary keeps what ProfileSummaryInfo reads, rounded",
   const llvm::ProfileSummaryInfo before(*exact);
   round_profile_summary(*exact);
   const llvm::ProfileSummaryInfo after(*exact);
-  // The 95%, 99% and 99.9999% entries, counts down to a power of two, counts
-  // of counters on the same side of the working-set thresholds.
+  // The entries the 95%, 99%, 99.995% (answered by 99.999%) and 99.9999%
+  // cutoffs read, counts down to a power of two, counts of counters on the
+  // same side of the working-set thresholds.
   CHECK(detailed_counts(*exact) ==
-        std::vector<std::uint64_t>{950000, 8192, 1, 990000, 4096, 1, 999999, 2, 1});
+        std::vector<std::uint64_t>{950000, 8192, 1, 990000, 4096, 1, 999990, 4, 1, 999999, 2, 1});
+  CHECK(after.isColdCountNthPercentile(999950, 4) == before.isColdCountNthPercentile(999950, 5));
+  // (3 is cold by the 99.999% entry's 4, not by the 99.9999% entry's 2.)
+  CHECK(after.isColdCountNthPercentile(999950, 3));
   REQUIRE(after.hasProfileSummary());
   CHECK(after.getOrCompHotCountThreshold() == 4096);
   CHECK(after.getOrCompColdCountThreshold() == 2);
