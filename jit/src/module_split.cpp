@@ -160,20 +160,9 @@ void split_by_module_order(llvm::Module& m, const PartPlan& plan,
   // `home`'s order, which follows addresses: the split must not depend on
   // where the allocator put the globals).
   llvm::DenseMap<const llvm::Comdat*, unsigned> comdat_home;
-  auto in_module_order = [&](auto&& visit) {
-    for (llvm::Function& f : m)
-      visit(f);
-    for (llvm::GlobalVariable& v : m.globals())
-      visit(v);
-    for (llvm::GlobalAlias& a : m.aliases())
-      visit(a);
-    for (llvm::GlobalIFunc& i : m.ifuncs())
-      visit(i);
-  };
-  in_module_order([&](llvm::GlobalValue& g) {
+  for (llvm::GlobalValue& g : m.global_values())
     if (const llvm::Comdat* c = g.getComdat(); c && home.count(&g))
       comdat_home.try_emplace(c, home.lookup(&g));
-  });
   for (auto& [gv, part] : home)
     if (const llvm::Comdat* c = llvm::cast<llvm::GlobalValue>(gv)->getComdat())
       part = comdat_home[c];
@@ -222,13 +211,13 @@ void split_by_module_order(llvm::Module& m, const PartPlan& plan,
     for (const llvm::GlobalValue* g : imports[p])
       shared.insert(g);
   // (In module order: a name made unique takes the next free number.)
-  in_module_order([&](llvm::GlobalValue& g) {
-    if (!shared.contains(&g) || !g.isDiscardableIfUnused()) return;
+  for (llvm::GlobalValue& g : m.global_values()) {
+    if (!shared.contains(&g) || !g.isDiscardableIfUnused()) continue;
     if (g.hasLocalLinkage()) g.setVisibility(llvm::GlobalValue::HiddenVisibility);
     g.setLinkage(llvm::GlobalValue::ExternalLinkage);
     g.setDSOLocal(true);
     if (!g.hasName()) g.setName("__fdo_part_shared");
-  });
+  }
 
   // 5. Each part: its own definitions, its imports as available_externally
   // copies, every other global a declaration.
