@@ -107,6 +107,59 @@ TEST_CASE("service: reconfigure applies runtime keys and keeps restart-only ones
   CHECK(h.exec->last_limits().wall == std::chrono::milliseconds(1234));
 }
 
+// health and capabilities are written as text (fdo/util/json_text.h): every
+// member the protocol documents is there, nested where it belongs, with its
+// type (docs/fdod-protocol.md; the e2e tests check the schema on a real fdod).
+TEST_CASE("service: health and capabilities answer every member, typed", "[service]") {
+  Harness h;
+  auto health = h.call("health", json::object());
+  REQUIRE(health);
+  const json& r = *health;
+  CHECK(r.size() == 9);
+  CHECK(r["status"] == "ok");
+  CHECK(r["version"].is_string());
+  CHECK(r["pid"] == static_cast<std::int64_t>(::getpid()));
+  CHECK(r["uptime_s"].is_number());
+  CHECK(r["uptime_s"].get<double>() >= 0);
+  REQUIRE(r["workers"].is_object());
+  CHECK(r["workers"]["compile"].is_number_unsigned());
+  CHECK(r["workers"]["exec"].is_number_unsigned());
+  CHECK(r["object_cache_remote"].is_null());
+  CHECK(r["host"].is_string());
+  REQUIRE(r["inprocess"].is_object());
+  CHECK(r["inprocess"] == json{{"leases", 0}, {"leases_granted", 0}, {"batches", 0}});
+  const json& store = r["profile_store"];
+  REQUIRE(store.is_object());
+  CHECK(store["kind"] == "sqlite");
+  CHECK(store["state"] == "up");
+  CHECK(store["last_error"] == "");
+  for (const char* k : {"spooled_batches", "spooled_writes", "spooled_other", "spool_bytes"})
+    CHECK(store[k] == 0);
+  CHECK(store["database_reads"].is_number_unsigned());
+  CHECK_FALSE(store.contains("spool_max_bytes")); // capabilities' only
+
+  auto caps = h.call("capabilities", json::object());
+  REQUIRE(caps);
+  const json& c = *caps;
+  CHECK(c["fdo_version"] == r["version"]);
+  CHECK(c["compile_modes"] ==
+        json::array({"plain", "instrumented", "optimized", "cs_instrumented"}));
+  REQUIRE(c["target"].is_object());
+  CHECK(c["target"]["triple"].is_string());
+  CHECK(c["target"]["cpu"].is_string());
+  CHECK(c["target"]["features"].is_string());
+  CHECK(c["tier_up"].is_string());
+  CHECK(c["share_profiles_across_tenants"].is_boolean());
+  CHECK(c.contains("perf"));
+  CHECK(c.contains("sandbox"));
+  CHECK(c.contains("gpu"));
+  CHECK(c.contains("compiler_identity"));
+  CHECK(c["object_cache_remote"].is_null());
+  CHECK(c["host"] == r["host"]);
+  CHECK(c["profile_store"]["spool_max_bytes"].is_number_unsigned());
+  CHECK(c["profile_store"]["kind"] == "sqlite");
+}
+
 TEST_CASE("service: a reloaded profile_retention applies to the next write", "[service]") {
   Harness h;
   auto reg = h.call("program.register", {{"ir", "retained"}});

@@ -4,6 +4,7 @@
 // health and capabilities read only counters and fixed state, so they are
 // immediate: answered on the server's I/O thread without a hand-off.
 #include "fdo/jit/compiler.h"
+#include "fdo/util/json_text.h"
 #include "methods.h"
 
 #include <unistd.h>
@@ -13,71 +14,106 @@ namespace fdo::daemon::methods {
 namespace {
 
 // The remote object tier's state for health and capabilities; null when off.
-json remote_tier_state(ServiceState& s, bool with_limits) {
+void remote_tier_state(JsonText& t, ServiceState& s, bool with_limits) {
   std::optional<cache::RemoteTierStats> r = s.orch->stats().remote;
-  if (!r) return nullptr;
-  json j = {{"endpoint", r->endpoint},
-            {"state", std::string(cache::to_string(r->state))},
-            {"last_error", r->last_error}};
+  if (!r) {
+    t.null();
+    return;
+  }
+  t.begin_object()
+      .field("endpoint", r->endpoint)
+      .field("state", cache::to_string(r->state))
+      .field("last_error", r->last_error);
   if (with_limits) {
     auto c = s.config.get();
-    j["timeout_ms"] = c->object_cache_remote_timeout.count();
-    j["max_entry_bytes"] = c->object_cache_remote_max_entry_bytes;
+    t.field("timeout_ms", static_cast<std::int64_t>(c->object_cache_remote_timeout.count()))
+        .field("max_entry_bytes", c->object_cache_remote_max_entry_bytes);
   }
-  return j;
+  t.end_object();
 }
 
 // The profile store's state (docs/fleet.md, "When the profile store is down").
-json profile_store_state(ServiceState& s, bool with_limits) {
+void profile_store_state(JsonText& t, ServiceState& s, bool with_limits) {
   StoreHealth h = s.store_health();
-  json j = {{"kind", h.kind},
-            {"location", h.location},
-            {"state", std::string(to_string(h.state))},
-            {"last_error", h.last_error},
-            {"spooled_batches", h.spool.feedback_batches},
-            {"spooled_writes", h.spool.profile_writes},
-            {"spooled_other", h.spool.other},
-            {"spool_bytes", h.spool.bytes}};
+  t.begin_object()
+      .field("kind", h.kind)
+      .field("location", h.location)
+      .field("state", to_string(h.state))
+      .field("last_error", h.last_error)
+      .field("spooled_batches", h.spool.feedback_batches)
+      .field("spooled_writes", h.spool.profile_writes)
+      .field("spooled_other", h.spool.other)
+      .field("spool_bytes", h.spool.bytes);
   std::optional<std::uint64_t> reads = s.store ? s.store->database_reads() : std::nullopt;
-  j["database_reads"] = reads ? json(*reads) : json(nullptr);
-  if (with_limits) j["spool_max_bytes"] = h.spool_max_bytes;
-  return j;
+  if (reads)
+    t.field("database_reads", *reads);
+  else
+    t.null_field("database_reads");
+  if (with_limits) t.field("spool_max_bytes", h.spool_max_bytes);
+  t.end_object();
 }
 
-Expected<json> health(ServiceState& s, const json&, const CallContext&) {
-  double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started).count();
-  return json{
-      {"status", "ok"},
-      {"version", std::string(jit::kFdoVersion)},
-      {"pid", static_cast<std::int64_t>(::getpid())},
-      {"uptime_s", up},
-      {"workers", {{"compile", s.compile_pool->stats().live}, {"exec", s.exec_pool->stats().live}}},
-      {"object_cache_remote", remote_tier_state(s, false)},
-      {"profile_store", profile_store_state(s, false)},
-      {"host", s.host},
-      {"inprocess",
-       {{"leases", s.leases->size()},
-        {"leases_granted", s.leases->granted()},
-        {"batches", s.counters.inprocess_batches.load()}}}};
+// Written as text, not built as a tree (fdo/util/json_text.h): health is the
+// transport's own round trip for clients and benches, answered on the I/O
+// thread.
+Expected<ResultText> health(ServiceState& s, const json&, const CallContext&) {
+  const double up =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started).count();
+  JsonText t;
+  t.begin_object()
+      .field("status", "ok")
+      .field("version", jit::kFdoVersion)
+      .field("pid", static_cast<std::int64_t>(::getpid()))
+      .field("uptime_s", up)
+      .key("workers")
+      .begin_object()
+      .field("compile", s.compile_pool->stats().live)
+      .field("exec", s.exec_pool->stats().live)
+      .end_object()
+      .key("object_cache_remote");
+  remote_tier_state(t, s, false);
+  t.key("profile_store");
+  profile_store_state(t, s, false);
+  t.field("host", s.host)
+      .key("inprocess")
+      .begin_object()
+      .field("leases", s.leases->size())
+      .field("leases_granted", s.leases->granted())
+      .field("batches", s.counters.inprocess_batches.load())
+      .end_object()
+      .end_object();
+  return ResultText{std::move(t).take()};
 }
 
-Expected<json> capabilities(ServiceState& s, const json&, const CallContext&) {
+Expected<ResultText> capabilities(ServiceState& s, const json&, const CallContext&) {
   auto c = s.config.get();
-  return json{
-      {"fdo_version", std::string(jit::kFdoVersion)},
-      {"llvm_version", s.identity.llvm_version},
-      {"target",
-       {{"triple", s.identity.triple}, {"cpu", s.identity.cpu}, {"features", s.identity.features}}},
-      {"compiler_identity", s.compiler->identity()},
-      {"compile_modes", {"plain", "instrumented", "optimized", "cs_instrumented"}},
-      {"tier_up", std::string(cache::to_string(c->tier_up))},
-      {"share_profiles_across_tenants", c->share_profiles_across_tenants},
-      {"perf", s.perf_caps.get()}, // probed at start-up: waits for it the first time
-      {"sandbox", s.isolation->to_json()},
-      {"gpu", to_json(s.gpu)},
-      {"object_cache_remote", remote_tier_state(s, true)},
-      {"profile_store", profile_store_state(s, true)},
-      {"host", s.host}};
+  JsonText t;
+  t.begin_object()
+      .field("fdo_version", jit::kFdoVersion)
+      .field("llvm_version", s.identity.llvm_version)
+      .key("target")
+      .begin_object()
+      .field("triple", s.identity.triple)
+      .field("cpu", s.identity.cpu)
+      .field("features", s.identity.features)
+      .end_object()
+      .field("compiler_identity", s.compiler->identity())
+      .key("compile_modes")
+      .begin_array();
+  for (const char* mode : {"plain", "instrumented", "optimized", "cs_instrumented"})
+    t.string(mode);
+  t.end_array()
+      .field("tier_up", cache::to_string(c->tier_up))
+      .field("share_profiles_across_tenants", c->share_profiles_across_tenants)
+      .field("perf", s.perf_caps.get()) // probed at start-up: waits for it the first time
+      .field("sandbox", s.isolation->to_json())
+      .field("gpu", to_json(s.gpu))
+      .key("object_cache_remote");
+  remote_tier_state(t, s, true);
+  t.key("profile_store");
+  profile_store_state(t, s, true);
+  t.field("host", s.host).end_object();
+  return ResultText{std::move(t).take()};
 }
 
 // The host's metrics for operators (as the Prometheus endpoint, which the
