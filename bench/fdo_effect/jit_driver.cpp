@@ -55,11 +55,13 @@
 // incremental build, and the JSON line gains
 //   "recompile": {"scattered": R, "clustered": R, "single": R},
 //   R = {"ms", "full_ms", "parts_only_ms", "optimize_ms", "parts", "reused", "prefix",
-//        "functions_changed", "functions", "identical"}
+//        "functions_changed", "functions", "identical", "differing"}
 // ("identical": both incremental object sets are the full compile's, byte
-// for byte; "optimize_ms": the whole module's pipeline up to the cut; "prefix":
-// how the incremental build came by the pipeline's prefix, offered the first
-// build's).
+// for byte; "differing": where not, each part whose key or object differs
+// from the full compile's — {"build": "parts_only" or "incremental",
+// "part": i, "input": "same" (only the object differs) or "differs",
+// "origin": how the build came by it}; "optimize_ms": the whole module's pipeline up to the cut;
+// "prefix": how the incremental build came by the pipeline's prefix, offered the first build's).
 // or, with --serve, reads commands from stdin, one per line:
 //   run N W    -> one such JSON line per command
 //   quit (or end of input) -> exit 0
@@ -400,6 +402,27 @@ std::string time_recompile(const std::string& text, const jit::CompileRequest& r
   std::size_t reused = 0;
   for (const jit::PartBuild& b : incremental->part_builds)
     reused += b.origin == jit::PartOrigin::reused;
+  // Where a build differs from the full compile: per part, whether its key
+  // (its input) or only its object differs, and how the part was come by.
+  std::string differing;
+  for (const auto& [name, built] :
+       {std::pair<const char*, const jit::CompileResult*>{"parts_only", &*parts_only},
+        {"incremental", &*incremental}}) {
+    if (built->object == full->object) continue;
+    const std::size_t n = std::min(built->part_builds.size(), full->part_builds.size());
+    for (std::size_t i = 0; i < n; ++i) {
+      const jit::PartBuild& a = built->part_builds[i];
+      const jit::PartBuild& f = full->part_builds[i];
+      if (a.key == f.key && a.object_hash == f.object_hash) continue;
+      differing += std::string(differing.empty() ? "" : ", ") + "{\"build\": \"" + name +
+                   "\", \"part\": " + std::to_string(i) + ", \"input\": \"" +
+                   (a.key == f.key ? "same" : "differs") + "\", \"origin\": \"" +
+                   std::string(jit::to_string(a.origin)) + "\"}";
+    }
+    if (built->part_builds.size() != full->part_builds.size())
+      differing += std::string(differing.empty() ? "" : ", ") + "{\"build\": \"" + name +
+                   "\", \"parts\": " + std::to_string(built->part_builds.size()) + "}";
+  }
   std::ostringstream r;
   r << "{\"ms\": " << ms << ", \"full_ms\": " << full_ms << ", \"parts_only_ms\": " << parts_only_ms
     << ", \"optimize_ms\": " << static_cast<double>(incremental->times.optimize) / 1e3
@@ -410,7 +433,7 @@ std::string time_recompile(const std::string& text, const jit::CompileRequest& r
     << ", \"identical\": "
     << (incremental->object == full->object && parts_only->object == full->object ? "true"
                                                                                   : "false")
-    << "}";
+    << ", \"differing\": [" << differing << "]}";
   if (keep) *keep = std::move(*incremental);
   return r.str();
 }

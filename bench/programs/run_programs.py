@@ -241,7 +241,7 @@ def main():
             for spread, r in recompile.items():
                 if not r["identical"]:
                     bad.append(f"{name}: the {spread} incremental build differs from the full "
-                               f"compile's")
+                               f"compile's (parts: {r.get('differing')})")
             first_opt = (async_run(build, ir, name, n, expected, args.async_limit, bad)
                          if args.async_limit > 0 else None)
         rec = {"functions": doc and len(doc.get("functions", {})), "arg": n,
