@@ -6,6 +6,7 @@
 //
 //   fdo_repeat_compile --ir FILE [--profile JSON] [--mode M] [--threads N]
 //                      [--parts N] [--part-instructions N] [--repeat N]
+//                      [--dump DIR]
 //
 // --profile compiles in optimized mode on a profile document as fdod keeps
 // it (fdo_effect_jit --profile, run_programs.py's settled_profile.json);
@@ -18,6 +19,7 @@
 // Exit status: 0 every compile identical, 3 some differ, 1 a compile failed,
 // 2 bad arguments or input.
 #include "fdo/jit/compiler.h"
+#include "fdo/jit/object_set.h"
 #include "fdo/util/profile.h"
 
 #include <cstdio>
@@ -63,6 +65,7 @@ struct Options {
   unsigned parts = 0;
   std::size_t part_instructions = fdo::jit::kMinPartInstructions;
   unsigned repeat = 5;
+  std::string dump_dir;
 };
 
 Options parse_args(int argc, char** argv) {
@@ -89,11 +92,13 @@ Options parse_args(int argc, char** argv) {
     } else if (a == "--part-instructions") {
       o.part_instructions = number(a, value(), 100, 100'000'000);
     } else if (a == "--repeat") {
-      o.repeat = static_cast<unsigned>(number(a, value(), 2, 1000));
+      o.repeat = static_cast<unsigned>(number(a, value(), 1, 1000));
+    } else if (a == "--dump") {
+      o.dump_dir = value();
     } else {
       fail(2, "unknown argument '" + a + "'\nusage: " + argv[0] +
                   " --ir FILE [--profile JSON] [--mode M] [--threads N] [--parts N]"
-                  " [--part-instructions N] [--repeat N]");
+                  " [--part-instructions N] [--repeat N] [--dump DIR]");
     }
   }
   if (o.ir_path.empty()) fail(2, "--ir is required");
@@ -115,6 +120,19 @@ std::vector<std::size_t> differing_parts(const fdo::jit::CompileResult& first,
         r.part_builds[i].object_hash != first.part_builds[i].object_hash)
       out.push_back(i);
   return out;
+}
+
+// Writes the parts of compile `index` as DIR/c<index>_p<j>.o.
+void dump_parts(const std::string& dir, unsigned index, const fdo::jit::CompileResult& r) {
+  auto parts = fdo::jit::unpack_objects(r.object);
+  if (!parts)
+    fail(1, "unpacking compile " + std::to_string(index) + ": " + parts.error().describe());
+  for (std::size_t j = 0; j < parts->size(); ++j) {
+    const std::string path = dir + "/c" + std::to_string(index) + "_p" + std::to_string(j) + ".o";
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write((*parts)[j].data(), static_cast<std::streamsize>((*parts)[j].size()));
+    if (!out) fail(1, "cannot write " + path);
+  }
 }
 
 } // namespace
@@ -151,13 +169,21 @@ int main(int argc, char** argv) {
       ++identical;
       continue;
     }
+    if (!o.dump_dir.empty()) {
+      if (differing.empty()) dump_parts(o.dump_dir, 0, *first);
+      dump_parts(o.dump_dir, i, *r);
+    }
     std::string parts;
     for (std::size_t p : differing_parts(*first, *r))
       parts += (parts.empty() ? "" : ", ") + std::to_string(p);
     differing += std::string(differing.empty() ? "" : ", ") + "{\"compile\": " + std::to_string(i) +
                  ", \"parts\": [" + parts + "]}";
   }
-  std::printf("{\"compiles\": %u, \"identical\": %u, \"partitions\": %u, \"differing\": [%s]}\n",
-              o.repeat, identical, first->partitions, differing.c_str());
+  std::string hashes;
+  for (const auto& b : first->part_builds)
+    hashes += std::string(hashes.empty() ? "" : ", ") + "\"" + b.object_hash + "\"";
+  std::printf("{\"compiles\": %u, \"identical\": %u, \"partitions\": %u, \"part_objects\": [%s], "
+              "\"differing\": [%s]}\n",
+              o.repeat, identical, first->partitions, hashes.c_str(), differing.c_str());
   return identical == o.repeat ? 0 : 3;
 }
