@@ -11,15 +11,21 @@
 // --profile compiles in optimized mode on a profile document as fdod keeps
 // it (fdo_effect_jit --profile, run_programs.py's settled_profile.json);
 // otherwise --mode (default instrumented). Prints one JSON line:
-//   {"compiles": N, "identical": K, "partitions": P,
+//   {"compiles": N, "identical": K, "partitions": P, "part_objects": [H, ...],
 //    "differing": [{"compile": i, "parts": [j, ...]}, ...]}
 // comparing every compile's object set with the first's (and, for a compile
 // split at the inliner, each part's key and object: "parts" lists those that
 // differ; empty when the sets differ in their number of parts).
+// "part_objects": the first compile's part object hashes (BLAKE3 hex; empty
+// when not split at the inliner), to compare compiles in separate processes,
+// each with its own heap layout (--repeat 1 is allowed for that).
+// --dump DIR writes the parts of each compile that differs, and the first
+// compile's, as DIR/c<i>_p<j>.o (for objdump and llvm-dwarfdump).
 // Exit status: 0 every compile identical, 3 some differ, 1 a compile failed,
 // 2 bad arguments or input.
 #include "fdo/jit/compiler.h"
 #include "fdo/jit/object_set.h"
+#include "fdo/util/fd.h"
 #include "fdo/util/profile.h"
 
 #include <cstdio>
@@ -129,9 +135,8 @@ void dump_parts(const std::string& dir, unsigned index, const fdo::jit::CompileR
     fail(1, "unpacking compile " + std::to_string(index) + ": " + parts.error().describe());
   for (std::size_t j = 0; j < parts->size(); ++j) {
     const std::string path = dir + "/c" + std::to_string(index) + "_p" + std::to_string(j) + ".o";
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write((*parts)[j].data(), static_cast<std::streamsize>((*parts)[j].size()));
-    if (!out) fail(1, "cannot write " + path);
+    if (fdo::Status st = fdo::write_file_atomic(path, (*parts)[j], fdo::Durability::none); !st)
+      fail(1, st.error().describe());
   }
 }
 
