@@ -172,25 +172,73 @@ Error closed_error() {
   return make_error(Errc::unavailable, "peer closed the connection");
 }
 
-// Reads exactly `len` bytes into `buf`; `part` names what is being read for
-// error messages, `before` counts bytes of this message already received.
-// With `fds`, reads take the descriptors that come with the bytes (recvmsg).
-Status read_exact(int fd, char* buf, std::size_t len, Deadline deadline, int peer_exit_fd,
-                  const char* part, std::uint64_t before, std::vector<Fd>* fds = nullptr) {
+// One buffer of a message being read, and what it is called in errors.
+struct ReadPart {
+  char* data;
+  std::size_t len;
+  const char* name;
+};
+
+// Reads exactly the parts' bytes, in order, filling several parts with one
+// call where the socket has them; `before` counts bytes of this message
+// already received. With `fds`, reads take the descriptors that come with the
+// bytes (recvmsg; one part only).
+Status read_exact(int fd, std::span<const ReadPart> parts, Deadline deadline, int peer_exit_fd,
+                  std::uint64_t before, std::vector<Fd>* fds = nullptr) {
+  std::size_t len = 0;
+  for (const ReadPart& p : parts)
+    len += p.len;
   std::size_t got = 0;
+  // Where `got` stands in the parts, for error messages: the part being read
+  // and how much of it has arrived.
+  auto position = [&]() -> std::pair<const ReadPart*, std::size_t> {
+    std::size_t at = got;
+    for (const ReadPart& p : parts) {
+      if (at < p.len || &p == &parts.back()) return {&p, at};
+      at -= p.len;
+    }
+    return {nullptr, 0};
+  };
+  auto describe = [&] {
+    auto [part, at] = position();
+    return std::to_string(at) + " of " + std::to_string(part->len) + " " + part->name + " bytes";
+  };
   auto truncated = [&] {
     if (before == 0 && got == 0) return closed_error();
-    return make_error(Errc::corrupt, "truncated message: the peer closed the connection after " +
-                                         std::to_string(got) + " of " + std::to_string(len) + " " +
-                                         part + " bytes");
+    return make_error(Errc::corrupt,
+                      "truncated message: the peer closed the connection after " + describe());
+  };
+  // The buffers still to fill, from `got` on (at most the parts' count).
+  std::array<iovec, 4> iov{};
+  auto remaining = [&]() -> int {
+    std::size_t at = got;
+    int n = 0;
+    for (const ReadPart& p : parts) {
+      if (at >= p.len) {
+        at -= p.len;
+        continue;
+      }
+      iov[static_cast<std::size_t>(n++)] = {p.data + at, p.len - at};
+      at = 0;
+    }
+    return n;
+  };
+  auto recv_iov = [&](int flags) {
+    msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = static_cast<std::size_t>(remaining());
+    return ::recvmsg(fd, &msg, flags);
   };
   // The rest of a message (its header and payload, after the prefix) is
   // usually in the socket already: read it without polling first, and poll
   // only when a read would block (a socket: recv with MSG_DONTWAIT).
   bool try_first = before != 0 && fds == nullptr;
+  // With nothing to watch but the socket and no deadline, a blocking read
+  // waits as well as poll would, in one call instead of two.
+  bool wait_in_read = deadline.is_never() && peer_exit_fd < 0;
   while (got < len) {
     if (try_first) {
-      ssize_t n = ::recv(fd, buf + got, len - got, MSG_DONTWAIT);
+      ssize_t n = recv_iov(MSG_DONTWAIT);
       if (n > 0) {
         got += static_cast<std::size_t>(n);
         continue;
@@ -201,43 +249,46 @@ Status read_exact(int fd, char* buf, std::size_t len, Deadline deadline, int pee
       // (the read after the poll reports an error).
       try_first = false;
     }
-    FDO_TRY(Ready r, wait_for(fd, POLLIN, deadline, peer_exit_fd));
-    if (r == Ready::timed_out) {
-      if (before == 0 && got == 0)
-        return make_error(Errc::timeout, "timed out waiting for a message");
-      return make_error(Errc::timeout, "timed out after receiving " + std::to_string(got) + " of " +
-                                           std::to_string(len) + " " + part + " bytes");
-    }
-    if (r == Ready::peer_exited) {
-      // The process is gone; take what is still buffered, then give up.
-      ssize_t n = ::recv(fd, buf + got, len - got, MSG_DONTWAIT);
-      if (n > 0) {
-        got += static_cast<std::size_t>(n);
-        continue;
+    if (!wait_in_read) {
+      FDO_TRY(Ready r, wait_for(fd, POLLIN, deadline, peer_exit_fd));
+      if (r == Ready::timed_out) {
+        if (before == 0 && got == 0)
+          return make_error(Errc::timeout, "timed out waiting for a message");
+        return make_error(Errc::timeout, "timed out after receiving " + describe());
       }
-      if (n < 0 && errno == EINTR) continue;
-      // End of stream, nothing buffered, or a reset: the peer is gone either way.
-      if (before == 0 && got == 0) return make_error(Errc::unavailable, "peer process exited");
-      return truncated();
+      if (r == Ready::peer_exited) {
+        // The process is gone; take what is still buffered, then give up.
+        ssize_t n = recv_iov(MSG_DONTWAIT);
+        if (n > 0) {
+          got += static_cast<std::size_t>(n);
+          continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        // End of stream, nothing buffered, or a reset: the peer is gone either way.
+        if (before == 0 && got == 0) return make_error(Errc::unavailable, "peer process exited");
+        return truncated();
+      }
     }
     ssize_t n;
     if (fds != nullptr) {
       bool truncated = false;
       const std::size_t had = fds->size();
-      n = receive_with_fds(fd, std::span<char>(buf + got, len - got), kMaxMessageFds + 1, 0, *fds,
-                           truncated);
+      remaining();
+      n = receive_with_fds(fd, std::span<char>(static_cast<char*>(iov[0].iov_base), iov[0].iov_len),
+                           kMaxMessageFds + 1, 0, *fds, truncated);
       if (truncated || fds->size() > kMaxMessageFds)
         return make_error(Errc::resource_exhausted,
                           "a message came with more than " + std::to_string(kMaxMessageFds) +
                               " file descriptors (" + std::to_string(fds->size() - had) +
                               (truncated ? " or more" : "") + " on one read)");
     } else {
-      n = ::read(fd, buf + got, len - got);
+      n = ::readv(fd, iov.data(), remaining());
     }
     if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) wait_in_read = false; // a non-blocking fd
       if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
       if (errno == ECONNRESET) return before == 0 && got == 0 ? closed_error() : truncated();
-      return Error::from_errno(std::string("read message ") + part, errno);
+      return Error::from_errno(std::string("read message ") + position().first->name, errno);
     }
     if (n == 0) return truncated();
     got += static_cast<std::size_t>(n);
@@ -353,21 +404,21 @@ Expected<Message> recv_message(int fd, const FrameLimits& limits, Deadline deadl
                                int peer_exit_fd, std::vector<Fd>* fds) {
   std::array<std::uint8_t, kFramePrefixBytes> raw{};
   const std::size_t fds_before = fds != nullptr ? fds->size() : 0;
-  FDO_TRY_STATUS(read_exact(fd, reinterpret_cast<char*>(raw.data()), raw.size(), deadline,
-                            peer_exit_fd, "prefix", 0, fds));
+  const ReadPart prefix[] = {{reinterpret_cast<char*>(raw.data()), raw.size(), "prefix"}};
+  FDO_TRY_STATUS(read_exact(fd, prefix, deadline, peer_exit_fd, 0, fds));
   FDO_TRY(FramePrefix p, decode_frame_prefix(raw, limits));
-  // Allocation happens only now, after every length passed its limit.
+  // Allocation happens only now, after every length passed its limit; the
+  // header and the payload are read together (usually one call).
   std::string header(p.header_len, '\0');
-  FDO_TRY_STATUS(read_exact(fd, header.data(), header.size(), deadline, peer_exit_fd, "header",
-                            kFramePrefixBytes));
   Message m;
+  m.payload.resize(p.payload_len);
+  const ReadPart body[] = {{header.data(), header.size(), "header"},
+                           {m.payload.data(), m.payload.size(), "payload"}};
+  FDO_TRY_STATUS(read_exact(fd, body, deadline, peer_exit_fd, kFramePrefixBytes));
   FDO_TRY(m.header, decode_header(header));
   if (fds != nullptr)
     for (std::size_t i = fds_before; i < fds->size(); ++i)
       m.fds.push_back((*fds)[i].get());
-  m.payload.resize(p.payload_len);
-  FDO_TRY_STATUS(read_exact(fd, m.payload.data(), m.payload.size(), deadline, peer_exit_fd,
-                            "payload", kFramePrefixBytes + p.header_len));
   return m;
 }
 

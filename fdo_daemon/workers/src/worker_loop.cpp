@@ -2,9 +2,11 @@
 
 #include "fdo/util/log.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +14,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <new>
+#include <optional>
 #include <string_view>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -207,49 +210,94 @@ rlim_t clamp_soft(rlim_t want, const rlimit& original) {
   return want;
 }
 
-// Applies one job's RLIMIT_AS / RLIMIT_CPU soft limits; restores the limits
-// the worker started with on destruction (hard limits are never touched).
-class JobLimitScope {
+// Applies one job's RLIMIT_AS soft limit; restores the limit the worker
+// started with on destruction (the hard limit is never touched).
+class AddressSpaceScope {
 public:
-  JobLimitScope(const rlimit& orig_as, const rlimit& orig_cpu) : as_(orig_as), cpu_(orig_cpu) {}
-  JobLimitScope(const JobLimitScope&) = delete;
-  JobLimitScope& operator=(const JobLimitScope&) = delete;
-  ~JobLimitScope() {
+  explicit AddressSpaceScope(const rlimit& orig_as) : as_(orig_as) {}
+  AddressSpaceScope(const AddressSpaceScope&) = delete;
+  AddressSpaceScope& operator=(const AddressSpaceScope&) = delete;
+  ~AddressSpaceScope() {
     if (as_set_) ::setrlimit(RLIMIT_AS, &as_);
-    if (cpu_set_) ::setrlimit(RLIMIT_CPU, &cpu_);
   }
 
   Status apply(const JobLimits& limits, std::uint64_t vm_now) {
-    if (limits.address_space_bytes != 0) {
-      std::uint64_t want = vm_now > UINT64_MAX - limits.address_space_bytes
-                               ? UINT64_MAX
-                               : vm_now + limits.address_space_bytes;
-      rlimit r{clamp_soft(static_cast<rlim_t>(want), as_), as_.rlim_max};
-      // Clamped to the sandbox's hard limit, the job's limit is the one in
-      // force already (the usual case): no call to set it, none to restore.
-      if (r.rlim_cur != as_.rlim_cur) {
-        if (::setrlimit(RLIMIT_AS, &r) != 0)
-          return Error::from_errno("setrlimit(RLIMIT_AS)", errno);
-        as_set_ = true;
-      }
-    }
-    rusage ru{};
-    ::getrusage(RUSAGE_SELF, &ru);
-    std::uint64_t used_us = std::uint64_t(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
-                            std::uint64_t(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-    std::uint64_t used_s = (used_us + 999999) / 1000000;
-    rlimit c{clamp_soft(static_cast<rlim_t>(used_s + effective_cpu_seconds(limits)), cpu_),
-             cpu_.rlim_max};
-    if (::setrlimit(RLIMIT_CPU, &c) != 0) return Error::from_errno("setrlimit(RLIMIT_CPU)", errno);
-    cpu_set_ = true;
+    if (limits.address_space_bytes == 0) return ok();
+    std::uint64_t want = vm_now > UINT64_MAX - limits.address_space_bytes
+                             ? UINT64_MAX
+                             : vm_now + limits.address_space_bytes;
+    rlimit r{clamp_soft(static_cast<rlim_t>(want), as_), as_.rlim_max};
+    // Clamped to the sandbox's hard limit, the job's limit is the one in
+    // force already (the usual case): no call to set it, none to restore.
+    if (r.rlim_cur == as_.rlim_cur) return ok();
+    if (::setrlimit(RLIMIT_AS, &r) != 0) return Error::from_errno("setrlimit(RLIMIT_AS)", errno);
+    as_set_ = true;
     return ok();
   }
 
 private:
   rlimit as_;
-  rlimit cpu_;
   bool as_set_ = false;
-  bool cpu_set_ = false;
+};
+
+// A job's RLIMIT_CPU soft limit: the CPU the worker has used so far, in whole
+// seconds rounded up, plus the job's allowance (effective_cpu_seconds). The
+// limit counts the whole process, so it follows the worker's usage; it is set
+// only when that sum changes (once per CPU-second the worker uses, or for a
+// job with another allowance), not twice per job. After a short job it stays
+// in force: a process cannot use more CPU than its wall time times the host's
+// CPUs, so a job shorter than half its allowance over the CPUs leaves at least
+// half of it for the reply and the wait for the next job (and the next job
+// sets its own). After a longer job it is lifted, as it was before the job.
+class CpuLimit {
+public:
+  CpuLimit(const rlimit& original, long cpus)
+      : original_(original), cpus_(std::max<long>(cpus, 1)) {}
+
+  // The limits the worker runs under changed (the sandbox lowered the hard
+  // limit): what is in force now is not known to be a job's.
+  void rebase(const rlimit& original) {
+    original_ = original;
+    armed_.reset();
+  }
+
+  Status arm(const JobLimits& limits) {
+    rusage ru{};
+    ::getrusage(RUSAGE_SELF, &ru);
+    std::uint64_t used_us = std::uint64_t(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
+                            std::uint64_t(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    std::uint64_t used_s = (used_us + 999999) / 1000000;
+    rlim_t want =
+        clamp_soft(static_cast<rlim_t>(used_s + effective_cpu_seconds(limits)), original_);
+    if (armed_ == want) return ok();
+    rlimit c{want, original_.rlim_max};
+    if (::setrlimit(RLIMIT_CPU, &c) != 0) return Error::from_errno("setrlimit(RLIMIT_CPU)", errno);
+    armed_ = want;
+    return ok();
+  }
+
+  // Puts back the limit the worker started with (before binding: the
+  // sandbox's limits are read afterwards as the worker's own).
+  void lift() {
+    if (!armed_) return;
+    ::setrlimit(RLIMIT_CPU, &original_);
+    armed_.reset();
+  }
+
+  // After the handler: lifts the job's limit unless the job was short enough
+  // that what it leaves of its allowance covers the reply.
+  void after_job(std::chrono::steady_clock::duration wall, const JobLimits& limits) {
+    if (!armed_) return;
+    const auto keep_below = std::chrono::seconds(effective_cpu_seconds(limits)) /
+                            (2 * static_cast<std::int64_t>(cpus_));
+    if (wall < keep_below) return;
+    lift();
+  }
+
+private:
+  rlimit original_;
+  long cpus_;
+  std::optional<rlim_t> armed_; // the soft limit this object set and left in force
 };
 
 Error memory_error(const JobLimits& limits) {
@@ -396,6 +444,7 @@ int run_worker_loop(int fd, ContextJobHandler handler, WorkerLoopOptions options
   rlimit orig_as{}, orig_cpu{};
   ::getrlimit(RLIMIT_AS, &orig_as);
   ::getrlimit(RLIMIT_CPU, &orig_cpu);
+  CpuLimit cpu_limit(orig_cpu, ::sysconf(_SC_NPROCESSORS_ONLN));
   bool bound = false;
   std::uint64_t vm_at_bind = 0, retire_growth = 0;
   // Kept open for the per-job thread count (process_thread_count).
@@ -421,6 +470,7 @@ int run_worker_loop(int fd, ContextJobHandler handler, WorkerLoopOptions options
     JobContext ctx{request->id, request->limits};
     ReplyExtras extras;
     if (!request->bind.is_null() && !bound) {
+      cpu_limit.lift();
       auto report = bind_worker(options.bind, request->bind);
       if (!report) {
         // Whatever part of the sandbox was applied, this process is no
@@ -436,23 +486,28 @@ int run_worker_loop(int fd, ContextJobHandler handler, WorkerLoopOptions options
       // applied under (and restored to) what it left.
       ::getrlimit(RLIMIT_AS, &orig_as);
       ::getrlimit(RLIMIT_CPU, &orig_cpu);
+      cpu_limit.rebase(orig_cpu);
       vm_at_bind = read_vm_bytes();
       retire_growth = request->bind.value("retire_growth_bytes", std::uint64_t{0});
     }
     Expected<Message> result = make_error(Errc::internal, "job did not run");
     {
-      JobLimitScope scope(orig_as, orig_cpu);
+      AddressSpaceScope scope(orig_as);
       std::uint64_t vm = read_vm_bytes();
-      if (auto st = scope.apply(ctx.limits, vm); !st) {
+      Status st = scope.apply(ctx.limits, vm);
+      if (st) st = cpu_limit.arm(ctx.limits);
+      if (!st) {
         result = std::move(st).error().context("apply job limits");
       } else {
         g_fatal.job_id = ctx.id;
         g_fatal.vm_at_job_start = vm;
         g_fatal.job_active = 1;
+        const auto started = std::chrono::steady_clock::now();
         result = call_handler(handler, request->job, ctx);
         g_fatal.job_active = 0;
+        cpu_limit.after_job(std::chrono::steady_clock::now() - started, ctx.limits);
       }
-    } // limits restored here, before the answer is built
+    } // the address-space limit restored here, before the answer is built
     // What the job printed is in the capture files before the reply leaves.
     std::fflush(stdout);
     std::fflush(stderr);

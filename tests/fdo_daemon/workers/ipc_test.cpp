@@ -119,6 +119,44 @@ TEST_CASE("ipc: send/recv round trip over a socketpair with partial reads and wr
   CHECK(got2->payload.empty());
 }
 
+TEST_CASE("ipc: a message that arrives in pieces is read whole - with and without a deadline",
+          "[ipc]") {
+  // The receiver reads the header and payload together and, with no deadline
+  // and no peer-exit fd, waits in the read itself: every split of the frame,
+  // on a blocking and a non-blocking socket, still gives the whole message.
+  const bool nonblocking = GENERATE(false, true);
+  const bool never = GENERATE(false, true);
+  CAPTURE(nonblocking, never);
+  auto sp = pair_or_die();
+  if (nonblocking) {
+    int flags = ::fcntl(sp.second.get(), F_GETFL);
+    REQUIRE(::fcntl(sp.second.get(), F_SETFL, flags | O_NONBLOCK) == 0);
+  }
+  Message m{{{"op", "pieces"}, {"n", 42}}, binary_payload(300)};
+  auto frame = encode_message(m);
+  REQUIRE(frame);
+  const std::string bytes = *frame;
+  const std::size_t header_end = bytes.size() - m.payload.size();
+  // Cuts: inside the prefix, at its end, inside the header, at the header's
+  // end, inside the payload.
+  const std::size_t cuts[] = {5,          kFramePrefixBytes, kFramePrefixBytes + 3,
+                              header_end, header_end + 100,  bytes.size()};
+  std::thread writer([&] {
+    std::size_t from = 0;
+    for (std::size_t cut : cuts) {
+      std::this_thread::sleep_for(10ms);
+      write_raw(sp.first.get(), std::string_view(bytes).substr(from, cut - from));
+      from = cut;
+    }
+  });
+  auto got = recv_message(sp.second.get(), FrameLimits{},
+                          never ? Deadline::never() : Deadline::after(10s));
+  writer.join();
+  REQUIRE(got);
+  CHECK(got->header == m.header);
+  CHECK(got->payload == m.payload);
+}
+
 TEST_CASE("ipc: huge lengths are rejected before allocating", "[ipc]") {
   FrameLimits limits{1 * kMiB, 16 * kMiB, 16 * kMiB};
   SECTION("header length") {
@@ -271,7 +309,11 @@ TEST_CASE("ipc: EINTR during a blocked receive is retried", "[ipc]") {
         send_message(sp.first.get(), Message{{{"after", "signals"}}, "xyz"}, Deadline::after(5s));
     CHECK(st);
   });
-  auto r = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(10s));
+  // With a deadline the wait is in poll, without one in the read itself.
+  const bool never = GENERATE(false, true);
+  CAPTURE(never);
+  auto r = recv_message(sp.second.get(), FrameLimits{},
+                        never ? Deadline::never() : Deadline::after(10s));
   done = true;
   poker.join();
   ::sigaction(SIGUSR1, &old, nullptr);

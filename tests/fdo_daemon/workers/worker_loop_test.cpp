@@ -91,6 +91,13 @@ Expected<Message> test_handler(const Message& req, const JobContext& ctx) {
                     {"core_soft", std::uint64_t(core.rlim_cur)}},
                    {}};
   }
+  if (op == "spin") {
+    for (;;) {
+      volatile std::uint64_t x = 0;
+      for (int i = 0; i < 1000000; ++i)
+        x = x + static_cast<std::uint64_t>(i);
+    }
+  }
   return make_error(Errc::invalid_argument, "unknown op");
 }
 
@@ -206,6 +213,39 @@ TEST_CASE("worker_loop: per-job rlimits are applied and restored - hard limits k
 
   Message r2 = p.job(2, {{"op", "limits"}}, JobLimits{});
   CHECK(r2.header["result"]["as_soft"].get<std::uint64_t>() == std::uint64_t(mine.rlim_cur));
+}
+
+TEST_CASE("worker_loop: each job runs under its own CPU allowance - kept between short jobs",
+          "[worker_loop]") {
+  // The CPU limit is set only when "used so far + allowance" changes, so a
+  // job with a smaller allowance than the one before must still get its own,
+  // and a job spinning after a run of short ones is still stopped at its limit.
+  auto p = LoopProcess::start(test_handler);
+  expect_hello(p);
+  auto cpu_soft = [&](std::uint64_t id, std::uint64_t seconds) {
+    JobLimits l;
+    l.cpu_seconds = seconds;
+    Message r = p.job(id, {{"op", "limits"}}, l);
+    REQUIRE(r.header["ok"] == true);
+    return r.header["result"]["cpu_soft"].get<std::uint64_t>();
+  };
+  const std::uint64_t five = cpu_soft(1, 5);
+  const std::uint64_t two = cpu_soft(2, 2);
+  const std::uint64_t five_again = cpu_soft(3, 5);
+  // The same whole second of usage (one more if the worker crossed one).
+  CHECK(two >= five - 3);
+  CHECK(two <= five - 2);
+  CHECK(five_again >= five);
+  CHECK(five_again <= five + 1);
+  for (std::uint64_t i = 0; i < 50; ++i)
+    CHECK(cpu_soft(10 + i, 2) <= two + 1);
+
+  JobLimits l;
+  l.cpu_seconds = 1;
+  p.send({{"id", 99}, {"limits", to_json(l)}, {"job", {{"op", "spin"}}}});
+  int status = p.wait_status();
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGXCPU);
 }
 
 TEST_CASE("worker_loop: a corrupt request stream ends the loop with status 2", "[worker_loop]") {

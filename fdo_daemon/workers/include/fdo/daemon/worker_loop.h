@@ -68,8 +68,12 @@ struct WorkerLoopOptions {
 // handler's to use through request.fds and are closed once its reply is sent.
 //
 // Per job: RLIMIT_AS soft limit = current address space + limits.address_space_bytes
-// (clamped to the hard limit), RLIMIT_CPU soft limit = CPU used so far +
-// effective_cpu_seconds; both restored after the handler returns. Then stdout
+// (clamped to the hard limit), restored after the handler returns; RLIMIT_CPU
+// soft limit = CPU used so far (whole seconds, rounded up) + effective_cpu_seconds,
+// set only when that value changes, and lifted after a job whose wall time
+// reached half its allowance over the host's CPUs (a shorter job cannot have
+// used more than half of it, so the limit stays in force for the next one to
+// reuse, saving two system calls a job). Then stdout
 // and stderr are flushed (a pool capturing them reads them after the reply),
 // and the worker checks it is still clean: a thread the job left running, or
 // mapped memory grown by more than retire_growth_bytes since binding, adds
