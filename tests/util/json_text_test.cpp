@@ -62,6 +62,12 @@ TEST_CASE("JsonText writes what nlohmann's dump writes for the same values", "[j
       {"empty", ""},
       {"utf8", "gr\xc3\xbc\xc3\x9f \xe2\x82\xac \xf0\x9f\x98\x80"},
       {"invalid_utf8", std::string("a\xff\xfe b \xc3", 7)},
+      // Runs between escapes, escapes at both ends, and UTF-8 after escapes
+      // already written (the plain path's text is dropped for nlohmann's).
+      {"runs", "\"plain run\\ then \n more\ttext\x01end\""},
+      {"escape_then_utf8", "a\tb\\c \xc3\xbc d\n"},
+      {"utf8_then_escape", "\xe2\x82\xac\"x\""},
+      {"key \"with\" escapes\n", 1},
       {"ints",
        {0, -1, 1, std::numeric_limits<std::int64_t>::min(),
         std::numeric_limits<std::int64_t>::max()}},

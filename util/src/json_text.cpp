@@ -1,7 +1,10 @@
 #include "fdo/util/json_text.h"
 
+#include <array>
 #include <cassert>
 #include <charconv>
+#include <cstdint>
+#include <cstring>
 
 namespace fdo {
 
@@ -11,6 +14,40 @@ namespace {
 // replaced, as fdod's replies are (rpc's dump).
 void append_dump(std::string& out, const nlohmann::json& v) {
   out += v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// The bytes a JSON string takes as they are: printable ASCII but '"' and '\\'.
+constexpr std::array<bool, 256> kPlain = [] {
+  std::array<bool, 256> t{};
+  for (int c = 0x20; c < 0x80; ++c)
+    t[static_cast<std::size_t>(c)] = c != '"' && c != '\\';
+  return t;
+}();
+
+// Whether any byte of `w` is zero (the classic bit trick: a byte borrows
+// into its top bit only if it was 0).
+constexpr std::uint64_t kOnes = 0x0101010101010101ull;
+constexpr std::uint64_t kTops = 0x8080808080808080ull;
+constexpr bool has_zero_byte(std::uint64_t w) {
+  return ((w - kOnes) & ~w & kTops) != 0;
+}
+
+// The end of the run of plain bytes in `s` from `i`: eight bytes at a time
+// while none is special (below 0x20, '"', '\\' or not ASCII), then byte by byte.
+[[gnu::always_inline]] inline std::size_t plain_prefix(std::string_view s, std::size_t i) {
+  const char* p = s.data();
+  const std::size_t n = s.size();
+  while (n - i >= 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    const bool special = (w & kTops) != 0 || ((w - 0x20 * kOnes) & kTops) != 0 ||
+                         has_zero_byte(w ^ ('"' * kOnes)) || has_zero_byte(w ^ ('\\' * kOnes));
+    if (special) break;
+    i += 8;
+  }
+  while (i < n && kPlain[static_cast<unsigned char>(p[i])])
+    ++i;
+  return i;
 }
 
 template <class I> void append_integer(std::string& out, I v) {
@@ -76,16 +113,33 @@ JsonText& JsonText::key(std::string_view k) {
 
 JsonText& JsonText::string(std::string_view s) {
   before_value();
-  for (unsigned char c : s)
+  // Keys and most values are ASCII with nothing to escape: the bytes between
+  // escapes are copied in runs, not one by one.
+  const std::size_t start = out_.size();
+  std::size_t i = plain_prefix(s, 0);
+  if (i == s.size()) { // nothing to escape (the usual case): one copy
+    out_.resize(start + s.size() + 2);
+    char* d = out_.data() + start;
+    d[0] = '"';
+    std::memcpy(d + 1, s.data(), s.size());
+    d[s.size() + 1] = '"';
+    return *this;
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  out_.reserve(start + s.size() + 2);
+  out_ += '"';
+  std::size_t run = 0;
+  for (;; i = plain_prefix(s, i + 1)) {
+    if (i == s.size()) break;
+    const auto c = static_cast<unsigned char>(s[i]);
     if (c >= 0x80) {
+      // UTF-8 (valid or not) goes through nlohmann, which replaces what is invalid.
+      out_.resize(start);
       append_dump(out_, nlohmann::json(std::string(s)));
       return *this;
     }
-  static constexpr char kHex[] = "0123456789abcdef";
-  out_.reserve(out_.size() + s.size() + 2);
-  out_ += '"';
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
+    out_.append(s.data() + run, i - run);
+    run = i + 1;
     switch (c) {
     case '"':
       out_ += "\\\"";
@@ -109,15 +163,12 @@ JsonText& JsonText::string(std::string_view s) {
       out_ += "\\t";
       break;
     default:
-      if (c < 0x20) {
-        out_ += "\\u00";
-        out_ += kHex[c >> 4];
-        out_ += kHex[c & 0xf];
-      } else {
-        out_ += ch;
-      }
+      out_ += "\\u00";
+      out_ += kHex[c >> 4];
+      out_ += kHex[c & 0xf];
     }
   }
+  out_.append(s.data() + run, s.size() - run);
   out_ += '"';
   return *this;
 }

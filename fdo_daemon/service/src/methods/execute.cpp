@@ -232,8 +232,18 @@ std::string as_text(std::string_view bytes) {
 
 } // namespace
 
+void write_output(JsonText& t, const JobOutput& o) {
+  t.begin_object()
+      .field("stdout", as_text(o.out))
+      .field("stderr", as_text(o.err))
+      .field("truncated", o.truncated)
+      .end_object();
+}
+
 json output_json(const JobOutput& o) {
-  return {{"stdout", as_text(o.out)}, {"stderr", as_text(o.err)}, {"truncated", o.truncated}};
+  JsonText t;
+  write_output(t, o);
+  return json::parse(t.text());
 }
 
 namespace {
@@ -423,7 +433,7 @@ Expected<ResultText> execute(ServiceState& s, const json& params, const CallCont
   // The reply is written as text (schemas/execute.result.schema.json), no
   // tree built: this is every stage's reply. The stage's fields up to its
   // counters, the same whether the program ended its worker or not.
-  auto write_stage_head = [&](JsonText& t, const json& variant) {
+  auto write_stage_head = [&](JsonText& t, bool counted, std::string_view trial) {
     t.field("number", stage_number)
         .field("program", so.ik)
         .field("profile_key", so.pk)
@@ -431,10 +441,10 @@ Expected<ResultText> execute(ServiceState& s, const json& params, const CallCont
         .field("storage_key", so.storage_key)
         .field("profile_version", so.profile_version)
         .field("mode", to_string(so.mode))
-        .field("cache", cache_outcome_json(so))
-        .field("recompiled", so.compiled)
-        .field("compile_ms", so.compile_ms)
-        .field("variant", variant);
+        .key("cache");
+    write_cache_outcome(t, so);
+    t.field("recompiled", so.compiled).field("compile_ms", so.compile_ms).key("variant");
+    write_variant(t, plan, counted, trial);
   };
 
   // The program ended with exit(n). Called on the thread that ran the entry,
@@ -452,10 +462,10 @@ Expected<ResultText> execute(ServiceState& s, const json& params, const CallCont
         .field("returns", entry.return_type)
         .null_field("value")
         .field("exit_status", status)
-        .field("output", output_json(output))
-        .key("stage")
-        .begin_object();
-    write_stage_head(t, variant_json(plan));
+        .key("output");
+    write_output(t, output);
+    t.key("stage").begin_object();
+    write_stage_head(t, false, {});
     t.field("exec_ns", elapsed_ns)
         .key("counters")
         .begin_object()
@@ -469,9 +479,9 @@ Expected<ResultText> execute(ServiceState& s, const json& params, const CallCont
         .null_field("profile_rewritten")
         .field("policy", "the program exited with status " + std::to_string(status) +
                              " from another thread, ending its worker: no feedback from this stage")
-        .field("lifecycle", start.life.json_since_start())
-        .end_object()
-        .end_object();
+        .key("lifecycle");
+    start.life.write_since_start(t);
+    t.end_object().end_object();
     return ResultText{std::move(t).take()};
   }
 
@@ -504,9 +514,6 @@ Expected<ResultText> execute(ServiceState& s, const json& params, const CallCont
     start.life.entry->lc.trial_ended(*gs.ended, gs.version, stage_number, gs.note,
                                      std::chrono::system_clock::now());
   }
-  json variant = variant_json(plan);
-  variant["counted"] = gs.counted;
-  if (!gs.note.empty()) variant["trial"] = gs.note;
   // Ahead of need (docs/guard.md): the plain build compiles in the
   // background, behind every stage's tier-up, when the program first has a
   // profile, so the first trial stage finds both arms compiled. After a
@@ -524,12 +531,13 @@ Expected<ResultText> execute(ServiceState& s, const json& params, const CallCont
     FDO_TRY(json buffers, returned_buffers(obs, resp->returned, call, encoding));
     t.field("buffers", buffers);
   }
-  t.field("output", output_json(output));
+  t.key("output");
+  write_output(t, output);
   const std::uint64_t exec_ns = obs.exec_ns;
   s.orch->record_execution(so.ik, so.explain_sequence, exec_ns);
   s.orch->record_variant(so.ik, so.explain_sequence, std::string(to_string(plan.role)), plan.name);
   t.key("stage").begin_object();
-  write_stage_head(t, variant);
+  write_stage_head(t, gs.counted, gs.note);
   t.field("exec_ns", exec_ns).key("counters");
   if (obs.measurement)
     write_measurement(t, *obs.measurement, verbose);
@@ -550,7 +558,9 @@ Expected<ResultText> execute(ServiceState& s, const json& params, const CallCont
   // entry when the stage started one; else (the program's first stage) the
   // entry the fold started.
   if (!start.life.entry) start.life.entry = s.lifecycles->find(so.pk);
-  t.field("lifecycle", start.life.json_since_start()).end_object().end_object();
+  t.key("lifecycle");
+  start.life.write_since_start(t);
+  t.end_object().end_object();
   s.metrics->stage_finished(outcome, seconds_since(stage_started),
                             so.compiled ? so.compile_ms : 0.0, static_cast<double>(exec_ns) / 1e9,
                             fo.rewritten.has_value());

@@ -48,7 +48,9 @@ inline bool is_operator(const CallContext& ctx) {
 }
 // The entry `name` of a program, or Errc::not_found listing its entries.
 Expected<jit::EntryInfo> find_entry(const ProgramRecord& p, const std::string& name);
-// The "cache" object of a stage: outcome, reason, detail.
+// The "cache" object of a stage: outcome, reason, detail. Written as text
+// for the replies that are (execute); the tree is parsed from that text.
+void write_cache_outcome(JsonText& t, const cache::StageOutput& so);
 json cache_outcome_json(const cache::StageOutput& so);
 
 // The service's running totals as Prometheus families, read at scrape time
@@ -62,6 +64,7 @@ struct StageLife {
   std::uint64_t transitions_before = 0; // ProgramLifecycle::transitions() at the start
   StageDirective directive;
   // {"phase", "transitions": [what the stage moved]}; null without an entry.
+  void write_since_start(JsonText& t) const;
   json json_since_start() const;
 };
 // What a stage runs, planned and prepared (stage_start.cpp).
@@ -80,6 +83,9 @@ Expected<StageStart> start_stage(ServiceState& s, const ProgramRecord& prog,
 CompileState compile_state_of(const cache::StageOutput& so);
 // Which variant a stage ran and why (stage.variant in
 // schemas/execute.result.schema.json; feedback.submit's `variant`).
+// `counted` and `trial` (null when empty) say what the guard made of the stage.
+void write_variant(JsonText& t, const StagePlan& plan, bool counted = false,
+                   std::string_view trial = {});
 json variant_json(const StagePlan& plan);
 // Compiles `build` (a plan's or the guard's `ahead`) in the background.
 void precompile(ServiceState& s, const ProgramRecord& prog,
@@ -110,6 +116,7 @@ Expected<Signature> signature_of(const jit::EntryInfo& e);
 // "buffer_encoding": how returned buffers are written (execute.cpp).
 Expected<BufferEncoding> buffer_encoding_param(const json& params);
 // What a job printed, for a reply's "output" (execute.cpp).
+void write_output(JsonText& t, const JobOutput& o);
 json output_json(const JobOutput& o);
 
 // What a stage's sampling saw, for a reply (execute.cpp): null when `raw`

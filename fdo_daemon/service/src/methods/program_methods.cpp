@@ -67,10 +67,18 @@ Expected<ProgramRef> program_param(ServiceState& s, const json& params, const Ca
                          cfg->max_program_bytes, cfg->max_programs_per_uid);
 }
 
+void write_cache_outcome(JsonText& t, const cache::StageOutput& so) {
+  t.begin_object()
+      .field("outcome", cache::to_string(so.outcome))
+      .field("reason", cache::to_string(so.explanation.reason))
+      .field("detail", so.explanation.text)
+      .end_object();
+}
+
 json cache_outcome_json(const cache::StageOutput& so) {
-  return {{"outcome", std::string(cache::to_string(so.outcome))},
-          {"reason", std::string(cache::to_string(so.explanation.reason))},
-          {"detail", so.explanation.text}};
+  JsonText t;
+  write_cache_outcome(t, so);
+  return json::parse(t.text());
 }
 
 void add_program_methods(Dispatcher& d, ServiceState& s) {

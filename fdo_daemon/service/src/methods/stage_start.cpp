@@ -70,12 +70,24 @@ std::vector<ProgramLifecycle::Clock::time_point> recent_rewrites(ServiceState& s
 } // namespace
 
 // Which variant ran and why (stage.variant in schemas/execute.result.schema.json).
+void write_variant(JsonText& t, const StagePlan& plan, bool counted, std::string_view trial) {
+  t.begin_object().field("role", to_string(plan.role));
+  if (plan.name.empty())
+    t.null_field("name");
+  else
+    t.field("name", plan.name);
+  t.field("reason", plan.reason).field("counted", counted);
+  if (trial.empty())
+    t.null_field("trial");
+  else
+    t.field("trial", trial);
+  t.end_object();
+}
+
 json variant_json(const StagePlan& plan) {
-  return {{"role", std::string(to_string(plan.role))},
-          {"name", plan.name.empty() ? json(nullptr) : json(plan.name)},
-          {"reason", plan.reason},
-          {"counted", false},
-          {"trial", nullptr}};
+  JsonText t;
+  write_variant(t, plan);
+  return json::parse(t.text());
 }
 
 void precompile(ServiceState& s, const ProgramRecord& prog,
@@ -132,15 +144,27 @@ bool renews(const StageStart& start) {
          start.so.profile_digest != start.so.target_profile_digest;
 }
 
-json StageLife::json_since_start() const {
-  if (!entry) return nullptr;
+void StageLife::write_since_start(JsonText& t) const {
+  if (!entry) {
+    t.null();
+    return;
+  }
   std::lock_guard lk(entry->mu);
-  if (!entry->lc.started()) return nullptr;
-  json transitions = json::array();
-  for (const Transition& t : entry->lc.transitions_since(transitions_before))
-    transitions.push_back(to_json(t));
-  return {{"phase", std::string(to_string(entry->lc.phase()))},
-          {"transitions", std::move(transitions)}};
+  if (!entry->lc.started()) {
+    t.null();
+    return;
+  }
+  t.begin_object().field("phase", to_string(entry->lc.phase())).key("transitions").begin_array();
+  // A steady program's stage moves nothing: the array is usually empty.
+  for (const Transition& tr : entry->lc.transitions_since(transitions_before))
+    t.value(to_json(tr));
+  t.end_array().end_object();
+}
+
+json StageLife::json_since_start() const {
+  JsonText t;
+  write_since_start(t);
+  return json::parse(t.text());
 }
 
 Expected<StageStart> start_stage(ServiceState& s, const ProgramRecord& prog,
