@@ -4,6 +4,7 @@
 #include "fdo/daemon/ipc.h"
 #include "header_text.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -255,6 +256,74 @@ Expected<std::string> encode_header(const nlohmann::json& header) {
     nlohmann::json::to_cbor(clean, out);
     r = scan_header(out);
   }
+  if (r.problem == ScanProblem::too_deep)
+    return make_error(Errc::invalid_argument, "message header nests deeper than " +
+                                                  std::to_string(kMaxHeaderDepth) + " levels");
+  if (r.problem != ScanProblem::none) return scan_failure(r, out.size()).context("encode header");
+  return out;
+}
+
+namespace {
+
+// CBOR items as encode_job_envelope writes them (RFC 8949): a text string of
+// fewer than 24 bytes, an unsigned integer in its shortest form.
+void put_short_text(std::string& out, std::string_view s) {
+  out += static_cast<char>(0x60 + s.size());
+  out += s;
+}
+
+void put_uint(std::string& out, std::uint64_t v) {
+  auto put_be = [&](std::uint8_t head, int bytes) {
+    out += static_cast<char>(head);
+    for (int i = bytes - 1; i >= 0; --i)
+      out += static_cast<char>(v >> (8 * i));
+  };
+  if (v < 24)
+    out += static_cast<char>(v);
+  else if (v <= 0xff)
+    put_be(0x18, 1);
+  else if (v <= 0xffff)
+    put_be(0x19, 2);
+  else if (v <= 0xffffffffu)
+    put_be(0x1a, 4);
+  else
+    put_be(0x1b, 8);
+}
+
+} // namespace
+
+Expected<std::string> encode_job_envelope(std::uint64_t id, const JobLimits& limits,
+                                          std::string_view job_header, const nlohmann::json& bind) {
+  if (job_header.empty() || (static_cast<std::uint8_t>(job_header[0]) & 0xe0) != 0xa0)
+    return make_error(Errc::invalid_argument, "a job's header must be an encoded map");
+  std::string bind_bytes;
+  if (!bind.is_null()) {
+    FDO_TRY(bind_bytes, encode_header(bind));
+  }
+  std::string out;
+  out.reserve(64 + job_header.size() + bind_bytes.size());
+  out += static_cast<char>(bind_bytes.empty() ? 0xa3 : 0xa4);
+  put_short_text(out, "id");
+  put_uint(out, id);
+  put_short_text(out, "limits");
+  out += static_cast<char>(0xa4);
+  put_short_text(out, "wall_ms");
+  put_uint(out, static_cast<std::uint64_t>(std::max<std::int64_t>(limits.wall.count(), 0)));
+  put_short_text(out, "address_space_bytes");
+  put_uint(out, limits.address_space_bytes);
+  put_short_text(out, "max_output_bytes");
+  put_uint(out, limits.max_output_bytes);
+  put_short_text(out, "cpu_seconds");
+  put_uint(out, limits.cpu_seconds);
+  put_short_text(out, "job");
+  out.append(job_header);
+  if (!bind_bytes.empty()) {
+    put_short_text(out, "bind");
+    out += bind_bytes;
+  }
+  // What the receiver's scan refuses (a job header nested one level too deep
+  // once inside the envelope) is refused here, as encode_header would.
+  ScanResult r = scan_header(out);
   if (r.problem == ScanProblem::too_deep)
     return make_error(Errc::invalid_argument, "message header nests deeper than " +
                                                   std::to_string(kMaxHeaderDepth) + " levels");

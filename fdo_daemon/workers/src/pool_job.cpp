@@ -29,7 +29,6 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions
                                         JobOutput* output) {
   const JobLimits& limits = options.limits;
   FDO_TRY_STATUS(validate(limits));
-  nlohmann::json header = {{"id", 0}, {"limits", to_json(limits)}, {"job", request.header}};
   // A worker may have died between jobs (OOM killer, an operator's kill):
   // that is no reason to fail this job, which it never saw. Both retries are
   // bounded, so a pool whose workers keep dying still answers.
@@ -44,7 +43,7 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions
       retire_idle_worker(idx, "found dead before a job");
       continue;
     }
-    header.erase("bind");
+    nlohmann::json bind_request = nullptr;
     if (opts.bind_spec && slot.jobs == 0) {
       auto bind = opts.bind_spec(options.tenant);
       if (!bind) {
@@ -54,7 +53,7 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions
         give_back_unused(idx);
         return std::move(bind).error().context("sandbox for " + opts.name + " jobs");
       }
-      header["bind"] = std::move(*bind);
+      bind_request = std::move(*bind);
     }
     if (slot.jobs == 0 && child.cgroup() != nullptr) {
       // The job's limits, on the group: the job cannot raise these.
@@ -69,9 +68,15 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions
     }
     child.reset_output();
     const std::uint64_t id = next_job_id_++;
-    header["id"] = id;
     const Deadline deadline = Deadline::after(limits.wall);
-    auto st = send_frame(child.sock(), header, request.payload, deadline, request.fds);
+    // The envelope is written as CBOR around the job's own header (no tree).
+    Status st = ok();
+    if (auto job_header = encode_header(request.header); !job_header)
+      st = std::move(job_header).error();
+    else if (auto header = encode_job_envelope(id, limits, *job_header, bind_request); !header)
+      st = std::move(header).error();
+    else
+      st = send_frame_encoded(child.sock(), *header, request.payload, deadline, request.fds);
     if (!st && st.error().code() == Errc::invalid_argument) {
       // Refused before a byte was written (a header too deep to encode, too
       // many descriptors): the request is at fault, the worker is fine. It goes

@@ -157,6 +157,52 @@ TEST_CASE("ipc: a message that arrives in pieces is read whole - with and withou
   CHECK(got->payload == m.payload);
 }
 
+TEST_CASE("ipc: a job envelope written directly decodes as the tree encoded would", "[ipc]") {
+  // Every integer width, a bind request or none, a job header of its own.
+  const std::uint64_t ids[] = {
+      0, 23, 24, 255, 256, 65535, 65536, 0xffffffffull, 0x100000000ull, UINT64_MAX};
+  const nlohmann::json job = {{"op", "exec"}, {"body_bytes", 355}, {"nested", {{"a", {1, 2}}}}};
+  auto job_bytes = encode_header(job);
+  REQUIRE(job_bytes);
+  for (std::uint64_t id : ids) {
+    for (bool with_bind : {false, true}) {
+      JobLimits l;
+      l.wall = std::chrono::milliseconds(static_cast<std::int64_t>(id % 100000 + 1));
+      l.address_space_bytes = id;
+      l.max_output_bytes = id | 1;
+      l.cpu_seconds = id >> 3;
+      const nlohmann::json bind =
+          with_bind ? nlohmann::json{{"spec", {{"tenant", "uid:1000"}}}, {"retire_growth_bytes", 7}}
+                    : nlohmann::json(nullptr);
+      CAPTURE(id, with_bind);
+      auto env = encode_job_envelope(id, l, *job_bytes, bind);
+      REQUIRE(env);
+      auto decoded = decode_header(*env);
+      REQUIRE(decoded);
+      nlohmann::json want = {{"id", id}, {"limits", to_json(l)}, {"job", job}};
+      if (with_bind) want["bind"] = bind;
+      CHECK(*decoded == want);
+      auto limits = job_limits_from_json((*decoded)["limits"]);
+      REQUIRE(limits);
+      CHECK(limits->wall == l.wall);
+      CHECK(limits->address_space_bytes == l.address_space_bytes);
+      CHECK(limits->max_output_bytes == l.max_output_bytes);
+      CHECK(limits->cpu_seconds == l.cpu_seconds);
+    }
+  }
+  // Not an encoded map, or a job header one level too deep once enveloped: refused.
+  CHECK(encode_job_envelope(1, JobLimits{}, "").error().code() == Errc::invalid_argument);
+  CHECK(encode_job_envelope(1, JobLimits{}, "\x01").error().code() == Errc::invalid_argument);
+  nlohmann::json deep = 1;
+  for (std::size_t i = 0; i + 1 < kMaxHeaderDepth; ++i)
+    deep = nlohmann::json::array({deep});
+  auto deep_bytes = encode_header({{"d", deep}});
+  REQUIRE(deep_bytes);
+  auto refused = encode_job_envelope(1, JobLimits{}, *deep_bytes);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code() == Errc::invalid_argument);
+}
+
 TEST_CASE("ipc: huge lengths are rejected before allocating", "[ipc]") {
   FrameLimits limits{1 * kMiB, 16 * kMiB, 16 * kMiB};
   SECTION("header length") {

@@ -201,6 +201,14 @@ struct JobLimits {
 nlohmann::json to_json(const JobLimits& limits);
 // Errc::invalid_argument naming the field when a field is missing or mistyped.
 Expected<JobLimits> job_limits_from_json(const nlohmann::json& j);
+// A job request's header, {"id", "limits", "job"[, "bind"]} (worker_loop.h),
+// written as CBOR directly: the pool sends one per job, and building the tree
+// only to encode it cost more than the rest of the envelope. `job_header` is
+// the job's own header already encoded (encode_header); `bind` is null or the
+// bind request. Decodes to the same header as encode_header of the tree.
+Expected<std::string> encode_job_envelope(std::uint64_t id, const JobLimits& limits,
+                                          std::string_view job_header,
+                                          const nlohmann::json& bind = nullptr);
 // Checks the invariants above (wall > 0, max_output_bytes > 0).
 Status validate(const JobLimits& limits);
 // The CPU-second limit actually applied (cpu_seconds, or derived from wall).
