@@ -26,6 +26,8 @@ PACKAGES=(
   catch2 python3 python3-jsonschema sqlite3 systemd util-linux procps
   # packaging tests: man -l and groff on the man pages, dpkg-shlibdeps for cpack -G DEB
   man-db groff-base dpkg-dev
+  # bench/service/run_instructions.py: fdod's instructions per request under callgrind
+  valgrind
   # the Python package (python/): pip installs it offline, without build isolation
   python3-pip python3-setuptools python3-wheel
   # its buffer protocol test with numpy arrays (tests/python)

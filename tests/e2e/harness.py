@@ -78,8 +78,11 @@ class Client:
 class Daemon:
     """fdod on a temp socket and state dir with a test configuration."""
 
-    def __init__(self, config=None, state_dir=None, build_dir=None, prefix="fdo-e2e-"):
+    def __init__(self, config=None, state_dir=None, build_dir=None, prefix="fdo-e2e-",
+                 command_prefix=None):
         self.fdod = str(pathlib.Path(build_dir or BUILD).resolve() / "fdod")
+        # A tool fdod runs under (valgrind ...): its pid is then the tool's.
+        self.command_prefix = list(command_prefix or [])
         self.tmp = tempfile.mkdtemp(prefix=prefix)
         self.state_dir = state_dir or os.path.join(self.tmp, "state")
         self.socket = os.path.join(self.tmp, "fdod.sock")
@@ -106,13 +109,13 @@ class Daemon:
         self.log_path = os.path.join(self.tmp, "fdod.log")
         self.proc = None
 
-    def start(self):
+    def start(self, timeout=30):
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [self.fdod, "--socket", self.socket, "--state-dir", self.state_dir,
-             "--config", self.config],
+            self.command_prefix + [self.fdod, "--socket", self.socket, "--state-dir",
+                                   self.state_dir, "--config", self.config],
             stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 30
+        deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"fdod exited with {self.proc.returncode}:\n{self.log_text()}")
