@@ -38,6 +38,8 @@ sys.path.insert(0, str(HERE))
 # and a memory hit, in three stages; the guard off), and its path setup.
 from run_service import ENTRY, FDOD_SETTINGS, PROGRAM_IR, harness  # noqa: E402
 from benchhost import host_info, loadavg  # noqa: E402
+sys.path.insert(0, str(HERE.parents[1] / "tests" / "support"))
+from fdo_unittest import report_skip  # noqa: E402
 
 # Parts of a warm execute, by the function that does each (inclusive counts).
 PARTS = [
@@ -125,8 +127,9 @@ def main():
         ap.error("--executes and --health must be at least 1, --warmup at least 0")
     for tool in ("valgrind", "callgrind_control", "callgrind_annotate"):
         if shutil.which(tool) is None:
-            print(f"run_instructions: skipped: {tool} is not installed "
-                  "(tools/setup.sh installs valgrind)", file=sys.stderr)
+            # Listed with its reason at the end of tools/test.sh's run.
+            report_skip("bench:service:instructions",
+                        f"{tool} is not installed (tools/setup.sh installs valgrind)")
             return 77
     build = pathlib.Path(args.build_dir).resolve()
     try:

@@ -270,10 +270,11 @@ Status read_exact(int fd, std::span<const ReadPart> parts, Deadline deadline, in
       }
     }
     ssize_t n;
+    const int n_iov = remaining();
     if (fds != nullptr) {
+      // One part only (the prefix): iov[0] is what is left of it.
       bool truncated = false;
       const std::size_t had = fds->size();
-      remaining();
       n = receive_with_fds(fd, std::span<char>(static_cast<char*>(iov[0].iov_base), iov[0].iov_len),
                            kMaxMessageFds + 1, 0, *fds, truncated);
       if (truncated || fds->size() > kMaxMessageFds)
@@ -282,7 +283,7 @@ Status read_exact(int fd, std::span<const ReadPart> parts, Deadline deadline, in
                               " file descriptors (" + std::to_string(fds->size() - had) +
                               (truncated ? " or more" : "") + " on one read)");
     } else {
-      n = ::readv(fd, iov.data(), remaining());
+      n = ::readv(fd, iov.data(), n_iov);
     }
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) wait_in_read = false; // a non-blocking fd

@@ -288,8 +288,11 @@ public:
   // that what it leaves of its allowance covers the reply.
   void after_job(std::chrono::steady_clock::duration wall, const JobLimits& limits) {
     if (!armed_) return;
-    const auto keep_below = std::chrono::seconds(effective_cpu_seconds(limits)) /
-                            (2 * static_cast<std::int64_t>(cpus_));
+    // In nanoseconds: whole seconds over 2 x CPUs would round to 0 on a host
+    // with more CPUs than the allowance has seconds.
+    const auto keep_below =
+        std::chrono::nanoseconds(std::chrono::seconds(effective_cpu_seconds(limits))) /
+        (2 * static_cast<std::int64_t>(cpus_));
     if (wall < keep_below) return;
     lift();
   }
