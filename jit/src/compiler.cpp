@@ -271,7 +271,8 @@ Expected<CompileResult> compile(std::string_view program_bytes, const CompileReq
   llvm::ModuleAnalysisManager mam;
   llvm::PassInstrumentationCallbacks pic;
   bool layout_read = false, weights_read = false;
-  // Functions the profile saw called 0 times: no optimization (cold_code.h).
+  // Functions that did next to none of the profiled work: no optimization
+  // (cold_code.h).
   ColdFunctions cold;
   cold.register_callbacks(pic);
   const bool profile_args = request.mode == CompileMode::instrumented && knobs.spec_min_share > 0;

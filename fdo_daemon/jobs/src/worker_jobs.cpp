@@ -207,8 +207,8 @@ std::string explain_decisions(const jit::CompileResult& r) {
     out += (out.empty() ? "value specialization passed over " : "; passed over ") + skipped;
   if (r.cold_functions != 0)
     out += (out.empty() ? "" : "; ") + std::to_string(r.cold_functions) +
-           " function(s) the profile saw called 0 times compiled without optimization "
-           "(knobs.cold_code baseline)";
+           " function(s) that did at most 1/10,000 of the profiled work (those called 0 "
+           "times among them) compiled without optimization (knobs.cold_code baseline)";
   if (r.partitions > 1)
     out += (out.empty() ? "" : "; ") + std::string("compiled in ") + std::to_string(r.partitions) +
            " parts at once" +

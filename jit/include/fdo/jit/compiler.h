@@ -35,7 +35,9 @@ namespace fdo::jit {
 // 8: a large module may be code-generated in parts, its output an object set.
 // 9: parts planned on the submitted module, imports transitive, the profile
 //    summary rounded in parts (incremental recompiles).
-inline constexpr int kPipelineVersion = 9;
+// 10: cold_code baseline takes the functions that did at most 1/10,000 of the
+//    profiled work, not only those profiled at 0 calls.
+inline constexpr int kPipelineVersion = 10;
 
 // Partitioned codegen (CompileRequest::threads): the least optimized
 // instructions per part, and the most parts one compile makes.
@@ -216,8 +218,9 @@ struct CompileResult {
   // each (docs/jit.md, "Value specialization").
   std::vector<Specialization> specializations;
   std::vector<std::string> specializations_skipped;
-  // Optimized mode: functions the profile saw called 0 times, compiled
-  // without optimization (docs/jit.md, "Cold code").
+  // Optimized mode: functions that did next to none of the profiled work
+  // (those called 0 times among them), compiled without optimization
+  // (docs/jit.md, "Cold code").
   std::size_t cold_functions = 0;
   // Parts the module was compiled in (`object` is then an object set,
   // fdo/jit/object_set.h); 1 for a single object. `split` says where the
