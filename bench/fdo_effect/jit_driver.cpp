@@ -62,6 +62,14 @@
 // "part": i, "input": "same" (only the object differs) or "differs",
 // "origin": how the build came by it}; "optimize_ms": the whole module's pipeline up to the cut;
 // "prefix": how the incremental build came by the pipeline's prefix, offered the first build's).
+// --after-instrumented (with --profile or --profdata, and --threads > 1)
+// first compiles the program in instrumented mode (untimed, no profile: a
+// program's first stage in fdod) and offers its pipeline prefix to the timed
+// optimized compile, as fdod offers a program's last build's prefix to its
+// next compile (docs/jit.md, "The pipeline's prefix"): the program's first
+// optimized compile as fdod runs it. The JSON line gains "prefix": how the
+// timed compile came by its prefix ("taken" when the instrumented build's
+// matched).
 // or, with --serve, reads commands from stdin, one per line:
 //   run N W    -> one such JSON line per command
 //   quit (or end of input) -> exit 0
@@ -132,6 +140,7 @@ struct Options {
   std::optional<std::int64_t> arg; // the entry's one integer argument
   unsigned threads = 1;            // CompileRequest::threads
   int recompile_percent = 0;       // 0: no recompile
+  bool after_instrumented = false; // offer an instrumented build's prefix
   unsigned parts = 0;              // CompileRequest::max_parts (0: as many as threads)
   std::size_t part_instructions =
       jit::kMinPartInstructions; // CompileRequest::min_part_instructions
@@ -145,7 +154,8 @@ Options parse_args(int argc, char** argv) {
                 " [--serve] [--emit-ir FILE] [--emit-object FILE] [--block-locations on|off]"
                 " [--layout] [--clock monotonic|thread-cpu] [--profdata FILE | --profile FILE]"
                 " [--text-offset 0|16|32|48] [--arg N] [--threads N]"
-                " [--parts N] [--part-instructions N] [--recompile-percent P]");
+                " [--parts N] [--part-instructions N] [--recompile-percent P]"
+                " [--after-instrumented]");
   };
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -222,6 +232,8 @@ Options parse_args(int argc, char** argv) {
       if (v.empty() || *end != '\0' || n < 100 || n > 100'000'000)
         usage("--part-instructions expects 100 to 100000000, got '" + v + "'");
       o.part_instructions = n;
+    } else if (a == "--after-instrumented") {
+      o.after_instrumented = true;
     } else if (a == "--recompile-percent") {
       std::string v = value();
       char* end = nullptr;
@@ -255,6 +267,8 @@ Options parse_args(int argc, char** argv) {
   if (o.runs < 1) usage("--runs must be at least 1");
   if (o.recompile_percent != 0 && (o.threads < 2 || (o.profdata.empty() && o.profile_json.empty())))
     usage("--recompile-percent needs --profile or --profdata and --threads 2 or more");
+  if (o.after_instrumented && (o.threads < 2 || (o.profdata.empty() && o.profile_json.empty())))
+    usage("--after-instrumented needs --profile or --profdata and --threads 2 or more");
   return o;
 }
 
@@ -262,10 +276,11 @@ class Kernel {
 public:
   Kernel(const Options& o, CompileMode mode, double compile_ms, jit::PhaseTimes times,
          unsigned partitions, std::unique_ptr<jit::Loader> loader,
-         std::unique_ptr<jit::LoadedProgram> program, jit::ThunkFn thunk, std::string recompile)
+         std::unique_ptr<jit::LoadedProgram> program, jit::ThunkFn thunk, std::string recompile,
+         std::string prefix)
       : opts_(o), mode_(mode), compile_ms_(compile_ms), times_(times), partitions_(partitions),
         loader_(std::move(loader)), program_(std::move(program)), thunk_(thunk),
-        recompile_(std::move(recompile)) {}
+        recompile_(std::move(recompile)), prefix_(std::move(prefix)) {}
 
   // One batch: `warmup` untimed calls, then `runs` timed ones. Returns the
   // JSON line, or exits with status 3 when two calls disagree.
@@ -295,6 +310,7 @@ public:
         << ", \"optimize\": " << times_.optimize << ", \"codegen\": " << times_.codegen
         << "}, \"partitions\": " << partitions_;
     if (!recompile_.empty()) out << ", \"recompile\": " << recompile_;
+    if (!prefix_.empty()) out << ", \"prefix\": \"" << prefix_ << "\"";
     out << ", \"ns\": [";
     for (std::size_t i = 0; i < ns.size(); ++i)
       out << (i ? ", " : "") << ns[i];
@@ -312,6 +328,7 @@ private:
   std::unique_ptr<jit::LoadedProgram> program_;
   jit::ThunkFn thunk_;
   std::string recompile_; // JSON object, or empty
+  std::string prefix_;    // --after-instrumented: how the compile came by its prefix
   std::optional<std::uint64_t> first_;
 };
 
@@ -491,8 +508,26 @@ Kernel build(const Options& o) {
   req.threads = o.threads;
   req.max_parts = o.parts;
   req.min_part_instructions = o.part_instructions;
+  // The timed compile's request: with --after-instrumented, offered the
+  // prefix of an instrumented build of the program (the recompiles below
+  // still start from nothing).
+  jit::CompileRequest timed = req;
+  std::optional<jit::CompileResult> instrumented; // holds the prefix's bitcode
+  if (o.after_instrumented) {
+    jit::CompileRequest first = req;
+    first.mode = CompileMode::instrumented;
+    first.profile = nullptr; // a program's first stage has no profile yet
+    first.keep_ir = false;
+    Expected<jit::CompileResult> built = jit::compile(text, first);
+    if (!built) fail(1, o.ir_path + " (instrumented): " + built.error().describe());
+    instrumented = std::move(*built);
+    if (instrumented->prefix)
+      timed.held_prefix =
+          jit::HeldPrefix{instrumented->prefix->key, instrumented->prefix->bitcode_hash,
+                          instrumented->prefix->bitcode};
+  }
   const std::int64_t t0 = now_ns(CLOCK_MONOTONIC);
-  Expected<jit::CompileResult> compiled = jit::compile(text, req);
+  Expected<jit::CompileResult> compiled = jit::compile(text, timed);
   const double compile_ms = static_cast<double>(now_ns(CLOCK_MONOTONIC) - t0) / 1e6;
   if (!compiled) fail(1, o.ir_path + ": " + compiled.error().describe());
   std::string recompile;
@@ -548,8 +583,11 @@ Kernel build(const Options& o) {
   if (!found) fail(2, o.ir_path + " has no entry '" + o.entry + "'");
   Expected<jit::ThunkFn> thunk = (*program)->thunk(o.entry);
   if (!thunk) fail(1, thunk.error().describe());
+  std::string prefix;
+  if (o.after_instrumented)
+    prefix = compiled->prefix ? std::string(jit::to_string(compiled->prefix->origin)) : "none";
   return Kernel(o, req.mode, compile_ms, compiled->times, compiled->partitions, std::move(*loader),
-                std::move(*program), *thunk, std::move(recompile));
+                std::move(*program), *thunk, std::move(recompile), std::move(prefix));
 }
 
 } // namespace

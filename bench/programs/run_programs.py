@@ -17,8 +17,11 @@ one run on this host:
 3. The settled profile (`profile.export`) compiled again in optimized mode in
    one process (`fdo_effect_jit --profile`), in one piece (`--threads 1`) and
    in parts on every core (`--threads N`, docs/jit.md "Partitioned
-   compiles"), one after the other: wall time and the compile's own phase
-   times, and what they leave unaccounted; then the settled code of both
+   compiles"), one after the other, and in parts after an instrumented
+   build of the program whose pipeline prefix it is offered, as fdod runs a
+   program's first optimized compile (`--after-instrumented`): wall time and
+   the compile's own phase times, and what they leave unaccounted; then the
+   settled code of the first two
    timed against the native build, call for call. Then two rewrites that
    double the counts of 10 % of the profiled functions, scattered over the
    program or clustered in one run of it, and one of one function, each
@@ -163,10 +166,10 @@ def jit_run(build, ir, doc, n, tmp, threads, extra=()):
     return json.loads(r.stdout)
 
 
-def jit_compile(build, ir, doc, n, tmp, threads):
+def jit_compile(build, ir, doc, n, tmp, threads, extra=()):
     """The settled profile compiled in one process with up to `threads` parts:
     (wall ms, phases, checksum, call times, parts)."""
-    out = jit_run(build, ir, doc, n, tmp, threads)
+    out = jit_run(build, ir, doc, n, tmp, threads, extra)
     return (out["compile_ms"], out["times_us"], out["checksum"], [x / 1e6 for x in out["ns"]],
             out.get("partitions", 1))
 
@@ -227,6 +230,13 @@ def main():
             if checksum != expected:
                 bad.append(f"{name}: fdo_effect_jit's partitioned optimized build returned "
                            f"{checksum}")
+            # The program's first optimized compile as fdod runs it: offered
+            # the prefix its instrumented build kept (docs/jit.md, "The
+            # pipeline's prefix").
+            after = jit_run(build, ir, doc, n, tmp, cores, ("--after-instrumented",))
+            if after["checksum"] != expected:
+                bad.append(f"{name}: the optimized build after an instrumented one returned "
+                           f"{after['checksum']}")
             # A rewrite that moves RECOMPILE_PERCENT % of the functions' counts,
             # compiled from nothing, from the first build's parts, and from its
             # parts and pipeline prefix (docs/jit.md "Incremental recompiles",
@@ -252,6 +262,9 @@ def main():
                "jit_optimized_wall_ms": wall_ms, "jit_phases_us": phases,
                "jit_partitioned_wall_ms": split_ms, "jit_partitioned_phases_us": split_phases,
                "jit_partitions": parts, "fdo_partitioned_call_ms": split_call_ms,
+               "jit_after_instrumented_wall_ms": after["compile_ms"],
+               "jit_after_instrumented_phases_us": after["times_us"],
+               "jit_after_instrumented_prefix": after.get("prefix"),
                "native_call_ms": native_ms, "fdo_call_ms": fdo_ms, "recompile": recompile}
         if first_opt is not None:
             rec["async_stages_before_optimized"], rec["async_seconds"], rec["async_modes"] = \
@@ -267,7 +280,10 @@ def main():
             print(f"fdod {mode:16s} stage waited {worst:6.2f} s = {worst / parallel:5.2f}x clang "
                   f"-j{cores}, {worst / module:5.2f}x the module")
         for label, ms, ph in (("in one piece", wall_ms, phases),
-                              (f"in {parts} parts", split_ms, split_phases)):
+                              (f"in {parts} parts", split_ms, split_phases),
+                              (f"in {after.get('partitions', 1)} parts, as fdod's first "
+                               f"(prefix of the instrumented build: {after.get('prefix')})",
+                               after["compile_ms"], after["times_us"])):
             accounted = sum(ph.get(p, 0) for p in PHASES) / 1e3
             print(f"optimized compile {label:12s}: {ms / 1e3:6.2f} s = {ms / 1e3 / parallel:5.2f}x "
                   f"clang -j{cores}; phases (s): " +
