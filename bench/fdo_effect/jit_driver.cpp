@@ -68,7 +68,7 @@
 // optimized compile, as fdod offers a program's last build's prefix to its
 // next compile (docs/jit.md, "The pipeline's prefix"): the program's first
 // optimized compile as fdod runs it. The JSON line gains "prefix": how the
-// timed compile came by its prefix ("taken" when the instrumented build's
+// timed compile came by its prefix ("reused" when the instrumented build's
 // matched).
 // or, with --serve, reads commands from stdin, one per line:
 //   run N W    -> one such JSON line per command

@@ -15,18 +15,6 @@ using namespace fdo::jit::test;
 
 namespace {
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t eol = text.find('\n', pos);
-    if (eol == std::string::npos) eol = text.size();
-    out.push_back(text.substr(pos, eol - pos));
-    pos = eol + 1;
-  }
-  return out;
-}
-
 // The attributes of `name`'s definition in printed IR (its attribute group).
 std::string attributes_of(const std::string& ir, const std::string& name) {
   const std::regex define("^define .*@" + name + R"(\(.*\).* #(\d+))");
@@ -125,11 +113,7 @@ done:
   auto p = (*loader)->load(instrumented.object, instrumented);
   if (!p) FAIL(p.error().describe());
   REQUIRE((*p)->call("hot", std::vector<std::uint64_t>{10}).value_or(0) == 45);
-  ProfileDoc profile;
-  auto counts = (*p)->read_counters();
-  for (const InstrumentedFunction& f : instrumented.counters_layout)
-    profile.functions[f.pgo_name] = FunctionProfile{
-        .cfg_hash = f.cfg_hash, .counts = counts.at(f.pgo_name), .source_name = f.pgo_name};
+  ProfileDoc profile = profile_from(instrumented, **p);
   // `cold` never ran: its loop stays a loop; optimized, it is a closed form.
   CompileResult baseline = compile_or_throw(ir, request(CompileMode::optimized, &profile, true));
   CHECK(baseline.cold_functions == 1);
@@ -192,11 +176,7 @@ done:
   auto p = (*loader)->load(instrumented.object, instrumented);
   if (!p) FAIL(p.error().describe());
   const std::uint64_t expected = (*p)->call("run", std::vector<std::uint64_t>{100000}).value();
-  ProfileDoc profile;
-  auto counts = (*p)->read_counters();
-  for (const InstrumentedFunction& f : instrumented.counters_layout)
-    profile.functions[f.pgo_name] = FunctionProfile{
-        .cfg_hash = f.cfg_hash, .counts = counts.at(f.pgo_name), .source_name = f.pgo_name};
+  ProfileDoc profile = profile_from(instrumented, **p);
 
   CompileResult o = compile_or_throw(ir, request(CompileMode::optimized, &profile, true));
   CHECK(o.cold_functions == 2);
@@ -220,11 +200,7 @@ done:
   // short, so nothing but the never-called function is under the share.
   (*p)->reset_counters();
   REQUIRE((*p)->call("run", std::vector<std::uint64_t>{10}).has_value());
-  ProfileDoc short_loop;
-  auto short_counts = (*p)->read_counters();
-  for (const InstrumentedFunction& f : instrumented.counters_layout)
-    short_loop.functions[f.pgo_name] = FunctionProfile{
-        .cfg_hash = f.cfg_hash, .counts = short_counts.at(f.pgo_name), .source_name = f.pgo_name};
+  const ProfileDoc short_loop = profile_from(instrumented, **p);
   CompileResult s = compile_or_throw(ir, request(CompileMode::optimized, &short_loop, true));
   CHECK(s.cold_functions == 1);
   CHECK(contains(attributes_of(s.ir, "never"), "optnone"));

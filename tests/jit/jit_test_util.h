@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace fdo::jit::test {
 
@@ -50,6 +51,19 @@ inline CompileRequest request(CompileMode mode, const ProfileDoc* profile = null
   r.profile = profile;
   r.keep_ir = keep_ir;
   return r;
+}
+
+// The lines of `text`, without their '\n'.
+inline std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) eol = text.size();
+    out.push_back(text.substr(pos, eol - pos));
+    pos = eol + 1;
+  }
+  return out;
 }
 
 inline bool contains(const std::string& haystack, const std::string& needle) {

@@ -21,18 +21,6 @@ using namespace fdo::jit::test;
 
 namespace {
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t eol = text.find('\n', pos);
-    if (eol == std::string::npos) eol = text.size();
-    out.push_back(text.substr(pos, eol - pos));
-    pos = eol + 1;
-  }
-  return out;
-}
-
 // The weights of the branch in `ir` whose successors are %hot and %cold, as
 // {weight towards %hot, weight towards %cold}.
 std::pair<std::uint64_t, std::uint64_t> hot_cold_weights(const std::string& ir) {

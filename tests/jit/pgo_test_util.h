@@ -38,15 +38,18 @@ inline Instrumented load_instrumented(const std::string& fixture_name,
 
 // What the daemon does with counter read-back: counts keyed by PGO name,
 // CFG hash from the compile's layout.
-inline ProfileDoc profile_from(const Instrumented& i) {
+inline ProfileDoc profile_from(const CompileResult& compiled, const LoadedProgram& program) {
   ProfileDoc doc;
-  auto counts = i.program->read_counters();
-  for (const InstrumentedFunction& f : i.compiled.counters_layout)
+  auto counts = program.read_counters();
+  for (const InstrumentedFunction& f : compiled.counters_layout)
     doc.functions[f.pgo_name] =
         FunctionProfile{.cfg_hash = f.cfg_hash,
                         .counts = counts.at(f.pgo_name),
-                        .source_name = i.compiled.source_names.at(f.pgo_name)};
+                        .source_name = compiled.source_names.at(f.pgo_name)};
   return doc;
+}
+inline ProfileDoc profile_from(const Instrumented& i) {
+  return profile_from(i.compiled, *i.program);
 }
 
 } // namespace fdo::jit::test
