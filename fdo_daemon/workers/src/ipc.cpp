@@ -17,9 +17,38 @@
 
 namespace fdo::daemon {
 
+void PauseClock::pause() {
+  std::lock_guard lk(mu_);
+  if (!since_) since_ = Clock::now();
+}
+
+void PauseClock::resume() {
+  std::lock_guard lk(mu_);
+  if (!since_) return;
+  total_ += Clock::now() - *since_;
+  since_.reset();
+}
+
+PauseClock::Clock::duration PauseClock::paused() const {
+  std::lock_guard lk(mu_);
+  return since_ ? total_ + (Clock::now() - *since_) : total_;
+}
+
+Deadline Deadline::following(std::shared_ptr<const PauseClock> pauses) const {
+  Deadline d = *this;
+  d.pauses_ = std::move(pauses);
+  return d;
+}
+
+std::optional<Deadline::Clock::time_point> Deadline::when() const {
+  if (!when_ || !pauses_) return when_;
+  return *when_ + pauses_->paused();
+}
+
 int Deadline::poll_timeout_ms() const {
-  if (!when_) return -1;
-  auto left = *when_ - Clock::now();
+  auto w = when();
+  if (!w) return -1;
+  auto left = *w - Clock::now();
   if (left <= Clock::duration::zero()) return 0;
   // Round up so poll never returns "timed out" just before the deadline.
   auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();

@@ -34,7 +34,7 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions
   // bounded, so a pool whose workers keep dying still answers.
   int dead_found = 0, send_retries = 0;
   for (;;) {
-    FDO_TRY(int idx, acquire(options.tenant));
+    FDO_TRY(int idx, acquire(options.tenant, options.priority));
     // The slot is ours alone while it is busy.
     Slot& slot = slots_[static_cast<std::size_t>(idx)];
     Child& child = *slot.child;
@@ -68,7 +68,8 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions
     }
     child.reset_output();
     const std::uint64_t id = next_job_id_++;
-    const Deadline deadline = Deadline::after(limits.wall);
+    // A background job's limit counts only the time it is not stopped.
+    const Deadline deadline = Deadline::after(limits.wall).following(slot.pauses);
     // The envelope is written as CBOR around the job's own header (no tree).
     Status st = ok();
     if (auto job_header = encode_header(request.header); !job_header)
@@ -183,6 +184,7 @@ WorkerPool::Impl::finish_job(int idx, std::uint64_t id, Deadline deadline, const
 Expected<Message> WorkerPool::Impl::fail_worker(int idx, Failure kind, const Error& cause,
                                                 const JobLimits& limits,
                                                 const std::optional<FatalReport>& report) {
+  end_job(idx); // before the process is reaped: a stopped one is continued first
   Child& child = *slots_[static_cast<std::size_t>(idx)].child;
   const pid_t pid = child.pid();
   EndedBy ended_by = EndedBy::pool;

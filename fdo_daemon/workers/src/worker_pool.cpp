@@ -160,8 +160,10 @@ std::string WorkerPool::Impl::last_spawn_error_locked() const {
   return "unknown error";
 }
 
-std::size_t WorkerPool::Impl::running_locked(const std::string& tenant) const {
+std::size_t WorkerPool::Impl::running_locked(const std::string& tenant, Jobs which) const {
   return static_cast<std::size_t>(std::count_if(slots_.begin(), slots_.end(), [&](const Slot& s) {
+    if (which == Jobs::foreground && s.job_active && s.job_priority == JobPriority::background)
+      return false;
     return (s.state == WorkerState::busy || s.reserved_for) && s.job_tenant == tenant;
   }));
 }
@@ -219,8 +221,22 @@ void WorkerPool::Impl::dispatch_locked() {
   // keeps its place in the rotation): the rest of the pool stays for others.
   const std::size_t cap = opts.max_running_per_tenant;
   auto below_cap = [&](const std::string& t) { return cap == 0 || running_locked(t) < cap; };
+  // A foreground waiter whose tenant is at its cap only through background
+  // jobs (stopped while it runs: JobPriority) is not held back by them, nor
+  // by its tenant's background waiters; it comes after every waiter below
+  // its cap.
+  auto foreground_waiter = [&](const std::string& t) {
+    return queue_.oldest_where(t, [&](std::uint64_t id) { return !background_waiters_.count(id); });
+  };
+  auto held_by_background = [&](const std::string& t) {
+    return cap != 0 && running_locked(t, Jobs::foreground) < cap && foreground_waiter(t);
+  };
   for (std::size_t guard = 0; guard <= slots_.size() + queue_.size(); ++guard) {
     auto next = queue_.next_where(below_cap);
+    if (!next) {
+      next = queue_.next_where(held_by_background);
+      if (next) next->id = *foreground_waiter(next->tenant);
+    }
     if (!next) break;
     if (assigned_.count(next->id)) {
       queue_.remove(next->id, next->tenant);
@@ -256,7 +272,55 @@ void WorkerPool::Impl::dispatch_locked() {
   if (changed) cv_free_.notify_all();
 }
 
-Expected<int> WorkerPool::Impl::acquire(const std::string& tenant) {
+void WorkerPool::Impl::begin_job_locked(Slot& s, JobPriority priority) {
+  s.job_active = true;
+  s.job_priority = priority;
+  s.stopped = false;
+  if (priority == JobPriority::foreground) {
+    s.pauses.reset();
+    if (foreground_running_++ == 0)
+      for (Slot& other : slots_)
+        stop_background_locked(other);
+    return;
+  }
+  s.pauses = std::make_shared<PauseClock>();
+  if (foreground_running_ > 0) stop_background_locked(s);
+}
+
+void WorkerPool::Impl::end_job_locked(Slot& s) {
+  if (!s.job_active) return;
+  s.job_active = false;
+  if (s.job_priority == JobPriority::background) {
+    continue_background_locked(s);
+    s.pauses.reset();
+    return;
+  }
+  if (--foreground_running_ == 0)
+    for (Slot& other : slots_)
+      continue_background_locked(other);
+}
+
+void WorkerPool::Impl::end_job(int idx) {
+  std::lock_guard lk(mu_);
+  end_job_locked(slots_[static_cast<std::size_t>(idx)]);
+}
+
+void WorkerPool::Impl::stop_background_locked(Slot& s) {
+  if (!s.job_active || s.job_priority != JobPriority::background || s.stopped || !s.child) return;
+  s.pauses->pause();
+  s.child->signal_group(SIGSTOP);
+  s.stopped = true;
+  ++background_stops_;
+}
+
+void WorkerPool::Impl::continue_background_locked(Slot& s) {
+  if (!s.stopped) return;
+  if (s.child) s.child->signal_group(SIGCONT);
+  s.pauses->resume();
+  s.stopped = false;
+}
+
+Expected<int> WorkerPool::Impl::acquire(const std::string& tenant, JobPriority priority) {
   std::unique_lock lk(mu_);
   if (stopping_) {
     ++failures_.unavailable;
@@ -278,7 +342,9 @@ Expected<int> WorkerPool::Impl::acquire(const std::string& tenant) {
                           ": max_queued_jobs_per_uid); retry when earlier ones finish");
   }
   const std::uint64_t ticket = queue_.push(tenant);
+  if (priority == JobPriority::background) background_waiters_.insert(ticket);
   auto leave = [&] {
+    background_waiters_.erase(ticket);
     queue_.remove(ticket, tenant);
     for (Slot& s : slots_)
       if (s.reserved_for && *s.reserved_for == ticket) s.reserved_for.reset();
@@ -300,10 +366,12 @@ Expected<int> WorkerPool::Impl::acquire(const std::string& tenant) {
     if (auto it = assigned_.find(ticket); it != assigned_.end()) {
       int idx = it->second;
       assigned_.erase(it);
+      background_waiters_.erase(ticket);
       queue_.remove(ticket, tenant); // gone already unless served out of turn
       Slot& s = slots_[static_cast<std::size_t>(idx)];
       // Bound now, so no other tenant is ever handed this process.
       if (opts.bind_spec && !s.tenant) s.tenant = tenant;
+      begin_job_locked(s, priority);
       return idx;
     }
     if (no_worker_can_come_locked()) {
@@ -333,6 +401,7 @@ Expected<int> WorkerPool::Impl::acquire(const std::string& tenant) {
 void WorkerPool::Impl::give_back_unused(int idx) {
   std::lock_guard lk(mu_);
   Slot& s = slots_[static_cast<std::size_t>(idx)];
+  end_job_locked(s);
   ++failures_.handler_error;
   if (s.jobs == 0) s.tenant.reset();
   s.state = WorkerState::idle;
@@ -343,6 +412,7 @@ void WorkerPool::Impl::release(int idx, bool succeeded, const std::string& retir
   {
     std::lock_guard lk(mu_);
     Slot& s = slots_[static_cast<std::size_t>(idx)];
+    end_job_locked(s);
     ++s.jobs;
     if (succeeded)
       ++succeeded_;
@@ -386,6 +456,7 @@ void WorkerPool::Impl::replace_worker_locked(Slot& s) {
 }
 
 void WorkerPool::Impl::retire_idle_worker(int idx, const std::string& why) {
+  end_job(idx);
   Child& child = *slots_[static_cast<std::size_t>(idx)].child;
   const pid_t pid = child.pid();
   ExitInfo ended = child.reap();
@@ -412,6 +483,7 @@ PoolStats WorkerPool::Impl::stats() const {
   s.retired = retired_;
   s.recycled = recycled_;
   s.program_exits = program_exits_;
+  s.background_stops = background_stops_;
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     const Slot& slot = slots_[i];
     WorkerInfo w;

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,6 +56,14 @@ private:
     std::string job_tenant;
     // The waiter this slot's next process is started for (a recycle).
     std::optional<std::uint64_t> reserved_for;
+    // The job the slot runs, from acquire() until the job ends (released,
+    // given back, or its worker failed or retired): its priority, and for a
+    // background one the clock of the time it spent stopped and whether it
+    // is stopped now.
+    bool job_active = false;
+    JobPriority job_priority = JobPriority::foreground;
+    std::shared_ptr<PauseClock> pauses;
+    bool stopped = false;
     int consecutive_spawn_failures = 0;
     detail::Clock::time_point next_spawn{};
     std::string last_spawn_error;
@@ -62,11 +71,23 @@ private:
   };
 
   void supervise();
-  Expected<int> acquire(const std::string& tenant);
+  Expected<int> acquire(const std::string& tenant, JobPriority priority);
+  // A job's start and end on a slot, under mu_ (job_runner.h, JobPriority):
+  // the first foreground job stops every background one, the last continues
+  // them; a background job that starts while a foreground one runs starts
+  // stopped. end_job_locked is idempotent and comes before anything reaps the
+  // slot's process, so no signal goes to a process already reaped.
+  void begin_job_locked(Slot& s, JobPriority priority);
+  void end_job_locked(Slot& s);
+  void end_job(int idx);
+  void stop_background_locked(Slot& s);
+  void continue_background_locked(Slot& s);
   void dispatch_locked();
   int usable_slot_locked(const std::string& tenant) const;
-  // Jobs of `tenant` running or about to (busy slots, workers starting for it).
-  std::size_t running_locked(const std::string& tenant) const;
+  // Jobs of `tenant` running or about to (busy slots, workers starting for it);
+  // with Jobs::foreground, not counting its background jobs.
+  enum class Jobs { all, foreground };
+  std::size_t running_locked(const std::string& tenant, Jobs which = Jobs::all) const;
   int recyclable_slot_locked(const std::string& tenant) const;
   void release(int idx, bool succeeded, const std::string& retire);
   void give_back_unused(int idx);
@@ -107,6 +128,9 @@ private:
   bool shut_down_ = false;
   std::uint64_t jobs_ = 0, succeeded_ = 0, restarts_ = 0, spawn_failures_ = 0, idle_deaths_ = 0;
   std::uint64_t retired_ = 0, recycled_ = 0, program_exits_ = 0;
+  unsigned foreground_running_ = 0;
+  std::set<std::uint64_t> background_waiters_; // tickets of waiting background jobs
+  std::uint64_t background_stops_ = 0;
   FailureCounts failures_;
   std::atomic<std::uint64_t> next_job_id_{1};
   std::thread supervisor_;

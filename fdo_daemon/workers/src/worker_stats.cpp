@@ -61,6 +61,7 @@ nlohmann::json to_json(const PoolStats& s) {
           {"retired", s.retired},
           {"recycled", s.recycled},
           {"program_exits", s.program_exits},
+          {"background_stops", s.background_stops},
           {"workers", std::move(workers)}};
 }
 

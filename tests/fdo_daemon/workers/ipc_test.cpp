@@ -314,6 +314,44 @@ TEST_CASE("ipc: the deadline bounds waiting - also mid-message", "[ipc]") {
   CHECK(Deadline::after(-5ms).poll_timeout_ms() == 0);
 }
 
+TEST_CASE("ipc: a deadline following a pause clock moves later while paused", "[ipc]") {
+  auto pauses = std::make_shared<PauseClock>();
+  const Deadline d = Deadline::after(100ms).following(pauses);
+  const Deadline plain = Deadline::after(100ms);
+  pauses->pause();
+  pauses->pause(); // no effect while paused
+  std::this_thread::sleep_for(150ms);
+  CHECK(plain.expired());
+  CHECK_FALSE(d.expired());
+  CHECK(d.poll_timeout_ms() > 0);
+  pauses->resume();
+  pauses->resume(); // no effect unless paused
+  const auto paused = pauses->paused();
+  CHECK(paused >= 150ms);
+  std::this_thread::sleep_for(20ms);
+  CHECK(pauses->paused() == paused); // not counting once resumed
+  CHECK_FALSE(d.expired());
+  std::this_thread::sleep_for(120ms);
+  CHECK(d.expired());
+  CHECK(d.poll_timeout_ms() == 0);
+  // A socket read waits out the pause too: nothing arrives, so it times out
+  // only once the paused time has been added.
+  auto sp = pair_or_die();
+  auto clock = std::make_shared<PauseClock>();
+  clock->pause();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread later([&] {
+    std::this_thread::sleep_for(200ms);
+    clock->resume();
+  });
+  auto r = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(50ms).following(clock));
+  later.join();
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code() == Errc::timeout);
+  CHECK(std::chrono::steady_clock::now() - t0 >= 250ms);
+  CHECK(Deadline::never().following(clock).poll_timeout_ms() == -1);
+}
+
 TEST_CASE("ipc: a sender blocked by a peer that does not read gives up at the deadline", "[ipc]") {
   auto sp = pair_or_die();
   Message m{{{"op", "x"}}, std::string(32 << 20, 'a')};

@@ -4,6 +4,7 @@
 // leaves something behind.
 #include "fdo/daemon/worker_pool.h"
 #include "fdo/util/fair_queue.h"
+#include "pool_test_util.h"
 
 #include <catch2/catch.hpp>
 #include <future>
@@ -14,30 +15,17 @@
 
 using namespace fdo;
 using namespace fdo::daemon;
+using namespace fdo::daemon::testing;
 using namespace std::chrono_literals;
 
 namespace {
 
 PoolOptions tenant_options(int size = 1) {
-  PoolOptions o;
-  o.worker_path = FDO_TEST_WORKER;
-  o.worker_args = {"--role", "exec"};
-  o.size = size;
-  o.name = "exec";
-  o.defaults.wall = 20s;
-  o.respawn_backoff_initial = 20ms;
-  o.respawn_backoff_max = 100ms;
-  o.shutdown_grace = 1s;
+  PoolOptions o = test_options(size);
   o.bind_spec = [](const std::string& tenant) -> Expected<nlohmann::json> {
     return nlohmann::json{{"spec", {{"tenant", tenant}}}, {"retire_growth_bytes", 32u << 20}};
   };
   return o;
-}
-
-std::unique_ptr<WorkerPool> make_pool(const PoolOptions& o) {
-  auto pool = WorkerPool::create(o);
-  if (!pool) FAIL(pool.error().describe());
-  return std::move(*pool);
 }
 
 JobOptions as(const std::string& tenant) {
@@ -85,6 +73,26 @@ TEST_CASE("fair queue: tenants take turns - each tenant's waiters in order", "[f
   CHECK(q.next()->id == x1);
   q.remove(x1, "x");
   CHECK(q.next()->id == y1);
+}
+
+TEST_CASE("fair queue: a tenant's waiter served out of its order", "[fair_queue]") {
+  FairQueue<> q;
+  auto a1 = q.push("a");
+  auto a2 = q.push("a");
+  auto b1 = q.push("b");
+  auto a3 = q.push("a");
+  CHECK(q.oldest_where("a", [&](std::uint64_t id) { return id != a1; }) == a2);
+  CHECK(q.oldest_where("a", [&](std::uint64_t id) { return id == a3; }) == a3);
+  CHECK_FALSE(q.oldest_where("a", [](std::uint64_t) { return false; }));
+  CHECK_FALSE(q.oldest_where("z", [](std::uint64_t) { return true; }));
+  // Served ahead of a1: the others keep their order, a goes to the back.
+  q.serve(a2, "a");
+  CHECK(q.waiting("a") == 2);
+  CHECK(q.next()->id == b1);
+  q.serve(b1, "b");
+  CHECK(q.next()->id == a1);
+  q.serve(a1, "a");
+  CHECK(q.next()->id == a3);
 }
 
 TEST_CASE("worker_pool tenancy: a worker serves one tenant - another tenant gets a fresh one",

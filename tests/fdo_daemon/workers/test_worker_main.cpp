@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
@@ -144,6 +145,25 @@ Expected<Message> handle(int sock, const std::string& role, const Message& req,
   if (op == "sleep_ms") {
     std::this_thread::sleep_for(std::chrono::milliseconds(h.value("ms", 0)));
     return Message{{{"op", "sleep_ms"}, {"pid", static_cast<long>(::getpid())}}, {}};
+  }
+  if (op == "cpu_ms") {
+    // Spins until this thread has used `ms` of CPU: a job whose wall time
+    // grows by whatever time the process spends stopped.
+    auto cpu = [] {
+      timespec ts{};
+      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+    };
+    const auto until = cpu() + std::chrono::milliseconds(h.value("ms", 0));
+    const auto t0 = std::chrono::steady_clock::now();
+    while (cpu() < until) {
+    }
+    const auto wall = std::chrono::steady_clock::now() - t0;
+    return Message{
+        {{"op", "cpu_ms"},
+         {"pid", static_cast<long>(::getpid())},
+         {"wall_ms", std::chrono::duration_cast<std::chrono::milliseconds>(wall).count()}},
+        {}};
   }
   if (op == "fds") return list_fds();
   if (op == "whoami")

@@ -2,6 +2,7 @@
 // kind gives the right Errc and a message naming what happened, the pool
 // replaces dead workers and keeps serving, and nothing is left behind.
 #include "fdo/daemon/worker_pool.h"
+#include "pool_test_util.h"
 #include "support/sanitizer.h"
 #include "support/skip.h"
 #include "support/temp_dir.h"
@@ -21,29 +22,11 @@
 
 using namespace fdo;
 using namespace fdo::daemon;
+using namespace fdo::daemon::testing;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 namespace {
-
-PoolOptions test_options(int size = 1) {
-  PoolOptions o;
-  o.worker_path = FDO_TEST_WORKER;
-  o.worker_args = {"--role", "exec"};
-  o.size = size;
-  o.name = "exec";
-  o.defaults.wall = 20s;
-  o.respawn_backoff_initial = 20ms;
-  o.respawn_backoff_max = 100ms;
-  o.shutdown_grace = 1s;
-  return o;
-}
-
-std::unique_ptr<WorkerPool> make_pool(const PoolOptions& o) {
-  auto pool = WorkerPool::create(o);
-  if (!pool) FAIL(pool.error().describe());
-  return std::move(*pool);
-}
 
 Message job(nlohmann::json header, std::string payload = {}) {
   return Message{std::move(header), std::move(payload)};

@@ -69,6 +69,18 @@ public:
     }
   }
 
+  // The oldest waiter of `tenant` for which `eligible(id)` holds, if any (to
+  // serve a waiter out of its tenant's order: a worker pool's foreground job
+  // before its tenant's background ones).
+  template <class Pred>
+  std::optional<std::uint64_t> oldest_where(const Tenant& tenant, Pred eligible) const {
+    auto it = by_tenant_.find(tenant);
+    if (it == by_tenant_.end()) return std::nullopt;
+    for (std::uint64_t id : it->second)
+      if (eligible(id)) return id;
+    return std::nullopt;
+  }
+
   std::size_t size() const { return size_; }
   std::size_t waiting(const Tenant& tenant) const {
     auto it = by_tenant_.find(tenant);

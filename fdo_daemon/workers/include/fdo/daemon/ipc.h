@@ -33,6 +33,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -76,6 +78,22 @@ struct FrameLimits {
   std::uint64_t max_total_bytes = UINT64_MAX; // header + payload
 };
 
+// The time something spent paused: a background job its pool stopped while
+// foreground jobs ran (job_runner.h). Thread-safe.
+class PauseClock {
+public:
+  using Clock = std::chrono::steady_clock;
+  void pause();  // no effect while paused
+  void resume(); // no effect unless paused
+  // In all, a pause under way included.
+  Clock::duration paused() const;
+
+private:
+  mutable std::mutex mu_;
+  Clock::duration total_{};
+  std::optional<Clock::time_point> since_;
+};
+
 // A point in time after which I/O gives up with Errc::timeout.
 class Deadline {
 public:
@@ -83,10 +101,16 @@ public:
   static Deadline never() { return Deadline(); }
   static Deadline at(Clock::time_point when) { return Deadline(when); }
   static Deadline after(std::chrono::milliseconds d) { return Deadline(Clock::now() + d); }
+  // The same deadline, later by the time `pauses` spends paused, as it goes
+  // (a stopped job's wall limit counts only the time it could run).
+  Deadline following(std::shared_ptr<const PauseClock> pauses) const;
 
   bool is_never() const { return !when_.has_value(); }
-  bool expired() const { return when_ && Clock::now() >= *when_; }
-  std::optional<Clock::time_point> when() const { return when_; }
+  bool expired() const {
+    auto w = when();
+    return w && Clock::now() >= *w;
+  }
+  std::optional<Clock::time_point> when() const;
   // Timeout for poll(2): -1 when never, else the milliseconds left rounded up (0 once expired).
   int poll_timeout_ms() const;
 
@@ -94,6 +118,7 @@ private:
   Deadline() = default;
   explicit Deadline(Clock::time_point when) : when_(when) {}
   std::optional<Clock::time_point> when_;
+  std::shared_ptr<const PauseClock> pauses_;
 };
 
 // ---- Pure framing functions (no I/O) ----

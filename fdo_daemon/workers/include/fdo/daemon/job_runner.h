@@ -24,6 +24,14 @@ enum class AfterJob {
   retire, // replace it: a one-off job (the daemon's probe) should not hold a worker
 };
 
+// Whether anyone waits for a job. A pool stops its background jobs (SIGSTOP)
+// while any of its foreground jobs runs and continues them (SIGCONT) when
+// none does, so a compile no stage waits for (the guard's build ahead of
+// need) never takes cores from one a stage waits for. The time a job spends
+// stopped does not count against its wall limit; its CPU limit is
+// unchanged (a stopped process uses none). docs/workers.md.
+enum class JobPriority { foreground, background };
+
 struct JobOptions {
   JobLimits limits;
   // Jobs of different tenants never run in the same worker process. Empty:
@@ -36,6 +44,7 @@ struct JobOptions {
   // framing does not look into (the exec reply's typed body: exec_messages.h).
   // A runner that does not check (a test's fake) leaves it to the caller.
   std::function<Status(const Message&)> check_reply{};
+  JobPriority priority = JobPriority::foreground;
 };
 
 class JobRunner {

@@ -50,12 +50,13 @@ struct PoolStats {
   std::uint64_t jobs = 0;  // jobs handed to a worker
   std::uint64_t succeeded = 0;
   FailureCounts failures;
-  std::uint64_t restarts = 0;       // replacement processes started
-  std::uint64_t spawn_failures = 0; // failed attempts to start a process
-  std::uint64_t idle_deaths = 0;    // workers found dead between jobs (replaced, job retried)
-  std::uint64_t retired = 0;        // replaced after a job that left threads or memory behind
-  std::uint64_t recycled = 0;       // idle workers of one tenant replaced to serve another
-  std::uint64_t program_exits = 0;  // jobs whose program ended the worker with exit(n)
+  std::uint64_t restarts = 0;         // replacement processes started
+  std::uint64_t spawn_failures = 0;   // failed attempts to start a process
+  std::uint64_t idle_deaths = 0;      // workers found dead between jobs (replaced, job retried)
+  std::uint64_t retired = 0;          // replaced after a job that left threads or memory behind
+  std::uint64_t recycled = 0;         // idle workers of one tenant replaced to serve another
+  std::uint64_t program_exits = 0;    // jobs whose program ended the worker with exit(n)
+  std::uint64_t background_stops = 0; // background jobs stopped while foreground ones ran
   std::vector<WorkerInfo> workers;
 };
 nlohmann::json to_json(const PoolStats& stats);
