@@ -53,7 +53,8 @@ public:
   Expected<Identification> identify(const Program& p) override {
     return Identification{blake3_hex(p.bytes)};
   }
-  Expected<CompiledOutput> compile(const Program& p, const ProfileRef&, CompileMode) override {
+  Expected<CompiledOutput> compile(const Program& p, const ProfileRef&, CompileMode,
+                                   CompilePriority) override {
     auto end = Clock::now() + cost_;
     while (Clock::now() < end) {
     } // busy-wait: a fixed, sleep-jitter-free cost

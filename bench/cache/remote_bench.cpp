@@ -49,8 +49,8 @@ public:
     if (!a) return std::move(a).error();
     return Identification{a->profile_key};
   }
-  Expected<CompiledOutput> compile(const Program& p, const ProfileRef& profile,
-                                   CompileMode mode) override {
+  Expected<CompiledOutput> compile(const Program& p, const ProfileRef& profile, CompileMode mode,
+                                   CompilePriority) override {
     jit::CompileRequest req;
     req.mode = mode;
     req.profile = profile.doc.get();

@@ -99,7 +99,8 @@ struct Orchestrator::Impl {
 
   // The body of a compile flight (FIG. 4 steps 412-418): re-check (a flight
   // that just finished may have stored the output), then compile and store.
-  Expected<Fetched> compile_and_store(const Target& t, const Program& given, Placement where);
+  Expected<Fetched> compile_and_store(const Target& t, const Program& given, Placement where,
+                                      CompilePriority priority);
 
   // The current profile for t.pk, the mode it asks for and the CK they give.
   Status read_profile(Target& t);

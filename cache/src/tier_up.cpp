@@ -64,8 +64,12 @@ detail::Scheduled Orchestrator::Impl::schedule(const Target& t, const Program& p
 
 detail::JobResult Orchestrator::Impl::run_tier_up(const Target& t, const Program& program,
                                                   bool ahead) {
-  auto [fetched, role] = compile_flights.run(
-      t.ck, [&] { return compile_and_store(t, program, Placement::cache_key); });
+  // A stage's tier-up is what the program's next stages will run; a build
+  // ahead of need may yield to it and to every stage's compile.
+  auto [fetched, role] = compile_flights.run(t.ck, [&] {
+    return compile_and_store(t, program, Placement::cache_key,
+                             ahead ? CompilePriority::background : CompilePriority::stage);
+  });
   ExplainRecord r = base_record(t, std::nullopt);
   r.reason = Reason::profile_rewritten;
   if (!fetched) {

@@ -26,6 +26,7 @@ struct CompileCall {
   std::string pk, digest;
   std::int64_t version = 0;
   CompileMode mode = CompileMode::plain;
+  CompilePriority priority = CompilePriority::stage;
 };
 
 class FakeCompiler : public Compiler {
@@ -63,11 +64,12 @@ public:
     return Identification{pk_of(p.bytes)};
   }
 
-  Expected<CompiledOutput> compile(const Program& p, const ProfileRef& profile,
-                                   CompileMode mode) override {
+  Expected<CompiledOutput> compile(const Program& p, const ProfileRef& profile, CompileMode mode,
+                                   CompilePriority priority) override {
     std::unique_lock lock(mu_);
     compiles_++;
-    calls_.push_back({p.ik, p.scope, p.bytes, profile.pk, profile.digest, profile.version, mode});
+    calls_.push_back(
+        {p.ik, p.scope, p.bytes, profile.pk, profile.digest, profile.version, mode, priority});
     blocked_++;
     gate_cv_.wait(lock, [&] { return gate_open_; });
     blocked_--;

@@ -438,6 +438,13 @@ TEST_CASE("a rewritten profile's build queues ahead of a precompile - a sync sta
   CHECK(compiler.calls()[2].version == 1);
   CHECK(compiler.calls()[3].mode == CompileMode::plain);
   CHECK(compiler.calls()[3].digest == variant.digest);
+  // The stage's own compile and the rewrite's tier-up are what stages run:
+  // stage priority. Builds ahead of need are background ones (a compiler may
+  // let them yield: fdod stops their workers while stage compiles run).
+  CHECK(compiler.calls()[0].priority == CompilePriority::stage);
+  CHECK(compiler.calls()[1].priority == CompilePriority::background);
+  CHECK(compiler.calls()[2].priority == CompilePriority::stage);
+  CHECK(compiler.calls()[3].priority == CompilePriority::background);
   CHECK(o->tier_up_current(as_program(a)).value() == Precompiled::stored);
 
   // The next sync stage finds it built: no compile of its own.
@@ -464,6 +471,14 @@ TEST_CASE("a rewritten profile's build queues ahead of a precompile - a sync sta
   CHECK(s3->outcome == Outcome::joined);
   CHECK(s3->mode == CompileMode::optimized);
   CHECK(compiler.compiles() == 5);
+  CHECK(compiler.calls()[4].priority == CompilePriority::stage);
+
+  // A sync stage's own compile is a stage one.
+  keys.set_profile(s1.pk, profile_with_counts(90000));
+  StageOutput s4 = stage(*o, a);
+  CHECK(s4.outcome == Outcome::compiled);
+  REQUIRE(compiler.calls().size() == 6);
+  CHECK(compiler.calls()[5].priority == CompilePriority::stage);
 }
 
 TEST_CASE("evicting a program reaches its compiles - running ones and queued ones leave nothing",
@@ -952,7 +967,8 @@ TEST_CASE("adapter bugs (profile without digest - empty object) are clear errors
   CHECK(compiler.compiles() == 0);
 
   struct EmptyObject : FakeCompiler {
-    Expected<CompiledOutput> compile(const Program&, const ProfileRef&, CompileMode) override {
+    Expected<CompiledOutput> compile(const Program&, const ProfileRef&, CompileMode,
+                                     CompilePriority) override {
       return CompiledOutput{};
     }
   } empty;

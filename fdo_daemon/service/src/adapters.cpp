@@ -190,7 +190,8 @@ Expected<cache::Identification> RemoteCompiler::identify(const cache::Program& p
 
 Expected<cache::CompiledOutput> RemoteCompiler::compile(const cache::Program& program,
                                                         const cache::ProfileRef& profile,
-                                                        CompileMode mode) {
+                                                        CompileMode mode,
+                                                        cache::CompilePriority priority) {
   CompileJobLimits l = limits_();
   CompileJob job;
   job.mode = mode;
@@ -215,9 +216,12 @@ Expected<cache::CompiledOutput> RemoteCompiler::compile(const cache::Program& pr
   FDO_TRY(Message req,
           compile_job_message(job, program.bytes, held ? std::string_view(held->objects) : "",
                               prefix ? std::string_view(prefix->bitcode) : ""));
-  FDO_TRY(Message resp,
-          run_compile_job(pool_, req, JobOptions{l.job, sandbox_tenant(program.scope)},
-                          program.scope, program.ik));
+  // A build no stage waits for is stopped while stage compiles run
+  // (JobPriority): it never takes cores from one.
+  JobOptions options{l.job, sandbox_tenant(program.scope)};
+  options.priority = priority == cache::CompilePriority::background ? JobPriority::background
+                                                                    : JobPriority::foreground;
+  FDO_TRY(Message resp, run_compile_job(pool_, req, options, program.scope, program.ik));
   auto reply = compile_reply_of(resp);
   if (!reply)
     return make_error(Errc::internal,

@@ -94,8 +94,8 @@ public:
   // runs in a compile worker bound to the program's tenant.
   Expected<cache::Identification> identify(const cache::Program& program) override;
   Expected<cache::CompiledOutput> compile(const cache::Program& program,
-                                          const cache::ProfileRef& profile,
-                                          CompileMode mode) override;
+                                          const cache::ProfileRef& profile, CompileMode mode,
+                                          cache::CompilePriority priority) override;
   Expected<ProgramAnalysis> analyze(std::string_view program_bytes,
                                     const TenantScope& scope) override;
 

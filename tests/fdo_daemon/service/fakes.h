@@ -309,6 +309,7 @@ public:
       ++jobs_;
       last_limits_ = options.limits;
       tenants_.push_back(options.tenant);
+      priorities_.push_back(options.priority);
     }
     if (output != nullptr) *output = JobOutput{};
     return fn_(request);
@@ -331,6 +332,10 @@ public:
     std::lock_guard lk(mu_);
     return last_limits_;
   }
+  std::vector<JobPriority> priorities() const {
+    std::lock_guard lk(mu_);
+    return priorities_;
+  }
 
 private:
   std::string name_;
@@ -339,6 +344,7 @@ private:
   std::uint64_t jobs_ = 0;
   JobLimits last_limits_;
   std::vector<std::string> tenants_;
+  std::vector<JobPriority> priorities_;
 };
 
 // A report's served-output metadata changed by `edit` (a copy: metadata is

@@ -69,6 +69,13 @@ struct CompiledOutput {
   std::string explanation;
 };
 
+// Whether a stage waits for a compile (or will want its output next: a
+// tier-up of the program's current profile), or nobody does yet (a build
+// ahead of need, e.g. the guard's plain build before its trial). A compiler
+// may let background compiles yield to stage ones (fdod stops its background
+// compile workers while stage compiles run: docs/workers.md).
+enum class CompilePriority { stage, background };
+
 // The compiler. identify() is cheap (parse + canonical fingerprint); compile()
 // is the expensive part. Both must be thread-safe. Both receive the program's
 // IK, its scope and its bytes exactly as submitted: a compiler that keeps
@@ -82,7 +89,7 @@ public:
   virtual std::string identity() const = 0;
   virtual Expected<Identification> identify(const Program& program) = 0;
   virtual Expected<CompiledOutput> compile(const Program& program, const ProfileRef& profile,
-                                           CompileMode mode) = 0;
+                                           CompileMode mode, CompilePriority priority) = 0;
 };
 
 } // namespace fdo::cache
