@@ -9,11 +9,13 @@ one run on this host:
    as many at once as the host has cores, and clang -O2 compiling the linked
    module (the same input fdod gets) in one process: the wall times fdo's
    compiles are set against.
-2. fdod with its defaults but `tier_up = sync` (so each stage kind is met in
-   order): stages until optimized code is served and settled; per compile
-   mode, how long its first stage waited for the build (round trip - exec:
-   its own compile, or the one it joined); every stage's value must equal
-   the native build's (exit 1 otherwise).
+2. fdod with the test harness's settings (tests/e2e/harness.py: one compile
+   worker, `policy.min_stages = 2`, no context-sensitive round) and `tier_up =
+   sync` (so each stage kind is met in order): stages until optimized code is
+   served and settled; per compile mode, the longest a stage of that mode
+   waited for its build (round trip - exec: its own compile, or the one it
+   joined); every stage's value must equal the native build's (exit 1
+   otherwise).
 3. The settled profile (`profile.export`) compiled again in optimized mode in
    one process (`fdo_effect_jit --profile`), in one piece (`--threads 1`) and
    in parts on every core (`--threads N`, docs/jit.md "Partitioned
