@@ -555,8 +555,13 @@ class Leftovers(unittest.TestCase):
                 for w in c.call("cache.stats")["workers"]["compile"]["workers"]:
                     if w["state"] == "busy" and w["pid"] > 0:
                         time.sleep(0.3)  # well into the compile
-                        os.kill(w["pid"], signal.SIGKILL)
-                        killed = w["pid"]
+                        try:
+                            os.kill(w["pid"], signal.SIGKILL)
+                            killed = w["pid"]
+                        except ProcessLookupError:
+                            # Gone meanwhile: a build ahead of need whose worker the
+                            # stage's compile took (docs/workers.md). Look again.
+                            pass
                         break
                 time.sleep(0.02)
             th.join()
@@ -565,8 +570,16 @@ class Leftovers(unittest.TestCase):
             self.assertGreaterEqual(pool["restarts"], 1, pool)
             if "error" in result:  # the stage's own compile was the one killed
                 self.assertEqual(result["error"].errc, "crashed", result)
-            # Compiled again with the profile, it runs.
-            self.assertEqual(c.call("execute", run)["stage"]["mode"], "optimized")
+            # Compiled again with the profile, it runs: at once when the build
+            # killed was the guard's plain one; when it was the stage's own, the
+            # program runs the plain build until the lifecycle's retry (8 stages,
+            # docs/lifecycle.md, "failed").
+            modes = []
+            while len(modes) < 12 and (not modes or modes[-1] != "optimized"):
+                modes.append(c.call("execute", run)["stage"]["mode"])
+            self.assertEqual(modes[-1], "optimized", modes)
+            if result.get("ok", {}).get("stage", {}).get("mode") == "plain":
+                self.assertIn("failed", json.dumps(result["ok"]["stage"]["lifecycle"]), result)
             self.assertEqual(os.listdir(scratch), [])
             c.close()
 

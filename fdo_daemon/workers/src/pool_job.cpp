@@ -67,7 +67,7 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions
       }
     }
     child.reset_output();
-    const std::uint64_t id = next_job_id_++;
+    const std::uint64_t id = slot.job_id; // set when the slot was handed to us
     // A background job's limit counts only the time it is not stopped.
     const Deadline deadline = Deadline::after(limits.wall).following(slot.pauses);
     // The envelope is written as CBOR around the job's own header (no tree).
@@ -87,8 +87,9 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions
       return std::move(st).error().context("send a job to an " + opts.name + " worker");
     }
     if (!st && st.error().code() == Errc::unavailable && send_retries < 1) {
-      // The request never arrived whole, so the job did not run: safe to retry once.
-      ++send_retries;
+      // The request never arrived whole, so the job did not run: safe to retry once
+      // (not counting a retry when its worker was killed to free it: preempted).
+      if (!was_preempted(idx, id)) ++send_retries;
       retire_idle_worker(idx, st.error().message());
       continue;
     }
@@ -104,11 +105,17 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions
     if (!st) {
       collect();
       Failure kind = st.error().code() == Errc::timeout ? Failure::wall_timeout : Failure::broken;
-      return fail_worker(idx, kind, st.error(), limits, std::nullopt);
+      auto failed = fail_worker(idx, kind, st.error(), limits, std::nullopt);
+      if (was_preempted(idx, id)) continue; // sent again once a worker is free
+      return failed;
     }
-    return finish_job(idx, id, deadline, limits, collect,
-                      options.after == AfterJob::retire ? "a one-off job of the daemon's" : "",
-                      options.check_reply);
+    auto done = finish_job(idx, id, deadline, limits, collect,
+                           options.after == AfterJob::retire ? "a one-off job of the daemon's" : "",
+                           options.check_reply);
+    // A background job whose worker was killed for a foreground one is sent
+    // again once a worker is free: its caller sees a longer job, not a failure.
+    if (!done && was_preempted(idx, id)) continue;
+    return done;
   }
 }
 
@@ -187,6 +194,24 @@ Expected<Message> WorkerPool::Impl::fail_worker(int idx, Failure kind, const Err
   end_job(idx); // before the process is reaped: a stopped one is continued first
   Child& child = *slots_[static_cast<std::size_t>(idx)].child;
   const pid_t pid = child.pid();
+  bool preempted = false;
+  {
+    std::lock_guard lk(mu_);
+    const Slot& s = slots_[static_cast<std::size_t>(idx)];
+    preempted = s.preempted_job == s.job_id;
+  }
+  if (preempted) {
+    // Killed to free the worker for a foreground job: not a failure of the
+    // job's (run() sends it again), and the replacement is the waiter's.
+    (void)child.reap();
+    log::info(opts.name + " worker pid " + std::to_string(pid) +
+              ": its background job was preempted for a foreground one and runs again when a "
+              "worker is free");
+    std::lock_guard lk(mu_);
+    replace_worker_locked(slots_[static_cast<std::size_t>(idx)]);
+    return make_error(Errc::unavailable, opts.name + " worker pid " + std::to_string(pid) +
+                                             " was preempted for a foreground job");
+  }
   EndedBy ended_by = EndedBy::pool;
   if (kind == Failure::broken && child.wait_exited(kExitGrace)) ended_by = EndedBy::itself;
   ExitInfo ended = child.reap();

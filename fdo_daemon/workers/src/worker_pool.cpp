@@ -256,6 +256,12 @@ void WorkerPool::Impl::dispatch_locked() {
       continue;
     }
     int victim = recyclable_slot_locked(next->tenant);
+    if (victim < 0 && !background_waiters_.count(next->id) &&
+        count_locked(WorkerState::busy) == opts.size) {
+      // Every worker busy: a foreground waiter takes a background job's.
+      preempt_background_locked(next->id, next->tenant);
+      break;
+    }
     if (victim >= 0) {
       Slot& v = slots_[static_cast<std::size_t>(victim)];
       v.retiring = std::move(v.child);
@@ -273,6 +279,7 @@ void WorkerPool::Impl::dispatch_locked() {
 }
 
 void WorkerPool::Impl::begin_job_locked(Slot& s, JobPriority priority) {
+  s.job_id = next_job_id_++;
   s.job_active = true;
   s.job_priority = priority;
   s.stopped = false;
@@ -318,6 +325,25 @@ void WorkerPool::Impl::continue_background_locked(Slot& s) {
   if (s.child) s.child->signal_group(SIGCONT);
   s.pauses->resume();
   s.stopped = false;
+}
+
+bool WorkerPool::Impl::preempt_background_locked(std::uint64_t ticket, const std::string& tenant) {
+  for (Slot& s : slots_) {
+    if (!s.job_active || s.job_priority != JobPriority::background || !s.child ||
+        s.preempted_job == s.job_id)
+      continue;
+    s.preempted_job = s.job_id;
+    s.preempted_for = std::make_pair(ticket, tenant);
+    s.child->signal_group(SIGKILL); // a stopped process dies too (logged by fail_worker)
+    ++preemptions_;
+    return true;
+  }
+  return false;
+}
+
+bool WorkerPool::Impl::was_preempted(int idx, std::uint64_t id) {
+  std::lock_guard lk(mu_);
+  return slots_[static_cast<std::size_t>(idx)].preempted_job == id;
 }
 
 Expected<int> WorkerPool::Impl::acquire(const std::string& tenant, JobPriority priority) {
@@ -450,6 +476,15 @@ void WorkerPool::Impl::replace_worker_locked(Slot& s) {
   s.jobs = 0;
   s.tenant.reset();
   s.next_spawn = Clock::now();
+  // A worker killed for a foreground waiter: its replacement is that
+  // waiter's, while it still waits.
+  if (auto waiter = std::exchange(s.preempted_for, std::nullopt)) {
+    const auto& [ticket, tenant] = *waiter;
+    if (queue_.oldest_where(tenant, [&](std::uint64_t id) { return id == ticket; })) {
+      s.reserved_for = ticket;
+      s.job_tenant = tenant;
+    }
+  }
   // Notified under the lock: once it is released the destructor may run.
   cv_super_.notify_all();
   cv_free_.notify_all();
@@ -484,6 +519,7 @@ PoolStats WorkerPool::Impl::stats() const {
   s.recycled = recycled_;
   s.program_exits = program_exits_;
   s.background_stops = background_stops_;
+  s.preemptions = preemptions_;
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     const Slot& slot = slots_[i];
     WorkerInfo w;

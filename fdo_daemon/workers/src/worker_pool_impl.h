@@ -64,6 +64,12 @@ private:
     JobPriority job_priority = JobPriority::foreground;
     std::shared_ptr<PauseClock> pauses;
     bool stopped = false;
+    // The job's id (set when it begins); the id of a background job whose
+    // process was killed to free its worker for a foreground waiter, and that
+    // waiter, which the replacement process is reserved for.
+    std::uint64_t job_id = 0;
+    std::uint64_t preempted_job = 0;
+    std::optional<std::pair<std::uint64_t, std::string>> preempted_for;
     int consecutive_spawn_failures = 0;
     detail::Clock::time_point next_spawn{};
     std::string last_spawn_error;
@@ -82,6 +88,12 @@ private:
   void end_job(int idx);
   void stop_background_locked(Slot& s);
   void continue_background_locked(Slot& s);
+  // A foreground waiter with no worker free and none to recycle: kills a
+  // background job's process (its run() sends the job again later) and
+  // reserves the replacement for the waiter. False when there is none.
+  bool preempt_background_locked(std::uint64_t ticket, const std::string& tenant);
+  // Whether job `id` on slot `idx` was preempted (its run() retries it).
+  bool was_preempted(int idx, std::uint64_t id);
   void dispatch_locked();
   int usable_slot_locked(const std::string& tenant) const;
   // Jobs of `tenant` running or about to (busy slots, workers starting for it);
@@ -130,9 +142,9 @@ private:
   std::uint64_t retired_ = 0, recycled_ = 0, program_exits_ = 0;
   unsigned foreground_running_ = 0;
   std::set<std::uint64_t> background_waiters_; // tickets of waiting background jobs
-  std::uint64_t background_stops_ = 0;
+  std::uint64_t background_stops_ = 0, preemptions_ = 0;
   FailureCounts failures_;
-  std::atomic<std::uint64_t> next_job_id_{1};
+  std::uint64_t next_job_id_ = 1; // under mu_
   std::thread supervisor_;
 };
 

@@ -62,6 +62,7 @@ nlohmann::json to_json(const PoolStats& s) {
           {"recycled", s.recycled},
           {"program_exits", s.program_exits},
           {"background_stops", s.background_stops},
+          {"preemptions", s.preemptions},
           {"workers", std::move(workers)}};
 }
 

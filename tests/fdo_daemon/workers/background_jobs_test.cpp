@@ -203,3 +203,32 @@ TEST_CASE("background jobs: under a per-tenant cap, a tenant's background job do
   REQUIRE(second.get());
   CHECK(pool.stats().background_stops == 1);
 }
+
+TEST_CASE("background jobs: with every worker busy, a foreground job takes a background job's "
+          "worker - the background job runs again, nothing fails",
+          "[worker_pool][background]") {
+  auto pool = make_pool(test_options(1));
+  Running background(*pool, job({{"op", "cpu_ms"}, {"ms", 1500}}), with(JobPriority::background));
+  pid_t bg_pid = 0;
+  REQUIRE(wait_until([&] { return (bg_pid = busy_worker(*pool)) != 0; }));
+  std::this_thread::sleep_for(100ms);
+  Running foreground(*pool, job({{"op", "echo"}}), with(JobPriority::foreground));
+  auto f = foreground.get();
+  REQUIRE(f);
+  CHECK(f->header["pid"].get<pid_t>() != bg_pid); // a fresh worker, reserved for it
+  auto b = background.get();
+  REQUIRE(b); // sent again once the worker was free: its caller sees no failure
+  CHECK(b->header["pid"].get<pid_t>() != bg_pid);
+  CHECK(foreground.finished < background.finished);
+  const PoolStats st = pool->stats();
+  CHECK(st.preemptions == 1);
+  CHECK(st.failures.total() == 0);
+  CHECK(st.jobs == 3); // the preempted send, the foreground job, the background job again
+
+  SECTION("a foreground job with a worker free preempts nothing") {
+    Running again(*pool, job({{"op", "cpu_ms"}, {"ms", 300}}), with(JobPriority::background));
+    REQUIRE(again.get());
+    REQUIRE(pool->run(job({{"op", "echo"}}), with(JobPriority::foreground), nullptr));
+    CHECK(pool->stats().preemptions == 1);
+  }
+}
