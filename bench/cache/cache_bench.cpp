@@ -54,7 +54,7 @@ public:
     return Identification{blake3_hex(p.bytes)};
   }
   Expected<CompiledOutput> compile(const Program& p, const ProfileRef&, CompileMode,
-                                   CompilePriority) override {
+                                   CompilePriority, const std::shared_ptr<Urgency>&) override {
     auto end = Clock::now() + cost_;
     while (Clock::now() < end) {
     } // busy-wait: a fixed, sleep-jitter-free cost

@@ -50,7 +50,7 @@ public:
     return Identification{a->profile_key};
   }
   Expected<CompiledOutput> compile(const Program& p, const ProfileRef& profile, CompileMode mode,
-                                   CompilePriority) override {
+                                   CompilePriority, const std::shared_ptr<Urgency>&) override {
     jit::CompileRequest req;
     req.mode = mode;
     req.profile = profile.doc.get();

@@ -6,6 +6,7 @@
 // and tier_up.cpp (precompile and background compiles).
 #pragma once
 
+#include "ahead_builds.h"
 #include "counters.h"
 #include "explain_log.h"
 #include "fdo/cache/orchestrator.h"
@@ -76,6 +77,7 @@ struct Orchestrator::Impl {
   detail::ExplainLog explain;
   detail::IdentityHistory identities;
   detail::SingleFlight<Fetched> compile_flights;
+  detail::AheadBuilds ahead_builds;
   // Last: its threads run jobs that use every member above, so it is built
   // after them and stopped before them.
   detail::TierUpQueue tier_ups;
@@ -99,8 +101,9 @@ struct Orchestrator::Impl {
 
   // The body of a compile flight (FIG. 4 steps 412-418): re-check (a flight
   // that just finished may have stored the output), then compile and store.
+  // `urgency`: a build ahead of need's (background priority); null: a stage's.
   Expected<Fetched> compile_and_store(const Target& t, const Program& given, Placement where,
-                                      CompilePriority priority);
+                                      const std::shared_ptr<Urgency>& urgency);
 
   // The current profile for t.pk, the mode it asks for and the CK they give.
   Status read_profile(Target& t);
@@ -143,8 +146,10 @@ struct Orchestrator::Impl {
 
   detail::Scheduled schedule(const Target& t, const Program& program, detail::JobPriority priority);
 
-  // `ahead`: a precompile (no stage asked for it); counted apart from tier-ups.
-  detail::JobResult run_tier_up(const Target& t, const Program& program, bool ahead);
+  // `ahead`: a precompile's Urgency (no stage asked for it yet); counted apart
+  // from tier-ups. Null: a tier-up.
+  detail::JobResult run_tier_up(const Target& t, const Program& program,
+                                const std::shared_ptr<Urgency>& ahead);
 };
 
 } // namespace fdo::cache

@@ -128,7 +128,7 @@ Expected<StageOutput> Orchestrator::Impl::first_stage(Target t, const Program& g
   note_remote_miss(found, why);
 
   auto [fetched, role] = compile_flights.run(t.vk, [&]() -> Expected<Fetched> {
-    auto f = compile_and_store(t, program, Placement::virtual_key, CompilePriority::stage);
+    auto f = compile_and_store(t, program, Placement::virtual_key, nullptr);
     if (f && f->source == Outcome::compiled) {
       std::string note;
       record_mappings(t, note);
@@ -205,9 +205,10 @@ Expected<StageOutput> Orchestrator::Impl::later_stage(Target t, const Program& p
       return finish(t, prev, std::move(s));
     }
   }
-  auto [fetched, role] = compile_flights.run(t.ck, [&] {
-    return compile_and_store(t, program, Placement::cache_key, CompilePriority::stage);
-  });
+  // A build of this CK ahead of need under way is this stage's now.
+  ahead_builds.raise(t.ck);
+  auto [fetched, role] = compile_flights.run(
+      t.ck, [&] { return compile_and_store(t, program, Placement::cache_key, nullptr); });
   if (!fetched) {
     ExplainRecord r = base_record(t, prev);
     r.reason = why.reason;
@@ -217,14 +218,19 @@ Expected<StageOutput> Orchestrator::Impl::later_stage(Target t, const Program& p
 }
 
 Expected<Fetched> Orchestrator::Impl::compile_and_store(const Target& t, const Program& given,
-                                                        Placement where, CompilePriority priority) {
+                                                        Placement where,
+                                                        const std::shared_ptr<Urgency>& urgency) {
   if (detail::Found again = tiers.find_existing(t.wanted(), detail::RemoteLookup::skip);
       again.entry)
     return Fetched{again.entry, again.source, again.key, 0, {}};
   std::optional<Program> copy;
   const Program& program = with_ik(given, t.ik, copy);
   auto start = Clock::now();
-  auto out = compiler.compile(program, t.profile, t.mode, priority);
+  // A build ahead of need that a stage asked for before it began is a stage's.
+  const bool ahead = urgency != nullptr && !urgency->raised();
+  auto out = compiler.compile(program, t.profile, t.mode,
+                              ahead ? CompilePriority::background : CompilePriority::stage,
+                              ahead ? urgency : nullptr);
   double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   n.compile_us += static_cast<std::uint64_t>(ms * 1000);
   if (out && out->object.empty())

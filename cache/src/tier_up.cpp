@@ -46,6 +46,9 @@ Expected<Precompiled> Orchestrator::Impl::precompile(const Program& program,
 
 detail::Scheduled Orchestrator::Impl::schedule(const Target& t, const Program& program,
                                                detail::JobPriority priority) {
+  // A stage's: a build of this CK ahead of need, queued or compiling, is now
+  // the stage's (the queue moves it up, the compiler hears of it).
+  if (priority == detail::JobPriority::stage) ahead_builds.raise(t.ck);
   // A sync stage compiling this CK right now already does the job.
   if (compile_flights.in_flight(t.ck)) return detail::Scheduled::already_queued;
   return tier_ups.schedule(
@@ -53,23 +56,23 @@ detail::Scheduled Orchestrator::Impl::schedule(const Target& t, const Program& p
       [&] {
         const bool ahead = priority == detail::JobPriority::background;
         (ahead ? n.ahead_started : n.tier_ups_started)++;
+        std::shared_ptr<Urgency> urgency = ahead ? ahead_builds.add(t.ck) : nullptr;
         // The job outlives the stage, so it keeps its own copy of the program.
         return detail::TierUpQueue::Job(
-            [this, t, ahead, own = Program{t.ik, program.scope, program.bytes, {}}] {
-              return run_tier_up(t, own, ahead);
+            [this, t, urgency, own = Program{t.ik, program.scope, program.bytes, {}}] {
+              return run_tier_up(t, own, urgency);
             });
       },
       priority);
 }
 
 detail::JobResult Orchestrator::Impl::run_tier_up(const Target& t, const Program& program,
-                                                  bool ahead) {
+                                                  const std::shared_ptr<Urgency>& urgency) {
+  const bool ahead = urgency != nullptr;
   // A stage's tier-up is what the program's next stages will run; a build
   // ahead of need may yield to it and to every stage's compile.
-  auto [fetched, role] = compile_flights.run(t.ck, [&] {
-    return compile_and_store(t, program, Placement::cache_key,
-                             ahead ? CompilePriority::background : CompilePriority::stage);
-  });
+  auto [fetched, role] = compile_flights.run(
+      t.ck, [&] { return compile_and_store(t, program, Placement::cache_key, urgency); });
   ExplainRecord r = base_record(t, std::nullopt);
   r.reason = Reason::profile_rewritten;
   if (!fetched) {

@@ -27,6 +27,7 @@ struct CompileCall {
   std::int64_t version = 0;
   CompileMode mode = CompileMode::plain;
   CompilePriority priority = CompilePriority::stage;
+  std::shared_ptr<Urgency> urgency; // a background compile's
 };
 
 class FakeCompiler : public Compiler {
@@ -65,11 +66,12 @@ public:
   }
 
   Expected<CompiledOutput> compile(const Program& p, const ProfileRef& profile, CompileMode mode,
-                                   CompilePriority priority) override {
+                                   CompilePriority priority,
+                                   const std::shared_ptr<Urgency>& urgency) override {
     std::unique_lock lock(mu_);
     compiles_++;
-    calls_.push_back(
-        {p.ik, p.scope, p.bytes, profile.pk, profile.digest, profile.version, mode, priority});
+    calls_.push_back({p.ik, p.scope, p.bytes, profile.pk, profile.digest, profile.version, mode,
+                      priority, urgency});
     blocked_++;
     gate_cv_.wait(lock, [&] { return gate_open_; });
     blocked_--;

@@ -481,6 +481,69 @@ TEST_CASE("a rewritten profile's build queues ahead of a precompile - a sync sta
   CHECK(compiler.calls()[5].priority == CompilePriority::stage);
 }
 
+TEST_CASE("a stage that comes to wait for a build ahead of need raises it - the compiler hears "
+          "of it while the build compiles or before it starts",
+          "[cache][orchestrator][tier_up]") {
+  MemoryKeyStore keys;
+  FakeCompiler compiler;
+  Config c = memory_only(TierUp::sync);
+  c.tier_up_threads = 1;
+  auto o = make(c, keys, compiler);
+  std::string a = program("a");
+  StageOutput s1 = stage(*o, a);
+  keys.set_profile(s1.pk, profile_with_counts(100));
+  ProfileRef variant = plain_variant(s1.pk);
+
+  SECTION("a stage joins the build while it compiles") {
+    compiler.close_gate();
+    REQUIRE(o->precompile(as_program(a), variant).value() == Precompiled::queued);
+    REQUIRE(eventually([&] { return compiler.blocked() == 1; }));
+    REQUIRE(compiler.calls().size() == 2);
+    const CompileCall ahead = compiler.calls()[1];
+    CHECK(ahead.priority == CompilePriority::background);
+    REQUIRE(ahead.urgency != nullptr);
+    CHECK_FALSE(ahead.urgency->raised());
+    // The guard's trial stage of the plain build, under sync: it joins.
+    std::optional<Expected<StageOutput>> trial;
+    std::thread waiter([&] { trial = o->prepare(as_program(a), TierUp::sync, variant); });
+    CHECK(eventually([&] { return ahead.urgency->raised(); }));
+    compiler.open_gate();
+    waiter.join();
+    o->wait_idle();
+    REQUIRE(trial);
+    REQUIRE(*trial);
+    CHECK((*trial)->outcome == Outcome::joined);
+    CHECK(compiler.compiles() == 2);
+  }
+  SECTION("a stage asks for the build while it is queued: it compiles as the stage's") {
+    // The one background thread is busy with another build.
+    compiler.close_gate();
+    ProfileRef other = variant;
+    ProfileDoc doc = *variant.doc;
+    doc.knobs.text_offset = 16;
+    other.digest = profile_digest(doc);
+    other.doc = std::make_shared<const ProfileDoc>(doc);
+    REQUIRE(o->precompile(as_program(a), other).value() == Precompiled::queued);
+    REQUIRE(eventually([&] { return compiler.blocked() == 1; }));
+    REQUIRE(o->precompile(as_program(a), variant).value() == Precompiled::queued);
+    auto pending = o->prepare(as_program(a), TierUp::async, variant);
+    REQUIRE(pending);
+    compiler.open_gate();
+    o->wait_idle();
+    REQUIRE(compiler.calls().size() == 3);
+    CHECK(compiler.calls()[2].digest == variant.digest);
+    CHECK(compiler.calls()[2].priority == CompilePriority::stage);
+    CHECK(compiler.calls()[2].urgency == nullptr);
+  }
+  SECTION("a build nobody asks for stays a background one") {
+    REQUIRE(o->precompile(as_program(a), variant).value() == Precompiled::queued);
+    o->wait_idle();
+    REQUIRE(compiler.calls().size() == 2);
+    REQUIRE(compiler.calls()[1].urgency != nullptr);
+    CHECK_FALSE(compiler.calls()[1].urgency->raised());
+  }
+}
+
 TEST_CASE("evicting a program reaches its compiles - running ones and queued ones leave nothing",
           "[cache][orchestrator][tier_up][disk]") {
   TempDir dir;
@@ -968,7 +1031,7 @@ TEST_CASE("adapter bugs (profile without digest - empty object) are clear errors
 
   struct EmptyObject : FakeCompiler {
     Expected<CompiledOutput> compile(const Program&, const ProfileRef&, CompileMode,
-                                     CompilePriority) override {
+                                     CompilePriority, const std::shared_ptr<Urgency>&) override {
       return CompiledOutput{};
     }
   } empty;

@@ -191,7 +191,8 @@ Expected<cache::Identification> RemoteCompiler::identify(const cache::Program& p
 Expected<cache::CompiledOutput> RemoteCompiler::compile(const cache::Program& program,
                                                         const cache::ProfileRef& profile,
                                                         CompileMode mode,
-                                                        cache::CompilePriority priority) {
+                                                        cache::CompilePriority priority,
+                                                        const std::shared_ptr<Urgency>& urgency) {
   CompileJobLimits l = limits_();
   CompileJob job;
   job.mode = mode;
@@ -217,10 +218,12 @@ Expected<cache::CompiledOutput> RemoteCompiler::compile(const cache::Program& pr
           compile_job_message(job, program.bytes, held ? std::string_view(held->objects) : "",
                               prefix ? std::string_view(prefix->bitcode) : ""));
   // A build no stage waits for is stopped while stage compiles run
-  // (JobPriority): it never takes cores from one.
+  // (JobPriority): it never takes cores from one, until a stage comes to
+  // wait for it (its urgency raised).
   JobOptions options{l.job, sandbox_tenant(program.scope)};
   options.priority = priority == cache::CompilePriority::background ? JobPriority::background
                                                                     : JobPriority::foreground;
+  if (options.priority == JobPriority::background) options.urgency = urgency;
   FDO_TRY(Message resp, run_compile_job(pool_, req, options, program.scope, program.ik));
   auto reply = compile_reply_of(resp);
   if (!reply)

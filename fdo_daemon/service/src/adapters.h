@@ -95,7 +95,8 @@ public:
   Expected<cache::Identification> identify(const cache::Program& program) override;
   Expected<cache::CompiledOutput> compile(const cache::Program& program,
                                           const cache::ProfileRef& profile, CompileMode mode,
-                                          cache::CompilePriority priority) override;
+                                          cache::CompilePriority priority,
+                                          const std::shared_ptr<Urgency>& urgency) override;
   Expected<ProgramAnalysis> analyze(std::string_view program_bytes,
                                     const TenantScope& scope) override;
 

@@ -33,8 +33,20 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions
   // that is no reason to fail this job, which it never saw. Both retries are
   // bounded, so a pool whose workers keep dying still answers.
   int dead_found = 0, send_retries = 0;
+  // A background job preempted once is sent again as a foreground one, so it
+  // loses its work at most once (docs/workers.md, "Background jobs").
+  JobPriority priority = options.priority;
+  // A caller that comes to wait for a background job raises it, waiting or
+  // running (JobOptions::urgency).
+  const Urgency* urgency = priority == JobPriority::background ? options.urgency.get() : nullptr;
+  std::optional<Urgency::Hook> hook;
+  if (urgency != nullptr)
+    hook.emplace(*options.urgency, [this, urgency] {
+      std::lock_guard lk(mu_);
+      raise_locked(urgency);
+    });
   for (;;) {
-    FDO_TRY(int idx, acquire(options.tenant, options.priority));
+    FDO_TRY(int idx, acquire(options.tenant, priority, urgency));
     // The slot is ours alone while it is busy.
     Slot& slot = slots_[static_cast<std::size_t>(idx)];
     Child& child = *slot.child;
@@ -89,7 +101,10 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions
     if (!st && st.error().code() == Errc::unavailable && send_retries < 1) {
       // The request never arrived whole, so the job did not run: safe to retry once
       // (not counting a retry when its worker was killed to free it: preempted).
-      if (!was_preempted(idx, id)) ++send_retries;
+      if (was_preempted(idx, id))
+        priority = JobPriority::foreground;
+      else
+        ++send_retries;
       retire_idle_worker(idx, st.error().message());
       continue;
     }
@@ -106,16 +121,17 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions
       collect();
       Failure kind = st.error().code() == Errc::timeout ? Failure::wall_timeout : Failure::broken;
       auto failed = fail_worker(idx, kind, st.error(), limits, std::nullopt);
-      if (was_preempted(idx, id)) continue; // sent again once a worker is free
-      return failed;
+      if (!was_preempted(idx, id)) return failed;
+      priority = JobPriority::foreground; // sent again once a worker is free
+      continue;
     }
     auto done = finish_job(idx, id, deadline, limits, collect,
                            options.after == AfterJob::retire ? "a one-off job of the daemon's" : "",
                            options.check_reply);
     // A background job whose worker was killed for a foreground one is sent
     // again once a worker is free: its caller sees a longer job, not a failure.
-    if (!done && was_preempted(idx, id)) continue;
-    return done;
+    if (done || !was_preempted(idx, id)) return done;
+    priority = JobPriority::foreground;
   }
 }
 
@@ -191,15 +207,10 @@ WorkerPool::Impl::finish_job(int idx, std::uint64_t id, Deadline deadline, const
 Expected<Message> WorkerPool::Impl::fail_worker(int idx, Failure kind, const Error& cause,
                                                 const JobLimits& limits,
                                                 const std::optional<FatalReport>& report) {
-  end_job(idx); // before the process is reaped: a stopped one is continued first
+  // Before the process is reaped: a stopped one is continued first.
+  const bool preempted = end_job(idx) == JobEnd::preempted;
   Child& child = *slots_[static_cast<std::size_t>(idx)].child;
   const pid_t pid = child.pid();
-  bool preempted = false;
-  {
-    std::lock_guard lk(mu_);
-    const Slot& s = slots_[static_cast<std::size_t>(idx)];
-    preempted = s.preempted_job == s.job_id;
-  }
   if (preempted) {
     // Killed to free the worker for a foreground job: not a failure of the
     // job's (run() sends it again), and the replacement is the waiter's.

@@ -1,7 +1,8 @@
 // The pool's life (WorkerPool::Impl, worker_pool_impl.h): starting and
 // supervising its processes, choosing a slot for a tenant's job (fair
 // queue, recycling), release and retirement, stats and shutdown; the
-// public WorkerPool over it. One job on a worker is pool_job.cpp.
+// public WorkerPool over it. One job on a worker is pool_job.cpp, background
+// jobs (stops, promotions, preemption) pool_background.cpp.
 #include "fdo/daemon/worker_pool.h"
 
 #include "fdo/util/enum_names.h"
@@ -86,6 +87,8 @@ void WorkerPool::Impl::supervise() {
       }
       if (!earliest || s.next_spawn < *earliest) earliest = s.next_spawn;
     }
+    if (auto promote_at = promote_overdue_locked(now))
+      if (!earliest || *promote_at < *earliest) earliest = promote_at;
     if (due == nullptr) {
       if (earliest)
         cv_super_.wait_until(lk, *earliest);
@@ -278,75 +281,8 @@ void WorkerPool::Impl::dispatch_locked() {
   if (changed) cv_free_.notify_all();
 }
 
-void WorkerPool::Impl::begin_job_locked(Slot& s, JobPriority priority) {
-  s.job_id = next_job_id_++;
-  s.job_active = true;
-  s.job_priority = priority;
-  s.stopped = false;
-  if (priority == JobPriority::foreground) {
-    s.pauses.reset();
-    if (foreground_running_++ == 0)
-      for (Slot& other : slots_)
-        stop_background_locked(other);
-    return;
-  }
-  s.pauses = std::make_shared<PauseClock>();
-  if (foreground_running_ > 0) stop_background_locked(s);
-}
-
-void WorkerPool::Impl::end_job_locked(Slot& s) {
-  if (!s.job_active) return;
-  s.job_active = false;
-  if (s.job_priority == JobPriority::background) {
-    continue_background_locked(s);
-    s.pauses.reset();
-    return;
-  }
-  if (--foreground_running_ == 0)
-    for (Slot& other : slots_)
-      continue_background_locked(other);
-}
-
-void WorkerPool::Impl::end_job(int idx) {
-  std::lock_guard lk(mu_);
-  end_job_locked(slots_[static_cast<std::size_t>(idx)]);
-}
-
-void WorkerPool::Impl::stop_background_locked(Slot& s) {
-  if (!s.job_active || s.job_priority != JobPriority::background || s.stopped || !s.child) return;
-  s.pauses->pause();
-  s.child->signal_group(SIGSTOP);
-  s.stopped = true;
-  ++background_stops_;
-}
-
-void WorkerPool::Impl::continue_background_locked(Slot& s) {
-  if (!s.stopped) return;
-  if (s.child) s.child->signal_group(SIGCONT);
-  s.pauses->resume();
-  s.stopped = false;
-}
-
-bool WorkerPool::Impl::preempt_background_locked(std::uint64_t ticket, const std::string& tenant) {
-  for (Slot& s : slots_) {
-    if (!s.job_active || s.job_priority != JobPriority::background || !s.child ||
-        s.preempted_job == s.job_id)
-      continue;
-    s.preempted_job = s.job_id;
-    s.preempted_for = std::make_pair(ticket, tenant);
-    s.child->signal_group(SIGKILL); // a stopped process dies too (logged by fail_worker)
-    ++preemptions_;
-    return true;
-  }
-  return false;
-}
-
-bool WorkerPool::Impl::was_preempted(int idx, std::uint64_t id) {
-  std::lock_guard lk(mu_);
-  return slots_[static_cast<std::size_t>(idx)].preempted_job == id;
-}
-
-Expected<int> WorkerPool::Impl::acquire(const std::string& tenant, JobPriority priority) {
+Expected<int> WorkerPool::Impl::acquire(const std::string& tenant, JobPriority priority,
+                                        const Urgency* urgency) {
   std::unique_lock lk(mu_);
   if (stopping_) {
     ++failures_.unavailable;
@@ -368,7 +304,9 @@ Expected<int> WorkerPool::Impl::acquire(const std::string& tenant, JobPriority p
                           ": max_queued_jobs_per_uid); retry when earlier ones finish");
   }
   const std::uint64_t ticket = queue_.push(tenant);
-  if (priority == JobPriority::background) background_waiters_.insert(ticket);
+  // Raised before it got here: its hook found nothing to raise yet.
+  if (urgency != nullptr && urgency->raised()) priority = JobPriority::foreground;
+  if (priority == JobPriority::background) background_waiters_.emplace(ticket, urgency);
   auto leave = [&] {
     background_waiters_.erase(ticket);
     queue_.remove(ticket, tenant);
@@ -392,12 +330,14 @@ Expected<int> WorkerPool::Impl::acquire(const std::string& tenant, JobPriority p
     if (auto it = assigned_.find(ticket); it != assigned_.end()) {
       int idx = it->second;
       assigned_.erase(it);
-      background_waiters_.erase(ticket);
+      // Still a background job unless raised while it waited.
+      const JobPriority runs_as = background_waiters_.erase(ticket) != 0 ? JobPriority::background
+                                                                         : JobPriority::foreground;
       queue_.remove(ticket, tenant); // gone already unless served out of turn
       Slot& s = slots_[static_cast<std::size_t>(idx)];
       // Bound now, so no other tenant is ever handed this process.
       if (opts.bind_spec && !s.tenant) s.tenant = tenant;
-      begin_job_locked(s, priority);
+      begin_job_locked(s, runs_as, urgency);
       return idx;
     }
     if (no_worker_can_come_locked()) {
@@ -520,6 +460,7 @@ PoolStats WorkerPool::Impl::stats() const {
   s.program_exits = program_exits_;
   s.background_stops = background_stops_;
   s.preemptions = preemptions_;
+  s.promotions = promotions_;
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     const Slot& slot = slots_[i];
     WorkerInfo w;

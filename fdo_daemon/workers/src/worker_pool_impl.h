@@ -3,6 +3,7 @@
 // Private to the workers library: worker_pool.cpp has the pool's life
 // (start, supervision, slots, acquire and release, shutdown), pool_job.cpp
 // one job on a worker (send, await, the reply or the worker's failure).
+// pool_background.cpp background jobs (stops, promotions, preemption).
 #pragma once
 
 #include "fdo/daemon/worker_pool.h"
@@ -18,7 +19,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -62,6 +62,7 @@ private:
     // is stopped now.
     bool job_active = false;
     JobPriority job_priority = JobPriority::foreground;
+    const Urgency* urgency = nullptr; // a background job's (JobOptions), for raise_locked
     std::shared_ptr<PauseClock> pauses;
     bool stopped = false;
     // The job's id (set when it begins); the id of a background job whose
@@ -77,17 +78,28 @@ private:
   };
 
   void supervise();
-  Expected<int> acquire(const std::string& tenant, JobPriority priority);
+  Expected<int> acquire(const std::string& tenant, JobPriority priority, const Urgency* urgency);
   // A job's start and end on a slot, under mu_ (job_runner.h, JobPriority):
   // the first foreground job stops every background one, the last continues
   // them; a background job that starts while a foreground one runs starts
   // stopped. end_job_locked is idempotent and comes before anything reaps the
   // slot's process, so no signal goes to a process already reaped.
-  void begin_job_locked(Slot& s, JobPriority priority);
+  void begin_job_locked(Slot& s, JobPriority priority, const Urgency* urgency);
   void end_job_locked(Slot& s);
-  void end_job(int idx);
+  // end_job_locked under mu_; says whether the job was preempted.
+  enum class JobEnd { ended, preempted };
+  JobEnd end_job(int idx);
+  std::size_t foreground_jobs_locked() const;
   void stop_background_locked(Slot& s);
   void continue_background_locked(Slot& s);
+  // Background jobs stopped for opts.background_max_stopped in all run on as
+  // foreground ones (continued, never stopped or preempted again); returns
+  // when the next stopped one is due, if any. Called by the supervisor.
+  std::optional<detail::Clock::time_point> promote_overdue_locked(detail::Clock::time_point now);
+  // A background job (waiting or running) whose caller now waits for it:
+  // foreground from now on. The hook of its Urgency.
+  void raise_locked(const Urgency* urgency);
+  void promote_locked(Slot& s, const std::string& why);
   // A foreground waiter with no worker free and none to recycle: kills a
   // background job's process (its run() sends the job again later) and
   // reserves the replacement for the waiter. False when there is none.
@@ -140,9 +152,9 @@ private:
   bool shut_down_ = false;
   std::uint64_t jobs_ = 0, succeeded_ = 0, restarts_ = 0, spawn_failures_ = 0, idle_deaths_ = 0;
   std::uint64_t retired_ = 0, recycled_ = 0, program_exits_ = 0;
-  unsigned foreground_running_ = 0;
-  std::set<std::uint64_t> background_waiters_; // tickets of waiting background jobs
-  std::uint64_t background_stops_ = 0, preemptions_ = 0;
+  // Tickets of waiting background jobs, with their Urgency (or null).
+  std::map<std::uint64_t, const Urgency*> background_waiters_;
+  std::uint64_t background_stops_ = 0, preemptions_ = 0, promotions_ = 0;
   FailureCounts failures_;
   std::uint64_t next_job_id_ = 1; // under mu_
   std::thread supervisor_;

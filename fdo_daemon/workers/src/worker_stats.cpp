@@ -63,6 +63,7 @@ nlohmann::json to_json(const PoolStats& s) {
           {"program_exits", s.program_exits},
           {"background_stops", s.background_stops},
           {"preemptions", s.preemptions},
+          {"promotions", s.promotions},
           {"workers", std::move(workers)}};
 }
 

@@ -310,6 +310,7 @@ public:
       last_limits_ = options.limits;
       tenants_.push_back(options.tenant);
       priorities_.push_back(options.priority);
+      last_urgency_ = options.urgency;
     }
     if (output != nullptr) *output = JobOutput{};
     return fn_(request);
@@ -336,6 +337,10 @@ public:
     std::lock_guard lk(mu_);
     return priorities_;
   }
+  std::shared_ptr<Urgency> last_urgency() const {
+    std::lock_guard lk(mu_);
+    return last_urgency_;
+  }
 
 private:
   std::string name_;
@@ -345,6 +350,7 @@ private:
   JobLimits last_limits_;
   std::vector<std::string> tenants_;
   std::vector<JobPriority> priorities_;
+  std::shared_ptr<Urgency> last_urgency_;
 };
 
 // A report's served-output metadata changed by `edit` (a copy: metadata is

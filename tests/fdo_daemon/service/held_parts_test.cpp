@@ -75,13 +75,13 @@ TEST_CASE("held parts: a program's last build in parts is offered to its next co
   lua.bytes = "the program";
   const cache::ProfileRef none = cache::no_profile("pk");
 
-  auto first = compiler.compile(lua, none, CompileMode::optimized, stage);
+  auto first = compiler.compile(lua, none, CompileMode::optimized, stage, nullptr);
   REQUIRE(first);
   CHECK(worker.offered.back().empty());
   CHECK(held.builds() == 1);
 
   // The same program and mode again: the program, then its parts.
-  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage));
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage, nullptr));
   CHECK(worker.programs.back() == "the program");
   REQUIRE(worker.offered.back().size() == 2);
   CHECK(worker.offered.back()[0].object == "part zero");
@@ -89,28 +89,33 @@ TEST_CASE("held parts: a program's last build in parts is offered to its next co
   CHECK(worker.offered.back()[1].object_hash == blake3_hex("part one"));
 
   // Another mode, another tenant's copy of the program: nothing offered.
-  REQUIRE(compiler.compile(lua, none, CompileMode::instrumented, stage));
+  REQUIRE(compiler.compile(lua, none, CompileMode::instrumented, stage, nullptr));
   CHECK(worker.offered.back().empty());
   cache::Program other = lua;
   other.scope = "uid:1001";
-  REQUIRE(compiler.compile(other, none, CompileMode::optimized, stage));
+  REQUIRE(compiler.compile(other, none, CompileMode::optimized, stage, nullptr));
   CHECK(worker.offered.back().empty());
 
   // A whole build leaves what is held; the next build in parts replaces it.
   worker.objects = {"whole"};
-  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage));
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage, nullptr));
   worker.objects = {"new zero", "new one", "new two"};
-  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage));
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage, nullptr));
   CHECK(worker.offered.back().size() == 2);
-  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage));
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage, nullptr));
   REQUIRE(worker.offered.back().size() == 3);
   CHECK(worker.offered.back()[2].object == "new two");
 
   // A build no stage waits for goes to the pool as a background job (the
-  // pool stops it while stage compiles run: job_runner.h); the rest do not.
+  // pool stops it while stage compiles run: job_runner.h), with the urgency
+  // a stage that comes to wait for it raises; the rest do not.
   CHECK(runner.priorities().back() == JobPriority::foreground);
-  REQUIRE(compiler.compile(lua, none, CompileMode::plain, cache::CompilePriority::background));
+  CHECK(runner.last_urgency() == nullptr);
+  auto urgency = std::make_shared<Urgency>();
+  REQUIRE(
+      compiler.compile(lua, none, CompileMode::plain, cache::CompilePriority::background, urgency));
   CHECK(runner.priorities().back() == JobPriority::background);
+  CHECK(runner.last_urgency() == urgency);
   for (std::size_t i = 0; i + 1 < runner.priorities().size(); ++i)
     CHECK(runner.priorities()[i] == JobPriority::foreground);
 }
@@ -128,7 +133,7 @@ TEST_CASE("held parts: a reply naming parts its object set lacks is an error, no
   cache::Program p;
   p.ik = "ik";
   p.bytes = "program";
-  auto r = compiler.compile(p, cache::no_profile("pk"), CompileMode::optimized, stage);
+  auto r = compiler.compile(p, cache::no_profile("pk"), CompileMode::optimized, stage, nullptr);
   REQUIRE_FALSE(r);
   CHECK(r.error().code() == Errc::internal);
   CHECK(held.builds() == 0);
@@ -192,41 +197,41 @@ TEST_CASE("held parts: a program's pipeline prefix is offered to its next compil
   lua.bytes = "the program";
   const cache::ProfileRef none = cache::no_profile("pk");
 
-  REQUIRE(compiler.compile(lua, none, CompileMode::instrumented, stage));
+  REQUIRE(compiler.compile(lua, none, CompileMode::instrumented, stage, nullptr));
   CHECK_FALSE(worker.offered.back().has_value());
   CHECK(held.prefixes() == 1);
   CHECK(held.builds() == 1);
   // The instrumented build's prefix goes to the optimized compile.
-  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage));
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage, nullptr));
   REQUIRE(worker.offered.back().has_value());
   CHECK(worker.offered.back()->first == blake3_hex("key:prefix one"));
   CHECK(worker.offered.back()->second == "prefix one");
   // Taken: nothing comes back, the same one stays held.
   worker.taken = true;
   worker.next = "prefix one";
-  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage));
-  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage));
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage, nullptr));
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage, nullptr));
   CHECK(worker.offered.back()->second == "prefix one");
   // One run again replaces it.
   worker.taken = false;
   worker.next = "prefix two";
-  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage));
-  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage));
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage, nullptr));
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage, nullptr));
   CHECK(worker.offered.back()->second == "prefix two");
   CHECK(held.prefixes() == 1);
   // Bitcode that does not hash as the reply says is not held: the one
   // before stays (a later compile runs it again if it no longer fits).
   worker.next = "prefix three";
   worker.claimed_hash = blake3_hex("something else");
-  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage));
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage, nullptr));
   worker.claimed_hash.clear();
   worker.taken = true;
-  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage));
+  REQUIRE(compiler.compile(lua, none, CompileMode::optimized, stage, nullptr));
   CHECK(worker.offered.back()->second == "prefix two");
   // Another tenant's copy of the program: nothing offered.
   cache::Program other = lua;
   other.scope = "uid:1001";
-  REQUIRE(compiler.compile(other, none, CompileMode::optimized, stage));
+  REQUIRE(compiler.compile(other, none, CompileMode::optimized, stage, nullptr));
   CHECK_FALSE(worker.offered.back().has_value());
 
   // Prefixes share the byte budget and its order with part sets.

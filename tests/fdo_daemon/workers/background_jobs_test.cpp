@@ -232,3 +232,115 @@ TEST_CASE("background jobs: with every worker busy, a foreground job takes a bac
     CHECK(pool->stats().preemptions == 1);
   }
 }
+
+TEST_CASE("background jobs: one preempted once runs again as a foreground job, so it is not "
+          "preempted a second time",
+          "[worker_pool][background]") {
+  auto pool = make_pool(test_options(1));
+  Running background(*pool, job({{"op", "cpu_ms"}, {"ms", 1000}}), with(JobPriority::background));
+  pid_t bg_pid = 0;
+  REQUIRE(wait_until([&] { return (bg_pid = busy_worker(*pool)) != 0; }));
+  std::this_thread::sleep_for(100ms);
+  Running first(*pool, job({{"op", "echo"}}), with(JobPriority::foreground));
+  REQUIRE(first.get());
+  // The background job is sent again on the replacement worker, now as a
+  // foreground job: a second foreground caller waits for it.
+  pid_t again_pid = 0;
+  REQUIRE(wait_until([&] { return (again_pid = busy_worker(*pool)) != 0; }));
+  std::this_thread::sleep_for(100ms);
+  Running second(*pool, job({{"op", "echo"}}), with(JobPriority::foreground));
+  REQUIRE(second.get());
+  auto b = background.get();
+  REQUIRE(b);
+  CHECK(b->header["pid"].get<pid_t>() == again_pid);
+  CHECK(background.finished < second.finished);
+  const PoolStats st = pool->stats();
+  CHECK(st.preemptions == 1);
+  CHECK(st.failures.total() == 0);
+}
+
+TEST_CASE("background jobs: one stopped for background_max_stopped in all runs on as a "
+          "foreground one",
+          "[worker_pool][background]") {
+  PoolOptions o = test_options(2);
+  o.background_max_stopped = 300ms;
+  auto pool = make_pool(o);
+  Running background(*pool, job({{"op", "cpu_ms"}, {"ms", 400}}), with(JobPriority::background));
+  pid_t bg_pid = 0;
+  REQUIRE(wait_until([&] { return (bg_pid = busy_worker(*pool)) != 0; }));
+  Running foreground(*pool, job({{"op", "sleep_ms"}, {"ms", 2500}}), with(JobPriority::foreground));
+  REQUIRE(wait_until([&] { return state_of(bg_pid) == 'T'; }, 1s));
+  // Continued once it has been stopped for 300 ms, while the foreground job
+  // still runs: it ends first.
+  CHECK(wait_until([&] { return state_of(bg_pid) != 'T'; }, 2s));
+  auto b = background.get();
+  REQUIRE(b);
+  CHECK(b->header["pid"].get<pid_t>() == bg_pid);
+  REQUIRE(foreground.get());
+  CHECK(background.finished < foreground.finished);
+  const PoolStats st = pool->stats();
+  CHECK(st.promotions == 1);
+  CHECK(st.background_stops == 1);
+
+  SECTION("a later background job is stopped as before") {
+    Running fg(*pool, job({{"op", "sleep_ms"}, {"ms", 1000}}), with(JobPriority::foreground));
+    REQUIRE(wait_until([&] { return busy_worker(*pool) != 0; }));
+    Running bg(*pool, job({{"op", "cpu_ms"}, {"ms", 50}}), with(JobPriority::background));
+    CHECK(wait_until([&] { return pool->stats().background_stops == 2; }, 1s));
+    REQUIRE(bg.get());
+    REQUIRE(fg.get());
+  }
+}
+
+TEST_CASE("background jobs: raised while running (a caller now waits for it), a stopped job is "
+          "continued and runs on as a foreground one",
+          "[worker_pool][background]") {
+  auto pool = make_pool(test_options(2));
+  JobOptions bg = with(JobPriority::background);
+  bg.urgency = std::make_shared<Urgency>();
+  Running background(*pool, job({{"op", "cpu_ms"}, {"ms", 400}}), bg);
+  pid_t bg_pid = 0;
+  REQUIRE(wait_until([&] { return (bg_pid = busy_worker(*pool)) != 0; }));
+  Running foreground(*pool, job({{"op", "sleep_ms"}, {"ms", 2500}}), with(JobPriority::foreground));
+  REQUIRE(wait_until([&] { return state_of(bg_pid) == 'T'; }, 1s));
+  bg.urgency->raise();
+  CHECK(state_of(bg_pid) != 'T'); // continued by the raise itself
+  auto b = background.get();
+  REQUIRE(b);
+  CHECK(b->header["pid"].get<pid_t>() == bg_pid);
+  REQUIRE(foreground.get());
+  CHECK(background.finished < foreground.finished);
+  CHECK(pool->stats().promotions == 1);
+  CHECK(pool->stats().background_stops == 1);
+}
+
+TEST_CASE("background jobs: raised while waiting for a worker (or before), a job starts as a "
+          "foreground one",
+          "[worker_pool][background]") {
+  auto pool = make_pool(test_options(2));
+  Running long_fg(*pool, job({{"op", "sleep_ms"}, {"ms", 2000}}), with(JobPriority::foreground));
+  pid_t long_pid = 0;
+  REQUIRE(wait_until([&] { return (long_pid = busy_worker(*pool)) != 0; }));
+  JobOptions bg = with(JobPriority::background);
+  bg.urgency = std::make_shared<Urgency>();
+  SECTION("raised while it waits") {
+    Running short_fg(*pool, job({{"op", "sleep_ms"}, {"ms", 300}}), with(JobPriority::foreground));
+    REQUIRE(wait_until([&] { return busy_worker(*pool, long_pid) != 0; }));
+    Running background(*pool, job({{"op", "cpu_ms"}, {"ms", 300}}), bg);
+    REQUIRE(wait_until([&] { return pool->stats().waiting == 1; }));
+    bg.urgency->raise();
+    REQUIRE(short_fg.get());
+    REQUIRE(background.get());
+    REQUIRE(long_fg.get());
+    CHECK(background.finished < long_fg.finished); // never stopped behind it
+  }
+  SECTION("raised before it was sent") {
+    bg.urgency->raise();
+    Running background(*pool, job({{"op", "cpu_ms"}, {"ms", 300}}), bg);
+    REQUIRE(background.get());
+    REQUIRE(long_fg.get());
+    CHECK(background.finished < long_fg.finished);
+  }
+  CHECK(pool->stats().background_stops == 0);
+  CHECK(pool->stats().promotions == 0); // foreground from the start
+}

@@ -6,6 +6,7 @@
 
 #include "fdo/util/expected.h"
 #include "fdo/util/profile.h"
+#include "fdo/util/urgency.h"
 
 #include <cstdint>
 #include <memory>
@@ -73,7 +74,8 @@ struct CompiledOutput {
 // tier-up of the program's current profile), or nobody does yet (a build
 // ahead of need, e.g. the guard's plain build before its trial). A compiler
 // may let background compiles yield to stage ones (fdod stops its background
-// compile workers while stage compiles run: docs/workers.md).
+// compile workers while stage compiles run: docs/workers.md). A background
+// compile comes with an Urgency, raised when a stage comes to wait for it.
 enum class CompilePriority { stage, background };
 
 // The compiler. identify() is cheap (parse + canonical fingerprint); compile()
@@ -88,8 +90,11 @@ public:
   // upgraded compile worker) and the cache keeps outputs apart.
   virtual std::string identity() const = 0;
   virtual Expected<Identification> identify(const Program& program) = 0;
+  // `urgency`: a background compile's (null for a stage one); raised when a
+  // stage comes to wait for the output, from then on the compile is a stage's.
   virtual Expected<CompiledOutput> compile(const Program& program, const ProfileRef& profile,
-                                           CompileMode mode, CompilePriority priority) = 0;
+                                           CompileMode mode, CompilePriority priority,
+                                           const std::shared_ptr<Urgency>& urgency) = 0;
 };
 
 } // namespace fdo::cache

@@ -5,8 +5,10 @@
 #include "fdo/daemon/ipc.h"
 #include "fdo/daemon/worker_stats.h"
 #include "fdo/util/expected.h"
+#include "fdo/util/urgency.h"
 
 #include <functional>
+#include <memory>
 
 namespace fdo::daemon {
 
@@ -45,6 +47,10 @@ struct JobOptions {
   // A runner that does not check (a test's fake) leaves it to the caller.
   std::function<Status(const Message&)> check_reply{};
   JobPriority priority = JobPriority::foreground;
+  // A background job's: raised when a caller comes to wait for its result
+  // (a stage joins a build ahead of need); from then on it is a foreground
+  // job, waiting or running. Null: the priority stays.
+  std::shared_ptr<Urgency> urgency{};
 };
 
 class JobRunner {

@@ -65,6 +65,11 @@ struct PoolOptions {
   // while other tenants' jobs take the free workers: with a cap below `size`,
   // one tenant flooding the pool cannot hold every worker.
   std::size_t max_running_per_tenant = 0;
+  // A background job stopped for this long in all (JobPriority) runs on as a
+  // foreground one: continued, never stopped or preempted again, so builds
+  // ahead of need are put off, not starved. 0: stopped for as long as
+  // foreground jobs run.
+  std::chrono::milliseconds background_max_stopped{30000};
   // cgroups (cgroup.h, v2 or v1): each worker gets a group of its own under this
   // tree; at its first job the group gets memory.max (what the worker holds
   // + the job's address_space_bytes) and pids.max = cgroup_pids_max (0: none).

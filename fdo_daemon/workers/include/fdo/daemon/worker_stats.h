@@ -58,6 +58,7 @@ struct PoolStats {
   std::uint64_t program_exits = 0;    // jobs whose program ended the worker with exit(n)
   std::uint64_t background_stops = 0; // background jobs stopped while foreground ones ran
   std::uint64_t preemptions = 0;      // background jobs whose worker a foreground job took (rerun)
+  std::uint64_t promotions = 0;       // background jobs run on as foreground (stopped too long)
   std::vector<WorkerInfo> workers;
 };
 nlohmann::json to_json(const PoolStats& stats);
