@@ -194,7 +194,10 @@ def main():
         return 2
     out_dir = build / "bench" / "programs"
     cores = os.cpu_count() or 1
-    bad, report = [], {}
+    # bad: a value differs from the native build's (or a stage is missing);
+    # differs: an incremental build's objects differ from the full compile's
+    # with equal values (determinism: docs/jit.md, "Determinism").
+    bad, differs, report = [], [], {}
     for name, program in programs.PROGRAMS.items():
         if args.only and name != args.only:
             continue
@@ -252,8 +255,8 @@ def main():
                            f"{rec_out['checksum']}")
             for spread, r in recompile.items():
                 if not r["identical"]:
-                    bad.append(f"{name}: the {spread} incremental build differs from the full "
-                               f"compile's (parts: {r.get('differing')})")
+                    differs.append(f"{name}: the {spread} incremental build differs from the "
+                                   f"full compile's (parts: {r.get('differing')})")
             first_opt = (async_run(build, ir, name, n, expected, args.async_limit, bad)
                          if args.async_limit > 0 else None)
         rec = {"functions": doc and len(doc.get("functions", {})), "arg": n,
@@ -318,10 +321,11 @@ def main():
                   f"one: {shown} ({secs:.1f} s; served {modes})")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(report, indent=1))
+    if differs:
+        print("\nNOT BYTE-IDENTICAL (values equal):\n  " + "\n  ".join(differs))
     if bad:
         print("\nWRONG VALUES:\n  " + "\n  ".join(bad))
-        return 1
-    return 0
+    return 1 if bad or differs else 0
 
 
 if __name__ == "__main__":
