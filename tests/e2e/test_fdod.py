@@ -440,6 +440,7 @@ class ConfigReload(unittest.TestCase):
         "profile_store": "postgresql://fdo:pw@127.0.0.1:1/fdo", "host_name": "host-b",
         "profile_store_spool_max_bytes": 2097152,
         "max_running_compiles_per_uid": 1, "max_buffered_bytes_per_uid": 67108864,
+        "compile_background_max_stopped_ms": 5000,
     }
 
     def test_sighup_applies_runtime_keys_and_keeps_restart_keys(self):

@@ -167,6 +167,11 @@ const std::vector<KeyDef>& key_defs() {
         "compiles take the free workers (0 = compile_workers - 1, at least 1).",
         [](Config& c) -> unsigned& { return c.max_running_compiles_per_uid; }, 0, 256));
     v.push_back(ms_key(
+        "compile_background_max_stopped_ms", X,
+        "A build ahead of need stopped for this long in all (while stage compiles ran) runs on "
+        "as a stage's compile: continued, never stopped or preempted again (0 = no bound).",
+        [](Config& c) -> milliseconds& { return c.compile_background_max_stopped; }, 0, kDay));
+    v.push_back(ms_key(
         "compile_timeout_ms", R, "Wall-time limit of one compile job.",
         [](Config& c) -> milliseconds& { return c.compile_timeout; }, 1, kDay));
     v.push_back(ms_key(

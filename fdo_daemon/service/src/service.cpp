@@ -173,8 +173,10 @@ ServiceBuilder::worker_pool(const std::string& worker_path, WorkerRole role, con
                : role == WorkerRole::exec  ? exec_job_limits(c)
                                            : gpu_job_limits(c);
   o.max_waiting_per_tenant = c.max_queued_jobs_per_uid;
-  if (role == WorkerRole::compile)
+  if (role == WorkerRole::compile) {
     o.max_running_per_tenant = c.effective_max_running_compiles_per_uid();
+    o.background_max_stopped = c.compile_background_max_stopped;
+  }
   o.bind_spec = [role, isolation,
                  live_config](const std::string& tenant) -> Expected<nlohmann::json> {
     return isolation->bind_request(role, tenant, *live_config());

@@ -318,6 +318,23 @@ TEST_CASE("config: connection and tenant keys - defaults - reload classes", "[co
   REQUIRE(merged.max_unsent_bytes == 0);
 }
 
+TEST_CASE("config: compile_background_max_stopped_ms - default - range - restart", "[config]") {
+  CHECK(Config::defaults().compile_background_max_stopped == std::chrono::milliseconds(30000));
+  auto off = Config::parse("compile_background_max_stopped_ms = 0\n", "t");
+  REQUIRE(off);
+  CHECK(off->compile_background_max_stopped == std::chrono::milliseconds(0));
+  auto set = Config::parse("compile_background_max_stopped_ms = 2500\n", "t");
+  REQUIRE(set);
+  CHECK(set->compile_background_max_stopped == std::chrono::milliseconds(2500));
+  CHECK_THAT(error_of(Config::parse("compile_background_max_stopped_ms = -1\n", "f.conf")),
+             Catch::Contains("compile_background_max_stopped_ms"));
+  auto key = std::find_if(Config::keys().begin(), Config::keys().end(), [](const ConfigKeyInfo& k) {
+    return k.name == "compile_background_max_stopped_ms";
+  });
+  REQUIRE(key != Config::keys().end());
+  CHECK(key->reload == ReloadBehavior::restart);
+}
+
 TEST_CASE("config: guard.checkpoint_pairs - default - range - reload", "[config][guard]") {
   CHECK(Config::defaults().guard.checkpoint_pairs == 4);
   auto off = Config::parse("guard.checkpoint_pairs = 0\n", "t");

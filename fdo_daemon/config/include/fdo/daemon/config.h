@@ -94,6 +94,8 @@ struct Config {
   std::chrono::milliseconds gpu_kernel_timeout{10'000};
   unsigned exec_workers = 2;
   unsigned max_running_compiles_per_uid = 0; // 0 = compile_workers - 1, at least 1
+  // A build ahead of need stopped this long in all runs on as a stage's (0: no bound).
+  std::chrono::milliseconds compile_background_max_stopped{30000};
   std::chrono::milliseconds compile_timeout{60000};
   std::chrono::milliseconds exec_timeout{10000};
   std::uint64_t compile_memory_mb = 2048;
