@@ -5,10 +5,12 @@
 #include "user_page.h"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -178,6 +180,12 @@ struct CounterGroup::Impl {
   int group_error = 0;
   std::string group_error_reason;
   std::string task_clock_window_error;
+  // The task clock's (count, time enabled, time running) when its window
+  // began: what a reading subtracts. Not reset per window: its last reading
+  // after a stop is where the next window starts (the clock does not move
+  // while disabled), so a window costs no PERF_EVENT_IOC_RESET.
+  std::array<std::uint64_t, 3> task_clock_base{};
+  std::optional<std::array<std::uint64_t, 3>> task_clock_stopped;
 
   int leader_fd() const { return leader >= 0 ? slots[leader].fd.get() : -1; }
   bool snapshot_all(bool at_end);
@@ -323,7 +331,17 @@ void CounterGroup::start() {
   g.wall_start = now_ns(CLOCK_MONOTONIC);
   g.cpu_start = now_ns(CLOCK_THREAD_CPUTIME_ID);
   if (g.task_clock.valid()) {
-    SysResult r1 = g.sys->ioctl(g.task_clock.get(), PERF_EVENT_IOC_RESET, 0);
+    // Read while stopped, the clock's value is this window's start; never
+    // read since (the first window, or a window not read after its stop), it
+    // is reset instead.
+    SysResult r1;
+    if (g.task_clock_stopped) {
+      g.task_clock_base = *g.task_clock_stopped;
+    } else {
+      r1 = g.sys->ioctl(g.task_clock.get(), PERF_EVENT_IOC_RESET, 0);
+      g.task_clock_base = {};
+    }
+    g.task_clock_stopped.reset();
     SysResult r2 = g.sys->ioctl(g.task_clock.get(), PERF_EVENT_IOC_ENABLE, 0);
     if (!r1.ok() || !r2.ok())
       g.task_clock_window_error =
@@ -462,7 +480,10 @@ Measurement CounterGroup::Impl::read_now() {
       m.task_clock_reason =
           "read(2) of task-clock returned " + std::to_string(r.value) + " bytes, expected 24";
     else {
-      EventReading tc = scale_reading(std::string(task_clock_event), buf[0], buf[1], buf[2]);
+      if (state == State::stopped) task_clock_stopped = {buf[0], buf[1], buf[2]};
+      const std::array<std::uint64_t, 3>& b = task_clock_base;
+      EventReading tc =
+          scale_reading(std::string(task_clock_event), buf[0] - b[0], buf[1] - b[1], buf[2] - b[2]);
       if (tc.value)
         m.task_clock_ns = tc.value;
       else

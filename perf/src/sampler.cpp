@@ -201,7 +201,9 @@ Sampler& Sampler::operator=(Sampler&&) noexcept = default;
 Sampler::~Sampler() = default;
 
 void Sampler::start() {
-  impl_->ioctl_all(PERF_EVENT_IOC_RESET, "PERF_EVENT_IOC_RESET");
+  // No PERF_EVENT_IOC_RESET: it zeroes the event's count, which a sampler
+  // never reads (its samples come from the ring, drained separately), and
+  // leaves the distance to the next sample as it was.
   impl_->ioctl_all(PERF_EVENT_IOC_ENABLE, "PERF_EVENT_IOC_ENABLE");
 }
 

@@ -123,6 +123,26 @@ TEST_CASE("a group can be read while it runs and measured repeatedly", "[perf][c
   CHECK(*again.events[0].value < *end.events[0].value);
 }
 
+TEST_CASE("each window's task clock counts that window only", "[perf][counters]") {
+  auto group = CounterGroup::open({});
+  REQUIRE(group);
+  if (!group->task_clock_available()) FDO_SKIP("skipped: task-clock cannot be opened here");
+  Measurement big = measure(*group, [] { small_loop(20'000'000); });
+  Measurement small = measure(*group, [] { small_loop(1000); });
+  Measurement big_again = measure(*group, [] { small_loop(20'000'000); });
+  REQUIRE(big.task_clock_ns);
+  REQUIRE(small.task_clock_ns);
+  REQUIRE(big_again.task_clock_ns);
+  CHECK(*small.task_clock_ns < *big.task_clock_ns / 4);
+  // Not a running total either: the third window is about the first's.
+  CHECK(*big_again.task_clock_ns < *big.task_clock_ns * 3);
+  CHECK(*big_again.task_clock_ns > *big.task_clock_ns / 3);
+  // About the thread's CPU time over the same window (the two clocks are
+  // kept apart by the kernel and differ by a little).
+  CHECK(*big.task_clock_ns < big.thread_cpu_ns * 2);
+  CHECK(*big.task_clock_ns > big.thread_cpu_ns / 2);
+}
+
 TEST_CASE("reading before start reports nothing measured", "[perf][counters]") {
   auto group = CounterGroup::open({"task-clock"});
   REQUIRE(group);

@@ -367,3 +367,59 @@ TEST_CASE("rdpmc not allowed or not wanted: read(2)", "[perf][fault][rdpmc]") {
     CHECK(*m.events[0].value == 99);
   }
 }
+
+TEST_CASE("task-clock windows start where the last one ended, without a reset each",
+          "[perf][fault]") {
+  FakeSyscalls fake;
+  fake.fail_pmu_events(ENOENT);
+  auto g = CounterGroup::open({"instructions"}, fake);
+  REQUIRE(g);
+  REQUIRE(g->task_clock_available());
+  const int tc = fake.opened.back().fd;
+  auto resets = [&] {
+    int n = 0;
+    for (const auto& c : fake.ioctls)
+      if (c.request == PERF_EVENT_IOC_RESET && c.fd == tc) ++n;
+    return n;
+  };
+  auto set_clock = [&](std::uint64_t count, std::uint64_t enabled) {
+    fake.set_value(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK, count);
+    fake.time_enabled = fake.time_running = enabled;
+  };
+  // The first window has nothing to start from: reset.
+  set_clock(5000, 6000);
+  Measurement m1 = measure(*g, [] { spin(1000); });
+  REQUIRE(m1.task_clock_ns);
+  CHECK(*m1.task_clock_ns == 5000);
+  CHECK(resets() == 1);
+  // Later windows subtract the reading taken after the last stop.
+  set_clock(5700, 6900);
+  Measurement m2 = measure(*g, [] { spin(1000); });
+  REQUIRE(m2.task_clock_ns);
+  CHECK(*m2.task_clock_ns == 700);
+  set_clock(6000, 7300);
+  Measurement m3 = measure(*g, [] { spin(1000); });
+  REQUIRE(m3.task_clock_ns);
+  CHECK(*m3.task_clock_ns == 300);
+  CHECK(resets() == 1);
+  // A window stopped but never read leaves no start for the next: reset again.
+  g->start();
+  g->stop();
+  set_clock(250, 400);
+  Measurement m4 = measure(*g, [] { spin(1000); });
+  REQUIRE(m4.task_clock_ns);
+  CHECK(*m4.task_clock_ns == 250);
+  CHECK(resets() == 2);
+  // A read while running is not a start either: the window goes on counting.
+  g->start();
+  set_clock(400, 600);
+  Measurement mid = g->read();
+  REQUIRE(mid.task_clock_ns);
+  CHECK(*mid.task_clock_ns == 150);
+  g->stop();
+  set_clock(450, 650);
+  Measurement end = g->read();
+  REQUIRE(end.task_clock_ns);
+  CHECK(*end.task_clock_ns == 200);
+  CHECK(resets() == 2);
+}

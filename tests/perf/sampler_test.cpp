@@ -149,6 +149,8 @@ TEST_CASE("samples written into the rings are drained per event and attributed",
     REQUIRE(s->active_events() == 2);
     s->start();
     CHECK(fake.count_ioctls(PERF_EVENT_IOC_ENABLE) == 2);
+    // Nothing reads a sampler's count: starting it costs no reset.
+    CHECK(fake.count_ioctls(PERF_EVENT_IOC_RESET) == 0);
     // The live fds: branch-misses and cycles (the failed attempts never got one).
     const int fd_bm = fake.opened[0].fd;
     const int fd_cy = fake.opened[1].fd;
