@@ -464,7 +464,11 @@ void Server::set_limits(const ServerLimits& limits) {
   Impl* s = impl_.get();
   s->tenants.set_quota({limits.max_connections_per_uid, limits.max_inflight_per_uid,
                         limits.max_buffered_bytes_per_uid});
-  asio::post(s->io, [s, limits] { s->limits = limits; });
+  asio::post(s->io, [s, limits] {
+    s->limits = limits;
+    for (const auto& session : s->sessions)
+      session->on_limits_changed();
+  });
 }
 
 ServerStats Server::stats() const {
@@ -475,7 +479,7 @@ ServerStats Server::stats() const {
   out.requests = a.requests.load(std::memory_order_relaxed);
   out.requests_timed_out = a.timed_out.load(std::memory_order_relaxed);
   out.requests_oversized = a.oversized.load(std::memory_order_relaxed);
-  out.handlers_running = a.running.load(std::memory_order_relaxed);
+  out.handlers_running = a.running.load(std::memory_order_acquire);
   out.connections_refused = a.connections_refused.load(std::memory_order_relaxed);
   out.requests_refused = a.requests_refused.load(std::memory_order_relaxed);
   out.closed_read_timeout = a.read_timeouts.load(std::memory_order_relaxed);
@@ -483,6 +487,8 @@ ServerStats Server::stats() const {
   out.closed_write_timeout = a.write_timeouts.load(std::memory_order_relaxed);
   out.reads_paused = a.reads_paused.load(std::memory_order_relaxed);
   out.closed_over_byte_budget = a.buffer_refusals.load(std::memory_order_relaxed);
+  out.replies_by_handler = a.replies_by_handler.load(std::memory_order_relaxed);
+  out.call_ends_unwoken = a.ends_unwoken.load(std::memory_order_relaxed);
   return out;
 }
 

@@ -116,7 +116,8 @@ struct Server::Impl {
   struct AtomicStats {
     std::atomic<std::uint64_t> accepted{0}, open{0}, requests{0}, timed_out{0}, oversized{0},
         running{0}, connections_refused{0}, requests_refused{0}, read_timeouts{0}, idle_timeouts{0},
-        write_timeouts{0}, reads_paused{0}, buffer_refusals{0};
+        write_timeouts{0}, reads_paused{0}, buffer_refusals{0}, replies_by_handler{0},
+        ends_unwoken{0};
   } stats;
 
   unsigned threads;

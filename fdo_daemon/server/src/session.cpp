@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <sys/socket.h>
+#include <utility>
 
 namespace fdo::daemon {
 
@@ -48,7 +49,9 @@ Session::Session(Server::Impl& srv, stream::socket socket, CallContext peer, std
     : srv_(srv), dispatcher_(srv.dispatcher), socket_(std::move(socket)), deadline_timer_(srv.io),
       read_timer_(srv.io), write_timer_(srv.io), peer_(peer), id_(id),
       connection_(std::move(connection)), parser_(srv.limits.max_request_bytes),
-      read_buf_(kReadChunk) {}
+      read_buf_(kReadChunk) {
+  fd_ = socket_.native_handle();
+}
 
 Session::~Session() {
   dispatcher_.disconnected(id_);
@@ -65,6 +68,14 @@ void Session::on_server_stop() {
     error_code ignored;
     socket_.cancel(ignored);
   }
+  // A call whose handler wrote its reply and parked its end is done: taken
+  // now (posted: the server is walking its sessions), not at the client's
+  // next request. A handler still running posts its end from now on.
+  if (stage_ == Stage::calling)
+    if (auto end = take_parked(call_gen_))
+      asio::post(srv_.io, [self = shared_from_this(), end = std::move(*end)]() mutable {
+        self->on_call_done(std::move(end));
+      });
 }
 
 void Session::next() {
@@ -129,6 +140,10 @@ void Session::do_read() {
   // A begun line has what is left of read_timeout; otherwise the connection
   // is idle: nothing runs for it and it owes us nothing.
   Clock::duration wait = srv_.limits.idle_timeout;
+  // The idle time since a reply its handler wrote counts too.
+  if (replied_at_ && !parser_.in_line())
+    wait -= std::min<Clock::duration>(wait, read_started_ - *replied_at_);
+  replied_at_.reset();
   if (parser_.in_line())
     wait = std::max<Clock::duration>(Clock::duration::zero(),
                                      Clock::duration(srv_.limits.read_timeout) - line_waited_);
@@ -136,6 +151,12 @@ void Session::do_read() {
   read_timer_.async_wait([self = shared_from_this(), gen = ++read_gen_](const error_code& ec) {
     self->on_read_timer(gen, ec);
   });
+  if (std::exchange(readable_now_, false)) {
+    // The call's watch just saw the socket readable: read now, without
+    // asking the reactor again (on_readable waits if that was all).
+    on_readable({});
+    return;
+  }
   socket_.async_wait(stream::socket::wait_read,
                      [self = shared_from_this()](const error_code& ec) { self->on_readable(ec); });
 }
@@ -396,12 +417,32 @@ void Session::start_call(Request req, Clock::time_point received) {
     slot = std::move(*got);
   }
   stage_ = Stage::calling;
+  replied_at_.reset();
   std::uint64_t gen = ++call_gen_;
   ++srv_.running_handlers;
   srv_.stats.running.fetch_add(1, std::memory_order_relaxed);
-  deadline_timer_.expires_at(deadline);
+  call_deadline_ = deadline;
+  // Also a look, every idle_timeout, for an end its handler parked (the
+  // connection is idle from then on).
+  deadline_timer_.expires_at(std::min(deadline, Clock::now() + srv_.limits.idle_timeout));
   deadline_timer_.async_wait(
       [self = shared_from_this(), gen](const error_code& ec) { self->on_deadline(gen, ec); });
+  // With nothing queued to write, the handler thread writes the reply itself;
+  // with nothing read ahead either, the io thread watches the socket rather
+  // than being woken for the end: it learns of it at the next request.
+  const bool direct = outbox_.empty() && !writing_;
+  const bool watch = direct && pending_.empty() && !eof_;
+  {
+    std::lock_guard lk(reply_mu_);
+    direct_ok_ = direct;
+    watching_ = watch;
+    direct_gen_ = gen;
+    parked_.reset();
+  }
+  if (watch)
+    socket_.async_wait(
+        stream::socket::wait_read,
+        [self = shared_from_this(), gen](const error_code& ec) { self->on_call_watch(gen, ec); });
   CallContext ctx = peer_;
   ctx.deadline = deadline;
   ctx.connection = id_;
@@ -417,10 +458,11 @@ void Session::start_call(Request req, Clock::time_point received) {
     // was sent a timeout long ago.
     slot.reset();
     if (!response) fds.clear();
-    asio::post(self->srv_.io,
-               [self, gen, response = std::move(response), fds = std::move(fds)]() mutable {
-                 self->on_call_done(gen, std::move(response), std::move(fds));
-               });
+    CallEnd end;
+    end.gen = gen;
+    end.reply = std::move(response);
+    end.fds = std::move(fds);
+    self->end_call(std::move(end));
   };
   if (cls == MethodClass::control)
     asio::post(srv_.control, std::move(call));
@@ -448,42 +490,17 @@ void Session::refuse_call(const Request& req, const Error& why, const nlohmann::
   next();
 }
 
-void Session::on_call_done(std::uint64_t gen, std::optional<std::string> response,
-                           std::vector<Fd> fds) {
-  --srv_.running_handlers;
-  srv_.stats.running.fetch_sub(1, std::memory_order_relaxed);
-  if (gen != call_gen_ || stage_ != Stage::calling) {
-    log::info(who() + ": a handler finished after its client was answered (timed out or closed)");
-    srv_.maybe_finish();
-    return;
-  }
-  error_code ignored;
-  deadline_timer_.cancel(ignored);
-  if (response) queue_reply(std::move(*response), std::move(fds));
-  next();
-}
-
-void Session::on_deadline(std::uint64_t gen, const error_code& ec) {
-  if (ec == asio::error::operation_aborted || gen != call_gen_ || stage_ != Stage::calling) return;
-  // Any later completion of this call is stale.
-  ++call_gen_;
-  timed_out("while running");
-}
-
-void Session::timed_out(const char* when) {
-  srv_.stats.timed_out.fetch_add(1, std::memory_order_relaxed);
-  log::warning(who() + ": '" + rpc::cut(current_method_) + "' id " +
-               rpc::cut(id_text(current_id_)) + " exceeded request_timeout_ms (" +
-               ms_text(current_timeout_) + ") " + when);
-  if (!current_notification_)
-    queue_reply(rpc::deadline_response(current_id_, current_method_, current_timeout_));
-  next();
-}
-
 void Session::close(const std::string& why, log::Level level) {
   if (stage_ == Stage::closed) return;
   stage_ = Stage::closed;
   log::write(level, who() + " closed: " + why);
+  {
+    // No handler thread writes on the descriptor once it is closed.
+    std::lock_guard lk(reply_mu_);
+    direct_ok_ = false;
+    watching_ = false;
+    fd_ = -1;
+  }
   error_code ignored;
   socket_.shutdown(stream::socket::shutdown_both, ignored);
   socket_.close(ignored);

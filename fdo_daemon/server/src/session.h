@@ -6,6 +6,7 @@
 #include "server_impl.h"
 
 #include <deque>
+#include <mutex>
 #include <optional>
 
 namespace fdo::daemon {
@@ -16,7 +17,8 @@ namespace fdo::daemon {
 // drain, until more than max_unsent_bytes wait (then nothing more is read).
 // Owned by Server::Impl::sessions; callbacks hold a shared_ptr so a session
 // outlives any handler still running for it. Everything but the pool jobs
-// runs on the io thread.
+// runs on the io thread; a pool job's end_call() writes its reply and parks
+// its end under reply_mu_, the one lock the two sides share.
 class Session : public std::enable_shared_from_this<Session> {
 public:
   Session(Server::Impl& srv, stream::socket socket, CallContext peer, std::uint64_t id,
@@ -33,6 +35,10 @@ public:
   void on_server_stop();
 
   void abort(const std::string& why) { close(why, log::Level::debug); }
+
+  // set_limits changed the limits: a running call's next look for a parked
+  // end follows the new idle_timeout.
+  void on_limits_changed();
 
 private:
   // What the request side is doing; the reply side (outbox_) runs beside it.
@@ -74,10 +80,34 @@ private:
   // An immediate method: invoked here on the io thread, its reply queued.
   void call_now(const Request& req, Clock::time_point deadline, const std::vector<Fd>& request_fds);
   void refuse_call(const Request& req, const Error& why, const nlohmann::json& data);
-  void on_call_done(std::uint64_t gen, std::optional<std::string> response, std::vector<Fd> fds);
+  // How a call ended, from its handler thread: the reply, or what its
+  // handler could not write itself (docs/fdod.md, "Replies written by their
+  // handler").
+  struct CallEnd {
+    std::uint64_t gen = 0;
+    std::optional<std::string> reply; // what is left to send; none: nothing (or all sent)
+    bool raw = false;                 // `reply` is the rest of a line begun: its "\n" included
+    std::vector<Fd> fds;
+    bool written = false; // the handler thread sent the whole reply
+    Clock::time_point at{};
+  };
+  // On the handler thread, when the call's handler returns: writes the reply
+  // on the socket itself if it may (direct_ok_), then hands the end to the io
+  // thread, by a post unless the io thread watches the socket for this call
+  // (then it finds the end parked when it looks next).
+  void end_call(CallEnd end);
+  // io thread: the end of the running call, however it arrived.
+  void on_call_done(CallEnd end);
+  // io thread: the socket became readable (or the watch was cancelled) while
+  // call `gen` ran; takes its end if parked.
+  void on_call_watch(std::uint64_t gen, const error_code& ec);
+  // io thread: the parked end of call `gen`, if any; stops the watch.
+  std::optional<CallEnd> take_parked(std::uint64_t gen);
   void on_deadline(std::uint64_t gen, const error_code& ec);
   void timed_out(const char* when);
   void queue_reply(std::string response, std::vector<Fd> fds = {});
+  // A reply line with its "\n" (or the rest of one) to go out next.
+  void queue_line(std::string line, std::vector<Fd> fds);
   void start_write();
   // The front reply carries fds: its first byte goes out alone with them
   // (sendmsg, SCM_RIGHTS) once the socket is writable, then the rest.
@@ -141,6 +171,22 @@ private:
   std::uint64_t write_gen_ = 0;
 
   std::uint64_t call_gen_ = 0;
+  Clock::time_point call_deadline_{};
+  // Set when the last call's reply was written by its handler thread and
+  // the io thread learnt of it later: the idle timeout counts from then.
+  std::optional<Clock::time_point> replied_at_;
+  // The watch just saw the socket readable: do_read reads at once.
+  bool readable_now_ = false;
+
+  // Shared with the running call's handler thread, under reply_mu_ (the only
+  // session state that thread touches besides what its job captured).
+  std::mutex reply_mu_;
+  int fd_ = -1;            // the socket's descriptor; -1 once closed
+  bool direct_ok_ = false; // call direct_gen_'s handler may write its reply itself
+  bool watching_ = false;  // the io thread watches the socket during call direct_gen_
+  std::uint64_t direct_gen_ = 0;
+  std::uint64_t answered_gen_ = 0; // the last call whose handler wrote reply bytes
+  std::optional<CallEnd> parked_;  // an end the io thread has not taken yet
   nlohmann::json current_id_;
   std::string current_method_;
   bool current_notification_ = false;

@@ -14,8 +14,12 @@ namespace fdo::daemon {
 
 void Session::queue_reply(std::string response, std::vector<Fd> fds) {
   response.push_back('\n');
-  unsent_bytes_ += response.size();
-  outbox_.push_back({std::move(response), std::move(fds)});
+  queue_line(std::move(response), std::move(fds));
+}
+
+void Session::queue_line(std::string line, std::vector<Fd> fds) {
+  unsent_bytes_ += line.size();
+  outbox_.push_back({std::move(line), std::move(fds)});
   (void)account_bytes(TenantLimits::Admission::always); // a reply is kept whatever it costs
   if (!writing_) start_write();
 }

@@ -168,15 +168,6 @@ void require_limit_error(const json& r, const std::string& limit, unsigned max) 
   REQUIRE_THAT(r["error"]["message"].get<std::string>(), Catch::Contains(limit));
 }
 
-template <class Pred> bool eventually(Pred pred, milliseconds limit = std::chrono::seconds(20)) {
-  auto until = Clock::now() + limit;
-  while (Clock::now() < until) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return pred();
-}
-
 // Sends `req` from a forked child running as uid/gid 65534 and returns its
 // exit status: 0 when the first reply line contains `expect`. Everything the
 // child touches is prepared before fork (the parent has threads running).

@@ -40,15 +40,6 @@ int error_code_of(const json& r) {
   return r["error"]["code"].get<int>();
 }
 
-template <class Pred> bool eventually(Pred pred, milliseconds limit = std::chrono::seconds(20)) {
-  auto until = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < until) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return pred();
-}
-
 } // namespace
 
 TEST_CASE("server: bad input gets JSON-RPC errors and the connection keeps working", "[server]") {

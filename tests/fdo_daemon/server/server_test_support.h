@@ -39,7 +39,8 @@ inline void add_test_methods(Dispatcher& d, TestState& state, bool activated = f
   });
   d.add("whoami",
         [&state](const nlohmann::json&, const CallContext& ctx) -> Expected<nlohmann::json> {
-          if (std::this_thread::get_id() == state.io_thread.load()) state.handler_on_io_thread = true;
+          if (std::this_thread::get_id() == state.io_thread.load())
+            state.handler_on_io_thread = true;
           return nlohmann::json{{"uid", ctx.uid}, {"gid", ctx.gid}, {"pid", ctx.pid}};
         });
   d.add("sleep",
@@ -68,6 +69,17 @@ inline void add_test_methods(Dispatcher& d, TestState& state, bool activated = f
   d.add("throw", [](const nlohmann::json&, const CallContext&) -> Expected<nlohmann::json> {
     throw std::runtime_error("boom");
   });
+}
+
+// Polls `pred` until it holds or `limit` passes; its last answer.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(20)) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return pred();
 }
 
 // A blocking client over a raw AF_UNIX socket.

@@ -112,6 +112,8 @@ struct ServerStats {
   std::uint64_t reads_paused = 0;            // times a connection stopped reading: unsent replies
                                              // over max_unsent_bytes
   std::uint64_t closed_over_byte_budget = 0; // a read took its uid past max_buffered_bytes_per_uid
+  std::uint64_t replies_by_handler = 0;      // written whole by the handler thread that made them
+  std::uint64_t call_ends_unwoken = 0;       // of those, taken by the io thread without a wake-up
 };
 
 class Server {
