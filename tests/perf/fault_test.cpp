@@ -386,29 +386,24 @@ TEST_CASE("task-clock windows start where the last one ended, without a reset ea
     fake.set_value(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK, count);
     fake.time_enabled = fake.time_running = enabled;
   };
+  // One measured window with the clock at (count, enabled) when it is read.
+  auto window = [&](std::uint64_t count, std::uint64_t enabled) {
+    set_clock(count, enabled);
+    Measurement m = measure(*g, [] { spin(1000); });
+    REQUIRE(m.task_clock_ns);
+    return *m.task_clock_ns;
+  };
   // The first window has nothing to start from: reset.
-  set_clock(5000, 6000);
-  Measurement m1 = measure(*g, [] { spin(1000); });
-  REQUIRE(m1.task_clock_ns);
-  CHECK(*m1.task_clock_ns == 5000);
+  CHECK(window(5000, 6000) == 5000);
   CHECK(resets() == 1);
   // Later windows subtract the reading taken after the last stop.
-  set_clock(5700, 6900);
-  Measurement m2 = measure(*g, [] { spin(1000); });
-  REQUIRE(m2.task_clock_ns);
-  CHECK(*m2.task_clock_ns == 700);
-  set_clock(6000, 7300);
-  Measurement m3 = measure(*g, [] { spin(1000); });
-  REQUIRE(m3.task_clock_ns);
-  CHECK(*m3.task_clock_ns == 300);
+  CHECK(window(5700, 6900) == 700);
+  CHECK(window(6000, 7300) == 300);
   CHECK(resets() == 1);
   // A window stopped but never read leaves no start for the next: reset again.
   g->start();
   g->stop();
-  set_clock(250, 400);
-  Measurement m4 = measure(*g, [] { spin(1000); });
-  REQUIRE(m4.task_clock_ns);
-  CHECK(*m4.task_clock_ns == 250);
+  CHECK(window(250, 400) == 250);
   CHECK(resets() == 2);
   // A read while running is not a start either: the window goes on counting.
   g->start();

@@ -50,15 +50,17 @@ std::string id_text(const nlohmann::json& id) {
   return id.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-void send_now(int fd, std::string_view line) {
+std::size_t send_now(int fd, std::string_view line) {
   // MSG_DONTWAIT: a client that does not read gets nothing rather than a
-  // blocked io thread; a short write leaves it a truncated last line.
-  while (!line.empty()) {
-    ssize_t n = ::send(fd, line.data(), line.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  // blocked thread; a short write leaves it a truncated last line.
+  std::size_t sent = 0;
+  while (sent < line.size()) {
+    ssize_t n = ::send(fd, line.data() + sent, line.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    line.remove_prefix(static_cast<std::size_t>(n));
+    if (n <= 0) break;
+    sent += static_cast<std::size_t>(n);
   }
+  return sent;
 }
 
 namespace {

@@ -30,9 +30,10 @@ using Clock = std::chrono::steady_clock;
 
 std::string ms_text(std::chrono::milliseconds ms);
 std::string id_text(const nlohmann::json& id);
-// Writes `line` if the socket takes it now, without waiting: for a last word
-// before closing a connection that may not be reading.
-void send_now(int fd, std::string_view line);
+// Writes as much of `line` as the socket takes now, without waiting, and
+// says how much: a last word before closing a connection that may not be
+// reading, or a reply its handler thread writes (the io thread sends the rest).
+std::size_t send_now(int fd, std::string_view line);
 
 class Session;
 

@@ -460,6 +460,7 @@ void Session::start_call(Request req, Clock::time_point received) {
     if (!response) fds.clear();
     CallEnd end;
     end.gen = gen;
+    if (response) response->push_back('\n');
     end.reply = std::move(response);
     end.fds = std::move(fds);
     self->end_call(std::move(end));

@@ -85,8 +85,7 @@ private:
   // handler").
   struct CallEnd {
     std::uint64_t gen = 0;
-    std::optional<std::string> reply; // what is left to send; none: nothing (or all sent)
-    bool raw = false;                 // `reply` is the rest of a line begun: its "\n" included
+    std::optional<std::string> reply; // what is left to send, "\n" included; none: nothing
     std::vector<Fd> fds;
     bool written = false; // the handler thread sent the whole reply
     Clock::time_point at{};

@@ -7,8 +7,6 @@
 #include "session.h"
 
 #include <boost/asio/post.hpp>
-#include <cerrno>
-#include <sys/socket.h>
 
 namespace fdo::daemon {
 
@@ -20,25 +18,6 @@ void Session::on_limits_changed() {
   deadline_timer_.async_wait(
       [self = shared_from_this(), gen](const error_code& ec) { self->on_deadline(gen, ec); });
 }
-
-namespace {
-
-// As much of `bytes` as the socket takes now, without waiting.
-std::size_t send_available(int fd, std::string_view bytes) {
-  std::size_t sent = 0;
-  while (sent < bytes.size()) {
-    ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      sent += static_cast<std::size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    break; // full (the io thread writes the rest) or broken (its write says so)
-  }
-  return sent;
-}
-
-} // namespace
 
 void Session::end_call(CallEnd end) {
   // Counted as running until its reply is out or handed on (release: a
@@ -53,8 +32,7 @@ void Session::end_call(CallEnd end) {
       // Nothing else writes on this socket while the call runs (start_call);
       // the deadline no longer answers the call once a byte is out.
       direct_ok_ = false;
-      end.reply->push_back('\n');
-      const std::size_t sent = send_available(fd_, *end.reply);
+      const std::size_t sent = send_now(fd_, *end.reply);
       if (sent > 0) answered_gen_ = end.gen;
       if (sent == end.reply->size()) {
         srv_.stats.replies_by_handler.fetch_add(1, std::memory_order_relaxed);
@@ -62,7 +40,6 @@ void Session::end_call(CallEnd end) {
         end.reply.reset();
       } else {
         end.reply->erase(0, sent);
-        end.raw = true;
       }
       end.at = Clock::now();
     }
@@ -111,12 +88,7 @@ void Session::on_call_done(CallEnd end) {
   error_code ignored;
   deadline_timer_.cancel(ignored);
   if (end.written) replied_at_ = end.at;
-  if (end.reply) {
-    if (end.raw)
-      queue_line(std::move(*end.reply), std::move(end.fds));
-    else
-      queue_reply(std::move(*end.reply), std::move(end.fds));
-  }
+  if (end.reply) queue_line(std::move(*end.reply), std::move(end.fds));
   next();
 }
 
