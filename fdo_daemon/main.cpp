@@ -21,6 +21,18 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#ifdef FDO_MALLOC_JEMALLOC
+#include <jemalloc/jemalloc.h>
+
+// jemalloc reads its options from this symbol at its first allocation
+// (jemalloc(3), "TUNING"). Allocations of 1 MiB or more (request lines, replies,
+// IR and objects of big programs) go to its oversize arena, whose freed pages
+// go back to the kernel at once, so a burst of large requests does not leave
+// fdod's RSS at its peak (docs/fdod.md, "Memory").
+const char* malloc_conf =
+    "oversize_threshold:1048576,background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0";
+#endif
+
 #ifndef FDO_DEFAULT_CONFIG
 #define FDO_DEFAULT_CONFIG "/etc/fdod/fdod.conf"
 #endif
@@ -51,21 +63,38 @@ std::string worker_path(const std::string& argv0) {
   return beside.string();
 }
 
+// The allocator fdod was built with (FDO_MALLOC), as `--version` names it.
+std::string allocator_text() {
+#ifdef FDO_MALLOC_JEMALLOC
+  const char* version = nullptr;
+  std::size_t len = sizeof version;
+  if (mallctl("version", &version, &len, nullptr, 0) == 0 && version != nullptr)
+    return std::string("jemalloc ") + version;
+  return "jemalloc";
+#else
+  return "glibc malloc";
+#endif
+}
+
 std::string version_text() {
   return "fdod (fdo) " + std::string(fdo::kVersion) + "\nbuilt with LLVM " +
-         std::string(fdo::kLlvmBuildVersion);
+         std::string(fdo::kLlvmBuildVersion) + "\nallocator: " + allocator_text();
 }
-} // namespace
 
+#ifndef FDO_MALLOC_JEMALLOC
 // Large buffers (request lines, replies, IR and objects of big programs) are
 // mapped on their own and unmapped when freed. glibc would otherwise raise its
 // mmap threshold after the first such free and keep later ones in its heaps,
 // so a burst of 16 MiB requests would leave fdod's RSS at its peak for good
 // (docs/fdod.md, "Memory").
 constexpr int kMmapThresholdBytes = 1 << 20;
+#endif
+} // namespace
 
 int main(int argc, char** argv) {
+#ifndef FDO_MALLOC_JEMALLOC
   ::mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
+#endif
   CLI::App app{"fdod: feedback-directed optimization daemon (fdod(8))"};
   std::string socket, state_dir, config_path, log_level;
   bool no_config = false, print = false;

@@ -11,6 +11,8 @@ PACKAGES=(
   llvm-16-dev llvm-16-tools clang-16 libclang-rt-16-dev
   # components
   libpfm4-dev libsqlite3-dev libboost-dev nlohmann-json3-dev libcli11-dev libsystemd-dev
+  # fdod's allocator (docs/fdod.md, "Memory")
+  libjemalloc-dev
   # fleet (docs/fleet.md): the remote object tier's client (hiredis); real Redis and
   # PostgreSQL servers for the test fixtures (tests/support), libpq for their smoke test
   libhiredis-dev libpq-dev redis-server postgresql

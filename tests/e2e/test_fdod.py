@@ -8,6 +8,7 @@ import shutil
 import json
 import os
 import pathlib
+import re
 import signal
 import sqlite3
 import struct
@@ -283,6 +284,54 @@ class StageIsolation(unittest.TestCase):
             self.assertEqual(modes, {"instrumented", "optimized"})
             for c in clients:
                 c.close()
+        finally:
+            d.cleanup()
+
+
+class Allocator(unittest.TestCase):
+    """fdod runs on the allocator `fdod --version` names (jemalloc unless built
+    with FDO_MALLOC=system or a sanitizer); its exec workers, which run client
+    code, keep glibc's malloc (docs/fdod.md, "Memory")."""
+
+    def test_fdod_maps_the_allocator_it_names_and_exec_workers_keep_glibc(self):
+        version = subprocess.run([str(BUILD / "fdod"), "--version"], capture_output=True,
+                                 text=True, check=True).stdout
+        named = [line for line in version.splitlines() if line.startswith("allocator: ")]
+        self.assertEqual(len(named), 1, version)
+        jemalloc = named[0].startswith("allocator: jemalloc ")
+        cache = BUILD / "CMakeCache.txt"
+        if cache.exists():
+            text = cache.read_text()
+            configured = re.search(r"^FDO_MALLOC:STRING=(.*)$", text, re.M)
+            sanitize = re.search(r"^FDO_SANITIZE:STRING=(.*)$", text, re.M)
+            if configured and not (sanitize and sanitize.group(1)):
+                self.assertEqual(jemalloc, configured.group(1) == "jemalloc",
+                                 f"FDO_MALLOC={configured.group(1)}, fdod --version: {named[0]}")
+        d = Daemon().start()
+        try:
+            c = d.client()
+            pid = c.call("health")["pid"]
+            prog = c.call("program.register", {"ir": STATEFUL_IR})["program"]
+            self.assertEqual(c.call("execute", {"program": prog, "entry": "bump",
+                                                "args": [5]})["value"], 5)
+            maps = pathlib.Path(f"/proc/{pid}/maps").read_text()
+            self.assertEqual("/libjemalloc.so" in maps, jemalloc, named[0])
+            children = set()
+            for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+                children.update((task / "children").read_text().split())
+            workers = [k for k in children
+                       if "exec" in pathlib.Path(f"/proc/{k}/cmdline").read_bytes()
+                       .decode(errors="replace").split("\0")]
+            self.assertTrue(workers, f"no exec worker among fdod's children {sorted(children)}")
+            for k in workers:
+                try:
+                    wmaps = pathlib.Path(f"/proc/{k}/maps").read_text()
+                except PermissionError:
+                    self.skipTest(f"exec worker {k}'s maps are not readable by this user "
+                                  "(a sandboxed worker is not dumpable; run as root)")
+                self.assertTrue("/libc.so.6" in wmaps, f"exec worker {k} maps no libc")
+                self.assertFalse("jemalloc" in wmaps, f"exec worker {k} maps jemalloc")
+            c.close()
         finally:
             d.cleanup()
 
