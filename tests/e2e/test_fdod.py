@@ -318,19 +318,32 @@ class Allocator(unittest.TestCase):
             self.assertEqual("/libjemalloc.so" in maps, jemalloc, named[0])
             children = set()
             for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
-                children.update((task / "children").read_text().split())
-            workers = [k for k in children
-                       if "exec" in pathlib.Path(f"/proc/{k}/cmdline").read_bytes()
-                       .decode(errors="replace").split("\0")]
-            self.assertTrue(workers, f"no exec worker among fdod's children {sorted(children)}")
-            for k in workers:
                 try:
+                    children.update((task / "children").read_text().split())
+                except FileNotFoundError:  # a thread that just ended
+                    pass
+            checked = []
+            for k in sorted(children):
+                try:
+                    # Only a worker past its exec (before it, a spawned child
+                    # still shows fdod's image) and still alive.
+                    if not os.readlink(f"/proc/{k}/exe").endswith("/fdo-worker"):
+                        continue
+                    argv = pathlib.Path(f"/proc/{k}/cmdline").read_bytes().split(b"\0")
+                    if b"exec" not in argv:
+                        continue
                     wmaps = pathlib.Path(f"/proc/{k}/maps").read_text()
                 except PermissionError:
-                    self.skipTest(f"exec worker {k}'s maps are not readable by this user "
+                    self.skipTest(f"exec worker {k} is not readable by this user "
                                   "(a sandboxed worker is not dumpable; run as root)")
+                except (FileNotFoundError, ProcessLookupError):
+                    continue  # it ended meanwhile
+                if not wmaps:
+                    continue  # exiting: nothing mapped any more
                 self.assertTrue("/libc.so.6" in wmaps, f"exec worker {k} maps no libc")
                 self.assertFalse("jemalloc" in wmaps, f"exec worker {k} maps jemalloc")
+                checked.append(k)
+            self.assertTrue(checked, f"no live exec worker among fdod's children {sorted(children)}")
             c.close()
         finally:
             d.cleanup()
