@@ -422,11 +422,7 @@ void Session::start_call(Request req, Clock::time_point received) {
   ++srv_.running_handlers;
   srv_.stats.running.fetch_add(1, std::memory_order_relaxed);
   call_deadline_ = deadline;
-  // Also a look, every idle_timeout, for an end its handler parked (the
-  // connection is idle from then on).
-  deadline_timer_.expires_at(std::min(deadline, Clock::now() + srv_.limits.idle_timeout));
-  deadline_timer_.async_wait(
-      [self = shared_from_this(), gen](const error_code& ec) { self->on_deadline(gen, ec); });
+  arm_call_look(gen, Clock::now());
   // With nothing queued to write, the handler thread writes the reply itself;
   // with nothing read ahead either, the io thread watches the socket rather
   // than being woken for the end: it learns of it at the next request.

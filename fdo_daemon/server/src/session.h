@@ -102,6 +102,10 @@ private:
   void on_call_watch(std::uint64_t gen, const error_code& ec);
   // io thread: the parked end of call `gen`, if any; stops the watch.
   std::optional<CallEnd> take_parked(std::uint64_t gen);
+  // io thread: the deadline timer of call `gen` fires at its deadline or,
+  // sooner, after idle_timeout from `now`: a look for an end its handler
+  // parked (the connection is idle from then on).
+  void arm_call_look(std::uint64_t gen, Clock::time_point now);
   void on_deadline(std::uint64_t gen, const error_code& ec);
   void timed_out(const char* when);
   void queue_reply(std::string response, std::vector<Fd> fds = {});

@@ -10,13 +10,15 @@
 
 namespace fdo::daemon {
 
-void Session::on_limits_changed() {
-  if (stage_ != Stage::calling) return;
-  // Re-armed: the wait pending now completes as aborted and is ignored.
-  const std::uint64_t gen = call_gen_;
-  deadline_timer_.expires_at(std::min(call_deadline_, Clock::now() + srv_.limits.idle_timeout));
+void Session::arm_call_look(std::uint64_t gen, Clock::time_point now) {
+  // Re-arming aborts the wait pending, if any; on_deadline ignores that.
+  deadline_timer_.expires_at(std::min(call_deadline_, now + srv_.limits.idle_timeout));
   deadline_timer_.async_wait(
       [self = shared_from_this(), gen](const error_code& ec) { self->on_deadline(gen, ec); });
+}
+
+void Session::on_limits_changed() {
+  if (stage_ == Stage::calling) arm_call_look(call_gen_, Clock::now());
 }
 
 void Session::end_call(CallEnd end) {
@@ -108,9 +110,7 @@ void Session::on_deadline(std::uint64_t gen, const error_code& ec) {
   }
   if (answered) return;
   if (now < call_deadline_) {
-    deadline_timer_.expires_at(std::min(call_deadline_, now + srv_.limits.idle_timeout));
-    deadline_timer_.async_wait(
-        [self = shared_from_this(), gen](const error_code& e) { self->on_deadline(gen, e); });
+    arm_call_look(gen, now);
     return;
   }
   // Any later completion of this call is stale.
