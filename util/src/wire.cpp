@@ -1,32 +1,38 @@
 #include "fdo/util/wire.h"
 
+#include <bit>
 #include <cstring>
 #include <limits>
 
 namespace fdo::wire {
 
+namespace {
+
+// Little-endian on the wire: a host of the other order swaps (std::endian).
+template <class T> T to_wire_order(T v) {
+  if constexpr (std::endian::native == std::endian::big) {
+    if constexpr (sizeof(T) == 8)
+      return __builtin_bswap64(v);
+    else
+      return __builtin_bswap32(v);
+  }
+  return v;
+}
+
+} // namespace
+
 void put_u32(std::string& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i)
-    out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  v = to_wire_order(v);
+  char b[4];
+  std::memcpy(b, &v, 4);
+  out.append(b, 4);
 }
 
 void put_u64(std::string& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i)
-    out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-std::uint32_t load_u32(std::string_view b, std::size_t off) {
-  std::uint32_t v = 0;
-  for (int i = 3; i >= 0; --i)
-    v = (v << 8) | static_cast<std::uint8_t>(b[off + static_cast<std::size_t>(i)]);
-  return v;
-}
-
-std::uint64_t load_u64(std::string_view b, std::size_t off) {
-  std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i)
-    v = (v << 8) | static_cast<std::uint8_t>(b[off + static_cast<std::size_t>(i)]);
-  return v;
+  v = to_wire_order(v);
+  char b[8];
+  std::memcpy(b, &v, 8);
+  out.append(b, 8);
 }
 
 void WireWriter::f64(double v) {
@@ -71,7 +77,7 @@ bool WireReader::take(std::size_t n, std::string_view field) {
   return true;
 }
 
-std::uint8_t WireReader::u8() {
+std::uint8_t WireReader::u8_slow() {
   if (!take(1, "a u8")) return 0;
   return static_cast<std::uint8_t>(bytes_[offset_++]);
 }
@@ -83,14 +89,14 @@ bool WireReader::boolean() {
   return v == 1;
 }
 
-std::uint32_t WireReader::u32() {
+std::uint32_t WireReader::u32_slow() {
   if (!take(4, "a u32")) return 0;
   std::uint32_t v = load_u32(bytes_, offset_);
   offset_ += 4;
   return v;
 }
 
-std::uint64_t WireReader::u64() {
+std::uint64_t WireReader::u64_slow() {
   if (!take(8, "a u64")) return 0;
   std::uint64_t v = load_u64(bytes_, offset_);
   offset_ += 8;

@@ -166,7 +166,7 @@ Expected<Message> compile_job_message(const CompileJob& job, std::string_view pr
   put_job(w, job, program.size(), prefix_bitcode.size());
   Message m;
   FDO_TRY(m.payload, std::move(w).take());
-  m.header = {{"op", "compile"}, {kBodyBytes, m.payload.size()}};
+  m.body = TypedBody{TypedOp::compile, m.payload.size()};
   m.payload.reserve(m.payload.size() + program.size() + prefix_bitcode.size() +
                     held_objects.size());
   m.payload.append(program).append(prefix_bitcode).append(held_objects);
@@ -181,14 +181,14 @@ Expected<Message> compile_reply_message(const CompileReply& reply, std::string_v
   put_reply(w, reply, metadata.size(), prefix_bitcode.size());
   Message m;
   FDO_TRY(m.payload, std::move(w).take());
-  m.header = {{kBodyBytes, m.payload.size()}};
+  m.body = TypedBody{TypedOp::none, m.payload.size()};
   m.payload.reserve(m.payload.size() + metadata.size() + prefix_bitcode.size() + object.size());
   m.payload.append(metadata).append(prefix_bitcode).append(object);
   return m;
 }
 
 Expected<CompileJobView> compile_job_of(const Message& m) {
-  if (m.header.value("op", "") != "compile")
+  if (!m.body || m.body->op != TypedOp::compile)
     return make_error(Errc::invalid_argument, "not a compile job");
   FDO_TRY(std::size_t n, body_length(m, Errc::invalid_argument, "compile job"));
   const std::string_view payload = m.payload;

@@ -356,14 +356,14 @@ Expected<ExecReply> decode_exec_reply(std::string_view bytes) {
 Expected<Message> exec_job_message(const ExecJob& job) {
   Message m;
   FDO_TRY(m.payload, encode_exec_job(job));
-  m.header = {{"op", "exec"}, {kBodyBytes, m.payload.size()}};
+  m.body = TypedBody{TypedOp::exec, m.payload.size()};
   return m;
 }
 
 Expected<Message> exec_reply_message(const ExecReply& reply, std::string_view buffers) {
   Message m;
   FDO_TRY(m.payload, encode_exec_reply(reply));
-  m.header = {{kBodyBytes, m.payload.size()}};
+  m.body = TypedBody{TypedOp::none, m.payload.size()};
   m.payload.append(buffers);
   return m;
 }

@@ -9,11 +9,8 @@ void expect_magic(wire::WireReader& r, std::uint32_t expected) {
 }
 
 Expected<std::size_t> body_length(const Message& m, Errc code, std::string_view what) {
-  auto it = m.header.find(kBodyBytes);
-  // Decoded headers hold it unsigned; headers built in memory may hold it signed.
-  if (it == m.header.end() || !it->is_number_integer() || it->get<std::int64_t>() < 0)
-    return make_error(code, std::string(what) + " has no '" + kBodyBytes + "' length");
-  const std::uint64_t n = it->get<std::uint64_t>();
+  if (!m.body) return make_error(code, std::string(what) + " is not a typed message");
+  const std::uint64_t n = m.body->bytes;
   if (n > m.payload.size())
     return make_error(code, std::string(what) + ": a body of " + std::to_string(n) +
                                 " bytes in a payload of " + std::to_string(m.payload.size()));

@@ -1,5 +1,6 @@
-// What the typed job messages share (exec_messages.h, compile_messages.h): a
-// header that says only how long the typed body is, a magic leading each body
+// What the typed job messages share (exec_messages.h, compile_messages.h): no
+// header but the message's TypedBody (its op and how long the typed body is,
+// sent in an "FDO3" envelope, ipc.h), a magic leading each body
 // (a layout change is a clear error, never a misread), and one encode and one
 // decode per message type over its put/get pair.
 #pragma once
@@ -15,13 +16,11 @@
 
 namespace fdo::daemon::detail {
 
-inline constexpr const char* kBodyBytes = "body_bytes";
-
 // Fails `r` unless the next u32 is `expected`.
 void expect_magic(wire::WireReader& r, std::uint32_t expected);
 
-// The body's length from the header, checked against the payload; `code`
-// for a missing or impossible one.
+// The body's length from the message's TypedBody, checked against the
+// payload; `code` for an untyped message or an impossible length.
 Expected<std::size_t> body_length(const Message& m, Errc code, std::string_view what);
 
 template <class T>

@@ -136,12 +136,6 @@ private:
   std::size_t size_ = 0;
 };
 
-Expected<std::string> header_string(const json& header, const char* key) {
-  auto it = header.find(key);
-  if (it == header.end() || !it->is_string())
-    return make_error(Errc::invalid_argument, std::string("job header lacks string '") + key + "'");
-  return it->get<std::string>();
-}
 } // namespace
 
 namespace {
@@ -220,7 +214,8 @@ std::string explain_decisions(const jit::CompileResult& r) {
 } // namespace
 
 Expected<Message> CompileJobs::handle(const Message& request) {
-  FDO_TRY(std::string op, header_string(request.header, "op"));
+  const std::string op = job_op(request);
+  if (op.empty()) return make_error(Errc::invalid_argument, "job header lacks string 'op'");
   if (op == "analyze") {
     jit::Limits limits = limits_from(request.header);
     if (jit::is_nvptx_program(request.payload)) return gpu_analysis(request.payload, limits);
@@ -393,7 +388,8 @@ ExecJobs::~ExecJobs() {
 
 Expected<Message> ExecJobs::handle(const Message& request) {
   const json& h = request.header;
-  FDO_TRY(std::string op, header_string(h, "op"));
+  const std::string op = job_op(request);
+  if (op.empty()) return make_error(Errc::invalid_argument, "job header lacks string 'op'");
   if (op == "probe") {
     // Probed inside this (sandboxed) worker: what jobs can measure, not the daemon.
     std::vector<std::string> events = h.value("events", std::vector<std::string>{});

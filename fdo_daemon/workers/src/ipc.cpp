@@ -83,10 +83,10 @@ std::uint64_t get_u64(const std::uint8_t* p) {
 
 } // namespace
 
-std::array<std::uint8_t, kFramePrefixBytes> encode_frame_prefix(std::uint32_t header_len,
-                                                                std::uint64_t payload_len) {
+std::array<std::uint8_t, kFramePrefixBytes>
+encode_frame_prefix(std::uint32_t header_len, std::uint64_t payload_len, FrameKind kind) {
   std::array<std::uint8_t, kFramePrefixBytes> out{};
-  put_u32(out.data(), kFrameMagic);
+  put_u32(out.data(), kind == FrameKind::typed ? kTypedFrameMagic : kFrameMagic);
   put_u32(out.data() + 4, header_len);
   put_u64(out.data() + 8, payload_len);
   return out;
@@ -95,7 +95,7 @@ std::array<std::uint8_t, kFramePrefixBytes> encode_frame_prefix(std::uint32_t he
 Expected<FramePrefix> decode_frame_prefix(std::span<const std::uint8_t, kFramePrefixBytes> bytes,
                                           const FrameLimits& limits) {
   std::uint32_t magic = get_u32(bytes.data());
-  if (magic != kFrameMagic) {
+  if (magic != kFrameMagic && magic != kTypedFrameMagic) {
     char buf[256];
     if (magic == kLegacyFrameMagic)
       std::snprintf(buf, sizeof buf,
@@ -104,13 +104,15 @@ Expected<FramePrefix> decode_frame_prefix(std::span<const std::uint8_t, kFramePr
                     "builds?)",
                     magic, kFrameMagic);
     else
-      std::snprintf(buf, sizeof buf,
-                    "bad message magic 0x%08x (expected 0x%08x \"FDO2\"): the stream is not a "
-                    "worker channel or is out of sync",
-                    magic, kFrameMagic);
+      std::snprintf(
+          buf, sizeof buf,
+          "bad message magic 0x%08x (expected 0x%08x \"FDO2\" or \"FDO3\"): the stream is not a "
+          "worker channel or is out of sync",
+          magic, kFrameMagic);
     return make_error(Errc::corrupt, buf);
   }
   FramePrefix p;
+  p.kind = magic == kTypedFrameMagic ? FrameKind::typed : FrameKind::cbor;
   p.header_len = get_u32(bytes.data() + 4);
   p.payload_len = get_u64(bytes.data() + 8);
   if (p.header_len == 0) return make_error(Errc::corrupt, "message has an empty header");
@@ -137,14 +139,37 @@ Expected<FramePrefix> decode_frame_prefix(std::span<const std::uint8_t, kFramePr
   return p;
 }
 
+namespace {
+
+// A frame's header into `m`: the CBOR header, or the typed envelope and body.
+Status decode_frame_header(FrameKind kind, std::string_view bytes, Message& m) {
+  if (kind == FrameKind::cbor) {
+    FDO_TRY(m.header, decode_header(bytes));
+    return ok();
+  }
+  FDO_TRY(auto typed, decode_typed_envelope(bytes));
+  m.body = typed.second;
+  m.envelope = std::make_shared<const TypedEnvelope>(std::move(typed.first));
+  return ok();
+}
+
+} // namespace
+
 Expected<std::string> encode_message(const Message& message) {
-  FDO_TRY(std::string header, encode_header(message.header));
+  const bool typed = message.body && message.envelope;
+  std::string header;
+  if (typed) {
+    FDO_TRY(header, encode_typed_envelope(*message.envelope, *message.body));
+  } else {
+    FDO_TRY(header, encode_header(message.header));
+  }
   if (header.size() > UINT32_MAX)
     return make_error(Errc::resource_exhausted, "message header of " +
                                                     std::to_string(header.size()) +
                                                     " bytes does not fit the 32-bit length field");
   auto prefix =
-      encode_frame_prefix(static_cast<std::uint32_t>(header.size()), message.payload.size());
+      encode_frame_prefix(static_cast<std::uint32_t>(header.size()), message.payload.size(),
+                          typed ? FrameKind::typed : FrameKind::cbor);
   std::string out;
   out.reserve(prefix.size() + header.size() + message.payload.size());
   out.append(reinterpret_cast<const char*>(prefix.data()), prefix.size());
@@ -169,7 +194,7 @@ Expected<Message> decode_message(std::string_view frame, const FrameLimits& limi
     return make_error(Errc::corrupt, "message is followed by " + std::to_string(body - want) +
                                          " unexpected bytes");
   Message m;
-  FDO_TRY(m.header, decode_header(frame.substr(kFramePrefixBytes, p.header_len)));
+  FDO_TRY_STATUS(decode_frame_header(p.kind, frame.substr(kFramePrefixBytes, p.header_len), m));
   m.payload.assign(frame.substr(kFramePrefixBytes + p.header_len));
   return m;
 }
@@ -400,7 +425,7 @@ Status write_iov(int fd, iovec* iov, int count, Deadline deadline, std::span<con
 } // namespace
 
 Status send_frame_encoded(int fd, std::string_view header_bytes, std::string_view payload,
-                          Deadline deadline, std::span<const int> fds) {
+                          Deadline deadline, std::span<const int> fds, FrameKind kind) {
   if (header_bytes.empty()) return make_error(Errc::invalid_argument, "empty message header");
   if (fds.size() > kMaxMessageFds)
     return make_error(Errc::invalid_argument,
@@ -411,7 +436,7 @@ Status send_frame_encoded(int fd, std::string_view header_bytes, std::string_vie
                                                     std::to_string(header_bytes.size()) +
                                                     " bytes does not fit the 32-bit length field");
   auto prefix =
-      encode_frame_prefix(static_cast<std::uint32_t>(header_bytes.size()), payload.size());
+      encode_frame_prefix(static_cast<std::uint32_t>(header_bytes.size()), payload.size(), kind);
   iovec iov[3] = {
       {prefix.data(), prefix.size()},
       {const_cast<char*>(header_bytes.data()), header_bytes.size()},
@@ -427,6 +452,10 @@ Status send_frame(int fd, const nlohmann::json& header, std::string_view payload
 }
 
 Status send_message(int fd, const Message& message, Deadline deadline) {
+  if (message.body && message.envelope) {
+    FDO_TRY(std::string bytes, encode_typed_envelope(*message.envelope, *message.body));
+    return send_frame_encoded(fd, bytes, message.payload, deadline, message.fds, FrameKind::typed);
+  }
   return send_frame(fd, message.header, message.payload, deadline, message.fds);
 }
 
@@ -445,7 +474,7 @@ Expected<Message> recv_message(int fd, const FrameLimits& limits, Deadline deadl
   const ReadPart body[] = {{header.data(), header.size(), "header"},
                            {m.payload.data(), m.payload.size(), "payload"}};
   FDO_TRY_STATUS(read_exact(fd, body, deadline, peer_exit_fd, kFramePrefixBytes));
-  FDO_TRY(m.header, decode_header(header));
+  FDO_TRY_STATUS(decode_frame_header(p.kind, header, m));
   if (fds != nullptr)
     for (std::size_t i = fds_before; i < fds->size(); ++i)
       m.fds.push_back((*fds)[i].get());

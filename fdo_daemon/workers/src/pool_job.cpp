@@ -23,6 +23,26 @@ using std::chrono::milliseconds;
 // Room for the response envelope and error messages around max_output_bytes.
 constexpr std::uint64_t kEnvelopeSlack = 64 * kKiB;
 
+// The job in its envelope: a typed job in an "FDO3" frame; any other as
+// CBOR written around the job's own header (no tree).
+Status send_job(int sock, std::uint64_t id, const JobLimits& limits, const Message& request,
+                nlohmann::json bind, Deadline deadline) {
+  std::string header;
+  FrameKind kind = FrameKind::cbor;
+  if (request.body) {
+    TypedEnvelope envelope;
+    envelope.id = id;
+    envelope.limits = limits;
+    envelope.extra = std::move(bind);
+    FDO_TRY(header, encode_typed_envelope(envelope, *request.body));
+    kind = FrameKind::typed;
+  } else {
+    FDO_TRY(std::string job_header, encode_header(request.header));
+    FDO_TRY(header, encode_job_envelope(id, limits, job_header, bind));
+  }
+  return send_frame_encoded(sock, header, request.payload, deadline, request.fds, kind);
+}
+
 } // namespace
 
 Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions& options,
@@ -82,14 +102,7 @@ Expected<Message> WorkerPool::Impl::run(const Message& request, const JobOptions
     const std::uint64_t id = slot.job_id; // set when the slot was handed to us
     // A background job's limit counts only the time it is not stopped.
     const Deadline deadline = Deadline::after(limits.wall).following(slot.pauses);
-    // The envelope is written as CBOR around the job's own header (no tree).
-    Status st = ok();
-    if (auto job_header = encode_header(request.header); !job_header)
-      st = std::move(job_header).error();
-    else if (auto header = encode_job_envelope(id, limits, *job_header, bind_request); !header)
-      st = std::move(header).error();
-    else
-      st = send_frame_encoded(child.sock(), *header, request.payload, deadline, request.fds);
+    Status st = send_job(child.sock(), id, limits, request, std::move(bind_request), deadline);
     if (!st && st.error().code() == Errc::invalid_argument) {
       // Refused before a byte was written (a header too deep to encode, too
       // many descriptors): the request is at fault, the worker is fine. It goes
@@ -163,11 +176,34 @@ WorkerPool::Impl::finish_job(int idx, std::uint64_t id, Deadline deadline, const
     return fail_worker(idx, kind, response.error(), limits, std::nullopt);
   }
 
-  const auto& h = response->header;
   auto protocol_error = [&](const std::string& what) {
     return fail_worker(idx, Failure::protocol, make_error(Errc::internal, what), limits,
                        std::nullopt);
   };
+  // The checks of a reply the pool accepts, whichever envelope it came in.
+  auto accept = [&](Message out, std::string retire) -> Expected<Message> {
+    if (check_reply)
+      if (Status st = check_reply(out); !st)
+        return protocol_error("its reply: " + st.error().message());
+    release(idx, /*succeeded=*/true, retire.empty() ? retire_after : retire);
+    return out;
+  };
+  auto log_bound = [&](const nlohmann::json& bound) {
+    log::debug(opts.name + " worker pid " + std::to_string(child.pid()) +
+               " bound: " + bound.dump());
+  };
+  if (response->envelope) {
+    // A typed job's successful reply ("FDO3"): fixed fields, no tree.
+    const TypedEnvelope& e = *response->envelope;
+    if (e.kind != TypedEnvelope::Kind::reply) return protocol_error("response is not a reply");
+    if (e.id != id) return protocol_error("response does not answer job " + std::to_string(id));
+    if (!e.extra.is_null()) log_bound(e.extra);
+    Message out;
+    out.payload = std::move(response->payload);
+    out.body = response->body;
+    return accept(std::move(out), e.retire);
+  }
+  const auto& h = response->header;
   if (!h.is_object()) return protocol_error("response header is not an object");
   auto rid = h.find("id");
   if (rid == h.end() || !rid->is_number_unsigned() || rid->get<std::uint64_t>() != id)
@@ -185,17 +221,11 @@ WorkerPool::Impl::finish_job(int idx, std::uint64_t id, Deadline deadline, const
   if (okv == h.end() || !okv->is_boolean()) return protocol_error("response has no boolean 'ok'");
   std::string retire = retire_after;
   if (auto r = h.find("retire"); r != h.end() && r->is_string()) retire = r->get<std::string>();
-  if (auto b = h.find("bound"); b != h.end())
-    log::debug(opts.name + " worker pid " + std::to_string(child.pid()) + " bound: " + b->dump());
+  if (auto b = h.find("bound"); b != h.end()) log_bound(*b);
   if (okv->get<bool>()) {
     auto result = h.find("result");
     if (result == h.end()) return protocol_error("successful response has no 'result'");
-    Message out{std::move(*result), std::move(response->payload)};
-    if (check_reply)
-      if (Status st = check_reply(out); !st)
-        return protocol_error("its reply: " + st.error().message());
-    release(idx, /*succeeded=*/true, retire);
-    return out;
+    return accept(Message{std::move(*result), std::move(response->payload)}, retire);
   }
   auto err = h.find("error");
   if (err == h.end()) return protocol_error("failed response has no 'error'");

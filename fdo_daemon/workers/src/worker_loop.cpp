@@ -355,6 +355,24 @@ std::string hygiene_problem(const Fd& task_dir, std::uint64_t vm_at_bind,
 }
 
 Expected<Request> parse_request(Message&& frame, std::uint64_t& id_out) {
+  if (frame.envelope) {
+    // A typed job ("FDO3"): the envelope's fixed fields, no tree.
+    const TypedEnvelope& e = *frame.envelope;
+    id_out = e.id;
+    if (e.kind != TypedEnvelope::Kind::job)
+      return make_error(Errc::invalid_argument, "job request's envelope is a reply's");
+    if (frame.body->op == TypedOp::none)
+      return make_error(Errc::invalid_argument, "typed job request names no op");
+    FDO_TRY_STATUS(validate(e.limits));
+    Request r;
+    r.id = e.id;
+    r.limits = e.limits;
+    r.job.body = frame.body;
+    r.job.payload = std::move(frame.payload);
+    r.job.fds = std::move(frame.fds);
+    r.bind = e.extra;
+    return r;
+  }
   const auto& h = frame.header;
   if (!h.is_object())
     return make_error(Errc::invalid_argument, "job request header is not an object");
@@ -394,19 +412,35 @@ Status send_error(int fd, std::uint64_t id, const Error& error, const ReplyExtra
   return send_frame(fd, header, {}, Deadline::never());
 }
 
+Error output_too_large(std::uint64_t size, const JobLimits& limits) {
+  return make_error(Errc::resource_exhausted,
+                    "job output of " + std::to_string(size) + " bytes exceeds the limit of " +
+                        format_bytes(limits.max_output_bytes) + " (max_output_bytes)");
+}
+
 Status send_result(int fd, std::uint64_t id, Expected<Message> result, const JobLimits& limits,
                    const ReplyExtras& extras) {
   if (!result) return send_error(fd, id, result.error(), extras);
+  if (result->body) {
+    // A typed reply ("FDO3"). What counts against max_output_bytes is the
+    // payload, as a CBOR reply's result header and payload.
+    if (result->payload.size() > limits.max_output_bytes)
+      return send_error(fd, id, output_too_large(result->payload.size(), limits), extras);
+    TypedEnvelope envelope;
+    envelope.kind = TypedEnvelope::Kind::reply;
+    envelope.id = id;
+    envelope.retire = extras.retire;
+    envelope.extra = extras.bound;
+    auto header = encode_typed_envelope(envelope, *result->body);
+    if (!header) return send_error(fd, id, header.error(), extras);
+    return send_frame_encoded(fd, *header, result->payload, Deadline::never(), {},
+                              FrameKind::typed);
+  }
   auto result_header = encode_header(result->header);
   if (!result_header) return send_error(fd, id, result_header.error(), extras);
   std::uint64_t size = result_header->size() + result->payload.size();
   if (size > limits.max_output_bytes)
-    return send_error(fd, id,
-                      make_error(Errc::resource_exhausted,
-                                 "job output of " + std::to_string(size) +
-                                     " bytes exceeds the limit of " +
-                                     format_bytes(limits.max_output_bytes) + " (max_output_bytes)"),
-                      extras);
+    return send_error(fd, id, output_too_large(size, limits), extras);
   nlohmann::json envelope = {{"id", id}, {"ok", true}};
   add_extras(envelope, extras);
   // The result is spliced in already encoded: it may be large, and was

@@ -41,7 +41,10 @@ TEST_CASE("compile messages: a job survives the round trip, field by field",
   const std::string objects = "not an object set";
   auto m = compile_job_message(job, "the program", objects);
   REQUIRE(m);
-  CHECK(m->header == nlohmann::json{{"op", "compile"}, {"body_bytes", m->header["body_bytes"]}});
+  CHECK(m->header.empty());
+  REQUIRE(m->body);
+  CHECK(m->body->op == TypedOp::compile);
+  CHECK(job_op(*m) == "compile");
   auto back = compile_job_of(*m);
   REQUIRE(back);
   const CompileJob& j = back->job;
@@ -92,23 +95,23 @@ TEST_CASE("compile messages: a broken reply is refused, never misread",
   CHECK(back->metadata == "{\"m\":1}");
   CHECK(back->object == "OBJ");
 
-  const std::size_t body = m->header["body_bytes"].get<std::size_t>();
+  const std::size_t body = m->body->bytes;
   // The body cut anywhere (the header says so): corrupt, with the offset.
   for (std::size_t n = 0; n < body; ++n) {
     INFO("body cut to " << n);
     Message cut = *m;
-    cut.header["body_bytes"] = n;
+    cut.body->bytes = n;
     auto r = compile_reply_of(cut);
     REQUIRE_FALSE(r);
     CHECK(r.error().code() == Errc::corrupt);
   }
   // A body longer than the payload; metadata running past it; no length.
   Message longer = *m;
-  longer.header["body_bytes"] = m->payload.size() + 1;
+  longer.body->bytes = m->payload.size() + 1;
   Message short_metadata = *m;
   short_metadata.payload.resize(body + 3);
   Message headless = *m;
-  headless.header = nlohmann::json::object();
+  headless.body.reset();
   Message foreign = *m;
   foreign.payload.replace(0, 4, "EXR2");
   for (const Message& bad : {longer, short_metadata, headless, foreign}) {
@@ -185,7 +188,7 @@ TEST_CASE("compile messages: the pipeline prefix travels with a job and back wit
   REQUIRE_FALSE(sp);
   CHECK(sp.error().code() == Errc::corrupt);
   Message bad_origin = *r;
-  const std::size_t body = r->header["body_bytes"].get<std::size_t>();
+  const std::size_t body = r->body->bytes;
   // The origin is the byte before the metadata length (u64) at the body's end.
   bad_origin.payload[body - 9] = 9;
   auto bo = compile_reply_of(bad_origin);

@@ -129,14 +129,13 @@ TEST_CASE("compile parts: a damaged object set is a miss, a malformed job an err
   REQUIRE_FALSE(not_a_key);
   CHECK(not_a_key.error().code() == Errc::corrupt);
   CHECK(not_a_key.error().message().find("held part 0's key is not a key") != std::string::npos);
-  for (const Message& job :
-       {edited([](Message& m) { m.payload.resize(m.header["body_bytes"].get<std::size_t>() + 3); }),
-        edited([](Message& m) { m.header.erase("body_bytes"); }),
-        edited([](Message& m) { m.header["op"] = "exec"; }), [] {
-          Message m = job_with(CompileJob{}, "program", nullptr);
-          m.payload += "stray";
-          return m;
-        }()}) {
+  for (const Message& job : {edited([](Message& m) { m.payload.resize(m.body->bytes + 3); }),
+                             edited([](Message& m) { m.body.reset(); }),
+                             edited([](Message& m) { m.body->op = TypedOp::exec; }), [] {
+                               Message m = job_with(CompileJob{}, "program", nullptr);
+                               m.payload += "stray";
+                               return m;
+                             }()}) {
     auto parts = compile_job_of(job);
     REQUIRE_FALSE(parts);
     CHECK(parts.error().code() == Errc::invalid_argument);

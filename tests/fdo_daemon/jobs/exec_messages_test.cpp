@@ -102,11 +102,13 @@ TEST_CASE("exec messages: a job survives the round trip, field by field", "[jobs
     REQUIRE(back);
     CHECK(*back == job);
   }
-  // As a message: a small header, the body leading the payload, the rest after it.
+  // As a message: no header but its typed body (op and length), the body
+  // leading the payload, the rest after it.
   auto m = exec_job_message(full_job());
   REQUIRE(m);
-  CHECK(m->header["op"] == "exec");
-  CHECK(m->header.size() == 2);
+  CHECK(m->header.empty());
+  REQUIRE(m->body);
+  CHECK(*m->body == TypedBody{TypedOp::exec, m->payload.size()});
   m->payload += "OBJECT";
   auto d = exec_job_of(*m);
   REQUIRE(d);
@@ -225,12 +227,12 @@ TEST_CASE("exec messages: a broken or hostile reply is refused, never misread",
   // The message around it: a body length past the payload, or none.
   auto msg = exec_reply_message(ran);
   REQUIRE(msg);
-  msg->header["body_bytes"] = msg->payload.size() + 1;
+  msg->body->bytes = msg->payload.size() + 1;
   auto past = exec_reply_of(*msg);
   REQUIRE_FALSE(past);
   CHECK(past.error().code() == Errc::corrupt);
-  msg->header = nlohmann::json::object();
+  msg->body.reset();
   auto none = exec_reply_of(*msg);
   REQUIRE_FALSE(none);
-  CHECK_THAT(none.error().message(), Catch::Contains("no 'body_bytes'"));
+  CHECK_THAT(none.error().message(), Catch::Contains("not a typed message"));
 }

@@ -41,7 +41,7 @@ struct World {
 FakeRunner::Fn compile_fn(World& world) {
   return [&world](const Message& req) -> Expected<Message> {
     Message out;
-    const std::string op = req.header.value("op", "");
+    const std::string op = job_op(req);
     if (op == "analyze") {
       out.header = {
           {"profile_key", blake3_hex(req.payload)},

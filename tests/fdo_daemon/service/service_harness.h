@@ -29,7 +29,7 @@ inline Expected<Message> compile_reply(const jit::CompileResult& r, const std::s
 
 inline Expected<Message> fake_compile(const Message& req) {
   Message out;
-  std::string op = req.header.value("op", "");
+  std::string op = job_op(req);
   if (op == "analyze") {
     if (req.payload.starts_with("bad")) return make_error(Errc::parse, "not IR");
     out.header = {{"profile_key", blake3_hex(req.payload)},
@@ -63,7 +63,7 @@ inline Expected<Message> fake_compile(const Message& req) {
 // service then sends it again with the object. Other ops (the perf probe)
 // get an empty answer.
 inline Expected<Message> fake_exec(const Message& req) {
-  if (req.header.value("op", "") != "exec") return Message{};
+  if (job_op(req) != "exec") return Message{};
   FDO_TRY(FakeExecJob j, fake_exec_job(req));
   if (!j.job.object_size) return fake_exec_missing();
   StageObservation obs;

@@ -317,13 +317,13 @@ TEST_CASE("service: a compile reply that does not decode is a clear error and ca
     auto out = fake_compile(req);
     // The body's length missing, or its metadata running past the payload's
     // end (the typed reply cut after its body).
-    if (out && *broken && req.header.value("op", "") == "compile") {
+    if (out && *broken && job_op(req) == "compile") {
       auto job = compile_job_of(req);
       if (!job) return job.error();
       if (job->program == "a program")
-        out->header = json::object();
+        out->body.reset();
       else
-        out->payload.resize(out->header["body_bytes"].get<std::size_t>());
+        out->payload.resize(out->body->bytes);
     }
     return out;
   });

@@ -582,7 +582,10 @@ TEST_CASE("service: a stage's counters explain an event only when verbose", "[se
 TEST_CASE("service: an exec reply whose typed body is malformed fails the stage clearly",
           "[service][errors]") {
   Harness h(Harness::base_config(), [](const Message&) -> Expected<Message> {
-    return Message{{{"body_bytes", 3}}, "EXR"}; // three bytes of a four-byte magic
+    Message m;
+    m.payload = "EXR"; // three bytes of a four-byte magic
+    m.body = TypedBody{TypedOp::none, 3};
+    return m;
   });
   auto reg = h.call("program.register", {{"ir", "program one"}});
   REQUIRE(reg);
@@ -601,7 +604,7 @@ TEST_CASE("service: after a rewrite the new profile's build compiles before the 
   std::mutex mu;
   std::vector<std::string> order; // mode of each compile, in the order they began
   auto recording = [&](const Message& req) -> Expected<Message> {
-    if (req.header.value("op", "") == "compile") {
+    if (job_op(req) == "compile") {
       std::lock_guard lk(mu);
       order.push_back(compile_job_mode(req));
     }

@@ -10,6 +10,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -315,4 +316,41 @@ TEST_CASE("worker_pool tenancy: a job that leaves a thread or memory behind reti
   REQUIRE(r);
   CHECK(whoami(*pool, "t").pid != second);
   CHECK(pool->stats().retired == 2);
+}
+
+TEST_CASE("worker_pool tenancy: typed jobs travel in typed envelopes - bound, reused, retired",
+          "[worker_pool][tenancy][typed]") {
+  auto pool = make_pool(tenant_options(1));
+  // The test worker's typed job: a command as its body, then bytes of its own.
+  auto typed = [](const std::string& command, const std::string& rest) {
+    Message m;
+    m.payload = command + rest;
+    m.body = TypedBody{TypedOp::exec, command.size()};
+    return m;
+  };
+  auto r = pool->run(typed("whoami", "+tail"), as("t"), nullptr);
+  REQUIRE(r);
+  CHECK(r->header.empty());
+  REQUIRE(r->body);
+  CHECK(r->body->op == TypedOp::none);
+  REQUIRE(r->body->bytes <= r->payload.size());
+  CHECK(r->payload.substr(r->body->bytes) == "+tail");
+  // "pid tenant job-id": the bind request went in the first job's typed
+  // envelope, and the same worker serves the tenant's next (CBOR) job.
+  std::istringstream text(r->payload.substr(0, r->body->bytes));
+  long pid = 0;
+  std::string tenant;
+  text >> pid >> tenant;
+  CHECK(tenant == "t");
+  CHECK(whoami(*pool, "t").pid == pid);
+  // Why the worker must go came in the typed reply: the next job has another.
+  r = pool->run(typed("leave_thread", ""), as("t"), nullptr);
+  REQUIRE(r);
+  CHECK(whoami(*pool, "t").pid != pid);
+  CHECK(pool->stats().retired == 1);
+  // A typed job's failure comes back as its error.
+  auto failed = pool->run(typed("nonsense", ""), as("t"), nullptr);
+  REQUIRE_FALSE(failed);
+  CHECK(failed.error().code() == Errc::invalid_argument);
+  CHECK_THAT(failed.error().message(), Catch::Contains("unknown command nonsense"));
 }

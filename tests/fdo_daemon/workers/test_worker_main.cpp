@@ -4,7 +4,8 @@
 //
 // Job header: {"op": "<name>", ...}. Ops: echo, fail, throw, segv, abort, fpe,
 // trap, loop, alloc, exit, big_output, sleep_ms, fds, limits, lie, garbage, fork,
-// whoami, print, leave_thread, leak, page_cache, threads.
+// whoami, print, leave_thread, leak, page_cache, threads. A typed job (no
+// header: its TypedBody) runs handle_typed.
 //
 // Binding (a pool with a bind_spec) only records the tenant it was given (the
 // real sandbox is tested in tests/fdo_daemon/sandbox); a spec for tenant
@@ -111,8 +112,28 @@ std::string& bound_tenant() {
   return tenant;
 }
 
+// A typed job (an "FDO3" envelope, op exec): its body is a command —
+// "whoami" answers "pid tenant job-id", "leave_thread" also leaves a thread
+// running (the worker is then retired) — answered in a typed reply whose body
+// is that text, the bytes after the job's body following it.
+Expected<Message> handle_typed(const Message& req, const JobContext& ctx) {
+  if (req.body->op != TypedOp::exec || req.body->bytes > req.payload.size())
+    return make_error(Errc::invalid_argument, "typed test job: op exec and a body, please");
+  const std::string command = req.payload.substr(0, req.body->bytes);
+  if (command == "leave_thread")
+    std::thread([] { sleep_forever(); }).detach();
+  else if (command != "whoami")
+    return make_error(Errc::invalid_argument, "typed test job: unknown command " + command);
+  Message out;
+  out.payload = std::to_string(::getpid()) + " " + bound_tenant() + " " + std::to_string(ctx.id);
+  out.body = TypedBody{TypedOp::none, out.payload.size()};
+  out.payload += req.payload.substr(req.body->bytes);
+  return out;
+}
+
 Expected<Message> handle(int sock, const std::string& role, const Message& req,
                          const JobContext& ctx) {
+  if (req.body) return handle_typed(req, ctx);
   const auto& h = req.header;
   const std::string op = h.value("op", std::string());
   if (op == "echo") {

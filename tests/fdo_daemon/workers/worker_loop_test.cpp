@@ -74,6 +74,15 @@ private:
 };
 
 Expected<Message> test_handler(const Message& req, const JobContext& ctx) {
+  if (req.body) {
+    // A typed job: its payload back with "!" added, under a typed body of
+    // the same length, or (op compile) that much output.
+    Message out;
+    out.payload = req.payload + "!";
+    if (req.body->op == TypedOp::compile) out.payload.assign(1000, 'c');
+    out.body = TypedBody{TypedOp::none, req.body->bytes};
+    return out;
+  }
   const std::string op = req.header.value("op", "");
   if (op == "echo") return Message{{{"echo", req.header}, {"id", ctx.id}}, req.payload};
   if (op == "fail") return make_error(Errc::not_found, "no such thing");
@@ -158,6 +167,60 @@ TEST_CASE("worker_loop: malformed requests get an error and the loop goes on", "
 
   Message ok = p.job(4, {{"op", "echo"}});
   CHECK(ok.header["ok"] == true);
+}
+
+TEST_CASE("worker_loop: typed jobs are answered in typed envelopes - malformed ones get an error",
+          "[worker_loop][typed]") {
+  auto p = LoopProcess::start(test_handler);
+  expect_hello(p);
+  auto typed = [&](TypedEnvelope e, TypedOp op, std::string payload, std::uint64_t body_bytes) {
+    Message m;
+    m.payload = std::move(payload);
+    m.body = TypedBody{op, body_bytes};
+    m.envelope = std::make_shared<const TypedEnvelope>(std::move(e));
+    REQUIRE(send_message(p.sock(), m, Deadline::after(10s)));
+    return p.recv();
+  };
+  TypedEnvelope job;
+  job.id = 11;
+  Message r = typed(job, TypedOp::exec, "abc", 2);
+  REQUIRE(r.envelope);
+  CHECK(r.envelope->kind == TypedEnvelope::Kind::reply);
+  CHECK(r.envelope->id == 11);
+  CHECK(r.envelope->retire.empty());
+  CHECK(r.envelope->extra.is_null());
+  REQUIRE(r.body);
+  CHECK(*r.body == TypedBody{TypedOp::none, 2});
+  CHECK(r.payload == "abc!");
+
+  // No op; a reply's envelope sent as a job; limits that are no limits;
+  // output over max_output_bytes: each an error (a CBOR one), the loop goes on.
+  Message no_op = typed(job, TypedOp::none, "abc", 2);
+  CHECK(no_op.header["id"] == 11);
+  CHECK(no_op.header["ok"] == false);
+  CHECK_THAT(no_op.header["error"]["message"].get<std::string>(), Catch::Contains("no op"));
+  TypedEnvelope as_reply = job;
+  as_reply.kind = TypedEnvelope::Kind::reply;
+  Message reply = typed(as_reply, TypedOp::exec, "abc", 2);
+  CHECK(reply.header["error"]["code"] == "invalid_argument");
+  CHECK_THAT(reply.header["error"]["message"].get<std::string>(), Catch::Contains("reply's"));
+  TypedEnvelope no_wall = job;
+  no_wall.limits.wall = std::chrono::milliseconds(0);
+  Message wall = typed(no_wall, TypedOp::exec, "abc", 2);
+  CHECK_THAT(wall.header["error"]["message"].get<std::string>(), Catch::Contains("wall-time"));
+  TypedEnvelope small = job;
+  small.id = 12;
+  small.limits.max_output_bytes = 100;
+  Message big = typed(small, TypedOp::compile, "", 0);
+  CHECK(big.header["id"] == 12);
+  CHECK(big.header["error"]["code"] == "resource_exhausted");
+  CHECK(big.payload.empty());
+
+  job.id = 13;
+  Message again = typed(job, TypedOp::exec, "xyz", 3);
+  REQUIRE(again.envelope);
+  CHECK(again.envelope->id == 13);
+  CHECK(again.payload == "xyz!");
 }
 
 TEST_CASE("worker_loop: output over max_output_bytes becomes resource_exhausted", "[worker_loop]") {

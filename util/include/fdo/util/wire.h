@@ -12,7 +12,9 @@
 
 #include "fdo/util/expected.h"
 
+#include <bit>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,8 +24,18 @@ namespace fdo::wire {
 void put_u32(std::string& out, std::uint32_t v);
 void put_u64(std::string& out, std::uint64_t v);
 // The little-endian value at `offset` (the caller checked the bounds).
-std::uint32_t load_u32(std::string_view bytes, std::size_t offset);
-std::uint64_t load_u64(std::string_view bytes, std::size_t offset);
+inline std::uint32_t load_u32(std::string_view bytes, std::size_t offset) {
+  std::uint32_t v;
+  std::memcpy(&v, bytes.data() + offset, 4);
+  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap32(v);
+  return v;
+}
+inline std::uint64_t load_u64(std::string_view bytes, std::size_t offset) {
+  std::uint64_t v;
+  std::memcpy(&v, bytes.data() + offset, 8);
+  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap64(v);
+  return v;
+}
 
 class WireWriter {
 public:
@@ -54,10 +66,25 @@ public:
   // `what` names the message in errors ("exec reply").
   WireReader(std::string_view bytes, std::string_view what) : bytes_(bytes), what_(what) {}
 
-  std::uint8_t u8();
+  // Inline while the bytes are there and nothing failed; the rest (and the
+  // error) out of line.
+  std::uint8_t u8() {
+    if (failed_ || offset_ >= bytes_.size()) return u8_slow();
+    return static_cast<std::uint8_t>(bytes_[offset_++]);
+  }
   bool boolean(); // 0 or 1; anything else fails
-  std::uint32_t u32();
-  std::uint64_t u64();
+  std::uint32_t u32() {
+    if (failed_ || bytes_.size() - offset_ < 4) return u32_slow();
+    std::uint32_t v = load_u32(bytes_, offset_);
+    offset_ += 4;
+    return v;
+  }
+  std::uint64_t u64() {
+    if (failed_ || bytes_.size() - offset_ < 8) return u64_slow();
+    std::uint64_t v = load_u64(bytes_, offset_);
+    offset_ += 8;
+    return v;
+  }
   std::int64_t i64() { return static_cast<std::int64_t>(u64()); }
   double f64();
   std::string str();
@@ -79,6 +106,9 @@ public:
 
 private:
   bool take(std::size_t n, std::string_view field);
+  std::uint8_t u8_slow();
+  std::uint32_t u32_slow();
+  std::uint64_t u64_slow();
   std::string_view bytes_;
   std::string_view what_;
   std::size_t offset_ = 0;

@@ -1,7 +1,7 @@
 // The compile job and its reply, typed, with one encode and one decode each
 // (wire.h's fixed layout; the profile's compile-affecting fields as
-// profile_wire.h writes them). They travel in ipc.h messages whose header is
-// only {"op": "compile", "body_bytes": n} (a reply's {"body_bytes": n}):
+// profile_wire.h writes them). They travel as typed ipc.h messages
+// (TypedBody {compile, n}; a reply's {none, n}) in "FDO3" envelopes:
 //
 //   job    payload: the typed CompileJob, the program (program_bytes), the
 //          held pipeline prefix's bitcode (prefix_bytes; none without one),

@@ -1,9 +1,9 @@
 // The exec job and its reply, typed, with one encode and one decode each
-// (wire.h's fixed layout). They travel in ipc.h messages whose header is only
-// {"op": "exec", "body_bytes": n} (a reply's result header {"body_bytes": n}):
-// the typed body leads the payload, followed by the job's object (when
-// attached) and argument buffers, or by the reply's returned buffers. No JSON
-// tree is built on either side for a stage.
+// (wire.h's fixed layout). They travel as typed ipc.h messages (TypedBody
+// {exec, n}; a reply's {none, n}) in "FDO3" envelopes: the typed body leads
+// the payload, followed by the job's object (when attached) and argument
+// buffers, or by the reply's returned buffers. No JSON tree is built on
+// either side for a stage, nor for its envelope.
 //
 // A reply comes from a process that runs client code: decode_exec_reply checks
 // every length and count against the bytes there are, every enum against its

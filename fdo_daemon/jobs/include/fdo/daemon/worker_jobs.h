@@ -4,27 +4,28 @@
 // group, and reads the instrumentation counters. Both run only inside worker
 // processes (LLVM is not hardened against hostile IR; client code may crash).
 //
-// Wire protocol (ipc.h messages; header fields, payload):
+// Wire protocol (ipc.h messages; header fields or, for typed jobs, the
+// TypedBody of an "FDO3" envelope; payload):
 //   compile role
 //     {"op":"analyze", "limits":{...}}                 payload: program bytes
 //       -> {"profile_key", "entries":[...], "function_fingerprints":{...}}
 //       (analyze runs once per program registration: its JSON header stays)
-//     {"op":"compile", "body_bytes":n}   payload: the typed CompileJob
+//     typed compile, n body bytes    payload: the typed CompileJob
 //                                     (compile_messages.h: mode, the profile's
 //                                     compile-affecting fields, limits, threads,
 //                                     parts, GPU, held parts), the program, then
 //                                     the held parts' object set
-//       -> {"body_bytes":n}           payload: the typed CompileReply (explanation,
+//       -> typed, n body bytes        payload: the typed CompileReply (explanation,
 //                                     how each part was made, metadata length), the
 //                                     jit metadata JSON text (jit::metadata_to_json),
 //                                     then the object bytes
 //   exec role
-//     {"op":"exec", "body_bytes":n}   payload: the typed ExecJob (exec_messages.h), then
+//     typed exec, n body bytes       payload: the typed ExecJob (exec_messages.h), then
 //                                     the object (if attached), then each buffer's bytes,
 //                                     except buffers with a descriptor: those are the job's
 //                                     fds[fd] (a sealed memfd of exactly `size` bytes),
 //                                     mapped copy-on-write
-//       -> {"body_bytes":n}           payload: the typed ExecReply, then the buffers (if
+//       -> typed, n body bytes        payload: the typed ExecReply, then the buffers (if
 //                                     asked): the StageObservation (stage_observation.h) with
 //                                     the return value, the measurement, the counts and value
 //                                     profiles (instrumented outputs), the samples and (until

@@ -6,6 +6,13 @@
 // Wire format of one message (all integers little-endian):
 //
 //   u32 magic "FDO2" | u32 header_len | u64 payload_len | header (CBOR map) | payload
+//   u32 magic "FDO3" | u32 header_len | u64 payload_len | typed envelope     | payload
+//
+// "FDO3" carries a typed job or its successful reply (exec_messages.h,
+// compile_messages.h): the envelope is fixed-shape fields (TypedEnvelope
+// below), not a CBOR map, so neither side builds a tree for it; CBOR remains
+// only for what stays variable (a bind request or report inside the envelope,
+// errors, fatal reports, the hello, and the jobs that are not typed).
 //
 // CBOR, not JSON text, since "FDO2": a warm execute's job and reply headers
 // encode + decode in 0.5-0.8 of JSON text's time, pre-scan included
@@ -40,6 +47,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace fdo::daemon {
@@ -50,6 +58,8 @@ inline constexpr std::uint64_t kGiB = 1024 * kMiB;
 
 // "FDO2" read as a little-endian u32: CBOR headers.
 inline constexpr std::uint32_t kFrameMagic = 0x324F4446u;
+// "FDO3": a typed envelope instead of a CBOR header.
+inline constexpr std::uint32_t kTypedFrameMagic = 0x334F4446u;
 // "FDO1": the former JSON-text headers; only recognised, to say so in the error.
 inline constexpr std::uint32_t kLegacyFrameMagic = 0x314F4446u;
 inline constexpr std::size_t kFramePrefixBytes = 16;
@@ -62,6 +72,26 @@ inline constexpr std::size_t kMaxHeaderDepth = 64;
 // Most descriptors one message may carry (the daemon's own per-request limit).
 inline constexpr std::size_t kMaxMessageFds = 16;
 
+// The job a typed message asks for (none on a reply).
+enum class TypedOp : std::uint8_t { none = 0, exec = 1, compile = 2 };
+std::string_view to_string(TypedOp op);
+
+// What a typed message says about itself in place of a header: its op and the
+// length of its typed body, which starts the payload (the bytes after it are
+// the message's own: an object, buffers).
+struct TypedBody {
+  TypedOp op = TypedOp::none;
+  std::uint64_t bytes = 0;
+  bool operator==(const TypedBody&) const = default;
+};
+
+struct TypedEnvelope;
+struct Message;
+
+// A job's op: its TypedBody's (none is ""), else its header's "op" ("" when
+// it has none or it is not a string).
+std::string job_op(const Message& job);
+
 struct Message {
   nlohmann::json header = nlohmann::json::object();
   std::string payload; // binary-safe bytes
@@ -69,6 +99,11 @@ struct Message {
   // sender keeps them open until the send returns. Received: the raw values of
   // the Fds that recv_message put in its `fds` (valid while those live).
   std::vector<int> fds{};
+  // Set on a typed message, whose `header` is then empty: the pool and the
+  // worker loop send it in an "FDO3" frame (TypedEnvelope), not a CBOR one.
+  std::optional<TypedBody> body{};
+  // A received "FDO3" frame's envelope (its body in `body`); null otherwise.
+  std::shared_ptr<const TypedEnvelope> envelope{};
 };
 
 // Upper bounds a receiver accepts; checked on the prefix, before allocating.
@@ -123,13 +158,18 @@ private:
 
 // ---- Pure framing functions (no I/O) ----
 
+// What follows a frame's prefix: a CBOR header ("FDO2") or a typed envelope ("FDO3").
+enum class FrameKind : std::uint8_t { cbor, typed };
+
 struct FramePrefix {
   std::uint32_t header_len = 0;
   std::uint64_t payload_len = 0;
+  FrameKind kind = FrameKind::cbor;
 };
 
 std::array<std::uint8_t, kFramePrefixBytes> encode_frame_prefix(std::uint32_t header_len,
-                                                                std::uint64_t payload_len);
+                                                                std::uint64_t payload_len,
+                                                                FrameKind kind = FrameKind::cbor);
 // Checks the magic and every length against `limits`:
 // Errc::corrupt for a bad magic or an empty header, Errc::resource_exhausted
 // for a length over a limit.
@@ -156,16 +196,17 @@ Status validate_header_encoding(std::string_view bytes);
 // validate_header_encoding, then nlohmann's decoder.
 Expected<nlohmann::json> decode_header(std::string_view bytes);
 
-// One whole frame as bytes (header via encode_header).
+// One whole frame as bytes (header via encode_header; a message with a typed
+// body and an `envelope` set goes as "FDO3" with that envelope).
 Expected<std::string> encode_message(const Message& message);
 // Exactly one frame: Errc::corrupt when truncated, followed by trailing bytes, or
-// when the header fails decode_header.
+// when the header fails decode_header (an envelope decode_typed_envelope).
 Expected<Message> decode_message(std::string_view frame, const FrameLimits& limits);
 
 // ---- Blocking I/O with deadlines (EINTR and short reads/writes handled) ----
 
-// Sends one message. On sockets uses MSG_NOSIGNAL (a dead peer is
-// Errc::unavailable, never SIGPIPE) and honours the deadline for every chunk.
+// Sends one message ("FDO3" when it has a typed body and an envelope). On sockets uses MSG_NOSIGNAL
+// (a dead peer is Errc::unavailable, never SIGPIPE) and honours the deadline for every chunk.
 Status send_message(int fd, const Message& message, Deadline deadline = Deadline::never());
 // Same, with the header given as JSON or as already-encoded header bytes
 // (from encode_header / encode_header_with: a sender that sends the same
@@ -174,7 +215,8 @@ Status send_message(int fd, const Message& message, Deadline deadline = Deadline
 Status send_frame(int fd, const nlohmann::json& header, std::string_view payload,
                   Deadline deadline = Deadline::never(), std::span<const int> fds = {});
 Status send_frame_encoded(int fd, std::string_view header_bytes, std::string_view payload,
-                          Deadline deadline = Deadline::never(), std::span<const int> fds = {});
+                          Deadline deadline = Deadline::never(), std::span<const int> fds = {},
+                          FrameKind kind = FrameKind::cbor);
 
 // Receives one message.
 //   end of stream before the first byte -> Errc::unavailable "peer closed the connection"
@@ -236,6 +278,34 @@ Expected<std::string> encode_job_envelope(std::uint64_t id, const JobLimits& lim
                                           const nlohmann::json& bind = nullptr);
 // Checks the invariants above (wall > 0, max_output_bytes > 0).
 Status validate(const JobLimits& limits);
+
+// The envelope of an "FDO3" frame: a typed job ({"id", "limits", "job",
+// "bind"} of a CBOR request) or its successful reply ({"id", "ok": true,
+// "result", "retire", "bound"}). Fixed-shape fields, little-endian:
+//
+//   u8 kind | u64 id | u8 op | u64 body bytes
+//   job:   u64 wall_ms | u64 address_space_bytes | u64 max_output_bytes | u64 cpu_seconds
+//   reply: u32 length + why the worker must be replaced (empty: reusable)
+//   u32 length + CBOR map: a job's bind request, a reply's bind report (0: none)
+//
+// The one variable part (the CBOR map, on a worker's first job only) goes
+// through the pre-scan and decode_header like any header. A failed job's
+// reply, fatal reports and the hello stay CBOR: they are rare and variable.
+struct TypedEnvelope {
+  enum class Kind : std::uint8_t { job = 1, reply = 2 };
+  Kind kind = Kind::job;
+  std::uint64_t id = 0;
+  JobLimits limits{};             // a job's (a reply's are not sent)
+  std::string retire;             // a reply's
+  nlohmann::json extra = nullptr; // a job's bind request, a reply's bind report
+};
+// Errc::invalid_argument for an op out of range or an `extra` that is not null
+// or an object (or nests too deep).
+Expected<std::string> encode_typed_envelope(const TypedEnvelope& envelope, const TypedBody& body);
+// Errc::corrupt naming the field for anything out of shape: an unknown kind
+// or op, a length past the end, bytes left over, a wall limit out of range, a
+// CBOR part that fails the pre-scan or is not a map.
+Expected<std::pair<TypedEnvelope, TypedBody>> decode_typed_envelope(std::string_view bytes);
 // The CPU-second limit actually applied (cpu_seconds, or derived from wall).
 std::uint64_t effective_cpu_seconds(const JobLimits& limits);
 
