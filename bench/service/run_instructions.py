@@ -48,7 +48,8 @@ PARTS = [
     ("  stage start (plan, cache lookup)", "fdo::daemon::methods::start_stage("),
     ("  worker round trip (pool)", "fdo::daemon::WorkerPool::Impl::run("),
     ("  fold (feedback)", "fdo::daemon::FeedbackLoop::fold("),
-    ("reply text (JsonText::string)", "fdo::JsonText::string("),
+    ("reply strings (JsonText::string)", "fdo::JsonText::string("),
+    ("reply keys (JsonText::key)", "fdo::JsonText::key("),
     ("feedback flush (store)", "fdo::daemon::FeedbackLoop::flush("),
 ]
 

@@ -111,3 +111,24 @@ TEST_CASE("JsonText fields and separators", "[json_text]") {
   const json parsed = json::parse(std::move(t).take());
   CHECK(parsed["arr"] == json::parse("[1,{},null]"));
 }
+
+TEST_CASE("JsonText escapes a special byte wherever it falls in a long string or key",
+          "[json_text]") {
+  // Every byte value at every position of strings longer than the 16- and
+  // 8-byte scans, as a value and as a key: the same text as nlohmann's.
+  for (std::size_t len : {15u, 16u, 17u, 40u}) {
+    for (int byte = 0; byte < 0x100; ++byte) {
+      for (std::size_t at = 0; at < len; ++at) {
+        std::string s(len, 'x');
+        s[at] = static_cast<char>(byte);
+        INFO("length " << len << ", byte " << byte << " at " << at);
+        JsonText value;
+        value.string(s);
+        REQUIRE(value.text() == dumped(json(s)));
+        JsonText key;
+        key.begin_object().key(s).number(std::int64_t{1}).key(s).null().end_object();
+        REQUIRE(key.text() == "{" + dumped(json(s)) + ":1," + dumped(json(s)) + ":null}");
+      }
+    }
+  }
+}

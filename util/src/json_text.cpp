@@ -5,6 +5,9 @@
 #include <charconv>
 #include <cstdint>
 #include <cstring>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 namespace fdo {
 
@@ -37,6 +40,21 @@ constexpr bool has_zero_byte(std::uint64_t w) {
 [[gnu::always_inline]] inline std::size_t plain_prefix(std::string_view s, std::size_t i) {
   const char* p = s.data();
   const std::size_t n = s.size();
+#ifdef __SSE2__
+  // Sixteen bytes at a time: a signed compare below 0x20 catches control
+  // bytes and every byte from 0x80 (negative as signed) at once.
+  const __m128i space = _mm_set1_epi8(0x20), quote = _mm_set1_epi8('"'),
+                backslash = _mm_set1_epi8('\\');
+  while (n - i >= 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+    const __m128i special =
+        _mm_or_si128(_mm_cmplt_epi8(v, space),
+                     _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)));
+    if (const int mask = _mm_movemask_epi8(special); mask != 0)
+      return i + static_cast<std::size_t>(__builtin_ctz(static_cast<unsigned>(mask)));
+    i += 16;
+  }
+#endif
   while (n - i >= 8) {
     std::uint64_t w;
     std::memcpy(&w, p + i, 8);
@@ -99,20 +117,42 @@ JsonText& JsonText::end_array() {
   return *this;
 }
 
+JsonText::JsonText() {
+  // A stage's reply is 1-2 KiB: grown from empty it was copied four times.
+  out_.reserve(kInitialBytes);
+  open_.reserve(8);
+}
+
 JsonText& JsonText::key(std::string_view k) {
   assert(!open_.empty() && open_.back().object && !after_key_);
-  if (open_.back().nonempty) out_ += ',';
+  const bool comma = open_.back().nonempty;
   open_.back().nonempty = true;
-  // A key is a string; string() must not see it as an array element.
-  after_key_ = true;
-  string(k);
-  out_ += ':';
+  // A key is a string followed by ':' (and preceded by ',' after a member).
+  if (plain_prefix(k, 0) == k.size()) { // the usual case: one copy
+    const std::size_t start = out_.size();
+    out_.resize(start + k.size() + 3 + (comma ? 1 : 0));
+    char* d = out_.data() + start;
+    if (comma) *d++ = ',';
+    *d++ = '"';
+    std::memcpy(d, k.data(), k.size());
+    d[k.size()] = '"';
+    d[k.size() + 1] = ':';
+  } else {
+    if (comma) out_ += ',';
+    append_string(k);
+    out_ += ':';
+  }
   after_key_ = true;
   return *this;
 }
 
 JsonText& JsonText::string(std::string_view s) {
   before_value();
+  append_string(s);
+  return *this;
+}
+
+void JsonText::append_string(std::string_view s) {
   // Keys and most values are ASCII with nothing to escape: the bytes between
   // escapes are copied in runs, not one by one.
   const std::size_t start = out_.size();
@@ -123,7 +163,7 @@ JsonText& JsonText::string(std::string_view s) {
     d[0] = '"';
     std::memcpy(d + 1, s.data(), s.size());
     d[s.size() + 1] = '"';
-    return *this;
+    return;
   }
   static constexpr char kHex[] = "0123456789abcdef";
   out_.reserve(start + s.size() + 2);
@@ -136,7 +176,7 @@ JsonText& JsonText::string(std::string_view s) {
       // UTF-8 (valid or not) goes through nlohmann, which replaces what is invalid.
       out_.resize(start);
       append_dump(out_, nlohmann::json(std::string(s)));
-      return *this;
+      return;
     }
     out_.append(s.data() + run, i - run);
     run = i + 1;
@@ -170,7 +210,6 @@ JsonText& JsonText::string(std::string_view s) {
   }
   out_.append(s.data() + run, s.size() - run);
   out_ += '"';
-  return *this;
 }
 
 JsonText& JsonText::number(std::int64_t v) {

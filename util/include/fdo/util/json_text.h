@@ -19,6 +19,7 @@ namespace fdo {
 
 class JsonText {
 public:
+  JsonText();
   JsonText& begin_object();
   JsonText& end_object();
   JsonText& begin_array();
@@ -57,7 +58,10 @@ public:
   std::string take() && { return std::move(out_); }
 
 private:
+  static constexpr std::size_t kInitialBytes = 2048;
   void before_value();
+  // `s` quoted and escaped, with nothing before it.
+  void append_string(std::string_view s);
 
   std::string out_;
   struct Open {
