@@ -149,7 +149,7 @@ Status decode_frame_header(FrameKind kind, std::string_view bytes, Message& m) {
   }
   FDO_TRY(auto typed, decode_typed_envelope(bytes));
   m.body = typed.second;
-  m.envelope = std::make_shared<const TypedEnvelope>(std::move(typed.first));
+  m.envelope = std::move(typed.first);
   return ok();
 }
 
@@ -451,11 +451,16 @@ Status send_frame(int fd, const nlohmann::json& header, std::string_view payload
   return send_frame_encoded(fd, bytes, payload, deadline, fds);
 }
 
+Status send_typed_frame(int fd, const TypedEnvelope& envelope, const TypedBody& body,
+                        std::string_view payload, Deadline deadline, std::span<const int> fds) {
+  FDO_TRY(std::string bytes, encode_typed_envelope(envelope, body));
+  return send_frame_encoded(fd, bytes, payload, deadline, fds, FrameKind::typed);
+}
+
 Status send_message(int fd, const Message& message, Deadline deadline) {
-  if (message.body && message.envelope) {
-    FDO_TRY(std::string bytes, encode_typed_envelope(*message.envelope, *message.body));
-    return send_frame_encoded(fd, bytes, message.payload, deadline, message.fds, FrameKind::typed);
-  }
+  if (message.body && message.envelope)
+    return send_typed_frame(fd, *message.envelope, *message.body, message.payload, deadline,
+                            message.fds);
   return send_frame(fd, message.header, message.payload, deadline, message.fds);
 }
 

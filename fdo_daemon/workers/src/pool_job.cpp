@@ -27,20 +27,16 @@ constexpr std::uint64_t kEnvelopeSlack = 64 * kKiB;
 // CBOR written around the job's own header (no tree).
 Status send_job(int sock, std::uint64_t id, const JobLimits& limits, const Message& request,
                 nlohmann::json bind, Deadline deadline) {
-  std::string header;
-  FrameKind kind = FrameKind::cbor;
   if (request.body) {
     TypedEnvelope envelope;
     envelope.id = id;
     envelope.limits = limits;
     envelope.extra = std::move(bind);
-    FDO_TRY(header, encode_typed_envelope(envelope, *request.body));
-    kind = FrameKind::typed;
-  } else {
-    FDO_TRY(std::string job_header, encode_header(request.header));
-    FDO_TRY(header, encode_job_envelope(id, limits, job_header, bind));
+    return send_typed_frame(sock, envelope, *request.body, request.payload, deadline, request.fds);
   }
-  return send_frame_encoded(sock, header, request.payload, deadline, request.fds, kind);
+  FDO_TRY(std::string job_header, encode_header(request.header));
+  FDO_TRY(std::string header, encode_job_envelope(id, limits, job_header, bind));
+  return send_frame_encoded(sock, header, request.payload, deadline, request.fds);
 }
 
 } // namespace

@@ -431,10 +431,12 @@ Status send_result(int fd, std::uint64_t id, Expected<Message> result, const Job
     envelope.id = id;
     envelope.retire = extras.retire;
     envelope.extra = extras.bound;
-    auto header = encode_typed_envelope(envelope, *result->body);
-    if (!header) return send_error(fd, id, header.error(), extras);
-    return send_frame_encoded(fd, *header, result->payload, Deadline::never(), {},
-                              FrameKind::typed);
+    Status sent = send_typed_frame(fd, envelope, *result->body, result->payload);
+    // Refused before a byte was written (a bind report that does not encode):
+    // the error goes instead, as for a CBOR reply.
+    if (!sent && sent.error().code() == Errc::invalid_argument)
+      return send_error(fd, id, sent.error(), extras);
+    return sent;
   }
   auto result_header = encode_header(result->header);
   if (!result_header) return send_error(fd, id, result_header.error(), extras);

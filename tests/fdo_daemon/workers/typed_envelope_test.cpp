@@ -91,7 +91,7 @@ TEST_CASE("typed envelope: a typed message travels as FDO3 with its body, payloa
   Message m;
   m.payload = std::string("body\0rest", 9);
   m.body = TypedBody{TypedOp::exec, 4};
-  m.envelope = std::make_shared<const TypedEnvelope>(job_envelope(77));
+  m.envelope = job_envelope(77);
   m.fds = {read_end.get()};
   REQUIRE(send_message(sp->first.get(), m, Deadline::after(5s)));
   std::vector<Fd> fds;

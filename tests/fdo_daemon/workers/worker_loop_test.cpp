@@ -177,7 +177,7 @@ TEST_CASE("worker_loop: typed jobs are answered in typed envelopes - malformed o
     Message m;
     m.payload = std::move(payload);
     m.body = TypedBody{op, body_bytes};
-    m.envelope = std::make_shared<const TypedEnvelope>(std::move(e));
+    m.envelope = std::move(e);
     REQUIRE(send_message(p.sock(), m, Deadline::after(10s)));
     return p.recv();
   };

@@ -85,7 +85,41 @@ struct TypedBody {
   bool operator==(const TypedBody&) const = default;
 };
 
-struct TypedEnvelope;
+struct JobLimits {
+  // Wall-clock time for the whole job (sending, running, answering). On expiry
+  // the worker is SIGKILLed and replaced.
+  std::chrono::milliseconds wall{30000};
+  // Address space the job may add on top of what the worker already maps when
+  // the job starts (RLIMIT_AS soft limit = current + this). 0 = unlimited.
+  std::uint64_t address_space_bytes = 0;
+  // Largest response (result header + payload) the pool accepts. Must be > 0.
+  std::uint64_t max_output_bytes = 64 * kMiB;
+  // CPU seconds the job may use (RLIMIT_CPU soft limit, a backstop behind the
+  // wall limit). 0 = derived from `wall`: ceil(wall in s) + 1.
+  std::uint64_t cpu_seconds = 0;
+};
+
+// The envelope of an "FDO3" frame: a typed job ({"id", "limits", "job",
+// "bind"} of a CBOR request) or its successful reply ({"id", "ok": true,
+// "result", "retire", "bound"}). Fixed-shape fields, little-endian:
+//
+//   u8 kind | u64 id | u8 op | u64 body bytes
+//   job:   u64 wall_ms | u64 address_space_bytes | u64 max_output_bytes | u64 cpu_seconds
+//   reply: u32 length + why the worker must be replaced (empty: reusable)
+//   u32 length + CBOR map: a job's bind request, a reply's bind report (0: none)
+//
+// The one variable part (the CBOR map, on a worker's first job only) goes
+// through the pre-scan and decode_header like any header. A failed job's
+// reply, fatal reports and the hello stay CBOR: they are rare and variable.
+struct TypedEnvelope {
+  enum class Kind : std::uint8_t { job = 1, reply = 2 };
+  Kind kind = Kind::job;
+  std::uint64_t id = 0;
+  JobLimits limits{};             // a job's (a reply's are not sent)
+  std::string retire;             // a reply's
+  nlohmann::json extra = nullptr; // a job's bind request, a reply's bind report
+};
+
 struct Message;
 
 // A job's op: its TypedBody's (none is ""), else its header's "op" ("" when
@@ -102,8 +136,9 @@ struct Message {
   // Set on a typed message, whose `header` is then empty: the pool and the
   // worker loop send it in an "FDO3" frame (TypedEnvelope), not a CBOR one.
   std::optional<TypedBody> body{};
-  // A received "FDO3" frame's envelope (its body in `body`); null otherwise.
-  std::shared_ptr<const TypedEnvelope> envelope{};
+  // A received "FDO3" frame's envelope (its body in `body`). Set on a typed
+  // message, send_message and encode_message send it in that envelope.
+  std::optional<TypedEnvelope> envelope{};
 };
 
 // Upper bounds a receiver accepts; checked on the prefix, before allocating.
@@ -217,6 +252,10 @@ Status send_frame(int fd, const nlohmann::json& header, std::string_view payload
 Status send_frame_encoded(int fd, std::string_view header_bytes, std::string_view payload,
                           Deadline deadline = Deadline::never(), std::span<const int> fds = {},
                           FrameKind kind = FrameKind::cbor);
+// A typed message in its "FDO3" envelope (encode_typed_envelope).
+Status send_typed_frame(int fd, const TypedEnvelope& envelope, const TypedBody& body,
+                        std::string_view payload, Deadline deadline = Deadline::never(),
+                        std::span<const int> fds = {});
 
 // Receives one message.
 //   end of stream before the first byte -> Errc::unavailable "peer closed the connection"
@@ -252,19 +291,6 @@ inline constexpr int kWorkerProtocolVersion = 1;
 // worker can tell whether its parent died before PR_SET_PDEATHSIG took effect.
 inline constexpr const char* kWorkerParentPidEnv = "FDO_WORKER_PARENT_PID";
 
-struct JobLimits {
-  // Wall-clock time for the whole job (sending, running, answering). On expiry
-  // the worker is SIGKILLed and replaced.
-  std::chrono::milliseconds wall{30000};
-  // Address space the job may add on top of what the worker already maps when
-  // the job starts (RLIMIT_AS soft limit = current + this). 0 = unlimited.
-  std::uint64_t address_space_bytes = 0;
-  // Largest response (result header + payload) the pool accepts. Must be > 0.
-  std::uint64_t max_output_bytes = 64 * kMiB;
-  // CPU seconds the job may use (RLIMIT_CPU soft limit, a backstop behind the
-  // wall limit). 0 = derived from `wall`: ceil(wall in s) + 1.
-  std::uint64_t cpu_seconds = 0;
-};
 nlohmann::json to_json(const JobLimits& limits);
 // Errc::invalid_argument naming the field when a field is missing or mistyped.
 Expected<JobLimits> job_limits_from_json(const nlohmann::json& j);
@@ -279,26 +305,6 @@ Expected<std::string> encode_job_envelope(std::uint64_t id, const JobLimits& lim
 // Checks the invariants above (wall > 0, max_output_bytes > 0).
 Status validate(const JobLimits& limits);
 
-// The envelope of an "FDO3" frame: a typed job ({"id", "limits", "job",
-// "bind"} of a CBOR request) or its successful reply ({"id", "ok": true,
-// "result", "retire", "bound"}). Fixed-shape fields, little-endian:
-//
-//   u8 kind | u64 id | u8 op | u64 body bytes
-//   job:   u64 wall_ms | u64 address_space_bytes | u64 max_output_bytes | u64 cpu_seconds
-//   reply: u32 length + why the worker must be replaced (empty: reusable)
-//   u32 length + CBOR map: a job's bind request, a reply's bind report (0: none)
-//
-// The one variable part (the CBOR map, on a worker's first job only) goes
-// through the pre-scan and decode_header like any header. A failed job's
-// reply, fatal reports and the hello stay CBOR: they are rare and variable.
-struct TypedEnvelope {
-  enum class Kind : std::uint8_t { job = 1, reply = 2 };
-  Kind kind = Kind::job;
-  std::uint64_t id = 0;
-  JobLimits limits{};             // a job's (a reply's are not sent)
-  std::string retire;             // a reply's
-  nlohmann::json extra = nullptr; // a job's bind request, a reply's bind report
-};
 // Errc::invalid_argument for an op out of range or an `extra` that is not null
 // or an object (or nests too deep).
 Expected<std::string> encode_typed_envelope(const TypedEnvelope& envelope, const TypedBody& body);
