@@ -82,9 +82,14 @@ def generated_program(n):
         out += [f"    i64 {k}, label %case{k}" for k in range(7)]
         out += ["  ]"]
         for k in range(8):
+            op = ('add', 'mul', 'xor', 'sub', 'or', 'shl', 'lshr', 'and')[k]
+            operand = k * 13 + i % 11 + 1
+            if op in ('shl', 'lshr'):
+                # A shift by 64 or more is poison: the value would then be
+                # whatever each compile made of it, not the program's.
+                operand = operand % 63 + 1
             out += [f"case{k}:",
-                    f"  %w{k} = {('add', 'mul', 'xor', 'sub', 'or', 'shl', 'lshr', 'and')[k]} "
-                    f"i64 %v0, {k * 13 + i % 11 + 1}",
+                    f"  %w{k} = {op} i64 %v0, {operand}",
                     "  br label %merged"]
         out += ["merged:",
                 "  %v = phi i64 " + ", ".join(f"[ %w{k}, %case{k} ]" for k in range(8)),
