@@ -62,15 +62,14 @@ public:
   // The cached document for exactly this (pk, version, body, digest).
   std::optional<ProfileDoc> find(const std::string& pk, std::int64_t version,
                                  const std::string& body, const std::string& digest);
-  void insert(const std::string& pk, std::int64_t version, const std::string& body,
-              const std::string& digest, const ProfileDoc& doc);
+  // A version as read or written, shared (a write's is the one it hands its
+  // caller and the read view: kept without a copy).
+  void insert(SharedProfile record);
 
 private:
   struct Entry {
     std::string key;
-    std::string body;
-    std::string digest;
-    ProfileDoc doc;
+    SharedProfile record;
   };
   static std::string key_of(const std::string& pk, std::int64_t version);
   void erase(std::list<Entry>::iterator it);
@@ -174,7 +173,10 @@ struct SqliteBackend::Impl {
   Expected<StoredProfile> read_profile_row(const sqlite::Statement& st);
 
   // On the writer, write_mu held, inside the caller's IMMEDIATE transaction.
-  Expected<std::int64_t> write_profile(const WriteRequest& req, std::int64_t now);
+  // Writes one version in the caller's transaction; with `stored`, leaves
+  // there the version as a read returns it (valid once the transaction commits).
+  Expected<std::int64_t> write_profile(const WriteRequest& req, std::int64_t now,
+                                       SharedProfile* stored = nullptr);
 };
 
 } // namespace fdo::profile_store

@@ -10,13 +10,19 @@ Expected<PreparedWrite> prepare_write(const WriteRequest& req, std::int64_t now)
   if (req.expected_version < 0)
     return make_error(Errc::invalid_argument,
                       "expected version of profile " + req.pk + " must be >= 0");
-  ProfileDoc doc = req.doc;
-  doc.provenance.reason = req.info.reason;
-  doc.provenance.created_at = rfc3339_ms(now);
-  doc.provenance.host = req.info.host;
-  doc.provenance.stage = req.info.stage;
-  doc.provenance.program = req.info.program;
-  nlohmann::json j = to_json(doc);
+  nlohmann::json j = to_json(req.doc);
+  {
+    // The provenance stamped in the JSON, not in a copy of the document (a
+    // big program's is megabytes): a document of nothing else, through the
+    // same to_json, gives its shape.
+    ProfileDoc stamp;
+    stamp.provenance.reason = req.info.reason;
+    stamp.provenance.created_at = rfc3339_ms(now);
+    stamp.provenance.host = req.info.host;
+    stamp.provenance.stage = req.info.stage;
+    stamp.provenance.program = req.info.program;
+    j["provenance"] = std::move(to_json(stamp).at("provenance"));
+  }
   // The struct can hold values the document format forbids (opt_level 9);
   // such a profile must not reach the compiler through the store.
   auto valid = profile_from_json(j);
@@ -26,9 +32,29 @@ Expected<PreparedWrite> prepare_write(const WriteRequest& req, std::int64_t now)
   // From the JSON just written out (it is not needed after): the counts are
   // not converted again (profile_digest would rebuild them).
   w.digest = profile_digest_of_json(std::move(j));
-  w.functions = static_cast<std::int64_t>(doc.functions.size());
+  w.functions = static_cast<std::int64_t>(req.doc.functions.size());
   w.doc = std::move(*valid);
   return w;
+}
+
+SharedProfile stored_record(const WriteRequest& req, PreparedWrite&& w, std::int64_t version,
+                            std::int64_t now, const std::optional<ProfileState>& st) {
+  auto p = std::make_shared<StoredProfile>();
+  p->pk = req.pk;
+  p->version = version;
+  p->digest = std::move(w.digest);
+  p->doc = std::move(w.doc);
+  p->body = std::move(w.body);
+  p->pinned = st && st->pinned;
+  p->owner = st ? st->owner : req.info.owner;
+  p->author = req.info.owner;
+  p->source = req.info.source;
+  p->created_at = now;
+  p->reason = req.info.reason;
+  p->host = req.info.host;
+  p->stage = req.info.stage;
+  p->program = req.info.program;
+  return p;
 }
 
 Expected<std::int64_t> check_write(const WriteRequest& req, const std::optional<ProfileState>& st) {
@@ -70,7 +96,7 @@ Status decode_body(StoredProfile& p, DocCache& docs) {
   if (std::string d = profile_digest(p.doc); d != p.digest)
     return make_error(Errc::corrupt, describe_profile(p.pk, p.version) + ": stored digest " +
                                          p.digest + " does not match the body (" + d + ")");
-  docs.insert(p.pk, p.version, p.body, p.digest, p.doc);
+  docs.insert(std::make_shared<const StoredProfile>(p));
   return ok();
 }
 MappingResult profile_key_put(std::string_view ik, std::string_view pk,

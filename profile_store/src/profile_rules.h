@@ -36,6 +36,13 @@ struct PreparedWrite {
 // request and `now`, and validates the document.
 Expected<PreparedWrite> prepare_write(const WriteRequest& req, std::int64_t now);
 
+// The version `w` becomes once written as `version` at `now` over the key's
+// state `st` (nullopt: no row before), exactly as a read returns it: the
+// profiles row's pin and owner, this version's columns. Takes w's document,
+// body and digest.
+SharedProfile stored_record(const WriteRequest& req, PreparedWrite&& w, std::int64_t version,
+                            std::int64_t now, const std::optional<ProfileState>& st);
+
 // The version the write gets over the key's state `st` (nullopt: no row), or
 // the error: tenant first (not_found, like an unknown key), then pinned, then
 // conflict.

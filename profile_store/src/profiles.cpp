@@ -94,27 +94,28 @@ std::optional<ProfileDoc> DocCache::find(const std::string& pk, std::int64_t ver
                                          const std::string& body, const std::string& digest) {
   std::lock_guard lock(mu_);
   auto it = index_.find(key_of(pk, version));
-  if (it == index_.end() || it->second->body != body || it->second->digest != digest)
+  if (it == index_.end() || it->second->record->body != body ||
+      it->second->record->digest != digest)
     return std::nullopt;
   lru_.splice(lru_.begin(), lru_, it->second);
-  return it->second->doc;
+  return it->second->record->doc;
 }
 
 void DocCache::erase(std::list<Entry>::iterator it) {
-  bytes_ -= it->body.size();
+  bytes_ -= it->record->body.size();
   index_.erase(it->key);
   lru_.erase(it);
 }
 
-void DocCache::insert(const std::string& pk, std::int64_t version, const std::string& body,
-                      const std::string& digest, const ProfileDoc& doc) {
-  std::string key = key_of(pk, version);
+void DocCache::insert(SharedProfile record) {
+  std::string key = key_of(record->pk, record->version);
+  const std::size_t bytes = record->body.size();
   std::lock_guard lock(mu_);
   if (auto it = index_.find(key); it != index_.end()) erase(it->second);
-  if (body.size() > budget_ / 4) return;
-  lru_.push_front(Entry{key, body, digest, doc});
+  if (bytes > budget_ / 4) return;
+  lru_.push_front(Entry{key, std::move(record)});
   index_[key] = lru_.begin();
-  bytes_ += body.size();
+  bytes_ += bytes;
   while (bytes_ > budget_)
     erase(std::prev(lru_.end()));
 }
@@ -284,8 +285,8 @@ Expected<std::vector<ProfileSummary>> SqliteBackend::list(std::optional<std::int
 
 // --- writes ---
 
-Expected<std::int64_t> SqliteBackend::Impl::write_profile(const WriteRequest& req,
-                                                          std::int64_t now) {
+Expected<std::int64_t> SqliteBackend::Impl::write_profile(const WriteRequest& req, std::int64_t now,
+                                                          SharedProfile* stored) {
   FDO_TRY(detail::PreparedWrite w, detail::prepare_write(req, now));
   FDO_TRY(auto st, state(writer, req.pk));
   FDO_TRY(std::int64_t new_version, detail::check_write(req, st));
@@ -328,20 +329,26 @@ Expected<std::int64_t> SqliteBackend::Impl::write_profile(const WriteRequest& re
     del->bind(1, req.pk).bind(2, new_version - retention.load(std::memory_order_relaxed));
     FDO_TRY_STATUS(del->run());
   }
-  // The next read of this version (usually the next stage) skips the parse.
-  // Harmless if the transaction rolls back: hits compare the stored bytes.
-  docs.insert(req.pk, new_version, w.body, w.digest, w.doc);
   if (req.info.digest_out != nullptr) *req.info.digest_out = w.digest;
+  SharedProfile record = detail::stored_record(req, std::move(w), new_version, now, st);
+  // A later read of this version that the read view does not answer skips
+  // the parse. Harmless if the transaction rolls back: hits compare the
+  // stored bytes.
+  docs.insert(record);
+  if (stored != nullptr) *stored = std::move(record);
   return new_version;
 }
 
 Expected<std::int64_t> SqliteBackend::write(std::string_view pk, std::int64_t expected_version,
                                             const ProfileDoc& doc, const WriteInfo& info) {
   WriteRequest req{std::string(pk), expected_version, doc, info};
+  SharedProfile stored;
   FDO_TRY(auto lock, impl_->lock_writer());
   FDO_TRY(auto tx, Transaction::begin(impl_->writer, TxKind::immediate));
-  FDO_TRY(std::int64_t version, impl_->write_profile(req, now_ms()));
+  FDO_TRY(std::int64_t version,
+          impl_->write_profile(req, now_ms(), info.stored_out != nullptr ? &stored : nullptr));
   FDO_TRY_STATUS(tx.commit());
+  if (info.stored_out != nullptr) *info.stored_out = std::move(stored);
   return version;
 }
 
@@ -352,14 +359,18 @@ SqliteBackend::write_batch(std::span<const WriteRequest> requests) {
   std::int64_t now = now_ms();
   std::vector<std::int64_t> versions;
   versions.reserve(requests.size());
+  std::vector<SharedProfile> stored(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
-    auto v = impl_->write_profile(requests[i], now);
+    auto v = impl_->write_profile(requests[i], now,
+                                  requests[i].info.stored_out != nullptr ? &stored[i] : nullptr);
     if (!v)
       return std::move(v).error().context("batch write " + std::to_string(i + 1) + " of " +
                                           std::to_string(requests.size()) + " (nothing written)");
     versions.push_back(*v);
   }
   FDO_TRY_STATUS(tx.commit());
+  for (size_t i = 0; i < requests.size(); ++i)
+    if (requests[i].info.stored_out != nullptr) *requests[i].info.stored_out = std::move(stored[i]);
   return versions;
 }
 

@@ -20,9 +20,14 @@ void ReadViewBackend::drop(std::list<ProfileSlot>::iterator it) const {
 
 void ReadViewBackend::keep_profile(const std::string& pk, std::uint64_t epoch,
                                    const Shared& value) const {
-  const std::size_t bytes = pk.size() + (value ? value->body.size() : 0);
   std::lock_guard lk(mu_);
-  if (epoch != epoch_ || changes_in_flight_ != 0 || bytes > budget_ / 4) return;
+  if (epoch != epoch_ || changes_in_flight_ != 0) return;
+  keep_profile_locked(pk, value);
+}
+
+void ReadViewBackend::keep_profile_locked(const std::string& pk, const Shared& value) const {
+  const std::size_t bytes = pk.size() + (value ? value->body.size() : 0);
+  if (bytes > budget_ / 4) return;
   if (auto it = profiles_.find(pk); it != profiles_.end()) drop(it->second);
   lru_.push_front(ProfileSlot{pk, value, bytes});
   profiles_[pk] = lru_.begin();
@@ -110,15 +115,24 @@ ReadViewBackend::Change::Change(const ReadViewBackend& view, std::function<void(
     : view_(view), forget_(std::move(forget)) {
   std::lock_guard lk(view_.mu_);
   ++view_.changes_in_flight_;
-  ++view_.epoch_;
+  begun_ = ++view_.epoch_;
   forget_();
+}
+
+void ReadViewBackend::Change::keep(std::string pk, Shared written) {
+  keep_pk_ = std::move(pk);
+  keep_ = std::move(written);
 }
 
 ReadViewBackend::Change::~Change() {
   std::lock_guard lk(view_.mu_);
   forget_();
   --view_.changes_in_flight_;
+  // Alone: no change began since this one (each start moves the epoch) and
+  // none was in flight beside it (one that began before would still count).
+  const bool alone = view_.epoch_ == begun_ && view_.changes_in_flight_ == 0;
   ++view_.epoch_;
+  if (keep_ && alone) view_.keep_profile_locked(keep_pk_, keep_);
 }
 
 ReadViewBackend::Change ReadViewBackend::profile_change(std::string_view pk) const {
@@ -147,8 +161,15 @@ Expected<BackupSummary> ReadViewBackend::restore_from(const std::string& from_pa
 
 Expected<std::int64_t> ReadViewBackend::write(std::string_view pk, std::int64_t expected_version,
                                               const ProfileDoc& doc, const WriteInfo& info) {
+  // The version written is kept as the view's current one (the writer's next
+  // read, usually the same stage's, then fetches nothing).
+  Shared stored;
+  WriteInfo with = info;
+  if (with.stored_out == nullptr) with.stored_out = &stored;
   Change change = profile_change(pk);
-  return inner_->write(pk, expected_version, doc, info);
+  auto version = inner_->write(pk, expected_version, doc, with);
+  if (version && *with.stored_out) change.keep(std::string(pk), *with.stored_out);
+  return version;
 }
 
 Expected<std::vector<std::int64_t>>

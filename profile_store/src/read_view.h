@@ -145,11 +145,20 @@ private:
     ~Change();
     Change(const Change&) = delete;
     Change& operator=(const Change&) = delete;
+    // What the change wrote of `pk`, to keep as the change ends if no other
+    // change began or ended while it was in flight (then nothing but this
+    // change can have moved the key since it wrote); else only forgotten.
+    void keep(std::string pk, Shared written);
 
   private:
     const ReadViewBackend& view_;
     std::function<void()> forget_;
+    std::uint64_t begun_ = 0; // the epoch this change's start made
+    std::string keep_pk_;
+    Shared keep_;
   };
+  // Keeps `value` as pk's current profile (under mu_; within the budget).
+  void keep_profile_locked(const std::string& pk, const Shared& value) const;
   Change profile_change(std::string_view pk) const;
   Change mapping_change(Mapping& m, std::string_view key) const;
   Change mappings_change() const; // every mapping

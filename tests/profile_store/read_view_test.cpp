@@ -40,12 +40,21 @@ std::string key(char c) {
   return std::string(64, c);
 }
 
-// What a reader can see of one key through `s`: current version, digest, pin.
+// Every field of a stored version, the document by its digest and its body.
+std::string describe(const StoredProfile& p) {
+  return p.pk + " v" + std::to_string(p.version) + " " + p.digest + (p.pinned ? " pinned" : "") +
+         " owner " + std::to_string(p.owner) + " author " + std::to_string(p.author) + " " +
+         std::string(to_string(p.source)) + " at " + std::to_string(p.created_at) + " reason '" +
+         p.reason + "' host '" + p.host + "' stage " + std::to_string(p.stage) + " program '" +
+         p.program + "' doc " + profile_digest(p.doc) + " body " + p.body;
+}
+
+// What a reader can see of one key through `s`: the current version whole.
 std::string seen(const ProfileStore& s, const std::string& pk) {
   auto cur = s.current_shared(pk);
   if (!cur) return "error: " + cur.error().describe();
   if (!*cur) return "none";
-  return std::to_string((*cur)->version) + " " + (*cur)->digest + ((*cur)->pinned ? " pinned" : "");
+  return describe(**cur);
 }
 
 std::string seen_mapping(const Expected<std::optional<std::string>>& m) {
@@ -93,6 +102,102 @@ TEST_CASE("read view: a repeated read reaches neither the file nor a copy", "[re
   for (int i = 0; i < 3; ++i)
     REQUIRE(plain.current_shared(pk));
   CHECK(*plain.database_reads() == before + 3);
+}
+
+TEST_CASE("read view: a write leaves the version it stored, the next read fetches nothing",
+          "[read_view]") {
+  TempDir dir;
+  const std::string path = dir.file("v.db");
+  auto store = open_store(path, ReadView::in_process, OpenMode::read_write);
+  auto file = open_store(path, ReadView::none, OpenMode::read_only);
+  const std::string pk = key('a');
+  WriteInfo i = info(WriteSource::feedback);
+  i.host = "host-1";
+  i.stage = 12;
+  i.program = key('p');
+  for (std::int64_t v = 0; v < 3; ++v) {
+    i.owner = 7 + v; // the author changes; the profile's owner stays the first writer
+    SharedProfile stored;
+    i.stored_out = v == 1 ? &stored : nullptr; // asked for, or only kept by the view
+    REQUIRE(store.write(pk, v, sample_doc(static_cast<std::uint64_t>(v) + 3), i));
+    if (v == 1) {
+      REQUIRE(stored);
+      CHECK(stored->version == 2);
+    }
+    const auto reads = store.database_reads();
+    auto cur = store.current_shared(pk);
+    REQUIRE(cur);
+    REQUIRE(*cur);
+    CHECK(store.database_reads() == reads); // kept by the write, not read back
+    if (v == 1) CHECK(cur->get() == stored.get());
+    // Exactly what a read of the file returns, field by field.
+    CHECK(seen(store, pk) == seen(file, pk));
+    CHECK((*cur)->owner == 7);
+    CHECK((*cur)->author == 7 + v);
+  }
+  // A pin changes the profiles row: forgotten, read again, and then kept.
+  REQUIRE(store.pin(pk));
+  CHECK(seen(store, pk) == seen(file, pk));
+  // A refused write leaves nothing and changes nothing.
+  SharedProfile stored;
+  i.stored_out = &stored;
+  CHECK_FALSE(store.write(pk, 1, sample_doc(9), i)); // stale expected version
+  CHECK_FALSE(stored);
+  CHECK(seen(store, pk) == seen(file, pk));
+  // Writes of a batch leave theirs only once the batch commits.
+  std::vector<WriteRequest> reqs;
+  WriteInfo bi = info();
+  SharedProfile first, second;
+  bi.stored_out = &first;
+  reqs.push_back({key('b'), 0, sample_doc(20), bi});
+  bi.stored_out = &second;
+  reqs.push_back({key('c'), 5, sample_doc(21), bi}); // refused: the whole batch is
+  CHECK_FALSE(store.write_batch(reqs));
+  CHECK_FALSE(first);
+  CHECK_FALSE(second);
+  reqs[1].expected_version = 0;
+  REQUIRE(store.write_batch(reqs));
+  REQUIRE(first);
+  REQUIRE(second);
+  for (const auto& [k, p] : {std::pair{key('b'), first}, std::pair{key('c'), second}}) {
+    auto f = file.current_shared(k);
+    REQUIRE(f);
+    REQUIRE(*f);
+    CHECK(describe(*p) == describe(**f));
+  }
+}
+
+TEST_CASE("read view: writers racing other changes leave what the file holds", "[read_view]") {
+  TempDir dir;
+  const std::string path = dir.file("v.db");
+  auto store = open_store(path, ReadView::in_process, OpenMode::read_write);
+  auto file = open_store(path, ReadView::none, OpenMode::read_only);
+  const std::vector<std::string> pks = {key('a'), key('b')};
+  std::vector<std::thread> writers;
+  std::atomic<int> failures{0};
+  for (std::size_t w = 0; w < pks.size(); ++w)
+    writers.emplace_back([&, w] {
+      for (std::int64_t v = 0; v < 40; ++v) {
+        if (!store.write(pks[w], v, sample_doc(static_cast<std::uint64_t>(v * 2 + w)), info()))
+          ++failures;
+        (void)store.current_shared(pks[1 - w]); // reads between the other's writes
+      }
+    });
+  // Pins and unpins of both keys meanwhile (changes overlapping the writes).
+  for (int n = 0; n < 40; ++n) {
+    (void)store.pin(pks[n % 2]);
+    (void)store.unpin(pks[n % 2]);
+  }
+  for (auto& t : writers)
+    t.join();
+  CHECK(failures == 0);
+  for (const std::string& pk : pks) {
+    CHECK(seen(store, pk) == seen(file, pk));
+    auto cur = store.current_shared(pk);
+    REQUIRE(cur);
+    REQUIRE(*cur);
+    CHECK((*cur)->version == 40);
+  }
 }
 
 TEST_CASE("read view: after every kind of change it reads what the file holds", "[read_view]") {

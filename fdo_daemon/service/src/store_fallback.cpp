@@ -178,18 +178,23 @@ public:
       std::lock_guard order(f_.order_mu_);
       if (f_.spooling()) return spool_write(pk, expected_version, doc, info);
     }
-    // The store's digest of what it wrote: the provisional copy below is
-    // not hashed again.
+    // What the store wrote, remembered for an outage: the store's own record
+    // where it builds one (shared with its read view, no copy), else a
+    // provisional copy with the store's digest (not hashed again).
     std::string digest;
-    ps::WriteInfo with_digest = info;
-    with_digest.digest_out = &digest;
-    auto r = f_.inner_feedback_.write(pk, expected_version, doc, with_digest);
+    ps::SharedProfile stored;
+    ps::WriteInfo with = info;
+    with.digest_out = &digest;
+    if (with.stored_out == nullptr) with.stored_out = &stored;
+    auto r = f_.inner_feedback_.write(pk, expected_version, doc, with);
     if (r) {
       if (info.digest_out != nullptr) *info.digest_out = digest;
-      auto stored =
-          std::make_shared<const ps::StoredProfile>(provisional(pk, *r, doc, info, digest));
+      ps::SharedProfile remembered = *with.stored_out;
+      if (!remembered)
+        remembered =
+            std::make_shared<const ps::StoredProfile>(provisional(pk, *r, doc, info, digest));
       std::lock_guard lk(f_.mu_);
-      f_.profiles_.put(std::string(pk), std::move(stored));
+      f_.profiles_.put(std::string(pk), std::move(remembered));
       return r;
     }
     if (!is_unavailable(r.error())) return r;

@@ -202,8 +202,8 @@ Expected<std::int64_t> PgBackend::Impl::write_profile(pg::Conn& c, const WriteRe
   FDO_TRY_STATUS(c.exec("DELETE FROM profile_versions WHERE pk = $1 AND version <= $2",
                         {p(req.pk), p(new_version - retention.load(std::memory_order_relaxed))}));
   FDO_TRY_STATUS(pg::notify(c, req.pk));
-  docs.insert(req.pk, new_version, w.body, w.digest, w.doc);
   if (req.info.digest_out != nullptr) *req.info.digest_out = w.digest;
+  docs.insert(detail::stored_record(req, std::move(w), new_version, now, st));
   return new_version;
 }
 

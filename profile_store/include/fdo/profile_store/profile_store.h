@@ -117,6 +117,8 @@ inline constexpr EnumNames<WriteSource, 3> kWriteSourceNames{{{{WriteSource::fee
 std::string_view to_string(WriteSource source); // "feedback", "operator", "import"
 Expected<WriteSource> parse_write_source(std::string_view s);
 
+struct StoredProfile;
+
 struct WriteInfo {
   WriteSource source = WriteSource::feedback;
   std::string reason;
@@ -132,6 +134,12 @@ struct WriteInfo {
   // store's profile_digest of the document), for a caller that needs it next
   // and would otherwise hash the document again; null: not wanted.
   std::string* digest_out = nullptr;
+  // Where a successful write leaves the version it stored, exactly as a read
+  // of it returns it (shared and immutable), so that the writer's next read
+  // need not fetch and compare the body it just wrote; null: not wanted. Left
+  // as it was by a back end that does not build it (PostgreSQL) and by a
+  // write that fails (in a batch: by every write of a batch that fails).
+  std::shared_ptr<const StoredProfile>* stored_out = nullptr;
 };
 
 // One version of a profile as stored. The stored document's provenance is
