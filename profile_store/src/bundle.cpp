@@ -90,7 +90,8 @@ public:
     return detail::owns_program_with_pk(db_, owner, pk);
   }
   Expected<std::int64_t> write(const WriteRequest& req, std::int64_t now) override {
-    return impl_.write_profile(req, now);
+    FDO_TRY(detail::PreparedWrite w, detail::prepare_write(req, now));
+    return impl_.write_profile(std::move(w), now);
   }
   Status set_pinned(const std::string& pk) override {
     FDO_TRY(auto st, db_.cached("UPDATE profiles SET pinned = 1 WHERE pk = ?1"));

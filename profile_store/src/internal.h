@@ -36,8 +36,6 @@ inline std::int64_t now_ms() {
 // "2026-11-22T10:11:12.345Z"
 using fdo::rfc3339_ms;
 Status check_key(std::string_view what, std::string_view key);
-// canonical_json, with nlohmann's exception for invalid UTF-8 turned into an error.
-Expected<std::string> canonical_text(const nlohmann::json& j, std::string_view what);
 // The one error for "this caller may not see this profile": identical for an
 // unknown key and for another tenant's profile.
 Error no_profile(std::string_view pk);
@@ -173,9 +171,10 @@ struct SqliteBackend::Impl {
   Expected<StoredProfile> read_profile_row(const sqlite::Statement& st);
 
   // On the writer, write_mu held, inside the caller's IMMEDIATE transaction.
-  // Writes one version in the caller's transaction; with `stored`, leaves
+  // Writes one prepared version (prepare_write, at the same `now`) in the
+  // caller's transaction; with `stored`, leaves
   // there the version as a read returns it (valid once the transaction commits).
-  Expected<std::int64_t> write_profile(const WriteRequest& req, std::int64_t now,
+  Expected<std::int64_t> write_profile(detail::PreparedWrite&& w, std::int64_t now,
                                        SharedProfile* stored = nullptr);
 };
 

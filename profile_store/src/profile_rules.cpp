@@ -5,59 +5,59 @@
 
 namespace fdo::profile_store::detail {
 
-Expected<PreparedWrite> prepare_write(const WriteRequest& req, std::int64_t now) {
-  FDO_TRY_STATUS(check_key("profile key", req.pk));
-  if (req.expected_version < 0)
-    return make_error(Errc::invalid_argument,
-                      "expected version of profile " + req.pk + " must be >= 0");
-  nlohmann::json j = to_json(req.doc);
-  {
-    // The provenance stamped in the JSON, not in a copy of the document (a
-    // big program's is megabytes): a document of nothing else, through the
-    // same to_json, gives its shape.
-    ProfileDoc stamp;
-    stamp.provenance.reason = req.info.reason;
-    stamp.provenance.created_at = rfc3339_ms(now);
-    stamp.provenance.host = req.info.host;
-    stamp.provenance.stage = req.info.stage;
-    stamp.provenance.program = req.info.program;
-    j["provenance"] = std::move(to_json(stamp).at("provenance"));
-  }
+Expected<PreparedWrite> prepare_write(std::string_view pk, std::int64_t expected_version,
+                                      const ProfileDoc& doc, const WriteInfo& info,
+                                      std::int64_t now) {
+  FDO_TRY_STATUS(check_key("profile key", pk));
+  const std::string what = "profile " + std::string(pk);
+  if (expected_version < 0)
+    return make_error(Errc::invalid_argument, "expected version of " + what + " must be >= 0");
+  // Written from the struct (a big program's document holds thousands of
+  // functions): checked and given the form a read returns, then its
+  // canonical text and digest, with no JSON tree in between.
+  PreparedWrite w;
+  w.pk = std::string(pk);
+  w.expected_version = expected_version;
+  w.info = info;
+  w.doc = doc;
+  w.doc.provenance.reason = info.reason;
+  w.doc.provenance.created_at = rfc3339_ms(now);
+  w.doc.provenance.host = info.host;
+  w.doc.provenance.stage = info.stage;
+  w.doc.provenance.program = info.program;
   // The struct can hold values the document format forbids (opt_level 9);
   // such a profile must not reach the compiler through the store.
-  auto valid = profile_from_json(j);
-  if (!valid) return std::move(valid).error().context("profile " + req.pk);
-  PreparedWrite w;
-  FDO_TRY(w.body, canonical_text(j, "profile " + req.pk));
-  // From the JSON just written out (it is not needed after): the counts are
-  // not converted again (profile_digest would rebuild them).
-  w.digest = profile_digest_of_json(std::move(j));
-  w.functions = static_cast<std::int64_t>(req.doc.functions.size());
-  w.doc = std::move(*valid);
+  if (auto st = normalize_profile(w.doc); !st) return std::move(st).error().context(what);
+  auto body = profile_text(w.doc);
+  if (!body) return std::move(body).error().context(what);
+  w.body = std::move(*body);
+  w.digest = profile_digest(w.doc);
+  w.functions = static_cast<std::int64_t>(w.doc.functions.size());
   return w;
 }
 
-SharedProfile stored_record(const WriteRequest& req, PreparedWrite&& w, std::int64_t version,
-                            std::int64_t now, const std::optional<ProfileState>& st) {
+SharedProfile stored_record(PreparedWrite&& w, std::int64_t version, std::int64_t now,
+                            const std::optional<ProfileState>& st) {
   auto p = std::make_shared<StoredProfile>();
-  p->pk = req.pk;
+  p->pk = std::move(w.pk);
   p->version = version;
   p->digest = std::move(w.digest);
   p->doc = std::move(w.doc);
   p->body = std::move(w.body);
   p->pinned = st && st->pinned;
-  p->owner = st ? st->owner : req.info.owner;
-  p->author = req.info.owner;
-  p->source = req.info.source;
+  p->owner = st ? st->owner : w.info.owner;
+  p->author = w.info.owner;
+  p->source = w.info.source;
   p->created_at = now;
-  p->reason = req.info.reason;
-  p->host = req.info.host;
-  p->stage = req.info.stage;
-  p->program = req.info.program;
+  p->reason = std::move(w.info.reason);
+  p->host = std::move(w.info.host);
+  p->stage = w.info.stage;
+  p->program = std::move(w.info.program);
   return p;
 }
 
-Expected<std::int64_t> check_write(const WriteRequest& req, const std::optional<ProfileState>& st) {
+Expected<std::int64_t> check_write(const PreparedWrite& req,
+                                   const std::optional<ProfileState>& st) {
   // The tenant check comes first, so nothing below (pin state, version) is
   // ever reported about another tenant's profile.
   if (const ActingOwner& acting = req.info.acting_owner) {

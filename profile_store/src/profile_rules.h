@@ -26,27 +26,40 @@ struct ProfileState {
   bool pinned = false;
 };
 
+// A write ready to run: the request's key, expected version and info, and
+// its document stamped, checked and written out. Prepared before the
+// writer's lock is taken (the text of a big program's document is
+// milliseconds of CPU).
 struct PreparedWrite {
-  ProfileDoc doc; // with provenance stamped; valid per profile_from_json
+  std::string pk;
+  std::int64_t expected_version = 0;
+  WriteInfo info;
+  ProfileDoc doc; // with provenance stamped; as a read of the version returns it
   std::string body;
   std::string digest;
   std::int64_t functions = 0;
 };
-// Checks the key and expected version, stamps the provenance from the
-// request and `now`, and validates the document.
-Expected<PreparedWrite> prepare_write(const WriteRequest& req, std::int64_t now);
+// Checks the key and expected version, stamps a copy of the document's
+// provenance from `info` and `now`, checks it as a read would
+// (normalize_profile), and writes its text and digest.
+Expected<PreparedWrite> prepare_write(std::string_view pk, std::int64_t expected_version,
+                                      const ProfileDoc& doc, const WriteInfo& info,
+                                      std::int64_t now);
+inline Expected<PreparedWrite> prepare_write(const WriteRequest& req, std::int64_t now) {
+  return prepare_write(req.pk, req.expected_version, req.doc, req.info, now);
+}
 
 // The version `w` becomes once written as `version` at `now` over the key's
 // state `st` (nullopt: no row before), exactly as a read returns it: the
 // profiles row's pin and owner, this version's columns. Takes w's document,
 // body and digest.
-SharedProfile stored_record(const WriteRequest& req, PreparedWrite&& w, std::int64_t version,
-                            std::int64_t now, const std::optional<ProfileState>& st);
+SharedProfile stored_record(PreparedWrite&& w, std::int64_t version, std::int64_t now,
+                            const std::optional<ProfileState>& st);
 
 // The version the write gets over the key's state `st` (nullopt: no row), or
 // the error: tenant first (not_found, like an unknown key), then pinned, then
 // conflict.
-Expected<std::int64_t> check_write(const WriteRequest& req, const std::optional<ProfileState>& st);
+Expected<std::int64_t> check_write(const PreparedWrite& req, const std::optional<ProfileState>& st);
 
 // Parses p.body into p.doc and checks it against p.digest (Errc::corrupt
 // otherwise), reusing the cache's document for the same bytes.

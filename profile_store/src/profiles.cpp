@@ -48,15 +48,6 @@ Status check_key(std::string_view what, std::string_view key) {
   return ok();
 }
 
-Expected<std::string> canonical_text(const json& j, std::string_view what) {
-  try {
-    return canonical_json(j);
-  } catch (const json::exception& e) {
-    // Strings that are not valid UTF-8 cannot be written as JSON.
-    return make_error(Errc::invalid_argument, std::string(what) + ": " + e.what());
-  }
-}
-
 Error no_profile(std::string_view pk) {
   return make_error(Errc::not_found, "no profile " + std::string(pk));
 }
@@ -285,9 +276,9 @@ Expected<std::vector<ProfileSummary>> SqliteBackend::list(std::optional<std::int
 
 // --- writes ---
 
-Expected<std::int64_t> SqliteBackend::Impl::write_profile(const WriteRequest& req, std::int64_t now,
-                                                          SharedProfile* stored) {
-  FDO_TRY(detail::PreparedWrite w, detail::prepare_write(req, now));
+Expected<std::int64_t> SqliteBackend::Impl::write_profile(detail::PreparedWrite&& w,
+                                                          std::int64_t now, SharedProfile* stored) {
+  const detail::PreparedWrite& req = w;
   FDO_TRY(auto st, state(writer, req.pk));
   FDO_TRY(std::int64_t new_version, detail::check_write(req, st));
   if (!st) {
@@ -330,7 +321,7 @@ Expected<std::int64_t> SqliteBackend::Impl::write_profile(const WriteRequest& re
     FDO_TRY_STATUS(del->run());
   }
   if (req.info.digest_out != nullptr) *req.info.digest_out = w.digest;
-  SharedProfile record = detail::stored_record(req, std::move(w), new_version, now, st);
+  SharedProfile record = detail::stored_record(std::move(w), new_version, now, st);
   // A later read of this version that the read view does not answer skips
   // the parse. Harmless if the transaction rolls back: hits compare the
   // stored bytes.
@@ -341,12 +332,15 @@ Expected<std::int64_t> SqliteBackend::Impl::write_profile(const WriteRequest& re
 
 Expected<std::int64_t> SqliteBackend::write(std::string_view pk, std::int64_t expected_version,
                                             const ProfileDoc& doc, const WriteInfo& info) {
-  WriteRequest req{std::string(pk), expected_version, doc, info};
+  // Prepared before the writer's lock: its CPU does not hold up the other
+  // writers (the feedback flusher).
+  const std::int64_t now = now_ms();
+  FDO_TRY(detail::PreparedWrite w, detail::prepare_write(pk, expected_version, doc, info, now));
   SharedProfile stored;
   FDO_TRY(auto lock, impl_->lock_writer());
   FDO_TRY(auto tx, Transaction::begin(impl_->writer, TxKind::immediate));
   FDO_TRY(std::int64_t version,
-          impl_->write_profile(req, now_ms(), info.stored_out != nullptr ? &stored : nullptr));
+          impl_->write_profile(std::move(w), now, info.stored_out != nullptr ? &stored : nullptr));
   FDO_TRY_STATUS(tx.commit());
   if (info.stored_out != nullptr) *info.stored_out = std::move(stored);
   return version;
@@ -354,22 +348,31 @@ Expected<std::int64_t> SqliteBackend::write(std::string_view pk, std::int64_t ex
 
 Expected<std::vector<std::int64_t>>
 SqliteBackend::write_batch(std::span<const WriteRequest> requests) {
+  const std::int64_t now = now_ms();
+  auto batch_error = [&](std::size_t i, Error e) {
+    return std::move(e).context("batch write " + std::to_string(i + 1) + " of " +
+                                std::to_string(requests.size()) + " (nothing written)");
+  };
+  std::vector<detail::PreparedWrite> prepared;
+  prepared.reserve(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    auto w = detail::prepare_write(requests[i], now);
+    if (!w) return batch_error(i, std::move(w).error());
+    prepared.push_back(std::move(*w));
+  }
   FDO_TRY(auto lock, impl_->lock_writer());
   FDO_TRY(auto tx, Transaction::begin(impl_->writer, TxKind::immediate));
-  std::int64_t now = now_ms();
   std::vector<std::int64_t> versions;
   versions.reserve(requests.size());
   std::vector<SharedProfile> stored(requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    auto v = impl_->write_profile(requests[i], now,
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    auto v = impl_->write_profile(std::move(prepared[i]), now,
                                   requests[i].info.stored_out != nullptr ? &stored[i] : nullptr);
-    if (!v)
-      return std::move(v).error().context("batch write " + std::to_string(i + 1) + " of " +
-                                          std::to_string(requests.size()) + " (nothing written)");
+    if (!v) return batch_error(i, std::move(v).error());
     versions.push_back(*v);
   }
   FDO_TRY_STATUS(tx.commit());
-  for (size_t i = 0; i < requests.size(); ++i)
+  for (std::size_t i = 0; i < requests.size(); ++i)
     if (requests[i].info.stored_out != nullptr) *requests[i].info.stored_out = std::move(stored[i]);
   return versions;
 }

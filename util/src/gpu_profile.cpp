@@ -219,13 +219,6 @@ json gpu_digest_part(const GpuProfile& gpu) {
   return bounds_list_json(gpu.launch_bounds);
 }
 
-json gpu_digest_part_of_json(const json& gpu_json) {
-  if (!gpu_json.is_object()) return nullptr;
-  auto it = gpu_json.find("launch_bounds");
-  if (it == gpu_json.end() || !it->is_array() || it->empty()) return nullptr;
-  return *it; // to_json wrote it sorted
-}
-
 const GpuLaunchRecord* find_launch(const GpuProfile& gpu, const std::string& arch,
                                    const std::string& kernel, std::uint64_t items) {
   for (const GpuLaunchRecord& r : gpu.launches)

@@ -13,10 +13,11 @@ namespace fdo {
 
 namespace {
 
-// nlohmann's serialiser for what the fast paths leave to it; invalid UTF-8
-// replaced, as fdod's replies are (rpc's dump).
-void append_dump(std::string& out, const nlohmann::json& v) {
-  out += v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+// nlohmann's serialiser for what the fast paths leave to it.
+void append_dump(std::string& out, const nlohmann::json& v, InvalidUtf8 invalid) {
+  out += v.dump(-1, ' ', false,
+                invalid == InvalidUtf8::replace ? nlohmann::json::error_handler_t::replace
+                                                : nlohmann::json::error_handler_t::strict);
 }
 
 // The bytes a JSON string takes as they are: printable ASCII but '"' and '\\'.
@@ -117,7 +118,7 @@ JsonText& JsonText::end_array() {
   return *this;
 }
 
-JsonText::JsonText() {
+JsonText::JsonText(InvalidUtf8 invalid) : invalid_(invalid) {
   // A stage's reply is 1-2 KiB: grown from empty it was copied four times.
   out_.reserve(kInitialBytes);
   open_.reserve(8);
@@ -173,9 +174,10 @@ void JsonText::append_string(std::string_view s) {
     if (i == s.size()) break;
     const auto c = static_cast<unsigned char>(s[i]);
     if (c >= 0x80) {
-      // UTF-8 (valid or not) goes through nlohmann, which replaces what is invalid.
+      // UTF-8 (valid or not) goes through nlohmann, which replaces or
+      // refuses what is invalid.
       out_.resize(start);
-      append_dump(out_, nlohmann::json(std::string(s)));
+      append_dump(out_, nlohmann::json(std::string(s)), invalid_);
       return;
     }
     out_.append(s.data() + run, i - run);
@@ -226,7 +228,7 @@ JsonText& JsonText::number(std::uint64_t v) {
 
 JsonText& JsonText::number(double v) {
   before_value();
-  append_dump(out_, nlohmann::json(v));
+  append_dump(out_, nlohmann::json(v), invalid_);
   return *this;
 }
 
@@ -256,7 +258,7 @@ JsonText& JsonText::value(const nlohmann::json& v) {
     return string(v.get_ref<const std::string&>());
   default:
     before_value();
-    append_dump(out_, v);
+    append_dump(out_, v, invalid_);
     return *this;
   }
 }

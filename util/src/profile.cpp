@@ -308,57 +308,6 @@ std::string canonical_json(const json& j) {
   return j.dump(-1, ' ', /*ensure_ascii=*/false, json::error_handler_t::strict);
 }
 
-std::string profile_digest(const ProfileDoc& doc) {
-  json fns = json::object();
-  for (const auto& [name, f] : doc.functions)
-    fns[name] = function_compile_json(f);
-  json compile_part = {
-      {"format", doc.format}, {"knobs", knobs_json(doc.knobs)}, {"functions", fns}};
-  // Only when present, so that documents without context-sensitive counts
-  // keep the digest they always had.
-  if (!doc.cs_functions.empty()) {
-    json cs = json::object();
-    for (const auto& [name, f] : doc.cs_functions)
-      cs[name] = function_compile_json(f);
-    compile_part["cs_functions"] = std::move(cs);
-  }
-  // Likewise: documents without records outside the program keep their digest.
-  if (!doc.outside_functions.empty()) {
-    json outside = json::object();
-    for (const auto& [name, f] : doc.outside_functions)
-      outside[name] = function_compile_json(f);
-    compile_part["outside_functions"] = std::move(outside);
-  }
-  // Likewise: only documents with launch bounds (GPU programs') digest them.
-  if (json bounds = gpu_digest_part(doc.gpu); !bounds.is_null())
-    compile_part["gpu_launch_bounds"] = std::move(bounds);
-  return blake3_hex("fdo.profile.v1\n" + canonical_json(compile_part));
-}
-
-std::string profile_digest_of_json(json&& j) {
-  // to_json's function entries are function_compile_json's plus bookkeeping
-  // that does not affect the compile; its optional members appear under the
-  // same conditions as profile_digest's.
-  auto compile_only = [](json&& fns) {
-    for (auto& [name, f] : fns.items()) {
-      (void)name;
-      f.erase("fingerprint");
-      f.erase("source_name");
-    }
-    return std::move(fns);
-  };
-  json compile_part = {{"format", std::move(j["format"])},
-                       {"knobs", std::move(j["knobs"])},
-                       {"functions", compile_only(std::move(j["functions"]))}};
-  for (const char* member : {"cs_functions", "outside_functions"})
-    if (auto it = j.find(member); it != j.end())
-      compile_part[member] = compile_only(std::move(*it));
-  if (auto it = j.find("gpu"); it != j.end())
-    if (json bounds = gpu_digest_part_of_json(*it); !bounds.is_null())
-      compile_part["gpu_launch_bounds"] = std::move(bounds);
-  return blake3_hex("fdo.profile.v1\n" + canonical_json(compile_part));
-}
-
 std::string_view no_profile_digest() {
   // Recognisable in keys and logs, and no real digest (64 hex digits) can equal it.
   return "none";

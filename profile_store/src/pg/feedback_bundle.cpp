@@ -259,7 +259,8 @@ public:
     return r.rows() > 0;
   }
   Expected<std::int64_t> write(const WriteRequest& req, std::int64_t now) override {
-    return impl_.write_profile(c_, req, now);
+    FDO_TRY(detail::PreparedWrite w, detail::prepare_write(req, now));
+    return impl_.write_profile(c_, std::move(w), now);
   }
   Status set_pinned(const std::string& pk) override {
     FDO_TRY_STATUS(c_.exec("UPDATE profiles SET pinned = true WHERE pk = $1", {p(pk)}));

@@ -51,7 +51,16 @@ struct PgBackend::Impl {
 
   // Inside the caller's transaction: the versioned write with its checks,
   // retention pruning and the change notification.
-  Expected<std::int64_t> write_profile(pg::Conn& c, const WriteRequest& req, std::int64_t now);
+  // Writes one prepared version (prepare_write, at the same `now`) in the
+  // caller's transaction on `c`.
+  Expected<std::int64_t> write_profile(pg::Conn& c, detail::PreparedWrite&& w, std::int64_t now);
+  // Writes the prepared versions in one transaction, all or none, then
+  // announces their keys.
+  Expected<std::vector<std::int64_t>> write_prepared(std::vector<detail::PreparedWrite>&& writes,
+                                                     std::int64_t now);
+  // A batch's error for write i of n ("batch write 2 of 3 (nothing
+  // written)"); a single write's as it is.
+  static Error batch_error(std::size_t i, std::size_t n, Error e);
   // After a commit that changed `pk`: this host's cache forgets it at once
   // (the notification does the same on every other host).
   void changed(const std::string& pk) { cache.invalidate(pk); }

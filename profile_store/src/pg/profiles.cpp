@@ -168,9 +168,9 @@ Expected<std::vector<ProfileSummary>> PgBackend::list(std::optional<std::int64_t
 
 // --- writes ---
 
-Expected<std::int64_t> PgBackend::Impl::write_profile(pg::Conn& c, const WriteRequest& req,
+Expected<std::int64_t> PgBackend::Impl::write_profile(pg::Conn& c, detail::PreparedWrite&& w,
                                                       std::int64_t now) {
-  FDO_TRY(detail::PreparedWrite w, detail::prepare_write(req, now));
+  const detail::PreparedWrite& req = w;
   // The row lock makes "write v+1 only over v" hold across hosts: a second
   // writer of the key waits here until the first commits, then sees its
   // version and gets conflict.
@@ -203,39 +203,60 @@ Expected<std::int64_t> PgBackend::Impl::write_profile(pg::Conn& c, const WriteRe
                         {p(req.pk), p(new_version - retention.load(std::memory_order_relaxed))}));
   FDO_TRY_STATUS(pg::notify(c, req.pk));
   if (req.info.digest_out != nullptr) *req.info.digest_out = w.digest;
-  docs.insert(detail::stored_record(req, std::move(w), new_version, now, st));
+  docs.insert(detail::stored_record(std::move(w), new_version, now, st));
   return new_version;
 }
 
 Expected<std::int64_t> PgBackend::write(std::string_view pk, std::int64_t expected_version,
                                         const ProfileDoc& doc, const WriteInfo& info) {
-  WriteRequest req{std::string(pk), expected_version, doc, info};
-  FDO_TRY(std::vector<std::int64_t> versions, write_batch(std::span<const WriteRequest>(&req, 1)));
+  const std::int64_t now = now_ms();
+  FDO_TRY(detail::PreparedWrite w, detail::prepare_write(pk, expected_version, doc, info, now));
+  std::vector<detail::PreparedWrite> one;
+  one.push_back(std::move(w));
+  FDO_TRY(std::vector<std::int64_t> versions, impl_->write_prepared(std::move(one), now));
   return versions.front();
 }
 
 Expected<std::vector<std::int64_t>> PgBackend::write_batch(std::span<const WriteRequest> requests) {
-  FDO_TRY_STATUS(impl_->writable());
-  FDO_TRY(auto lease, impl_->pool.acquire());
+  const std::int64_t now = now_ms();
+  std::vector<detail::PreparedWrite> prepared;
+  prepared.reserve(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    auto w = detail::prepare_write(requests[i], now);
+    if (!w) return impl_->batch_error(i, requests.size(), std::move(w).error());
+    prepared.push_back(std::move(*w));
+  }
+  return impl_->write_prepared(std::move(prepared), now);
+}
+
+Error PgBackend::Impl::batch_error(std::size_t i, std::size_t n, Error e) {
+  if (n == 1) return e;
+  return std::move(e).context("batch write " + std::to_string(i + 1) + " of " + std::to_string(n) +
+                              " (nothing written)");
+}
+
+Expected<std::vector<std::int64_t>>
+PgBackend::Impl::write_prepared(std::vector<detail::PreparedWrite>&& writes, std::int64_t now) {
+  FDO_TRY_STATUS(writable());
+  FDO_TRY(auto lease, pool.acquire());
   pg::Conn& c = lease.conn();
+  std::vector<std::string> keys;
+  keys.reserve(writes.size());
+  for (const detail::PreparedWrite& w : writes)
+    keys.push_back(w.pk);
   std::vector<std::int64_t> versions;
+  versions.reserve(writes.size());
   {
     FDO_TRY(pg::Tx tx, pg::Tx::begin(c));
-    std::int64_t now = now_ms();
-    versions.reserve(requests.size());
-    for (size_t i = 0; i < requests.size(); ++i) {
-      auto v = impl_->write_profile(c, requests[i], now);
-      if (!v) {
-        if (requests.size() == 1) return std::move(v).error();
-        return std::move(v).error().context("batch write " + std::to_string(i + 1) + " of " +
-                                            std::to_string(requests.size()) + " (nothing written)");
-      }
+    for (std::size_t i = 0; i < writes.size(); ++i) {
+      auto v = write_profile(c, std::move(writes[i]), now);
+      if (!v) return batch_error(i, writes.size(), std::move(v).error());
       versions.push_back(*v);
     }
     FDO_TRY_STATUS(tx.commit());
   }
-  for (const WriteRequest& r : requests)
-    impl_->changed(r.pk);
+  for (const std::string& pk : keys)
+    changed(pk);
   return versions;
 }
 

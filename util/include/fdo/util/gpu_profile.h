@@ -73,8 +73,6 @@ Expected<GpuProfile> gpu_profile_from_json(const nlohmann::json& j);
 // the profile digest; null when there are none, so documents without them
 // keep their digest.
 nlohmann::json gpu_digest_part(const GpuProfile& gpu);
-// The same from to_json(gpu)'s form.
-nlohmann::json gpu_digest_part_of_json(const nlohmann::json& gpu_json);
 
 const GpuLaunchRecord* find_launch(const GpuProfile& gpu, const std::string& arch,
                                    const std::string& kernel, std::uint64_t items);

@@ -2,10 +2,10 @@
 // path (execute, feedback.submit) that would otherwise build an
 // nlohmann::json tree only to serialise it once. The text is what
 // nlohmann::json::dump() gives for the same values (no spaces; strings
-// escaped the same way, invalid UTF-8 replaced by U+FFFD; doubles in the
-// same shortest form), except that members come in the order written, not
-// sorted. Strings with bytes >= 0x80, doubles and embedded trees are handed
-// to nlohmann's serialiser, so only the ASCII fast path is ours.
+// escaped the same way, invalid UTF-8 replaced by U+FFFD or refused;
+// doubles in the same shortest form), except that members come in the order
+// written, not sorted. Strings with bytes >= 0x80, doubles and embedded trees
+// are handed to nlohmann's serialiser, so only the ASCII fast path is ours.
 #pragma once
 
 #include <cstdint>
@@ -17,9 +17,15 @@
 
 namespace fdo {
 
+// What a string that is not valid UTF-8 becomes: a reply replaces the bad
+// bytes (U+FFFD), as rpc's dump does; stored text refuses it, as
+// canonical_json does (nlohmann::json::type_error thrown from the call that
+// wrote it).
+enum class InvalidUtf8 { replace, refuse };
+
 class JsonText {
 public:
-  JsonText();
+  explicit JsonText(InvalidUtf8 invalid = InvalidUtf8::replace);
   JsonText& begin_object();
   JsonText& end_object();
   JsonText& begin_array();
@@ -53,6 +59,10 @@ public:
   }
   JsonText& null_field(std::string_view k) { return key(k).null(); }
 
+  // Room for `bytes` of text in all (a big document's writer, which knows
+  // about how long it will be, saves the copies of growing into it).
+  void reserve(std::size_t bytes) { out_.reserve(bytes); }
+
   // The text; every container must have been closed.
   const std::string& text() const { return out_; }
   std::string take() && { return std::move(out_); }
@@ -64,6 +74,7 @@ private:
   void append_string(std::string_view s);
 
   std::string out_;
+  InvalidUtf8 invalid_;
   struct Open {
     bool object;   // else an array
     bool nonempty; // an element or member has been written in it

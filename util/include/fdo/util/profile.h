@@ -199,12 +199,22 @@ Expected<ProfileDoc> parse_profile(std::string_view json_text);
 
 // Sorted keys, no insignificant whitespace.
 std::string canonical_json(const nlohmann::json& j);
-// BLAKE3 hex of the canonical form of the compile-affecting fields only.
+// BLAKE3 hex of the canonical form of the compile-affecting fields only
+// (written from the struct, profile_write.cpp). Throws
+// nlohmann::json::type_error for a function name that is not UTF-8, as
+// canonical_json does.
 std::string profile_digest(const ProfileDoc& doc);
-// The same digest from `to_json(doc)`, which it consumes: for a caller that
-// has just built the document's JSON (the store's write), so the counts are
-// not converted a second time. Equal to profile_digest(doc) (tested).
-std::string profile_digest_of_json(nlohmann::json&& doc_json);
+
+// What a document becomes once written and read back, without its JSON:
+// fails where profile_from_json(to_json(doc)) would (a value the format
+// forbids, such as opt_level 9 or a context-sensitive hash without its flag;
+// errors name the field), and otherwise leaves `doc` equal to what that
+// returns (null hardware an empty object, an empty guard record or GPU part
+// the default, non-finite hardware figures null, a negative reprofile_of 0).
+Status normalize_profile(ProfileDoc& doc);
+// canonical_json(to_json(doc)), byte for byte, written straight from the
+// struct; invalid_argument for a string that is not UTF-8.
+Expected<std::string> profile_text(const ProfileDoc& doc);
 // Digest used for "no profile at all" (stage 0 of a new profile key).
 std::string_view no_profile_digest();
 
