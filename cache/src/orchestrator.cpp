@@ -117,6 +117,24 @@ Expected<Precompiled> Orchestrator::tier_up_current(const Program& program) {
   return impl_->precompile(program, nullptr, detail::JobPriority::stage);
 }
 
+Expected<StageOutput> Orchestrator::prepare(const SharedProgram& program, TierUp policy) {
+  return impl_->prepare(*program, policy, nullptr, &program);
+}
+
+Expected<StageOutput> Orchestrator::prepare(const SharedProgram& program, TierUp policy,
+                                            const ProfileRef& variant) {
+  return impl_->prepare(*program, policy, &variant, &program);
+}
+
+Expected<Precompiled> Orchestrator::precompile(const SharedProgram& program,
+                                               const ProfileRef& variant) {
+  return impl_->precompile(*program, &variant, detail::JobPriority::background, &program);
+}
+
+Expected<Precompiled> Orchestrator::tier_up_current(const SharedProgram& program) {
+  return impl_->precompile(*program, nullptr, detail::JobPriority::stage, &program);
+}
+
 std::string Orchestrator::initial_key_for(const Program& program) const {
   return initial_key(program.scope, program.bytes, impl_->compiler.identity());
 }

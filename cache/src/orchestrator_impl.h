@@ -89,15 +89,18 @@ struct Orchestrator::Impl {
   static std::string stage_ik(const Program& program, const std::string& identity);
 
   // Design step 1: IK, and the profile key mapping decides which stage this is.
+  // `shared`: the caller's shared `program` (null: none), which a compile
+  // queued for later keeps instead of a copy of the bytes.
   Expected<StageOutput> prepare(const Program& program, TierUp policy,
-                                const ProfileRef* variant = nullptr);
+                                const ProfileRef* variant = nullptr,
+                                const SharedProgram* shared = nullptr);
 
   // Design step 2 / patent FIG. 5 steps 506-508 and FIG. 6.
   Expected<StageOutput> first_stage(Target t, const Program& given);
 
   // Design step 3 / patent FIG. 5 steps 510-518 and FIG. 4.
   Expected<StageOutput> later_stage(Target t, const Program& program, TierUp policy,
-                                    const ProfileRef* variant);
+                                    const ProfileRef* variant, const SharedProgram* shared);
 
   // The body of a compile flight (FIG. 4 steps 412-418): re-check (a flight
   // that just finished may have stored the output), then compile and store.
@@ -142,9 +145,13 @@ struct Orchestrator::Impl {
   // Ahead of need (Orchestrator::precompile, Orchestrator::tier_up_current):
   // `variant`, or PK's current profile when null, queued at `priority`.
   Expected<Precompiled> precompile(const Program& program, const ProfileRef* variant,
-                                   detail::JobPriority priority);
+                                   detail::JobPriority priority,
+                                   const SharedProgram* shared = nullptr);
 
-  detail::Scheduled schedule(const Target& t, const Program& program, detail::JobPriority priority);
+  // Queues t's compile; the job keeps `shared` when given and carrying t's
+  // IK, else its own copy of the program.
+  detail::Scheduled schedule(const Target& t, const Program& program, detail::JobPriority priority,
+                             const SharedProgram* shared);
 
   // `ahead`: a precompile's Urgency (no stage asked for it yet); counted apart
   // from tier-ups. Null: a tier-up.

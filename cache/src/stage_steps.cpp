@@ -61,7 +61,8 @@ std::string Orchestrator::Impl::stage_ik(const Program& program, const std::stri
 }
 
 Expected<StageOutput> Orchestrator::Impl::prepare(const Program& program, TierUp policy,
-                                                  const ProfileRef* variant) {
+                                                  const ProfileRef* variant,
+                                                  const SharedProgram* shared) {
   n.prepares++;
   Target t;
   t.eviction_mark = tiers.eviction_mark();
@@ -76,7 +77,7 @@ Expected<StageOutput> Orchestrator::Impl::prepare(const Program& program, TierUp
   if (!*pk) return first_stage(std::move(t), program);
   t.pk = **pk;
   return later_stage(std::move(t), program, policy,
-                     variant != nullptr && variant->pk == t.pk ? variant : nullptr);
+                     variant != nullptr && variant->pk == t.pk ? variant : nullptr, shared);
 }
 
 Expected<StageOutput> Orchestrator::Impl::first_stage(Target t, const Program& given) {
@@ -148,7 +149,8 @@ Expected<StageOutput> Orchestrator::Impl::first_stage(Target t, const Program& g
 }
 
 Expected<StageOutput> Orchestrator::Impl::later_stage(Target t, const Program& program,
-                                                      TierUp policy, const ProfileRef* variant) {
+                                                      TierUp policy, const ProfileRef* variant,
+                                                      const SharedProgram* shared) {
   if (auto st = variant ? use_profile(t, *variant) : read_profile(t); !st)
     return fail(base_record(t, std::nullopt), std::move(st).error());
   auto vk = keys.lookup_virtual_key(t.ck);
@@ -186,7 +188,7 @@ Expected<StageOutput> Orchestrator::Impl::later_stage(Target t, const Program& p
   if (policy == TierUp::async) {
     std::string last_served = prev && prev->ck != t.ck ? prev->storage_key : std::string();
     if (EntryRef previous = tiers.find_previous(t.wanted(), last_served)) {
-      const detail::Scheduled scheduled = schedule(t, program, detail::JobPriority::stage);
+      const detail::Scheduled scheduled = schedule(t, program, detail::JobPriority::stage, shared);
       n.stale_serves++;
       const char* state = " while the new one compiles in the background";
       if (scheduled == detail::Scheduled::already_queued)

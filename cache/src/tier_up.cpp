@@ -14,7 +14,8 @@ using detail::short_key;
 
 Expected<Precompiled> Orchestrator::Impl::precompile(const Program& program,
                                                      const ProfileRef* variant,
-                                                     detail::JobPriority priority) {
+                                                     detail::JobPriority priority,
+                                                     const SharedProgram* shared) {
   Target t;
   t.eviction_mark = tiers.eviction_mark();
   FDO_TRY_STATUS(check_scope(program.scope, program.bytes));
@@ -32,7 +33,7 @@ Expected<Precompiled> Orchestrator::Impl::precompile(const Program& program,
   FDO_TRY_STATUS(variant ? use_profile(t, *variant) : read_profile(t));
   t.candidates.push_back(t.ck);
   if (tiers.find_existing(t.wanted()).entry) return Precompiled::stored;
-  switch (schedule(t, program, priority)) {
+  switch (schedule(t, program, priority, shared)) {
   case detail::Scheduled::queued:
     return Precompiled::queued;
   case detail::Scheduled::already_queued:
@@ -45,7 +46,8 @@ Expected<Precompiled> Orchestrator::Impl::precompile(const Program& program,
 }
 
 detail::Scheduled Orchestrator::Impl::schedule(const Target& t, const Program& program,
-                                               detail::JobPriority priority) {
+                                               detail::JobPriority priority,
+                                               const SharedProgram* shared) {
   // A stage's: a build of this CK ahead of need, queued or compiling, is now
   // the stage's (the queue moves it up, the compiler hears of it).
   if (priority == detail::JobPriority::stage) ahead_builds.raise(t.ck);
@@ -57,11 +59,16 @@ detail::Scheduled Orchestrator::Impl::schedule(const Target& t, const Program& p
         const bool ahead = priority == detail::JobPriority::background;
         (ahead ? n.ahead_started : n.tier_ups_started)++;
         std::shared_ptr<Urgency> urgency = ahead ? ahead_builds.add(t.ck) : nullptr;
-        // The job outlives the stage, so it keeps its own copy of the program.
+        // The job outlives the stage: it keeps the caller's shared program
+        // when that carries the stage's IK, else its own copy (a big
+        // program's bytes are megabytes, copied into pages the allocator
+        // hands back at once).
+        SharedProgram own =
+            shared != nullptr && *shared && (*shared)->ik == t.ik
+                ? *shared
+                : std::make_shared<const Program>(Program{t.ik, program.scope, program.bytes, {}});
         return detail::TierUpQueue::Job(
-            [this, t, urgency, own = Program{t.ik, program.scope, program.bytes, {}}] {
-              return run_tier_up(t, own, urgency);
-            });
+            [this, t, urgency, own = std::move(own)] { return run_tier_up(t, *own, urgency); });
       },
       priority);
 }

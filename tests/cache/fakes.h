@@ -28,6 +28,7 @@ struct CompileCall {
   CompileMode mode = CompileMode::plain;
   CompilePriority priority = CompilePriority::stage;
   std::shared_ptr<Urgency> urgency; // a background compile's
+  const Program* program = nullptr; // the object it was handed (compared, never followed)
 };
 
 class FakeCompiler : public Compiler {
@@ -71,7 +72,7 @@ public:
     std::unique_lock lock(mu_);
     compiles_++;
     calls_.push_back({p.ik, p.scope, p.bytes, profile.pk, profile.digest, profile.version, mode,
-                      priority, urgency});
+                      priority, urgency, &p});
     blocked_++;
     gate_cv_.wait(lock, [&] { return gate_open_; });
     blocked_--;

@@ -397,6 +397,65 @@ TEST_CASE("a caller-chosen variant of the profile is an ordinary entry under its
   CHECK(bad.error().code() == Errc::internal);
 }
 
+TEST_CASE("a queued compile keeps the caller's shared program - the Program forms copy it",
+          "[cache][orchestrator][tier_up]") {
+  MemoryKeyStore keys;
+  FakeCompiler compiler;
+  Config c = memory_only(TierUp::sync);
+  c.tier_up_threads = 1;
+  auto o = make(c, keys, compiler);
+  std::string a = program("a");
+  StageOutput s1 = stage(*o, a);
+  keys.set_profile(s1.pk, profile_with_counts(100));
+
+  // Stamped with its IK, as the daemon's program records are: the job holds
+  // the caller's object while it waits, and the compiler is handed it.
+  Program stamped = as_program(a);
+  o->stamp_initial_key(stamped);
+  auto shared = std::make_shared<const Program>(stamped);
+  compiler.close_gate();
+  REQUIRE(o->tier_up_current(shared).value() == Precompiled::queued);
+  REQUIRE(eventually([&] { return compiler.blocked() == 1; }));
+  CHECK(shared.use_count() == 2);
+  compiler.open_gate();
+  o->wait_idle();
+  REQUIRE(compiler.calls().size() == 2);
+  CHECK(compiler.calls()[1].program == shared.get());
+  CHECK(compiler.calls()[1].ik == s1.ik);
+  CHECK(eventually([&] { return shared.use_count() == 1; })); // let go once it ran
+
+  // Without the stage's IK the job keeps a copy with the IK filled in; so
+  // does the Program& form.
+  keys.set_profile(s1.pk, profile_with_counts(200));
+  auto unstamped = std::make_shared<const Program>(as_program(a));
+  compiler.close_gate();
+  REQUIRE(o->tier_up_current(unstamped).value() == Precompiled::queued);
+  REQUIRE(eventually([&] { return compiler.blocked() == 1; }));
+  CHECK(unstamped.use_count() == 1);
+  compiler.open_gate();
+  o->wait_idle();
+  keys.set_profile(s1.pk, profile_with_counts(300));
+  REQUIRE(o->tier_up_current(stamped).value() == Precompiled::queued);
+  o->wait_idle();
+  REQUIRE(compiler.calls().size() == 4);
+  CHECK(compiler.calls()[2].program != unstamped.get());
+  CHECK(compiler.calls()[2].ik == s1.ik);
+  CHECK(compiler.calls()[3].program != &stamped);
+  CHECK(compiler.calls()[3].bytes == a);
+
+  // An async stage's tier-up keeps it as well.
+  keys.set_profile(s1.pk, profile_with_counts(400));
+  compiler.close_gate();
+  auto served = o->prepare(shared, TierUp::async);
+  REQUIRE(served);
+  REQUIRE(eventually([&] { return compiler.blocked() == 1; }));
+  CHECK(shared.use_count() == 2);
+  compiler.open_gate();
+  o->wait_idle();
+  REQUIRE(compiler.calls().size() == 5);
+  CHECK(compiler.calls()[4].program == shared.get());
+}
+
 TEST_CASE("a rewritten profile's build queues ahead of a precompile - a sync stage joins it",
           "[cache][orchestrator][tier_up]") {
   MemoryKeyStore keys;

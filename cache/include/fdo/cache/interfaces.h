@@ -58,6 +58,11 @@ struct Program {
   std::string ik_identity;
 };
 
+// A program the caller keeps in shared memory (the daemon's program record,
+// through an aliasing pointer): a compile queued for later keeps a reference
+// to it instead of a copy of the bytes, which are megabytes for a big program.
+using SharedProgram = std::shared_ptr<const Program>;
+
 struct Identification {
   std::string pk; // hash of the canonical IR
 };

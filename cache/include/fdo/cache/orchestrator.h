@@ -243,6 +243,14 @@ public:
   // first optimized stage waited for the guard's plain build first. The
   // program's IK -> PK must be known (invalid_argument otherwise).
   Expected<Precompiled> tier_up_current(const Program& program);
+  // The same four with a program the caller shares: the compile a stage or a
+  // precompile queues for later keeps `program` alive instead of copying its
+  // bytes (the Program& forms copy them into the job). Not null.
+  Expected<StageOutput> prepare(const SharedProgram& program, TierUp policy);
+  Expected<StageOutput> prepare(const SharedProgram& program, TierUp policy,
+                                const ProfileRef& variant);
+  Expected<Precompiled> precompile(const SharedProgram& program, const ProfileRef& variant);
+  Expected<Precompiled> tier_up_current(const SharedProgram& program);
 
   // IK of the program (scope and bytes) under the compiler's current identity.
   std::string initial_key_for(const Program& program) const;

@@ -396,7 +396,7 @@ Expected<ResultText> execute(ServiceState& s, const json& params, const CallCont
   // The program's lifecycle says what the stage does; the guard picks the
   // variant where it may (docs/lifecycle.md, docs/guard.md); the orchestrator
   // looks it up or compiles it like any profile.
-  auto started_stage = start_stage(s, *prog, stage_shape(entry_name, call), c);
+  auto started_stage = start_stage(s, prog, stage_shape(entry_name, call), c);
   if (!started_stage) {
     s.counters.tenants.prepare_failed(ctx.uid);
     return std::move(started_stage).error();
@@ -518,8 +518,8 @@ Expected<ResultText> execute(ServiceState& s, const json& params, const CallCont
   // background, behind every stage's tier-up, when the program first has a
   // profile, so the first trial stage finds both arms compiled. After a
   // rewrite, the new profile's own build goes first (docs/cache.md, "Tier-up").
-  precompile(s, *prog, plan.ahead);
-  if (fo.rewritten) after_rewrite(s, *prog, c);
+  precompile(s, prog, plan.ahead);
+  if (fo.rewritten) after_rewrite(s, prog, c);
 
   JsonText t;
   t.begin_object().field("entry", entry_name).field("returns", entry.return_type);

@@ -126,10 +126,10 @@ Expected<json> program_lease(ServiceState& s, const json& params, const CallCont
   // plans its stages (stage_start.cpp).
   std::optional<StageStart> start;
   if (guarded) {
-    FDO_TRY(StageStart st, start_stage(s, *prog, inprocess_shape(entries), *cfg));
+    FDO_TRY(StageStart st, start_stage(s, prog, inprocess_shape(entries), *cfg));
     start = std::move(st);
   } else {
-    FDO_TRY(cache::StageOutput so, s.orch->prepare(prog->program, cfg->tier_up));
+    FDO_TRY(cache::StageOutput so, s.orch->prepare(shared_program(prog), cfg->tier_up));
     start.emplace();
     start->so = std::move(so);
   }
@@ -178,7 +178,7 @@ Expected<json> program_lease(ServiceState& s, const json& params, const CallCont
     lease.guarded = std::make_shared<GuardedLease>(start->plan, start->life.entry, renew);
     // Ahead of need (docs/guard.md): the trial's other arm compiles in the
     // background, as for an execute stage.
-    precompile(s, *prog, start->plan.ahead);
+    precompile(s, prog, start->plan.ahead);
   }
 
   std::optional<Fd> object;
@@ -417,7 +417,7 @@ Expected<ResultText> feedback_submit(ServiceState& s, const json& params, const 
   json variant = nullptr;
   if (lease->guarded) variant = guarded_stage(s, *lease, calls, exec_ns, last_stage, *cfg);
   if (!rewritten.is_null())
-    after_rewrite(s, *lease->program, *cfg, lease->guarded ? GuardAhead::ask : GuardAhead::skip);
+    after_rewrite(s, lease->program, *cfg, lease->guarded ? GuardAhead::ask : GuardAhead::skip);
   FDO_TRY(auto current, s.feedback_store->current(lease->pk));
   const std::int64_t version = current ? current->version : 0;
   // Written as text, as execute's reply is: a runtime submits often.

@@ -76,8 +76,8 @@ struct StageStart {
 // The lifecycle's directive, the guard's plan where it may plan, the build
 // looked up or compiled (the plain build when the planned one does not
 // compile).
-Expected<StageStart> start_stage(ServiceState& s, const ProgramRecord& prog,
-                                 const std::string& shape, const Config& c);
+Expected<StageStart> start_stage(ServiceState& s, const ProgramRef& prog, const std::string& shape,
+                                 const Config& c);
 // Where the planned build's compile stood when the stage was served
 // (lifecycle.h): none when it ran what it asked for.
 CompileState compile_state_of(const cache::StageOutput& so);
@@ -88,7 +88,7 @@ void write_variant(JsonText& t, const StagePlan& plan, bool counted = false,
                    std::string_view trial = {});
 json variant_json(const StagePlan& plan);
 // Compiles `build` (a plan's or the guard's `ahead`) in the background.
-void precompile(ServiceState& s, const ProgramRecord& prog,
+void precompile(ServiceState& s, const ProgramRef& prog,
                 const std::optional<cache::ProfileRef>& build);
 // After a stage whose feedback rewrote the profile (docs/cache.md,
 // "Tier-up"): under tier_up = async, the new profile's build, queued as a
@@ -98,7 +98,7 @@ void precompile(ServiceState& s, const ProgramRecord& prog,
 // only compile worker: see docs/cache.md).
 // `guard`: whether to ask the guard for its build (an unguarded lease does not).
 enum class GuardAhead : std::uint8_t { ask, skip };
-void after_rewrite(ServiceState& s, const ProgramRecord& prog, const Config& c,
+void after_rewrite(ServiceState& s, const ProgramRef& prog, const Config& c,
                    GuardAhead guard = GuardAhead::ask);
 // Whether the stage after this one may be planned otherwise (a trial's next
 // arm, the lifecycle's next step, the planned build once compiled): a

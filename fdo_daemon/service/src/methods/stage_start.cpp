@@ -90,29 +90,29 @@ json variant_json(const StagePlan& plan) {
   return json::parse(t.text());
 }
 
-void precompile(ServiceState& s, const ProgramRecord& prog,
+void precompile(ServiceState& s, const ProgramRef& prog,
                 const std::optional<cache::ProfileRef>& build) {
   if (!build) return;
-  auto done = s.orch->precompile(prog.program, *build);
+  auto done = s.orch->precompile(shared_program(prog), *build);
   if (!done)
-    log::warning("guard: compiling the plain build of " + prog.ik.substr(0, 12) +
+    log::warning("guard: compiling the plain build of " + prog->ik.substr(0, 12) +
                  " ahead of its trial failed: " + done.error().describe());
   else
-    log::debug("guard: plain build of " + prog.ik.substr(0, 12) +
+    log::debug("guard: plain build of " + prog->ik.substr(0, 12) +
                " ahead of its trial: " + std::string(cache::to_string(*done)));
 }
 
-void after_rewrite(ServiceState& s, const ProgramRecord& prog, const Config& c, GuardAhead guard) {
+void after_rewrite(ServiceState& s, const ProgramRef& prog, const Config& c, GuardAhead guard) {
   if (c.tier_up == TierUp::async) {
-    auto done = s.orch->tier_up_current(prog.program);
+    auto done = s.orch->tier_up_current(shared_program(prog));
     if (!done)
-      log::warning("cache: queueing the rewritten profile's build of " + prog.ik.substr(0, 12) +
+      log::warning("cache: queueing the rewritten profile's build of " + prog->ik.substr(0, 12) +
                    " failed: " + done.error().describe());
     else
-      log::debug("cache: rewritten profile's build of " + prog.ik.substr(0, 12) + ": " +
+      log::debug("cache: rewritten profile's build of " + prog->ik.substr(0, 12) + ": " +
                  std::string(cache::to_string(*done)));
   }
-  if (guard == GuardAhead::ask) precompile(s, prog, s.guard->ahead(prog.ik, c.guard));
+  if (guard == GuardAhead::ask) precompile(s, prog, s.guard->ahead(prog->ik, c.guard));
 }
 
 CompileState compile_state_of(const cache::StageOutput& so) {
@@ -167,19 +167,19 @@ json StageLife::json_since_start() const {
   return json::parse(t.text());
 }
 
-Expected<StageStart> start_stage(ServiceState& s, const ProgramRecord& prog,
-                                 const std::string& shape, const Config& c) {
+Expected<StageStart> start_stage(ServiceState& s, const ProgramRef& prog, const std::string& shape,
+                                 const Config& c) {
   StageStart out;
   const auto now = std::chrono::system_clock::now();
   // The number this stage takes (execute takes it once the build is ready).
-  const std::int64_t number = prog.stages.load();
+  const std::int64_t number = prog->stages.load();
   const LifecycleConfig lifecycle = lifecycle_config(c);
 
   // The profile key and the current profile, read once for the lifecycle
   // and the guard. Before the first compile the key is not known: that
   // stage's feedback starts the lifecycle.
   profile_store::SharedProfile current;
-  auto pk = s.keys->lookup_profile_key(prog.ik);
+  auto pk = s.keys->lookup_profile_key(prog->ik);
   if (pk && *pk) {
     auto got = s.feedback_store->current(**pk);
     if (got) {
@@ -190,7 +190,7 @@ Expected<StageStart> start_stage(ServiceState& s, const ProgramRecord& prog,
   if (!out.life.entry) {
     // The first stage, or the key or profile could not be read: the guard
     // says why it plans the current profile.
-    out.plan = s.guard->plan(prog.ik, shape, c.guard);
+    out.plan = s.guard->plan(prog->ik, shape, c.guard);
   } else {
     const profile_store::StoredProfile* sp = current.get();
     const ProfileFacts facts = facts_of(sp ? &sp->doc : nullptr, sp ? sp->version : 0,
@@ -233,8 +233,9 @@ Expected<StageStart> start_stage(ServiceState& s, const ProgramRecord& prog,
   }
 
   const TierUp tier = out.life.directive.sync ? TierUp::sync : c.tier_up;
-  auto so = out.plan.variant ? s.orch->prepare(prog.program, tier, *out.plan.variant)
-                             : s.orch->prepare(prog.program, tier);
+  const cache::SharedProgram program = shared_program(prog);
+  auto so = out.plan.variant ? s.orch->prepare(program, tier, *out.plan.variant)
+                             : s.orch->prepare(program, tier);
   if (!so && out.life.entry && current && compile_failure(so.error())) {
     StagePlan fallback =
         fallback_plan(out.plan.pk.empty() ? current->pk : out.plan.pk, *current,
@@ -242,14 +243,14 @@ Expected<StageStart> start_stage(ServiceState& s, const ProgramRecord& prog,
                           "): the plain build serves until it is tried again");
     const bool was_plain = out.plan.variant && out.plan.variant->digest == fallback.variant->digest;
     if (!was_plain) {
-      log::warning("stage of program " + prog.ik.substr(0, 12) + ": " + so.error().describe() +
+      log::warning("stage of program " + prog->ik.substr(0, 12) + ": " + so.error().describe() +
                    "; serving the plain build");
       {
         std::lock_guard lk(out.life.entry->mu);
         out.life.entry->lc.compile_failed(number, so.error().describe(), now);
       }
       out.plan = std::move(fallback);
-      so = s.orch->prepare(prog.program, TierUp::sync, *out.plan.variant);
+      so = s.orch->prepare(program, TierUp::sync, *out.plan.variant);
     }
   }
   if (!so) return std::move(so).error();

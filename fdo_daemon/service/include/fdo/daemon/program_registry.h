@@ -75,6 +75,11 @@ struct ProgramRecord {
 };
 
 using ProgramRef = std::shared_ptr<const ProgramRecord>;
+// The record's program, sharing the record: a compile the orchestrator
+// queues for later keeps the record alive instead of copying the bytes.
+inline cache::SharedProgram shared_program(const ProgramRef& rec) {
+  return cache::SharedProgram(rec, &rec->program);
+}
 // The initial key of a program under the compiler's current identity; may stamp
 // it into the program (Orchestrator::stamp_initial_key).
 using InitialKeyFn = std::function<std::string(cache::Program&)>;
