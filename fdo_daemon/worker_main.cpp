@@ -58,6 +58,15 @@ int main(int argc, char** argv) {
     fdo::log::error(fd.error().describe());
     return 64;
   }
+  // Before any thread starts: they inherit it (compile workers, whose part
+  // threads then run below the daemon and the exec workers).
+  auto nice = fdo::daemon::worker_nice_from_args(argc, argv);
+  if (!nice) {
+    fdo::log::error(nice.error().describe());
+    return 64;
+  }
+  if (auto st = fdo::daemon::lower_cpu_priority(*nice); !st)
+    fdo::log::warning("CPU priority left as it was: " + st.error().describe());
   fdo::daemon::WorkerLoopOptions options;
   if (role == "compile") {
     fdo::daemon::CompileJobs jobs;

@@ -470,7 +470,7 @@ class ConfigReload(unittest.TestCase):
     NEW = {
         "log_level": "debug", "max_request_bytes": 524288, "request_timeout_ms": 60000,
         "handler_threads": 7, "drain_timeout_ms": 20000, "compile_workers": 2, "compile_threads": 3,
-        "compile_parts": 6,
+        "compile_parts": 6, "compile_nice": 5,
         "exec_workers": 3,
         "gpu": "off", "gpu_driver": "/opt/nvidia/lib/libcuda.so.1", "gpu_workers": 2,
         "gpu_kernel_timeout_ms": 5000,

@@ -134,6 +134,11 @@ const std::vector<KeyDef>& key_defs() {
         "compile_threads = 1.",
         [](Config& c) -> unsigned& { return c.compile_parts; }, 0, 64));
     v.push_back(uint_key<unsigned>(
+        "compile_nice", X,
+        "Nice value of the compile workers, which run under SCHED_BATCH: they take a CPU from "
+        "fdod and the exec workers only when those leave it idle (0 = fdod's own priority).",
+        [](Config& c) -> unsigned& { return c.compile_nice; }, 0, 19));
+    v.push_back(uint_key<unsigned>(
         "exec_workers", X, "Exec worker processes.",
         [](Config& c) -> unsigned& { return c.exec_workers; }, 1, 256));
     v.push_back(enum_key("gpu", X,

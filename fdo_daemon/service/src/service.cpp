@@ -165,6 +165,9 @@ ServiceBuilder::worker_pool(const std::string& worker_path, WorkerRole role, con
   PoolOptions o;
   o.worker_path = worker_path;
   o.worker_args = {"--role", std::string(to_string(role))};
+  // Compiles run below the stages they serve (docs/workers.md, "CPU priority").
+  if (role == WorkerRole::compile && c.compile_nice > 0)
+    o.worker_args.insert(o.worker_args.end(), {"--nice", std::to_string(c.compile_nice)});
   o.name = std::string(to_string(role));
   o.size = static_cast<int>(role == WorkerRole::compile ? c.compile_workers
                             : role == WorkerRole::exec  ? c.exec_workers

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <new>
 #include <optional>
+#include <sched.h>
 #include <string_view>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -427,6 +428,33 @@ Expected<int> worker_fd_from_args(int argc, const char* const* argv) {
     return make_error(Errc::invalid_argument,
                       "--fd " + std::to_string(fd) + " is not an open socket");
   return fd;
+}
+
+Expected<int> worker_nice_from_args(int argc, const char* const* argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) != "--nice") continue;
+    const std::string_view value = i + 1 < argc ? argv[i + 1] : "";
+    int nice = -1;
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), nice);
+    if (value.empty() || ec != std::errc() || end != value.data() + value.size() || nice < 0 ||
+        nice > 19)
+      return make_error(Errc::invalid_argument,
+                        "--nice '" + std::string(value) + "' is not a nice value from 0 to 19");
+    return nice;
+  }
+  return 0;
+}
+
+Status lower_cpu_priority(int nice) {
+  if (nice <= 0) return ok();
+  // Linux keeps both per thread and hands them to the threads a thread
+  // starts: set here, before the worker starts any, they cover the process.
+  const sched_param param{};
+  if (::sched_setscheduler(0, SCHED_BATCH, &param) != 0)
+    return Error::from_errno("sched_setscheduler(SCHED_BATCH)", errno);
+  if (::setpriority(PRIO_PROCESS, 0, nice) != 0)
+    return Error::from_errno("setpriority(" + std::to_string(nice) + ")", errno);
+  return ok();
 }
 
 } // namespace fdo::daemon

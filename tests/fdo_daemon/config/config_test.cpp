@@ -36,6 +36,7 @@ TEST_CASE("config: defaults match the documented values", "[config]") {
   REQUIRE(c.effective_handler_threads() >= 4);
   REQUIRE(c.drain_timeout == milliseconds(30000));
   REQUIRE(c.compile_workers == 2);
+  REQUIRE(c.compile_nice == 10);
   REQUIRE(c.exec_workers == 2);
   REQUIRE(c.compile_timeout == milliseconds(60000));
   REQUIRE(c.exec_timeout == milliseconds(10000));
@@ -139,6 +140,7 @@ TEST_CASE("config: errors name the file - the line and the key", "[config]") {
       {"request_timeout_ms = -5\n", "f.conf:1: bad value for 'request_timeout_ms'"},
       {"request_timeout_ms = 0\n", "f.conf:1: bad value for 'request_timeout_ms'"},
       {"compile_workers = 99999999999999999999999\n", "f.conf:1: bad value for 'compile_workers'"},
+      {"compile_nice = 20\n", "f.conf:1: bad value for 'compile_nice'"},
       {"policy.drift_threshold = 1.5\n", "f.conf:1: bad value for 'policy.drift_threshold'"},
       {"policy.drift_threshold = nan\n", "f.conf:1: bad value for 'policy.drift_threshold'"},
       {"tier_up = later\n", "f.conf:1: bad value for 'tier_up': 'later' (expected async or sync)"},

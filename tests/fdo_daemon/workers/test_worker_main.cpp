@@ -27,6 +27,7 @@
 #include <fstream>
 #include <memory>
 #include <pthread.h>
+#include <sched.h>
 #include <stdexcept>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -193,6 +194,17 @@ Expected<Message> handle(int sock, const std::string& role, const Message& req,
     if (h.value("then", std::string()) == "exit") std::exit(h.value("status", 0));
     return Message{{{"printed", true}}, {}};
   }
+  if (op == "priority") {
+    // The handling thread's nice value and policy, and a thread's it starts.
+    auto read = [] {
+      errno = 0;
+      const int nice = ::getpriority(PRIO_PROCESS, 0); // this thread's, on Linux
+      return nlohmann::json{{"nice", nice}, {"policy", ::sched_getscheduler(0)}};
+    };
+    nlohmann::json started;
+    std::thread([&] { started = read(); }).join();
+    return Message{{{"handler", read()}, {"started", started}}, {}};
+  }
   if (op == "leave_thread") {
     std::thread([] { sleep_forever(); }).detach();
     return Message{{{"left", 1}}, {}};
@@ -304,6 +316,12 @@ int main(int argc, char** argv) {
     log::error(fd.error().describe());
     return 64;
   }
+  auto nice = worker_nice_from_args(argc, argv); // as fdo-worker's main
+  if (!nice) {
+    log::error(nice.error().describe());
+    return 64;
+  }
+  if (auto st = lower_cpu_priority(*nice); !st) log::warning(st.error().describe());
   std::string role = "none";
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string_view(argv[i]) == "--role") role = argv[i + 1];

@@ -88,6 +88,10 @@ struct Config {
   // recompiles"); 0 = as many as compile_threads. More parts than threads
   // make a rewrite's recompile smaller, at some cost to the code.
   unsigned compile_parts = 0;
+  // Compile workers run under SCHED_BATCH at this nice value, below the
+  // request threads and the exec workers (docs/workers.md, "CPU priority");
+  // 0 = the daemon's own priority.
+  unsigned compile_nice = 10;
   GpuUse gpu = GpuUse::automatic;
   std::string gpu_driver = "libcuda.so.1";
   unsigned gpu_workers = 1;

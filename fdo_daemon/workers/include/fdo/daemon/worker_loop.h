@@ -93,4 +93,15 @@ std::size_t process_thread_count(int task_dir_fd = -1);
 // Finds "--fd N" in argv and checks that N is an open socket.
 Expected<int> worker_fd_from_args(int argc, const char* const* argv);
 
+// Finds "--nice N" in argv (0..19; 0 when absent): how far below the daemon's
+// own threads a worker's CPU priority is (compile workers: `compile_nice`,
+// docs/workers.md "CPU priority").
+Expected<int> worker_nice_from_args(int argc, const char* const* argv);
+
+// nice > 0: this thread, and every thread it starts from now on, runs under
+// SCHED_BATCH at that nice value, so it takes a CPU from the daemon's request
+// threads and the exec workers only when they leave it idle. 0: nothing
+// changes. Only lowers a priority, which needs no privilege.
+Status lower_cpu_priority(int nice);
+
 } // namespace fdo::daemon
