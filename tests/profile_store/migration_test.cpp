@@ -73,13 +73,25 @@ void insert_data_at(const std::string& path, int version) {
                  "', 'old-program.ll', 4096, 1000, 1700000000001, 1700000000001)");
   // A v5 build's register_program records the program's profile key.
   if (version >= 5) exec(db, "UPDATE programs SET pk = '" + kPk + "' WHERE ik = '" + kIk + "'");
-  if (version >= 3) {
+  if (version >= 3 && version < 6) {
     exec(db, "INSERT INTO feedback (pk, version, stages, exec_ns, updated_at) VALUES ('" + kPk +
                  "', 2, 5, 5000, 1700000000003)");
     exec(db, "INSERT INTO feedback_counters (pk, version, name, value) VALUES ('" + kPk +
                  "', 2, 'cycles', 123)");
     exec(db, "INSERT INTO feedback_function_counts (pk, version, function, counts) VALUES ('" +
                  kPk + "', 2, 'main', x'0300000000000000')");
+  }
+  if (version >= 6) { // the same evidence, kept per host since v6 (host '': not known)
+    exec(db, "INSERT INTO feedback (pk, version, host, stages, exec_ns, updated_at) VALUES ('" +
+                 kPk + "', 2, '', 5, 5000, 1700000000003)");
+    exec(db, "INSERT INTO feedback_counters (pk, version, host, name, value) VALUES ('" + kPk +
+                 "', 2, '', 'cycles', 123)");
+    exec(db, "INSERT INTO feedback_function_counts (pk, version, host, function, counts) "
+             "VALUES ('" +
+                 kPk + "', 2, '', 'main', x'0300000000000000')");
+    // Applied just now: batch ids are kept for a while, not for ever.
+    exec(db, "INSERT INTO feedback_batches (batch_id, applied_at) VALUES ('old-batch', "
+             "CAST(strftime('%s', 'now') AS INTEGER) * 1000)");
   }
 }
 
@@ -166,6 +178,18 @@ TEST_CASE("migrations upgrade a database from every older schema version",
         } else {
           CHECK((*fb)->stages == 1);
         }
+        // v6: a batch applied before the upgrade is still known.
+        if (version >= 6) {
+          auto again = store->append_feedback(rows, "old-batch");
+          REQUIRE(again);
+          CHECK(again->duplicate);
+        }
+        // v7: the versions' rows, children and all, moved to a rowid table.
+        auto two = store->get(kPk, 2);
+        REQUIRE(two);
+        REQUIRE(two->has_value());
+        CHECK((*two)->reason == "old");
+        CHECK((*two)->doc.functions.at("fn0").counts[0] == 2);
         // v4: mappings made before it have no program and survive remove_mappings.
         REQUIRE(store->put_virtual_key("ck-new", "vk-new", kIk));
         auto removed = store->remove_mappings(kIk);
@@ -192,6 +216,50 @@ TEST_CASE("every migration has a description and re-running migrations is a no-o
   REQUIRE(testing::create_database_at_version(path, testing::latest_schema_version()));
   REQUIRE(ProfileStore::open(path));
   CHECK(schema_dump(path) == schema);
+}
+
+TEST_CASE("v7: profile versions are a rowid table whose body is the last column",
+          "[profile_store][migration]") {
+  TempDir dir;
+  const std::string path = dir.file("v7.db");
+  REQUIRE(testing::create_database_at_version(path, testing::latest_schema_version()));
+  auto db = raw(path);
+  auto sql = db.query_text("SELECT sql FROM sqlite_schema WHERE name = 'profile_versions'");
+  REQUIRE(sql);
+  CHECK_THAT(*sql, !Catch::Contains("WITHOUT ROWID"));
+  auto last = db.query_text("SELECT name FROM pragma_table_info('profile_versions') "
+                            "ORDER BY cid DESC LIMIT 1");
+  REQUIRE(last);
+  CHECK(*last == "body");
+}
+
+TEST_CASE("v7: a child row without its parent stops the rebuild - nothing changes",
+          "[profile_store][migration]") {
+  TempDir dir;
+  const std::string path = dir.file("orphan.db");
+  REQUIRE(testing::create_database_at_version(path, 6));
+  insert_data_at(path, 6);
+  {
+    // Only a hand-edited file has one: fdo writes with foreign keys on.
+    auto db = raw(path);
+    exec(db, "INSERT INTO feedback (pk, version, host, stages, exec_ns, updated_at) VALUES ('" +
+                 kPk + "', 9, '', 1, 1, 1700000000009)");
+  }
+  auto r = ProfileStore::open(path);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code() == Errc::corrupt);
+  CHECK_THAT(r.error().message(), Catch::Contains("schema version 7") &&
+                                      Catch::Contains("'feedback' without its parent"));
+  auto db = raw(path);
+  CHECK(*db.query_int("PRAGMA user_version") == 6);
+  CHECK(*db.query_int("SELECT count(*) FROM profile_versions") == 2);
+  auto sql = db.query_text("SELECT sql FROM sqlite_schema WHERE name = 'profile_versions'");
+  REQUIRE(sql);
+  CHECK_THAT(*sql, Catch::Contains("WITHOUT ROWID"));
+  CHECK(*db.query_int("SELECT count(*) FROM sqlite_schema WHERE name = 'profile_versions_v7'") ==
+        0);
+  // Foreign keys were on again for what follows on that connection: the
+  // refusal happened before the store took the file.
 }
 
 TEST_CASE("a database with a newer schema version is refused and not touched",
