@@ -151,6 +151,9 @@ def main():
                     help="policy.min_stages (and policy.cs_pgo_stages = this - 1): how many "
                          "steady stages each instrumented phase has")
     ap.add_argument("--json", help="write every stage's figures here")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an fdod setting beside the bench's own (e.g. compile_nice=0 to "
+                         "compare); may be repeated")
     args = ap.parse_args()
 
     build = pathlib.Path(args.build_dir).resolve()
@@ -171,7 +174,17 @@ def main():
         "tier_up": "sync",
         "exec_timeout_ms": 60000,
         "compile_workers": 2,
+        # fdod's default; the test harness flushes every 100 ms, which put a
+        # flush of a big program's counts (20-30 ms holding the store's
+        # writer) in front of a quarter of the rewrite stages' own writes.
+        "feedback_flush_ms": 1000,
     }
+    for kv in args.set:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            print(f"--set {kv}: expected KEY=VALUE", file=sys.stderr)
+            return 2
+        settings[key] = value
     d = harness.Daemon(config=settings, build_dir=build, prefix="fdo-big-")
     try:
         d.start()
