@@ -135,8 +135,8 @@ const std::vector<KeyDef>& key_defs() {
         [](Config& c) -> unsigned& { return c.compile_parts; }, 0, 64));
     v.push_back(uint_key<unsigned>(
         "compile_nice", X,
-        "Nice value of the compile workers, which run under SCHED_BATCH: they take a CPU from "
-        "fdod and the exec workers only when those leave it idle (0 = fdod's own priority).",
+        "Nice value of the compile workers, which run under SCHED_BATCH: sharing a CPU with fdod "
+        "or an exec worker, a compile gets about a tenth of it (0 = fdod's own priority).",
         [](Config& c) -> unsigned& { return c.compile_nice; }, 0, 19));
     v.push_back(uint_key<unsigned>(
         "exec_workers", X, "Exec worker processes.",

@@ -99,8 +99,8 @@ Expected<int> worker_fd_from_args(int argc, const char* const* argv);
 Expected<int> worker_nice_from_args(int argc, const char* const* argv);
 
 // nice > 0: this thread, and every thread it starts from now on, runs under
-// SCHED_BATCH at that nice value, so it takes a CPU from the daemon's request
-// threads and the exec workers only when they leave it idle. 0: nothing
+// SCHED_BATCH at that nice value, so it yields a CPU to the daemon's request
+// threads and the exec workers (~1/10 of one it shares with them at nice 10). 0: nothing
 // changes. Only lowers a priority, which needs no privilege.
 Status lower_cpu_priority(int nice);
 
