@@ -14,17 +14,16 @@
 //
 // Usage: profile_store_row_layout_bench [--kb N] [--rounds N] [--gap-ms N] [--retention N]
 #include "fdo/profile_store/sqlite.h"
+#include "support/temp_dir.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <random>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 using namespace fdo;
@@ -109,12 +108,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "row_layout_bench: --kb >= 1, --rounds >= 4, --retention >= 1\n");
     return 2;
   }
-  char tmpl[] = "/tmp/fdo-row-layout-XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr) {
-    std::perror("mkdtemp");
-    return 1;
-  }
-  const std::filesystem::path dir = tmpl;
+  // Declared before the layouts: their databases close before it goes.
+  const test_support::TempDir dir("fdo-row-layout");
   Layout layouts[] = {
       {"without_rowid",
        "CREATE TABLE profile_versions (pk TEXT NOT NULL, version INTEGER NOT NULL, digest TEXT "
@@ -136,7 +131,7 @@ int main(int argc, char** argv) {
        {}},
   };
   for (Layout& l : layouts) {
-    auto db = sqlite::Connection::open((dir / (std::string(l.name) + ".db")).string(),
+    auto db = sqlite::Connection::open(dir.file(std::string(l.name) + ".db"),
                                        sqlite::Access::read_write_create);
     if (!db) die(db.error());
     l.db = std::move(*db);
@@ -174,8 +169,5 @@ int main(int argc, char** argv) {
   }
   std::printf("  rowid / without_rowid: statements %.2fx, transaction %.2fx\n", stmt[1] / stmt[0],
               tot[1] / tot[0]);
-  for (Layout& l : layouts)
-    l.db = sqlite::Connection();
-  std::filesystem::remove_all(dir);
   return 0;
 }

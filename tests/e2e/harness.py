@@ -155,6 +155,28 @@ class Daemon:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def worker_children(fdod_pid):
+    """[(pid, argv)] of fdod's live fdo-worker children, past their exec
+    (before it, a spawned child still shows fdod's image). PermissionError
+    where a sandboxed worker is not readable by this user (run as root)."""
+    children = set()
+    for task in pathlib.Path(f"/proc/{fdod_pid}/task").iterdir():
+        try:
+            children.update((task / "children").read_text().split())
+        except FileNotFoundError:  # a thread that just ended
+            pass
+    out = []
+    for k in sorted(children, key=int):
+        try:
+            if not os.readlink(f"/proc/{k}/exe").endswith("/fdo-worker"):
+                continue
+            argv = pathlib.Path(f"/proc/{k}/cmdline").read_bytes().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # it ended meanwhile
+        out.append((int(k), argv))
+    return out
+
+
 def ir(name):
     return (FIXTURES / name).read_text()
 

@@ -19,7 +19,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import BUILD, Client, Daemon, RpcError, ir  # noqa: E402
+from harness import BUILD, Client, Daemon, RpcError, ir, worker_children  # noqa: E402
 
 
 class FeedbackLoop(unittest.TestCase):
@@ -320,22 +320,16 @@ class Allocator(unittest.TestCase):
                 self.skipTest("fdod's memory map is not readable by this user (fdod makes "
                               "itself not dumpable; run as root)")
             self.assertEqual("/libjemalloc.so" in maps, jemalloc, named[0])
-            children = set()
-            for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
-                try:
-                    children.update((task / "children").read_text().split())
-                except FileNotFoundError:  # a thread that just ended
-                    pass
+            try:
+                workers = worker_children(pid)
+            except PermissionError:
+                self.skipTest("fdod's workers are not readable by this user "
+                              "(a sandboxed worker is not dumpable; run as root)")
             checked = []
-            for k in sorted(children):
+            for k, argv in workers:
+                if b"exec" not in argv:
+                    continue
                 try:
-                    # Only a worker past its exec (before it, a spawned child
-                    # still shows fdod's image) and still alive.
-                    if not os.readlink(f"/proc/{k}/exe").endswith("/fdo-worker"):
-                        continue
-                    argv = pathlib.Path(f"/proc/{k}/cmdline").read_bytes().split(b"\0")
-                    if b"exec" not in argv:
-                        continue
                     wmaps = pathlib.Path(f"/proc/{k}/maps").read_text()
                 except PermissionError:
                     self.skipTest(f"exec worker {k} is not readable by this user "

@@ -11,7 +11,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Daemon, ir  # noqa: E402
+from harness import Daemon, ir, worker_children  # noqa: E402
 
 SCHED_OTHER, SCHED_BATCH = 0, 3
 
@@ -32,27 +32,14 @@ def thread_priorities(pid):
 
 def workers_by_role(fdod_pid):
     """{role: [pid, ...]} of fdod's live fdo-worker children."""
-    children = set()
-    for task in pathlib.Path(f"/proc/{fdod_pid}/task").iterdir():
-        try:
-            children.update((task / "children").read_text().split())
-        except FileNotFoundError:
-            pass
+    try:
+        workers = worker_children(fdod_pid)
+    except PermissionError:
+        raise unittest.SkipTest("fdod's workers are not readable by this user "
+                                "(a sandboxed worker is not dumpable; run as root)")
     roles = {}
-    for k in children:
-        try:
-            # Only a worker past its exec (before it, a spawned child still
-            # shows fdod's image).
-            if not os.readlink(f"/proc/{k}/exe").endswith("/fdo-worker"):
-                continue
-            argv = pathlib.Path(f"/proc/{k}/cmdline").read_bytes().split(b"\0")
-        except PermissionError:
-            raise unittest.SkipTest(f"worker {k} is not readable by this user "
-                                    "(a sandboxed worker is not dumpable; run as root)")
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        role = argv[argv.index(b"--role") + 1].decode()
-        roles.setdefault(role, []).append(int(k))
+    for k, argv in workers:
+        roles.setdefault(argv[argv.index(b"--role") + 1].decode(), []).append(k)
     return roles
 
 
