@@ -341,7 +341,8 @@ class Allocator(unittest.TestCase):
                 self.assertTrue("/libc.so.6" in wmaps, f"exec worker {k} maps no libc")
                 self.assertFalse("jemalloc" in wmaps, f"exec worker {k} maps jemalloc")
                 checked.append(k)
-            self.assertTrue(checked, f"no live exec worker among fdod's children {sorted(children)}")
+            self.assertTrue(checked, "no live exec worker among fdod's workers "
+                                     f"{[k for k, _ in workers]}")
             c.close()
         finally:
             d.cleanup()
