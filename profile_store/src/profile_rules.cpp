@@ -28,10 +28,10 @@ Expected<PreparedWrite> prepare_write(std::string_view pk, std::int64_t expected
   // The struct can hold values the document format forbids (opt_level 9);
   // such a profile must not reach the compiler through the store.
   if (auto st = normalize_profile(w.doc); !st) return std::move(st).error().context(what);
-  auto body = profile_text(w.doc);
-  if (!body) return std::move(body).error().context(what);
-  w.body = std::move(*body);
-  w.digest = profile_digest(w.doc);
+  auto written = profile_text_and_digest(w.doc);
+  if (!written) return std::move(written).error().context(what);
+  w.body = std::move(written->text);
+  w.digest = std::move(written->digest);
   w.functions = static_cast<std::int64_t>(w.doc.functions.size());
   return w;
 }

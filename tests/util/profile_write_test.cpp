@@ -153,6 +153,11 @@ TEST_CASE("text and digest written from the struct are the JSON tree's, byte for
     REQUIRE(text);
     CHECK(*text == reference_text(n));
     CHECK(profile_digest(n) == reference_digest(n));
+    // The one-pass form gives both, the digest cut from the document's text.
+    auto both = profile_text_and_digest(n);
+    REQUIRE(both);
+    CHECK(both->text == *text);
+    CHECK(both->digest == reference_digest(n));
     // And the text reads back as the document it was written from.
     auto parsed = parse_profile(*text);
     REQUIRE(parsed);
@@ -163,6 +168,7 @@ TEST_CASE("text and digest written from the struct are the JSON tree's, byte for
   REQUIRE(normalize_profile(empty));
   CHECK(*profile_text(empty) == reference_text(empty));
   CHECK(profile_digest(empty) == reference_digest(empty));
+  CHECK(profile_text_and_digest(empty)->digest == reference_digest(empty));
 }
 
 TEST_CASE("normalize_profile refuses what reading the document's JSON refuses",
@@ -245,6 +251,9 @@ TEST_CASE("a string that is not UTF-8 is refused, as canonical_json refuses it",
     auto text = profile_text(d);
     REQUIRE_FALSE(text);
     CHECK(text.error().code() == Errc::invalid_argument);
+    auto both = profile_text_and_digest(d);
+    REQUIRE_FALSE(both);
+    CHECK(both.error().code() == Errc::invalid_argument);
   }
   ProfileDoc named;
   named.functions["bad\xff"] = FunctionProfile{};

@@ -60,9 +60,22 @@ template <class T> void write_numbers(JsonText& w, std::string_view key, const s
   w.end_array();
 }
 
+// Byte ranges of a document's text that its digested form leaves out: the
+// members of a function entry only the document has. Each begins with its
+// ',' (neither is ever an entry's first member), so the text with them cut
+// is the digested entry byte for byte.
+using Cuts = std::vector<std::pair<std::size_t, std::size_t>>;
+
+// `w.field(k, v)`, its bytes recorded in `cuts` when there are any.
+void document_only_field(JsonText& w, std::string_view k, const std::string& v, Cuts* cuts) {
+  const std::size_t begin = w.size();
+  w.field(k, v);
+  if (cuts != nullptr) cuts->emplace_back(begin, w.size());
+}
+
 // One functions[name] entry: function_compile_json's members (and, in the
 // document, fingerprint and source_name), sorted.
-void write_function(JsonText& w, const FunctionProfile& f, Members members) {
+void write_function(JsonText& w, const FunctionProfile& f, Members members, Cuts* cuts) {
   const bool doc = members == Members::document;
   w.begin_object();
   if (!f.arg_values.empty()) {
@@ -77,22 +90,23 @@ void write_function(JsonText& w, const FunctionProfile& f, Members members) {
   w.key("cfg_hash");
   write_hex(w, f.cfg_hash);
   write_numbers(w, "counts", f.counts);
-  if (doc && !f.fingerprint.empty()) w.field("fingerprint", f.fingerprint);
+  if (doc && !f.fingerprint.empty()) document_only_field(w, "fingerprint", f.fingerprint, cuts);
   write_sites(w, "indirect_calls", f.indirect_calls, ValueText::hex);
   if (f.layout != FunctionLayout::normal) w.field("layout", to_string(f.layout));
   write_sites(w, "memop_sizes", f.memop_sizes, ValueText::number);
-  if (doc && !f.source_name.empty()) w.field("source_name", f.source_name);
+  if (doc && !f.source_name.empty()) document_only_field(w, "source_name", f.source_name, cuts);
   write_numbers(w, "unpredictable", f.unpredictable);
   w.end_object();
 }
 
 void write_functions(JsonText& w, std::string_view key,
-                     const std::map<std::string, FunctionProfile>& fns, Members members) {
+                     const std::map<std::string, FunctionProfile>& fns, Members members,
+                     Cuts* cuts = nullptr) {
   // std::map orders names as nlohmann's object does (std::string's <).
   w.key(key).begin_object();
   for (const auto& [name, f] : fns) {
     w.key(name);
-    write_function(w, f, members);
+    write_function(w, f, members, cuts);
   }
   w.end_object();
 }
@@ -181,22 +195,40 @@ Status normalize_profile(ProfileDoc& doc) {
   return ok();
 }
 
-Expected<std::string> profile_text(const ProfileDoc& doc) {
+namespace {
+
+// Where the members the digest shares with the document lie in its text.
+struct DigestParts {
+  Cuts cuts;                                 // document-only members of function entries
+  std::size_t functions_end = 0;             // "{", cs_functions, format and functions end here
+  std::pair<std::size_t, std::size_t> knobs; // ',"knobs":...'
+  std::pair<std::size_t, std::size_t> outside_functions; // empty when absent
+};
+
+// The document's text, and where its digested members lie in it.
+Expected<std::string> write_document(const ProfileDoc& doc, DigestParts& parts) {
+  Cuts* cuts = &parts.cuts;
   JsonText w(InvalidUtf8::refuse);
   w.reserve(1024 + text_bytes(doc.functions) + text_bytes(doc.cs_functions) +
             text_bytes(doc.outside_functions));
   try {
     w.begin_object();
     if (!doc.cs_functions.empty())
-      write_functions(w, "cs_functions", doc.cs_functions, Members::document);
+      write_functions(w, "cs_functions", doc.cs_functions, Members::document, cuts);
     w.field("format", doc.format);
-    write_functions(w, "functions", doc.functions, Members::document);
+    write_functions(w, "functions", doc.functions, Members::document, cuts);
+    parts.functions_end = w.size();
     if (!doc.gpu.empty()) w.field("gpu", to_json(doc.gpu));
     if (!doc.guard.empty()) w.field("guard", to_json(doc.guard));
     w.field("hardware", doc.hardware);
+    std::size_t begin = w.size();
     w.field("knobs", to_json(doc.knobs));
-    if (!doc.outside_functions.empty())
-      write_functions(w, "outside_functions", doc.outside_functions, Members::document);
+    parts.knobs = {begin, w.size()};
+    if (!doc.outside_functions.empty()) {
+      begin = w.size();
+      write_functions(w, "outside_functions", doc.outside_functions, Members::document, cuts);
+      parts.outside_functions = {begin, w.size()};
+    }
     const Provenance& p = doc.provenance;
     w.key("provenance")
         .begin_object()
@@ -213,6 +245,58 @@ Expected<std::string> profile_text(const ProfileDoc& doc) {
     return make_error(Errc::invalid_argument, e.what());
   }
   return std::move(w).take();
+}
+
+// The digest over the compile-affecting members (profile_digest's text).
+std::string hash_digest_text(std::string_view text) {
+  Hasher h;
+  h.update(std::string_view("fdo.profile.v1\n")).update(text);
+  return h.hex();
+}
+
+// Appends text[begin, end) less the cuts inside it (cuts are in order; `next`
+// is the first not yet passed).
+void append_cut(std::string& out, std::string_view text, std::size_t begin, std::size_t end,
+                const Cuts& cuts, std::size_t& next) {
+  for (; next < cuts.size() && cuts[next].first < end; ++next) {
+    out.append(text.substr(begin, cuts[next].first - begin));
+    begin = cuts[next].second;
+  }
+  out.append(text.substr(begin, end - begin));
+}
+
+} // namespace
+
+Expected<std::string> profile_text(const ProfileDoc& doc) {
+  DigestParts unused;
+  return write_document(doc, unused);
+}
+
+Expected<ProfileTextAndDigest> profile_text_and_digest(const ProfileDoc& doc) {
+  DigestParts parts;
+  FDO_TRY(std::string text, write_document(doc, parts));
+  // profile_digest's text: the document's up to the end of `functions`, the
+  // GPU launch bounds, knobs, outside_functions, each with the
+  // document-only members of its entries cut.
+  std::string digested;
+  digested.reserve(text.size());
+  std::size_t next = 0;
+  append_cut(digested, text, 0, parts.functions_end, parts.cuts, next);
+  if (json bounds = gpu_digest_part(doc.gpu); !bounds.is_null()) {
+    JsonText g(InvalidUtf8::refuse);
+    g.begin_object().field("gpu_launch_bounds", bounds).end_object();
+    std::string_view member(g.text()); // {"gpu_launch_bounds":...}
+    digested += ',';
+    digested.append(member.substr(1, member.size() - 2));
+  }
+  digested.append(
+      std::string_view(text).substr(parts.knobs.first, parts.knobs.second - parts.knobs.first));
+  if (parts.outside_functions.second != 0)
+    append_cut(digested, text, parts.outside_functions.first, parts.outside_functions.second,
+               parts.cuts, next);
+  digested += '}';
+  std::string digest = hash_digest_text(digested);
+  return ProfileTextAndDigest{std::move(text), std::move(digest)};
 }
 
 std::string profile_digest(const ProfileDoc& doc) {
@@ -234,9 +318,7 @@ std::string profile_digest(const ProfileDoc& doc) {
   if (!doc.outside_functions.empty())
     write_functions(w, "outside_functions", doc.outside_functions, Members::compile);
   w.end_object();
-  Hasher h;
-  h.update(std::string_view("fdo.profile.v1\n")).update(w.text());
-  return h.hex();
+  return hash_digest_text(w.text());
 }
 
 } // namespace fdo

@@ -63,6 +63,8 @@ public:
   // about how long it will be, saves the copies of growing into it).
   void reserve(std::size_t bytes) { out_.reserve(bytes); }
 
+  // Bytes written so far (a writer marks where a member begins and ends).
+  std::size_t size() const { return out_.size(); }
   // The text; every container must have been closed.
   const std::string& text() const { return out_; }
   std::string take() && { return std::move(out_); }

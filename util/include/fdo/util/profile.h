@@ -215,6 +215,14 @@ Status normalize_profile(ProfileDoc& doc);
 // canonical_json(to_json(doc)), byte for byte, written straight from the
 // struct; invalid_argument for a string that is not UTF-8.
 Expected<std::string> profile_text(const ProfileDoc& doc);
+// profile_text(doc) and profile_digest(doc) for the cost of writing the text
+// once: the digested form is cut from the document's text (the store does
+// this on every rewrite, for documents of thousands of functions).
+struct ProfileTextAndDigest {
+  std::string text;
+  std::string digest;
+};
+Expected<ProfileTextAndDigest> profile_text_and_digest(const ProfileDoc& doc);
 // Digest used for "no profile at all" (stage 0 of a new profile key).
 std::string_view no_profile_digest();
 
