@@ -110,32 +110,41 @@ Expected<AppendResult> SqliteBackend::append_feedback(std::span<const FeedbackRo
       st->bind(5, as_i64(sat_add(old, value)));
       FDO_TRY_STATUS(st->run());
     }
-    for (const auto& [fn, counts] : m.totals.function_counts) {
-      std::vector<std::uint64_t> sum = counts;
+    if (!m.totals.function_counts.empty()) {
+      // Every host's rows of the version in one scan of the key's prefix, for
+      // the length check, and this host's to sum: not a statement per
+      // function (the function is the key's last column, after the host, so
+      // each would scan the same rows).
+      auto sums = m.totals.function_counts;
       {
-        // Every host's vector of this function has one length.
-        FDO_TRY(auto st, db.cached("SELECT host, counts FROM feedback_function_counts WHERE "
-                                   "pk = ?1 AND version = ?2 AND function = ?3"));
-        st->bind(1, pk).bind(2, version).bind(3, fn);
+        FDO_TRY(auto st, db.cached("SELECT host, function, counts FROM "
+                                   "feedback_function_counts WHERE pk = ?1 AND version = ?2"));
+        st->bind(1, pk).bind(2, version);
         while (true) {
           FDO_TRY(bool row, st->step());
           if (!row) break;
-          FDO_TRY(auto old, decode_counts(st->column_blob(1), what + " function " + fn));
-          if (old.size() != counts.size())
+          auto it = sums.find(st->column_text(1));
+          if (it == sums.end()) continue;
+          const std::string& fn = it->first;
+          FDO_TRY(auto old, decode_counts(st->column_blob(2), what + " function " + fn));
+          // Every host's vector of this function has one length.
+          if (old.size() != it->second.size())
             return make_error(Errc::invalid_argument,
-                              detail::length_mismatch(what, fn, counts.size(), old.size()));
+                              detail::length_mismatch(what, fn, it->second.size(), old.size()));
           if (st->column_text(0) != host) continue;
-          for (size_t k = 0; k < sum.size(); ++k)
-            sum[k] = sat_add(old[k], sum[k]);
+          for (size_t k = 0; k < old.size(); ++k)
+            it->second[k] = sat_add(old[k], it->second[k]);
         }
       }
-      FDO_TRY(auto st, db.cached("INSERT INTO feedback_function_counts (pk, version, host, "
-                                 "function, counts) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT "
-                                 "(pk, version, host, function) DO UPDATE SET counts = "
-                                 "excluded.counts"));
-      auto blob = encode_counts(sum);
-      st->bind(1, pk).bind(2, version).bind(3, host).bind(4, fn).bind_blob(5, blob);
-      FDO_TRY_STATUS(st->run());
+      for (const auto& [fn, sum] : sums) {
+        FDO_TRY(auto st, db.cached("INSERT INTO feedback_function_counts (pk, version, host, "
+                                   "function, counts) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT "
+                                   "(pk, version, host, function) DO UPDATE SET counts = "
+                                   "excluded.counts"));
+        auto blob = encode_counts(sum);
+        st->bind(1, pk).bind(2, version).bind(3, host).bind(4, fn).bind_blob(5, blob);
+        FDO_TRY_STATUS(st->run());
+      }
     }
     result.applied += m.rows;
   }

@@ -72,6 +72,49 @@ TEST_CASE("feedback is kept per host and totals sum over the hosts", "[profile_s
   CHECK(removed->feedback_rows == 1);
 }
 
+TEST_CASE("a flush adds to the functions it names, per host, and leaves the others",
+          "[profile_store][feedback]") {
+  STORE_DIR(dir);
+  ProfileStore store = open_with_profile(dir.file("p.db"));
+  auto flush = [&](const std::string& host, int first, int last, std::uint64_t count) {
+    FeedbackRow r;
+    r.pk = kPk;
+    r.version = 1;
+    r.stages = 1;
+    r.host = host;
+    for (int f = first; f < last; ++f)
+      r.function_counts[std::string("f").append(std::to_string(f))] = {
+          count, static_cast<std::uint64_t>(f)};
+    std::vector<FeedbackRow> rows = {r};
+    auto applied = store.append_feedback(rows);
+    if (!applied) FAIL(applied.error().describe());
+  };
+  flush("host-a", 0, 300, 1);    // f0..f299 on a
+  flush("host-b", 100, 200, 10); // f100..f199 on b
+  flush("host-a", 250, 400, 2);  // f250..f299 again on a, f300..f399 new
+  auto t = store.feedback(kPk, 1);
+  REQUIRE(t);
+  REQUIRE(t->has_value());
+  const auto& fc = (*t)->function_counts;
+  CHECK(fc.size() == 400);
+  CHECK(fc.at("f0") == std::vector<std::uint64_t>{1, 0});
+  CHECK(fc.at("f150") == std::vector<std::uint64_t>{11, 300}); // a once + b once
+  CHECK(fc.at("f260") == std::vector<std::uint64_t>{3, 520});  // a twice
+  CHECK(fc.at("f399") == std::vector<std::uint64_t>{2, 399});  // a's second flush only
+  // A length that differs from another host's row of the function is refused
+  // whole, though this host has no row of it yet.
+  FeedbackRow bad;
+  bad.pk = kPk;
+  bad.version = 1;
+  bad.host = "host-c";
+  bad.function_counts = {{"f5", {1, 2}}, {"f150", {1, 2, 3}}};
+  std::vector<FeedbackRow> rows = {bad};
+  auto refused = store.append_feedback(rows);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code() == Errc::invalid_argument);
+  CHECK((*store.feedback(kPk, 1))->function_counts.at("f5") == std::vector<std::uint64_t>{1, 5});
+}
+
 TEST_CASE("a feedback batch id is applied once", "[profile_store][feedback]") {
   STORE_DIR(dir);
   ProfileStore store = open_with_profile(dir.file("p.db"));
