@@ -9,6 +9,7 @@
 //   (tests/support/postgres_server.h: Unix socket, fsync=off); SQLite runs in
 //   a temp dir with synchronous=NORMAL, so neither side pays for fsync. Give --pg for a real server
 //   (then writes pay its commit cost).
+#include "common/stats.h"
 #include "fdo/profile_store/profile_store.h"
 #include "support/postgres_server.h"
 
@@ -22,14 +23,10 @@
 #include <vector>
 
 using namespace fdo;
+using fdo::bench::median;
 using namespace fdo::profile_store;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 double rate(std::size_t ops, const std::function<void()>& f) {
   auto t0 = std::chrono::steady_clock::now();

@@ -15,6 +15,7 @@
 // variant once, so drift on a shared host hits all of them alike).
 //
 // Usage: profile_store_document_bench [--functions N] [--rounds N] [--cs]
+#include "common/stats.h"
 #include "fdo/util/profile.h"
 #include "util/profile_reference.h"
 
@@ -29,15 +30,11 @@
 #include <vector>
 
 using namespace fdo;
+using fdo::bench::median;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
 
 double millis(const std::function<void()>& f) {
   auto t0 = Clock::now();

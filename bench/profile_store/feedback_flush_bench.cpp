@@ -11,6 +11,7 @@
 // Usage: profile_store_feedback_flush_bench [--functions N] [--hosts N] [--rounds N] [--dir DIR]
 //   defaults: 1000 functions, 1 host, 15 rounds, DIR = $TMPDIR or /var/tmp
 //   (a disk: the commit's fsync costs what it costs in production).
+#include "common/stats.h"
 #include "fdo/profile_store/profile_store.h"
 
 #include <algorithm>
@@ -24,16 +25,12 @@
 #include <vector>
 
 using namespace fdo;
+using fdo::bench::median;
 using namespace fdo::profile_store;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
 
 template <class T> T must(Expected<T> v, const char* what) {
   if (!v) {

@@ -15,6 +15,7 @@
 // Usage: profile_store_bench [--rounds N] [--batch N] [--dir DIR]
 //   defaults: 5 rounds, batch 50, DIR = $TMPDIR or /var/tmp (a disk, so that
 //   fsync costs what it costs in production; a tmpfs makes fsync free).
+#include "common/stats.h"
 #include "fdo/profile_store/profile_store.h"
 
 #include <algorithm>
@@ -33,17 +34,12 @@
 #include <vector>
 
 using namespace fdo;
+using fdo::bench::median;
 using namespace fdo::profile_store;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
 
 // Operations per second of `ops` operations done by f.
 double rate(std::size_t ops, const std::function<void()>& f) {

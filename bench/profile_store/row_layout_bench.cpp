@@ -13,6 +13,7 @@
 // transaction per layout, and their ratio.
 //
 // Usage: profile_store_row_layout_bench [--kb N] [--rounds N] [--gap-ms N] [--retention N]
+#include "common/stats.h"
 #include "fdo/profile_store/sqlite.h"
 #include "support/temp_dir.h"
 
@@ -27,16 +28,12 @@
 #include <vector>
 
 using namespace fdo;
+using fdo::bench::median;
 using namespace fdo::profile_store;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
 
 double ms(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
