@@ -301,7 +301,7 @@ Expected<std::int64_t> SqliteBackend::Impl::write_profile(detail::PreparedWrite&
     ins->bind(1, req.pk)
         .bind(2, new_version)
         .bind(3, w.digest)
-        .bind(4, w.body)
+        .bind_in_place(4, w.body) // ~400 KB for 1,000 functions: no copy
         .bind(5, w.functions)
         .bind(6, to_string(req.info.source))
         .bind(7, req.info.reason)

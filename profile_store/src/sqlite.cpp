@@ -94,6 +94,12 @@ Statement& Statement::bind(int index, std::string_view text) {
   return *this;
 }
 
+Statement& Statement::bind_in_place(int index, std::string_view text) {
+  note_bind(
+      sqlite3_bind_text64(stmt_, index, text.data(), text.size(), SQLITE_STATIC, SQLITE_UTF8));
+  return *this;
+}
+
 Statement& Statement::bind_blob(int index, std::span<const std::uint8_t> bytes) {
   // A zero-length blob must still be a blob, not NULL: pass a valid pointer.
   static const std::uint8_t kEmpty = 0;

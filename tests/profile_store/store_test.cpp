@@ -3,8 +3,10 @@
 #include "backends.h"
 #include "fdo/profile_store/json_view.h"
 #include "fdo/profile_store/profile_store.h"
+#include "fdo/profile_store/sqlite.h"
 #include "test_util.h"
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <thread>
@@ -577,4 +579,42 @@ TEST_CASE("JSON views of summaries and versions carry the stored facts", "[profi
   CHECK(v["stage"] == 7);
   CHECK(v["host"] == "host-1");
   CHECK(v["created_at"].get<std::string>().size() == 24);
+}
+
+TEST_CASE("text bound in place is stored whole - the statement keeps no reference to it",
+          "[profile_store][sqlite]") {
+  TempDir dir;
+  auto db = sqlite::Connection::open(dir.file("in_place.db"), sqlite::Access::read_write_create);
+  REQUIRE(db);
+  REQUIRE(db->exec("CREATE TABLE t (k INTEGER PRIMARY KEY, body TEXT NOT NULL)"));
+  std::string sent;
+  for (int i = 0; sent.size() < (400u << 10); ++i)
+    sent += "{\"f" + std::to_string(i) + "\":[" + std::to_string(i * 7919) + "]}";
+  const std::string expected = sent;
+  {
+    auto ins = db->cached("INSERT INTO t (k, body) VALUES (?1, ?2)");
+    REQUIRE(ins);
+    (*ins)->bind(1, std::int64_t{1}).bind_in_place(2, sent);
+    REQUIRE((*ins)->run());
+  }
+  // The cached statement was reset and its bindings cleared: overwriting and
+  // freeing the bytes changes nothing stored, and the statement runs again
+  // with new values.
+  std::fill(sent.begin(), sent.end(), 'x');
+  sent.clear();
+  sent.shrink_to_fit();
+  {
+    auto ins = db->cached("INSERT INTO t (k, body) VALUES (?1, ?2)");
+    REQUIRE(ins);
+    const std::string second = "second";
+    (*ins)->bind(1, std::int64_t{2}).bind_in_place(2, second);
+    REQUIRE((*ins)->run());
+  }
+  auto sel = db->prepare("SELECT body, typeof(body) FROM t ORDER BY k");
+  REQUIRE(sel);
+  REQUIRE(*sel->step());
+  CHECK(sel->column_text(0) == expected);
+  CHECK(sel->column_text(1) == "text");
+  REQUIRE(*sel->step());
+  CHECK(sel->column_text(0) == "second");
 }

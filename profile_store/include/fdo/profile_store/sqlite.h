@@ -52,6 +52,10 @@ public:
   // by the next step(), so call sites stay linear. Indexes start at 1.
   Statement& bind(int index, std::int64_t value);
   Statement& bind(int index, std::string_view text);
+  // Text SQLite reads where it lies, without a copy: the bytes must stay
+  // alive and unchanged until the statement is reset (a CachedStatement's
+  // end) or the index bound again. For large values (a profile's body).
+  Statement& bind_in_place(int index, std::string_view text);
   Statement& bind_blob(int index, std::span<const std::uint8_t> bytes);
   Statement& bind_null(int index);
 
