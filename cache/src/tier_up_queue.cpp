@@ -3,8 +3,12 @@
 #include "fdo/util/log.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <exception>
 #include <optional>
+#include <pthread.h>
+#include <sched.h>
 
 namespace fdo::cache::detail {
 
@@ -53,6 +57,14 @@ Scheduled TierUpQueue::schedule(const std::string& ck, const std::function<Job()
 }
 
 void TierUpQueue::worker() {
+  // No stage waits on this thread when it wakes (it sends a background
+  // compile to a compile worker, megabytes of IR for a big program): under
+  // SCHED_BATCH it does not preempt the request thread that queued the job
+  // and is still answering its stage, on a host with fewer CPUs than busy
+  // threads. Its share of the CPU is unchanged (nice 0).
+  sched_param batch{};
+  if (int rc = ::pthread_setschedparam(::pthread_self(), SCHED_BATCH, &batch); rc != 0)
+    log::debug(std::string("tier-up thread: SCHED_BATCH refused: ") + std::strerror(rc));
   std::unique_lock lock(mu_);
   for (;;) {
     job_cv_.wait(lock, [&] { return stopping_ || !jobs_.empty() || !background_.empty(); });

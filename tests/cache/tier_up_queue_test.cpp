@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <sched.h>
 #include <string>
 #include <thread>
 #include <vector>
@@ -248,4 +249,21 @@ TEST_CASE("tier-up queue: background jobs wait for stage jobs - a stage's reques
   CHECK(order == std::vector<std::string>{"stage1", "bg2", "bg1"});
   CHECK(made == 4); // duplicates built no job
   CHECK(q.pending() == 0);
+}
+
+TEST_CASE(
+    "tier-up queue: jobs run under SCHED_BATCH - they do not preempt the stage that queued them",
+    "[cache][tier_up]") {
+  TierUpQueue q(2, 0ms, 100);
+  std::atomic<int> policy{-1};
+  REQUIRE(q.schedule("ck", [&] {
+    return TierUpQueue::Job([&] {
+      policy = ::sched_getscheduler(0); // the calling thread's, on Linux
+      return JobResult::installed;
+    });
+  }) == Scheduled::queued);
+  q.wait_idle();
+  CHECK(policy.load() == SCHED_BATCH);
+  // The thread that queued it keeps its own policy.
+  CHECK(::sched_getscheduler(0) == SCHED_OTHER);
 }
