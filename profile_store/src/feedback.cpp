@@ -115,7 +115,8 @@ Expected<AppendResult> SqliteBackend::append_feedback(std::span<const FeedbackRo
       // the length check, and this host's to sum: not a statement per
       // function (the function is the key's last column, after the host, so
       // each would scan the same rows).
-      auto sums = m.totals.function_counts;
+      // This call's own merge, used once: summed in place, not copied.
+      auto& sums = m.totals.function_counts;
       {
         FDO_TRY(auto st, db.cached("SELECT host, function, counts FROM "
                                    "feedback_function_counts WHERE pk = ?1 AND version = ?2"));

@@ -119,7 +119,8 @@ Expected<AppendResult> PgBackend::append_feedback(std::span<const FeedbackRow> r
       FDO_TRY(pg::Result cur, c.exec("SELECT host, function, counts FROM "
                                      "feedback_function_counts WHERE pk = $1 AND version = $2",
                                      {p(pk), p(version)}));
-      auto sums = m.totals.function_counts;
+      // This call's own merge, used once: summed in place, not copied.
+      auto& sums = m.totals.function_counts;
       for (int i = 0; i < cur.rows(); ++i) {
         const std::string fn = cur.text(i, 1);
         auto it = sums.find(fn);
