@@ -65,6 +65,8 @@ void TierUpQueue::worker() {
   sched_param batch{};
   if (int rc = ::pthread_setschedparam(::pthread_self(), SCHED_BATCH, &batch); rc != 0)
     log::debug(std::string("tier-up thread: SCHED_BATCH refused: ") + std::strerror(rc));
+  // Named for `top -H` and /proc/PID/task/TID/comm (tests find them by it).
+  ::pthread_setname_np(::pthread_self(), kThreadName);
   std::unique_lock lock(mu_);
   for (;;) {
     job_cv_.wait(lock, [&] { return stopping_ || !jobs_.empty() || !background_.empty(); });

@@ -32,6 +32,8 @@ enum class JobPriority { stage, background };
 class TierUpQueue {
 public:
   using Job = std::function<JobResult()>;
+  // The threads' name (/proc/PID/task/TID/comm); they run under SCHED_BATCH.
+  static constexpr const char* kThreadName = "fdo-tier-up";
 
   // Starts `threads` threads (at least one). `max_failures_tracked` bounds the
   // memory of failed CKs (least recently failed forgotten first).

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <pthread.h>
 #include <sched.h>
 #include <string>
 #include <thread>
@@ -256,14 +257,19 @@ TEST_CASE(
     "[cache][tier_up]") {
   TierUpQueue q(2, 0ms, 100);
   std::atomic<int> policy{-1};
+  std::string name;
   REQUIRE(q.schedule("ck", [&] {
     return TierUpQueue::Job([&] {
       policy = ::sched_getscheduler(0); // the calling thread's, on Linux
+      char buf[16] = {};
+      ::pthread_getname_np(::pthread_self(), buf, sizeof buf);
+      name = buf;
       return JobResult::installed;
     });
   }) == Scheduled::queued);
   q.wait_idle();
   CHECK(policy.load() == SCHED_BATCH);
+  CHECK(name == TierUpQueue::kThreadName);
   // The thread that queued it keeps its own policy.
   CHECK(::sched_getscheduler(0) == SCHED_OTHER);
 }

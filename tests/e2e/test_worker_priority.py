@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """fdod's compile workers run below fdod and its exec workers: SCHED_BATCH at
 nice `compile_nice` (default 10), every thread of theirs; `compile_nice = 0`
-leaves them at fdod's own priority (docs/workers.md, "CPU priority").
+leaves them at fdod's own priority (docs/workers.md, "CPU priority"). In fdod
+itself only the tier-up threads ("fdo-tier-up") run under SCHED_BATCH, at
+fdod's nice; every other thread under SCHED_OTHER.
 
 Run through CTest (tests/e2e/CMakeLists.txt) or directly:
   FDO_BUILD_DIR=build python3 tests/e2e/test_worker_priority.py"""
@@ -16,9 +18,10 @@ from harness import Daemon, ir, worker_children  # noqa: E402
 SCHED_OTHER, SCHED_BATCH = 0, 3
 
 
-def thread_priorities(pid):
+def thread_priorities(pid, with_names=False):
     """(nice, policy) of each thread of `pid`, from /proc/PID/task/TID/stat
-    (fields 19 and 41; readable even for a worker that is not dumpable)."""
+    (fields 19 and 41; readable even for a worker that is not dumpable);
+    with_names: (name, nice, policy), the name from field 2."""
     out = []
     for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
         try:
@@ -26,7 +29,8 @@ def thread_priorities(pid):
         except (FileNotFoundError, ProcessLookupError):
             continue  # a thread that just ended
         fields = stat[stat.rindex(")") + 2:].split()  # fields from 3 on
-        out.append((int(fields[16]), int(fields[38])))
+        prio = (int(fields[16]), int(fields[38]))
+        out.append((stat[stat.index("(") + 1:stat.rindex(")")],) + prio if with_names else prio)
     return out
 
 
@@ -53,9 +57,9 @@ class WorkerPriority(unittest.TestCase):
             # A compile ran (its worker bound a tenant and started its threads).
             st = c.call("execute", {"program": prog, "entry": "run"})["stage"]
             self.assertTrue(st["recompiled"], st)
-            fdod = thread_priorities(pid)
+            fdod = thread_priorities(pid, with_names=True)
             self.assertTrue(fdod)
-            own_nice = fdod[0][0]
+            own_nice = next(n for name, n, _ in fdod if name == "fdod")
             roles = workers_by_role(pid)
             self.assertTrue(roles.get("compile"), roles)
             self.assertTrue(roles.get("exec"), roles)
@@ -73,8 +77,13 @@ class WorkerPriority(unittest.TestCase):
             for w in roles["exec"]:
                 self.assertEqual(set(thread_priorities(w)), {(own_nice, SCHED_OTHER)},
                                  f"exec worker {w}")
-            for tid_prio in fdod:
-                self.assertEqual(tid_prio, (own_nice, SCHED_OTHER))
+            # The tier-up threads queue builds no stage waits for: they do
+            # not preempt the request threads (docs/cache.md, "Tier-up").
+            tier_up = [t for t in fdod if t[0] == "fdo-tier-up"]
+            self.assertTrue(tier_up, fdod)
+            for name, n, policy in fdod:
+                expected = SCHED_BATCH if name == "fdo-tier-up" else SCHED_OTHER
+                self.assertEqual((n, policy), (own_nice, expected), f"fdod thread {name}")
             c.close()
         finally:
             d.cleanup()
