@@ -3,7 +3,6 @@
 #include "fdo/util/log.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <exception>
 #include <optional>

@@ -250,10 +250,10 @@ Expected<std::string> write_document(const ProfileDoc& doc, DigestParts& parts) 
   return std::move(w).take();
 }
 
-// The digest over the compile-affecting members (profile_digest's text).
 // What every profile digest's hashed text starts with.
 constexpr std::string_view kDigestDomain = "fdo.profile.v1\n";
 
+// The digest over the compile-affecting members (profile_digest's text).
 std::string hash_digest_text(std::string_view text) {
   Hasher h;
   h.update(kDigestDomain).update(text);
