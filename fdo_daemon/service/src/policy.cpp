@@ -309,17 +309,30 @@ PolicyDecision decide(const PolicyConfig& config, const PolicyInput& input) {
   auto branches = counter(fb, "branch-instructions");
   auto icache = counter(fb, "L1-icache-load-misses");
   auto instructions = counter(fb, "instructions");
-  // Every rewrite below needs sampled branches or sampled i-cache misses: a
-  // stage without them (a steady optimized stage) is decided without copying
-  // the profile.
-  if (input.branch_stats == nullptr && input.icache_samples == nullptr) {
+  // Every rewrite below needs a module-wide miss rate over the threshold,
+  // branch misses sampled onto a branch, or sampled i-cache misses: a stage
+  // with none of them (a steady optimized stage, whose build's branch
+  // weights are all the statistics hold) is decided without copying the
+  // profile.
+  const std::optional<double> miss_rate =
+      misses && branches && *branches > 0 && input.branch_stats != nullptr
+          ? std::optional(static_cast<double>(*misses) / static_cast<double>(*branches))
+          : std::nullopt;
+  const bool rate_rule = miss_rate && *miss_rate >= config.branch_miss_unpredictable_rate;
+  const bool sampled_rule = input.branch_stats != nullptr &&
+                            std::ranges::any_of(*input.branch_stats, [&](const auto& fn) {
+                              return std::ranges::any_of(fn.second, [&](const BranchStat& b) {
+                                return b.misses >= config.branch_miss_min_samples;
+                              });
+                            });
+  if (!rate_rule && !sampled_rule && input.icache_samples == nullptr) {
     d.reason = "no new information under an optimized build";
     return d;
   }
   ProfileDoc next = *input.current;
   std::vector<std::string> why;
-  if (misses && branches && *branches > 0 && input.branch_stats != nullptr) {
-    double rate = static_cast<double>(*misses) / static_cast<double>(*branches);
+  if (miss_rate) {
+    const double rate = *miss_rate;
     next.hardware["branch_miss_rate"] = rate;
     if (rate >= config.branch_miss_unpredictable_rate) {
       // Near-50/50 branches are the ones a predictor cannot learn from bias
