@@ -16,6 +16,14 @@ bool is_branch_miss_event(std::string_view event) {
          upper.find("MISPREDICT") != std::string::npos;
 }
 
+bool has_branch_misses(const BlockTallies& tallies) {
+  for (const auto& [fn, brs] : tallies.branches)
+    for (const auto& [index, events] : brs)
+      for (const auto& entry : events)
+        if (is_branch_miss_event(entry.first)) return true;
+  return false;
+}
+
 std::map<std::string, std::vector<BranchStat>>
 branch_stats(const std::map<std::string, std::vector<BranchStat>>& weights,
              const BlockTallies& tallies) {

@@ -62,7 +62,7 @@ bool FeedbackLoop::holds_reads(const KeyState& st, const ReadAhead& ahead,
 void FeedbackLoop::load_totals(KeyState& st, const StageReport& stage, std::int64_t version,
                                ReadAhead& ahead) {
   st.acc = FeedbackAccumulator();
-  st.blocks = {};
+  st.reset_blocks();
   st.weights_from.reset();
   st.icache.clear();
   // The fleet's totals were another version's (or none).

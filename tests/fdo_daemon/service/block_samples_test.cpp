@@ -55,3 +55,29 @@ TEST_CASE("branch statistics join the compile's weights with the sampled misses"
   t.blocks["cpu-clock"]["run"][2] = 7;
   CHECK(blocks_record(t) == json{{"cpu-clock", {{"run", {{"2", 7}}}}}});
 }
+
+TEST_CASE("only branch-miss samples on a branch change the branch statistics", "[daemon][blocks]") {
+  // has_branch_misses says when branch_stats' answer can differ from the
+  // weights alone (the fold keeps it between stages until then).
+  std::map<std::string, std::vector<BranchStat>> weights{
+      {"run", {BranchStat{0, 480, 520}, BranchStat{1, 10, 990}}}};
+  BlockTallies clock_only;
+  clock_only.blocks["cpu-clock"]["run"][2] = 40;
+  clock_only.branches["run"][0]["cpu-clock"] = 40;
+  CHECK_FALSE(has_branch_misses(clock_only));
+  auto same = [](const std::vector<BranchStat>& a, const std::vector<BranchStat>& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (a[i].index != b[i].index || a[i].taken != b[i].taken ||
+          a[i].not_taken != b[i].not_taken || a[i].misses != b[i].misses)
+        return false;
+    return true;
+  };
+  auto with_clock = branch_stats(weights, clock_only);
+  REQUIRE(with_clock.size() == 1);
+  CHECK(same(with_clock["run"], branch_stats(weights, BlockTallies{})["run"]));
+  BlockTallies misses = clock_only;
+  misses.branches["run"][1]["BR_MISP_RETIRED:ALL_BRANCHES"] = 3;
+  CHECK(has_branch_misses(misses));
+  CHECK(branch_stats(weights, misses)["run"][1].misses == 3);
+}

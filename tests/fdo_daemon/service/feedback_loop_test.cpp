@@ -468,6 +468,49 @@ TEST_CASE("feedback loop: sampled misses on one branch mark it !unpredictable on
   CHECK(store.keys[kPk].versions.size() == 2);
 }
 
+TEST_CASE("feedback loop: branch statistics kept between stages follow new miss samples",
+          "[service][feedback][blocks]") {
+  // The served build's metadata is one object for every stage (as fdod keeps
+  // it with the cached output): the statistics made from its weights are
+  // kept, and must still take in the misses that later stages sample.
+  FakeFeedbackStore store;
+  FeedbackLoop loop(store, "h");
+  for (int i = 0; i < 3; ++i)
+    loop.fold(stage(kPk, 0, 500, 480, i), policy());
+  REQUIRE(store.keys[kPk].versions.size() == 1);
+  StageReport base = stage(kPk, 1, 0, 0);
+  edit_metadata(base, [](StageMetadata& m) {
+    m.branch_weights["loop"] = {BranchStat{0, 500, 480}, BranchStat{1, 980, 20}};
+  });
+  const StageMetadataRef shared = base.metadata;
+  auto optimized = [&](std::int64_t number, std::uint64_t misses) {
+    StageReport r = base;
+    r.stage = number;
+    r.metadata = shared;
+    r.feedback.counts.clear();
+    r.samples.present = true;
+    r.samples.clock_event = "cpu-clock";
+    r.samples.clock["loop"] = 10;
+    r.samples.functions = {"loop"};
+    if (misses != 0) r.blocks.branches["loop"][0]["branch-misses"] = misses;
+    return r;
+  };
+  // Steady stages with no miss samples (past min_stages from the third):
+  // nothing to mark, nothing written.
+  for (int i = 0; i < 4; ++i) {
+    FeedbackOutcome o = loop.fold(optimized(10 + i, 0), policy());
+    CHECK_FALSE(o.rewritten);
+    if (i >= 2) CHECK(o.policy == "no new information under an optimized build");
+  }
+  // Then misses on branch 0 (near even): 12 + 12 pass the default 20.
+  CHECK_FALSE(loop.fold(optimized(20, 12), policy()).rewritten);
+  std::optional<Rewrite> marked = loop.fold(optimized(21, 12), policy()).rewritten;
+  REQUIRE(marked);
+  CHECK_THAT(marked->reason, Catch::Contains("loop branch 0 (24 miss samples"));
+  CHECK(store.keys[kPk].versions.back().doc.functions.at("loop").unpredictable ==
+        std::vector<std::uint32_t>{0});
+}
+
 TEST_CASE("feedback loop: decides on the fleet's totals and names the contributing hosts",
           "[service][feedback][fleet]") {
   FakeFeedbackStore store;

@@ -20,6 +20,10 @@ namespace fdo::daemon {
 // `branch-misses` or a PMU event whose name says so (BR_MISP_*, *MISPREDICTED*).
 bool is_branch_miss_event(std::string_view event);
 
+// Whether `tallies` holds a branch-miss sample on any branch: all that
+// branch_stats reads of them.
+bool has_branch_misses(const BlockTallies& tallies);
+
 // Per-branch statistics for the policy: the optimized compile's weights (by
 // function) with the branch-miss samples attributed to each branch.
 std::map<std::string, std::vector<BranchStat>>

@@ -151,8 +151,29 @@ private:
     std::string clock_event;
     // Block and branch samples of every stage under `version`, and the
     // metadata (branch weights) of the compile that served them (null: none).
+    // `blocks` changes only through add_blocks and reset_blocks, which count
+    // the changes to its branch misses (what branch_stats reads of it; the
+    // clock's samples land in it at every sampled stage) for `branch_cache`.
     BlockTallies blocks;
     StageMetadataRef weights_from;
+    std::uint64_t blocks_changes = 0;
+    void add_blocks(const BlockTallies& b) {
+      blocks.add(b);
+      if (has_branch_misses(b)) ++blocks_changes;
+    }
+    void reset_blocks() {
+      blocks = {};
+      ++blocks_changes;
+    }
+    // The policy's per-branch statistics (branch_stats) of `weights_from`
+    // and `blocks` as they were at `blocks_changes`: made again only when
+    // either moved (branch_stats_of), not at every stage; shared, so a fold
+    // that releases the lock keeps what it decided on.
+    struct BranchCache {
+      StageMetadataRef weights_from;
+      std::uint64_t blocks_changes = 0;
+      std::shared_ptr<const std::map<std::string, std::vector<BranchStat>>> stats;
+    } branch_cache;
     // Sampled i-cache misses per function of every stage under `version`.
     std::map<std::string, std::uint64_t> icache;
     // The fleet's totals for `version` (every host's flushed rows) when last
@@ -197,6 +218,10 @@ private:
                                                                        std::int64_t reprofiled);
 
   std::shared_ptr<KeyState> state_of(const std::string& pk);
+  // Under st.mu: the key's branch statistics, from its cache when neither
+  // the weights nor the samples moved since they were made.
+  static std::shared_ptr<const std::map<std::string, std::vector<BranchStat>>>
+  branch_stats_of(KeyState& st);
   // Queues the stage's row under `version` (what the stage counts for), with
   // its counts and its samples only where the lifecycle let it give them.
   void queue_row(const StageReport& stage, std::int64_t version, CountsPart counts,
