@@ -104,13 +104,23 @@ std::size_t FeedbackLoop::pending_rows() const {
 
 namespace {
 // Adds `r` into `sum`, a row of the same (pk, version).
+// Both maps are sorted by name: each name's place is looked for from the
+// previous one's (a row of a big program names a thousand functions or more).
 void add_row(ps::FeedbackRow& sum, const ps::FeedbackRow& r) {
   sum.stages += r.stages;
   sum.exec_ns += r.exec_ns;
-  for (const auto& [name, v] : r.counters)
-    sum.counters[name] += v;
-  for (const auto& [name, c] : r.function_counts)
-    add_counts(sum.function_counts[name], c);
+  auto counter = sum.counters.end();
+  for (const auto& [name, v] : r.counters) {
+    counter = sum.counters.try_emplace(counter, name, 0);
+    counter->second += v;
+    ++counter;
+  }
+  auto counts = sum.function_counts.end();
+  for (const auto& [name, c] : r.function_counts) {
+    counts = sum.function_counts.try_emplace(counts, name);
+    add_counts(counts->second, c);
+    ++counts;
+  }
 }
 } // namespace
 
@@ -152,8 +162,8 @@ void FeedbackLoop::queue_row(const StageReport& stage, std::int64_t version, Cou
   }
   row.host = host_;
   if (counts == CountsPart::taken)
-    for (const auto& [name, fc] : stage.feedback.counts)
-      row.function_counts[name] = fc.counts;
+    for (const auto& [name, fc] : stage.feedback.counts) // sorted: each goes last
+      row.function_counts.emplace_hint(row.function_counts.end(), name, fc.counts);
   std::lock_guard lk(pending_mu_);
   pending_.add(std::move(row));
 }

@@ -150,16 +150,27 @@ constexpr std::string_view kSampled = "sampled|";
 void add_sample_counters(const StageSamples& stage,
                          std::map<std::string, std::uint64_t>& counters) {
   if (!stage.present) return;
-  const std::string prefix(kSampled);
-  counters[prefix + "stages"] += 1;
-  counters[prefix + "outside|" + stage.clock_event] += stage.clock_outside;
+  // A sampled stage of a big program adds a key per function with code (a
+  // thousand or more): each is built in one buffer, and each function's key
+  // is looked for from the previous one's place (the functions come sorted,
+  // so are their keys within one event).
+  std::string key;
+  auto at = counters.end();
+  auto add = [&](std::string_view event, std::string_view fn, std::uint64_t n) {
+    key.assign(kSampled).append(event).append("|").append(fn);
+    at = counters.try_emplace(at, key, 0);
+    at->second += n;
+    ++at;
+  };
+  counters[std::string(kSampled) + "stages"] += 1;
+  add("outside", stage.clock_event, stage.clock_outside);
   for (const std::string& fn : stage.functions)
-    counters[prefix + "code|" + fn] += 1;
+    add("code", fn, 1);
   for (const auto& [fn, n] : stage.clock)
-    counters[prefix + stage.clock_event + "|" + fn] += n;
+    add(stage.clock_event, fn, n);
   for (const auto& [event, per_fn] : stage.misses)
     for (const auto& [fn, n] : per_fn)
-      counters[prefix + event + "|" + fn] += n;
+      add(event, fn, n);
 }
 
 std::optional<SampledTotals> take_sample_counters(std::map<std::string, std::uint64_t>& counters) {

@@ -322,6 +322,14 @@ TEST_CASE("drift: sampled totals as counters, and rows without them", "[service]
   std::map<std::string, std::uint64_t> counters{{"instructions", 1000}};
   add_sample_counters(s, counters);
   add_sample_counters(s, counters);
+  // The keys as rows hold them in the store (older rows are read back).
+  CHECK(counters.at("sampled|stages") == 2);
+  CHECK(counters.at("sampled|outside|cpu-clock") == 10);
+  CHECK(counters.at("sampled|code|phase_a") == 2);
+  CHECK(counters.at("sampled|code|main") == 2);
+  CHECK(counters.at("sampled|cpu-clock|phase_a") == 60);
+  CHECK(counters.at("sampled|branch-misses|phase_b") == 14);
+  CHECK(counters.size() == 9); // with "instructions"
   auto totals = take_sample_counters(counters);
   REQUIRE(totals);
   CHECK(counters == std::map<std::string, std::uint64_t>{{"instructions", 1000}});
