@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     options.bind = binder();
+    options.threads_after_job = [&] { return (*jobs)->threads_after_job(); };
     return fdo::daemon::run_worker_loop(
         *fd, [&](const fdo::daemon::Message& req) { return (*jobs)->handle(req); }, options);
   }

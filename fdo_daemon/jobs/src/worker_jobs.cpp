@@ -291,8 +291,10 @@ struct ExecJobs::State {
   };
   std::list<Kept> programs;
   // /proc/self/task, opened once (before any sandbox): each job counts the
-  // threads it left with one fstat (process_thread_count).
+  // threads it left with one fstat (process_thread_count), and the worker
+  // loop takes that count for its own check (threads_after_job).
   Fd task_dir;
+  std::optional<std::size_t> threads_after_job;
   std::vector<std::string> group_events;
   std::optional<perf::CounterGroup> group;
   StageSampler sampler;
@@ -386,7 +388,12 @@ ExecJobs::~ExecJobs() {
   if (state_) state_->programs.clear(); // unload before the loader goes
 }
 
+std::optional<std::size_t> ExecJobs::threads_after_job() const {
+  return state_ ? state_->threads_after_job : std::nullopt;
+}
+
 Expected<Message> ExecJobs::handle(const Message& request) {
+  state_->threads_after_job.reset();
   const json& h = request.header;
   const std::string op = job_op(request);
   if (op.empty()) return make_error(Errc::invalid_argument, "job header lacks string 'op'");
@@ -548,7 +555,9 @@ Expected<Message> ExecJobs::handle(const Message& request) {
   FDO_TRY(Message out, exec_reply_message(reply, returned));
   // (Only a freshly linked program is unloaded here; a cached one stays,
   // unless it ended with exit(n).)
-  if (process_thread_count(state_->task_dir.get()) > 1) {
+  const std::size_t threads = process_thread_count(state_->task_dir.get());
+  state_->threads_after_job = threads;
+  if (threads > 1) {
     // The program left a thread running in its code, perhaps reading its
     // buffers: unmapping either, or running its destructors, would crash the
     // worker before it answers. The loop retires this worker after the reply

@@ -233,16 +233,27 @@ struct ReadPart {
   const char* name;
 };
 
+// Where a read may put what the socket has beyond the parts (the bytes after
+// a message's prefix, read in the same call), and how many it put there.
+struct Spill {
+  std::span<char> buffer;
+  std::size_t used = 0;
+};
+
 // Reads exactly the parts' bytes, in order, filling several parts with one
 // call where the socket has them; `before` counts bytes of this message
-// already received. With `fds`, reads take the descriptors that come with the
-// bytes (recvmsg; one part only).
+// received before the parts, `already` bytes of the parts filled already.
+// With `fds`, reads take the descriptors that come with the bytes (recvmsg;
+// one part only). With `spill`, a read may take more than the parts: the rest
+// goes to the spill buffer, which must follow the last part in memory when
+// `fds` is given.
 Status read_exact(int fd, std::span<const ReadPart> parts, Deadline deadline, int peer_exit_fd,
-                  std::uint64_t before, std::vector<Fd>* fds = nullptr) {
+                  std::uint64_t before, std::vector<Fd>* fds = nullptr, Spill* spill = nullptr,
+                  std::size_t already = 0) {
   std::size_t len = 0;
   for (const ReadPart& p : parts)
     len += p.len;
-  std::size_t got = 0;
+  std::size_t got = already;
   // Where `got` stands in the parts, for error messages: the part being read
   // and how much of it has arrived.
   auto position = [&]() -> std::pair<const ReadPart*, std::size_t> {
@@ -262,8 +273,9 @@ Status read_exact(int fd, std::span<const ReadPart> parts, Deadline deadline, in
     return make_error(Errc::corrupt,
                       "truncated message: the peer closed the connection after " + describe());
   };
-  // The buffers still to fill, from `got` on (at most the parts' count).
-  std::array<iovec, 4> iov{};
+  // The buffers still to fill, from `got` on (at most the parts' count), and
+  // the spill buffer after them.
+  std::array<iovec, 5> iov{};
   auto remaining = [&]() -> int {
     std::size_t at = got;
     int n = 0;
@@ -275,7 +287,18 @@ Status read_exact(int fd, std::span<const ReadPart> parts, Deadline deadline, in
       iov[static_cast<std::size_t>(n++)] = {p.data + at, p.len - at};
       at = 0;
     }
+    if (spill != nullptr && !spill->buffer.empty())
+      iov[static_cast<std::size_t>(n++)] = {spill->buffer.data(), spill->buffer.size()};
     return n;
+  };
+  // Counts a read: the parts first, the rest spilled (only the read that
+  // fills the parts can spill, so the spill buffer fills from its start).
+  auto count = [&](std::size_t n) {
+    got += n;
+    if (got > len) {
+      spill->used = got - len;
+      got = len;
+    }
   };
   auto recv_iov = [&](int flags) {
     msghdr msg{};
@@ -286,7 +309,7 @@ Status read_exact(int fd, std::span<const ReadPart> parts, Deadline deadline, in
   // The rest of a message (its header and payload, after the prefix) is
   // usually in the socket already: read it without polling first, and poll
   // only when a read would block (a socket: recv with MSG_DONTWAIT).
-  bool try_first = before != 0 && fds == nullptr;
+  bool try_first = (before != 0 || already != 0) && fds == nullptr;
   // With nothing to watch but the socket and no deadline, a blocking read
   // waits as well as poll would, in one call instead of two.
   bool wait_in_read = deadline.is_never() && peer_exit_fd < 0;
@@ -294,7 +317,7 @@ Status read_exact(int fd, std::span<const ReadPart> parts, Deadline deadline, in
     if (try_first) {
       ssize_t n = recv_iov(MSG_DONTWAIT);
       if (n > 0) {
-        got += static_cast<std::size_t>(n);
+        count(static_cast<std::size_t>(n));
         continue;
       }
       if (n == 0) return truncated();
@@ -314,7 +337,7 @@ Status read_exact(int fd, std::span<const ReadPart> parts, Deadline deadline, in
         // The process is gone; take what is still buffered, then give up.
         ssize_t n = recv_iov(MSG_DONTWAIT);
         if (n > 0) {
-          got += static_cast<std::size_t>(n);
+          count(static_cast<std::size_t>(n));
           continue;
         }
         if (n < 0 && errno == EINTR) continue;
@@ -326,10 +349,12 @@ Status read_exact(int fd, std::span<const ReadPart> parts, Deadline deadline, in
     ssize_t n;
     const int n_iov = remaining();
     if (fds != nullptr) {
-      // One part only (the prefix): iov[0] is what is left of it.
+      // One part only (the prefix): iov[0] is what is left of it, and the
+      // spill buffer, if any, follows it in memory.
       bool truncated = false;
       const std::size_t had = fds->size();
-      n = receive_with_fds(fd, std::span<char>(static_cast<char*>(iov[0].iov_base), iov[0].iov_len),
+      const std::size_t room = iov[0].iov_len + (n_iov > 1 ? iov[1].iov_len : 0);
+      n = receive_with_fds(fd, std::span<char>(static_cast<char*>(iov[0].iov_base), room),
                            kMaxMessageFds + 1, 0, *fds, truncated);
       if (truncated || fds->size() > kMaxMessageFds)
         return make_error(Errc::resource_exhausted,
@@ -346,7 +371,7 @@ Status read_exact(int fd, std::span<const ReadPart> parts, Deadline deadline, in
       return Error::from_errno(std::string("read message ") + position().first->name, errno);
     }
     if (n == 0) return truncated();
-    got += static_cast<std::size_t>(n);
+    count(static_cast<std::size_t>(n));
   }
   return ok();
 }
@@ -465,20 +490,47 @@ Status send_message(int fd, const Message& message, Deadline deadline) {
 }
 
 Expected<Message> recv_message(int fd, const FrameLimits& limits, Deadline deadline,
-                               int peer_exit_fd, std::vector<Fd>* fds) {
-  std::array<std::uint8_t, kFramePrefixBytes> raw{};
+                               int peer_exit_fd, std::vector<Fd>* fds, std::size_t* trailing) {
+  // The first read takes the prefix and whatever follows it in the socket,
+  // up to a few KiB: a small message (a warm stage's job and reply) arrives
+  // in one call. The prefix and the spill buffer are one array, so a read
+  // that takes descriptors (one buffer) can fill both.
+  constexpr std::size_t kFirstRead = 16 * kKiB;
+  std::array<char, kFramePrefixBytes + kFirstRead> first;
   const std::size_t fds_before = fds != nullptr ? fds->size() : 0;
-  const ReadPart prefix[] = {{reinterpret_cast<char*>(raw.data()), raw.size(), "prefix"}};
-  FDO_TRY_STATUS(read_exact(fd, prefix, deadline, peer_exit_fd, 0, fds));
+  const ReadPart prefix[] = {{first.data(), kFramePrefixBytes, "prefix"}};
+  Spill spill{std::span<char>(first.data() + kFramePrefixBytes, kFirstRead)};
+  FDO_TRY_STATUS(read_exact(fd, prefix, deadline, peer_exit_fd, 0, fds, &spill));
+  std::span<const std::uint8_t, kFramePrefixBytes> raw(
+      reinterpret_cast<const std::uint8_t*>(first.data()), kFramePrefixBytes);
   FDO_TRY(FramePrefix p, decode_frame_prefix(raw, limits));
-  // Allocation happens only now, after every length passed its limit; the
-  // header and the payload are read together (usually one call).
+  // Allocation happens only now, after every length passed its limit; what
+  // the first read took of the header and payload is copied in, the rest
+  // read into place (header and payload together, usually one call).
   std::string header(p.header_len, '\0');
   Message m;
   m.payload.resize(p.payload_len);
+  std::string_view spilled(spill.buffer.data(), spill.used);
+  const std::size_t to_header = std::min<std::size_t>(spilled.size(), header.size());
+  std::memcpy(header.data(), spilled.data(), to_header);
+  spilled.remove_prefix(to_header);
+  const std::size_t to_payload = std::min<std::size_t>(spilled.size(), m.payload.size());
+  std::memcpy(m.payload.data(), spilled.data(), to_payload);
+  spilled.remove_prefix(to_payload);
+  if (!spilled.empty()) {
+    // Bytes of whatever the peer sent next: this channel carries one message
+    // at a time, so the stream is out of step with it.
+    if (trailing == nullptr)
+      return make_error(Errc::corrupt, "the peer sent " + std::to_string(spilled.size()) +
+                                           " bytes after its message: the stream is out of sync");
+    *trailing = spilled.size();
+  } else if (trailing != nullptr) {
+    *trailing = 0;
+  }
   const ReadPart body[] = {{header.data(), header.size(), "header"},
                            {m.payload.data(), m.payload.size(), "payload"}};
-  FDO_TRY_STATUS(read_exact(fd, body, deadline, peer_exit_fd, kFramePrefixBytes));
+  FDO_TRY_STATUS(read_exact(fd, body, deadline, peer_exit_fd, kFramePrefixBytes, nullptr, nullptr,
+                            to_header + to_payload));
   FDO_TRY_STATUS(decode_frame_header(p.kind, header, m));
   if (fds != nullptr)
     for (std::size_t i = fds_before; i < fds->size(); ++i)

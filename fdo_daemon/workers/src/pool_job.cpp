@@ -159,7 +159,8 @@ WorkerPool::Impl::finish_job(int idx, std::uint64_t id, Deadline deadline, const
       std::min<std::uint64_t>(limits.max_output_bytes, 16 * kMiB) + kEnvelopeSlack;
   fl.max_payload_bytes = limits.max_output_bytes;
   fl.max_total_bytes = saturating_add(limits.max_output_bytes, kEnvelopeSlack);
-  auto response = recv_message(child.sock(), fl, deadline, child.pidfd());
+  std::size_t trailing = 0;
+  auto response = recv_message(child.sock(), fl, deadline, child.pidfd(), nullptr, &trailing);
   collect_output();
   if (!response) {
     Failure kind = Failure::broken;
@@ -176,12 +177,20 @@ WorkerPool::Impl::finish_job(int idx, std::uint64_t id, Deadline deadline, const
     return fail_worker(idx, Failure::protocol, make_error(Errc::internal, what), limits,
                        std::nullopt);
   };
+  // Bytes after the reply are a message out of turn (a fatal report sent as
+  // it died, or garbage): the reply stands, the worker is not used again.
+  const std::string out_of_turn =
+      trailing == 0 ? std::string()
+                    : "it sent " + std::to_string(trailing) + " bytes after its reply";
   // The checks of a reply the pool accepts, whichever envelope it came in.
   auto accept = [&](Message out, std::string retire) -> Expected<Message> {
     if (check_reply)
       if (Status st = check_reply(out); !st)
         return protocol_error("its reply: " + st.error().message());
-    release(idx, /*succeeded=*/true, retire.empty() ? retire_after : retire);
+    release(idx, /*succeeded=*/true,
+            !out_of_turn.empty() ? out_of_turn
+            : retire.empty()     ? retire_after
+                                 : retire);
     return out;
   };
   auto log_bound = [&](const nlohmann::json& bound) {
@@ -226,7 +235,7 @@ WorkerPool::Impl::finish_job(int idx, std::uint64_t id, Deadline deadline, const
   auto err = h.find("error");
   if (err == h.end()) return protocol_error("failed response has no 'error'");
   Error e = error_from_json(*err);
-  release(idx, /*succeeded=*/false, retire);
+  release(idx, /*succeeded=*/false, out_of_turn.empty() ? retire : out_of_turn);
   return e;
 }
 

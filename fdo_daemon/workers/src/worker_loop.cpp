@@ -70,6 +70,10 @@ private:
 // CPUs, so a job shorter than half its allowance over the CPUs leaves at least
 // half of it for the reply and the wait for the next job (and the next job
 // sets its own). After a longer job it is lifted, as it was before the job.
+// The CPU used is read (getrusage) only when it may have reached another
+// whole second since the last reading: the process cannot have used more
+// than the wall time since then times the host's CPUs, so between readings
+// a job with the same allowance finds the limit it needs in force.
 class CpuLimit {
 public:
   CpuLimit(const rlimit& original, long cpus)
@@ -83,17 +87,29 @@ public:
   }
 
   Status arm(const JobLimits& limits) {
+    const std::uint64_t allowance = effective_cpu_seconds(limits);
+    const auto now = std::chrono::steady_clock::now();
+    if (armed_ && reading_ && allowance == armed_allowance_) {
+      const auto since = std::chrono::duration_cast<std::chrono::microseconds>(now - reading_->at);
+      const std::uint64_t most_us =
+          reading_->used_us + static_cast<std::uint64_t>(std::max<std::int64_t>(since.count(), 0)) *
+                                  static_cast<std::uint64_t>(cpus_);
+      if (most_us <= reading_->used_s * 1000000) return ok(); // still in the same second
+    }
     rusage ru{};
     ::getrusage(RUSAGE_SELF, &ru);
     std::uint64_t used_us = std::uint64_t(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
                             std::uint64_t(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
     std::uint64_t used_s = (used_us + 999999) / 1000000;
-    rlim_t want =
-        clamp_soft(static_cast<rlim_t>(used_s + effective_cpu_seconds(limits)), original_);
-    if (armed_ == want) return ok();
-    rlimit c{want, original_.rlim_max};
-    if (::setrlimit(RLIMIT_CPU, &c) != 0) return Error::from_errno("setrlimit(RLIMIT_CPU)", errno);
-    armed_ = want;
+    reading_ = Reading{now, used_us, used_s};
+    rlim_t want = clamp_soft(static_cast<rlim_t>(used_s + allowance), original_);
+    if (armed_ != want) {
+      rlimit c{want, original_.rlim_max};
+      if (::setrlimit(RLIMIT_CPU, &c) != 0)
+        return Error::from_errno("setrlimit(RLIMIT_CPU)", errno);
+      armed_ = want;
+    }
+    armed_allowance_ = allowance; // the limit in force is this allowance's
     return ok();
   }
 
@@ -119,9 +135,17 @@ public:
   }
 
 private:
+  // The process's CPU time when last read.
+  struct Reading {
+    std::chrono::steady_clock::time_point at;
+    std::uint64_t used_us = 0;
+    std::uint64_t used_s = 0; // rounded up
+  };
   rlimit original_;
   long cpus_;
   std::optional<rlim_t> armed_; // the soft limit this object set and left in force
+  std::uint64_t armed_allowance_ = 0;
+  std::optional<Reading> reading_;
 };
 
 Error memory_error(const JobLimits& limits) {
@@ -162,8 +186,9 @@ struct ReplyExtras {
 // A worker is reusable for its tenant's next job only if the job left nothing
 // running and did not keep memory it cannot account for.
 std::string hygiene_problem(const Fd& task_dir, std::uint64_t vm_at_bind,
-                            std::uint64_t retire_growth, LeftoverThreads threads) {
-  if (std::size_t n = process_thread_count(task_dir.get());
+                            std::uint64_t retire_growth, LeftoverThreads threads,
+                            std::optional<std::size_t> counted) {
+  if (std::size_t n = counted ? *counted : process_thread_count(task_dir.get());
       n > 1 && threads == LeftoverThreads::retire)
     return "the job left " + std::to_string(n - 1) + " thread(s) running";
   if (retire_growth != 0 && vm_at_bind != 0) {
@@ -350,18 +375,18 @@ int run_worker_loop(int fd, ContextJobHandler handler, WorkerLoopOptions options
       vm_at_bind = read_vm_bytes();
       retire_growth = request->bind.value("retire_growth_bytes", std::uint64_t{0});
     }
-    Expected<Message> result = make_error(Errc::internal, "job did not run");
+    std::optional<Expected<Message>> result;
     {
       AddressSpaceScope scope(orig_as);
       std::uint64_t vm = read_vm_bytes();
       Status st = scope.apply(ctx.limits, vm);
       if (st) st = cpu_limit.arm(ctx.limits);
       if (!st) {
-        result = std::move(st).error().context("apply job limits");
+        result.emplace(std::move(st).error().context("apply job limits"));
       } else {
         guard->job_started(ctx.id, vm);
         const auto started = std::chrono::steady_clock::now();
-        result = call_handler(handler, request->job, ctx);
+        result.emplace(call_handler(handler, request->job, ctx));
         guard->job_ended();
         cpu_limit.after_job(std::chrono::steady_clock::now() - started, ctx.limits);
       }
@@ -371,9 +396,10 @@ int run_worker_loop(int fd, ContextJobHandler handler, WorkerLoopOptions options
     std::fflush(stderr);
     if (bound)
       extras.retire =
-          hygiene_problem(task_dir, vm_at_bind, retire_growth, options.leftover_threads);
+          hygiene_problem(task_dir, vm_at_bind, retire_growth, options.leftover_threads,
+                          options.threads_after_job ? options.threads_after_job() : std::nullopt);
     if (extras.retire.empty() && options.retire_after) extras.retire = options.retire_after();
-    if (auto st = send_result(fd, ctx.id, std::move(result), ctx.limits, extras); !st)
+    if (auto st = send_result(fd, ctx.id, std::move(*result), ctx.limits, extras); !st)
       return channel_broken(st.error());
   }
 }

@@ -157,6 +157,57 @@ TEST_CASE("ipc: a message that arrives in pieces is read whole - with and withou
   CHECK(got->payload == m.payload);
 }
 
+TEST_CASE("ipc: a small message is taken whole by the first read - bytes after it are out of turn",
+          "[ipc]") {
+  // The first read takes what follows the prefix too (up to 16 KiB): a
+  // channel carries one message at a time, so bytes beyond the message are
+  // the peer's next one, sent out of turn.
+  auto sp = pair_or_die();
+  Message m{{{"op", "first"}}, binary_payload(200)};
+  Message next{{{"op", "second"}}, "xyz"};
+  auto a = encode_message(m);
+  auto b = encode_message(next);
+  REQUIRE(a);
+  REQUIRE(b);
+  SECTION("an error where the caller does not allow them") {
+    write_raw(sp.first.get(), *a + *b);
+    auto r = recv_message(sp.second.get(), FrameLimits{}, Deadline::after(5s));
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == Errc::corrupt);
+    CHECK_THAT(r.error().message(),
+               Catch::Contains(std::to_string(b->size()) + " bytes after its message"));
+  }
+  SECTION("counted and dropped where it does") {
+    write_raw(sp.first.get(), *a + *b);
+    std::size_t trailing = 99;
+    auto r =
+        recv_message(sp.second.get(), FrameLimits{}, Deadline::after(5s), -1, nullptr, &trailing);
+    REQUIRE(r);
+    CHECK(r->header == m.header);
+    CHECK(r->payload == m.payload);
+    CHECK(trailing == b->size());
+  }
+  SECTION("none: the count is 0, and a message longer than the first read comes whole") {
+    Message big{{{"op", "big"}}, binary_payload(100000)};
+    auto c = encode_message(big);
+    REQUIRE(c);
+    write_raw(sp.first.get(), *a);
+    std::size_t trailing = 99;
+    auto r =
+        recv_message(sp.second.get(), FrameLimits{}, Deadline::after(5s), -1, nullptr, &trailing);
+    REQUIRE(r);
+    CHECK(r->payload == m.payload);
+    CHECK(trailing == 0);
+    std::thread writer([&] { write_raw(sp.first.get(), *c); });
+    auto r2 =
+        recv_message(sp.second.get(), FrameLimits{}, Deadline::after(5s), -1, nullptr, &trailing);
+    writer.join();
+    REQUIRE(r2);
+    CHECK(r2->payload == big.payload);
+    CHECK(trailing == 0);
+  }
+}
+
 TEST_CASE("ipc: a job envelope written directly decodes as the tree encoded would", "[ipc]") {
   // Every integer width, a bind request or none, a job header of its own.
   const std::uint64_t ids[] = {

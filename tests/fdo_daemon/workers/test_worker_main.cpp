@@ -288,6 +288,15 @@ Expected<Message> handle(int sock, const std::string& role, const Message& req,
     (void)send_frame_encoded(sock, header, {});
     sleep_forever();
   }
+  if (op == "trailing") {
+    // Its reply and, in the same write, the start of a message out of turn.
+    nlohmann::json reply = {{"id", ctx.id}, {"ok", true}, {"result", {{"op", "trailing"}}}};
+    auto frame = encode_message(Message{reply, "done"});
+    if (!frame) return frame.error();
+    const std::string bytes = *frame + "and then some more";
+    (void)::send(sock, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    sleep_forever();
+  }
   if (op == "garbage") {
     const char junk[] = "this is not a frame at all......";
     (void)::send(sock, junk, sizeof junk, MSG_NOSIGNAL);

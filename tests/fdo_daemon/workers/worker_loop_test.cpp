@@ -100,6 +100,19 @@ Expected<Message> test_handler(const Message& req, const JobContext& ctx) {
                     {"core_soft", std::uint64_t(core.rlim_cur)}},
                    {}};
   }
+  if (op == "burn") {
+    // CPU for `ms` milliseconds of this thread's clock.
+    const auto ms = req.header.value("ms", 0);
+    timespec t0{}, t{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    volatile std::uint64_t x = 0;
+    do {
+      for (int i = 0; i < 100000; ++i)
+        x = x + static_cast<std::uint64_t>(i);
+      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
+    return Message{{{"burned", ms}}, {}};
+  }
   if (op == "spin") {
     for (;;) {
       volatile std::uint64_t x = 0;
@@ -309,6 +322,26 @@ TEST_CASE("worker_loop: each job runs under its own CPU allowance - kept between
   int status = p.wait_status();
   REQUIRE(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGXCPU);
+}
+
+TEST_CASE("worker_loop: CPU used by earlier jobs does not shorten the next one's allowance",
+          "[worker_loop]") {
+  // The loop reads the CPU it has used only when it may have crossed a whole
+  // second since the last reading: jobs that used 1.8 s between them, each
+  // with the same allowance, must each still get all of it.
+  auto p = LoopProcess::start(test_handler);
+  expect_hello(p);
+  JobLimits l;
+  l.cpu_seconds = 2;
+  l.wall = std::chrono::milliseconds(60000);
+  for (std::uint64_t i = 0; i < 6; ++i) {
+    Message r = p.job(i, {{"op", "burn"}, {"ms", 300}}, l);
+    REQUIRE(r.header["ok"] == true);
+  }
+  // 1.5 s more: past "first reading + 2 s", within "now + 2 s".
+  Message r = p.job(10, {{"op", "burn"}, {"ms", 1500}}, l);
+  REQUIRE(r.header["ok"] == true);
+  CHECK(r.header["result"]["burned"] == 1500);
 }
 
 TEST_CASE("worker_loop: a corrupt request stream ends the loop with status 2", "[worker_loop]") {

@@ -266,6 +266,15 @@ TEST_CASE("worker_pool: output limits hold on both sides of the channel", "[work
     CHECK(echo_pid(*pool) != before);
     CHECK(pool->stats().failures.protocol == 1);
   }
+  SECTION("bytes after a reply: the reply stands, the worker is replaced") {
+    auto r = pool->run(job({{"op", "trailing"}}), l);
+    REQUIRE(r);
+    CHECK(r->header["op"] == "trailing");
+    CHECK(r->payload == "done");
+    CHECK(echo_pid(*pool) != before);
+    CHECK(pool->stats().retired == 1);
+    CHECK(pool->stats().failures.protocol == 0);
+  }
   SECTION("a header nested a million deep is refused before decoding") {
     auto r = pool->run(job({{"op", "evil_header"}, {"kind", "deep"}}), l);
     REQUIRE_FALSE(r);

@@ -49,6 +49,7 @@
 #include "fdo/util/expected.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace fdo::daemon {
@@ -66,6 +67,10 @@ public:
   static Expected<std::unique_ptr<ExecJobs>> create();
   ~ExecJobs();
   Expected<Message> handle(const Message& request);
+  // The threads the last exec job counted as it ended (after its program
+  // ran; nullopt when it ended before that), for the worker loop's check
+  // (WorkerLoopOptions::threads_after_job).
+  std::optional<std::size_t> threads_after_job() const;
 
   struct State;
 

@@ -272,9 +272,15 @@ Status send_typed_frame(int fd, const TypedEnvelope& envelope, const TypedBody& 
 // to it (close-on-exec, owned by the caller) and their raw values put in the
 // Message's `fds`. More than kMaxMessageFds: Errc::resource_exhausted (the
 // extra ones are closed, the message is not read).
+// A small message is read in one call: the first read takes up to 16 KiB
+// after the prefix. A channel carries one message at a time, so bytes read
+// beyond the message are the peer's next one, out of turn: with `trailing`
+// null that is Errc::corrupt ("... bytes after its message"); otherwise the
+// message is returned, the bytes dropped and their count put in `*trailing`
+// (0 when there were none), for the caller to stop trusting the channel.
 Expected<Message> recv_message(int fd, const FrameLimits& limits,
                                Deadline deadline = Deadline::never(), int peer_exit_fd = -1,
-                               std::vector<Fd>* fds = nullptr);
+                               std::vector<Fd>* fds = nullptr, std::size_t* trailing = nullptr);
 
 // AF_UNIX SOCK_STREAM pair, both ends close-on-exec. (Stream, not SEQPACKET:
 // payloads such as object files exceed the kernel's datagram size limits.)

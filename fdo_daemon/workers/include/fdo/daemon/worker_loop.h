@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 namespace fdo::daemon {
 
@@ -47,6 +48,10 @@ struct WorkerLoopOptions {
   // Asked after each job: a non-empty reason retires the worker (a GPU
   // worker whose context a kernel fault lost).
   std::function<std::string()> retire_after;
+  // Asked after each job: the threads the handler counted as it ended (an
+  // exec job counts them to know whether to leave its program mapped), so
+  // the loop's own check need not count again; nullopt: the loop counts.
+  std::function<std::optional<std::size_t>()> threads_after_job;
 };
 
 // Runs until the daemon closes the channel; returns the process exit status:
