@@ -338,6 +338,7 @@ namespace {
 // debug, failed ones at info, each naming its program, profile and tenant.
 void stage_record(log::Level level, const std::string& what, const cache::StageOutput& so,
                   std::int64_t number, const CallContext& ctx) {
+  if (!log::enabled(level)) return; // every stage comes here: build nothing for nothing
   const std::string stage = std::to_string(number), tenant = std::to_string(ctx.uid),
                     version = std::to_string(so.profile_version);
   log::record(level,
@@ -564,8 +565,9 @@ Expected<ResultText> execute(ServiceState& s, const json& params, const CallCont
   s.metrics->stage_finished(outcome, seconds_since(stage_started),
                             so.compiled ? so.compile_ms : 0.0, static_cast<double>(exec_ns) / 1e9,
                             fo.rewritten.has_value());
-  stage_record(log::Level::debug, "ran in " + std::to_string(exec_ns) + " ns", so, stage_number,
-               ctx);
+  if (log::enabled(log::Level::debug))
+    stage_record(log::Level::debug, "ran in " + std::to_string(exec_ns) + " ns", so, stage_number,
+                 ctx);
   return ResultText{std::move(t).take()};
 }
 

@@ -15,6 +15,11 @@ void set_level(Level min_level);
 // the program it runs logs to a descriptor of its own instead.
 void set_output_fd(int fd);
 Level level();
+// Whether a message at `lvl` would be written: a caller that builds an
+// expensive message checks first.
+inline bool enabled(Level lvl) {
+  return static_cast<int>(lvl) <= static_cast<int>(level());
+}
 // Name shown in front of messages ("fdod", "fdo-worker[1234]").
 void set_ident(std::string_view ident);
 bool parse_level(std::string_view name, Level& out);
