@@ -156,7 +156,32 @@ EntryRef TierLookup::find_previous(const Wanted& want, const std::string& last_s
 }
 
 EntryRef TierLookup::store(std::shared_ptr<const Entry> entry, std::uint64_t mark) {
+  // Its program deleted already: served to whoever compiled it, kept nowhere.
+  // Else a ticket, which an evict_prefix that begins meanwhile waits for.
+  std::uint64_t ticket = 0;
+  bool gone = false;
+  {
+    std::lock_guard lock(evictions_mu_);
+    gone = evicted_since_locked(mark, entry->key);
+    if (gone)
+      dropped_after_evict_++;
+    else
+      stores_in_flight_.insert(ticket = store_tickets_++);
+  }
   EntryRef ref = memory_->insert(entry);
+  if (gone) {
+    memory_->evict_prefix(entry->key); // freed when the compiler's handle goes
+    return ref;
+  }
+  struct Ended {
+    TierLookup& t;
+    std::uint64_t ticket;
+    ~Ended() {
+      std::lock_guard lock(t.evictions_mu_);
+      t.stores_in_flight_.erase(ticket);
+      t.store_ended_.notify_all();
+    }
+  } ended{*this, ticket};
   if (disk_)
     if (auto st = disk_->store(*entry); !st)
       log::warning("cache: " + st.error().describe() + " (kept in memory only)");
@@ -185,6 +210,10 @@ std::uint64_t TierLookup::dropped_after_evict() const {
 
 bool TierLookup::evicted_since(std::uint64_t mark, std::string_view key) const {
   std::lock_guard lock(evictions_mu_);
+  return evicted_since_locked(mark, key);
+}
+
+bool TierLookup::evicted_since_locked(std::uint64_t mark, std::string_view key) const {
   if (mark >= evictions_) return false;
   if (evictions_ - mark > recent_evicts_.size()) return true;
   for (auto it = recent_evicts_.end() - static_cast<std::ptrdiff_t>(evictions_ - mark);
@@ -203,16 +232,25 @@ EvictedFrom TierLookup::evicted_from(const std::string& key) const {
 }
 
 std::size_t TierLookup::evict_prefix(std::string_view prefix) {
+  std::uint64_t begun = 0;
   {
     // Noted before the tiers are swept: a store that misses this note ran
-    // before the sweep, which then finds its entry.
+    // before the sweep, which then finds its entry; a store that begins
+    // after it writes nothing of the prefix.
     std::lock_guard lock(evictions_mu_);
     evictions_++;
     recent_evicts_.emplace_back(prefix);
     if (recent_evicts_.size() > kRecentEvictions) recent_evicts_.pop_front();
+    begun = store_tickets_;
   }
   std::size_t n = memory_->evict_prefix(prefix);
   if (disk_) n += disk_->evict_prefix(prefix);
+  // A store that began before the note may write its entry after the sweep;
+  // it sees the note afterwards and drops it again. Waited for (no lock held
+  // across its I/O), so nothing of the prefix is left once this returns.
+  std::unique_lock lock(evictions_mu_);
+  store_ended_.wait(
+      lock, [&] { return stores_in_flight_.empty() || *stores_in_flight_.begin() >= begun; });
   return n;
 }
 

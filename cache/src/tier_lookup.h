@@ -13,11 +13,13 @@
 #include "fdo/cache/remote_tier.h"
 #include "single_flight.h"
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -79,12 +81,19 @@ public:
   // program was deleted while it compiled) drops it again from the local
   // tiers and skips the remote write, so a compile that outlives its program
   // leaves no object behind; the handle still serves whoever compiled it.
+  // An entry already covered by such an eviction when store() begins is not
+  // written to disk at all; one that store() writes while an evict_prefix
+  // runs is dropped before that evict_prefix returns (it waits for stores
+  // that began before it), so no object of a deleted program is on disk once
+  // the delete has returned.
   EntryRef store(std::shared_ptr<const Entry> entry, std::uint64_t mark);
   // Counts evict_prefix calls: a compile notes it before it starts.
   std::uint64_t eviction_mark() const;
 
   EvictedFrom evicted_from(const std::string& key) const;
-  // Drops every entry whose key starts with `prefix` from both tiers.
+  // Drops every entry whose key starts with `prefix` from both tiers, and
+  // waits for the stores that began before it (whose entries it may have
+  // missed) to drop theirs.
   std::size_t evict_prefix(std::string_view prefix);
   // Entries a store() dropped again because their program went meanwhile.
   std::uint64_t dropped_after_evict() const;
@@ -117,8 +126,12 @@ private:
   // Whether an evict_prefix after `mark` covers `key` (true, to be safe, when
   // the bounded memory of prefixes no longer reaches back to `mark`).
   bool evicted_since(std::uint64_t mark, std::string_view key) const;
+  bool evicted_since_locked(std::uint64_t mark, std::string_view key) const;
 
   mutable std::mutex evictions_mu_;
+  std::condition_variable store_ended_; // a store in flight ended
+  std::uint64_t store_tickets_ = 0;     // stores begun so far
+  std::set<std::uint64_t> stores_in_flight_;
   std::uint64_t evictions_ = 0;           // evict_prefix calls so far
   std::deque<std::string> recent_evicts_; // the latest prefixes, oldest first
   std::uint64_t dropped_after_evict_ = 0;

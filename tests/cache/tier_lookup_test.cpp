@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <thread>
 
 using namespace fdo;
 using namespace fdo::cache;
@@ -149,6 +150,37 @@ TEST_CASE("tier lookup: eviction is remembered per tier", "[cache][tier_lookup][
   CHECK(t->evict_prefix(w.ik) == 2); // one entry in each tier
   CHECK(t->evicted_from(w.ck) == EvictedFrom::both);
   CHECK_FALSE(t->find_existing(w.view()).entry);
+}
+
+TEST_CASE("tier lookup: once an eviction returns, a store racing it has left nothing behind",
+          "[cache][tier_lookup][disk]") {
+  // A compile of a program being deleted stores its output while the delete
+  // sweeps the tiers: whichever comes first, nothing of the program is in
+  // the disk tier once evict_prefix has returned (it waits for the stores
+  // that began before it; a store that begins after it writes nothing), nor
+  // in memory once the compiler's handle is released.
+  TempDir dir;
+  auto memory = MemoryTier::create(64 << 20);
+  REQUIRE(memory);
+  DiskTierConfig c;
+  c.root = dir.str();
+  c.durability = Durability::fsync; // the file appears, then the directory's fsync: a window
+  auto disk = DiskTier::open(c);
+  REQUIRE(disk);
+  auto t = std::make_unique<TierLookup>(std::move(*memory), std::move(*disk));
+  for (int round = 0; round < 40; ++round) {
+    Want w = want("racing" + std::to_string(round), std::string(64, '1'));
+    auto e = entry(w.ck, w.ck);
+    e->object.assign(std::size_t{4} << 20, 'o'); // a disk write that takes a while
+    const std::uint64_t mark = t->eviction_mark();
+    std::thread compile([&] { (void)t->store(e, mark); });
+    std::this_thread::sleep_for(std::chrono::microseconds(200 * (round % 20)));
+    t->evict_prefix(w.ik);
+    CHECK_FALSE(t->disk()->contains(w.ck));
+    compile.join(); // the compiler's handle released: memory frees it too
+    CHECK_FALSE(t->disk()->contains(w.ck));
+    CHECK_FALSE(t->find_existing(w.view()).entry);
+  }
 }
 
 TEST_CASE("tier lookup: an output stored after its program's eviction is dropped again",
